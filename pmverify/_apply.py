@@ -1,0 +1,95 @@
+"""Applying a pass under test to a :class:`GraphCase`: the direct (no-compile) mode.
+
+Direct mode deep-copies the case's graph, propagates fake tensors through it in one
+``FakeTensorMode`` (so every node carries ``meta["val"]`` from the same mode, as in Inductor's
+post-grad passes), runs the pass on the copy's graph and recompiles it. The pass may be:
+
+- anything with ``__call__(torch.fx.Graph)`` (Inductor's ``CustomGraphPass``, vLLM's passes);
+- a ``PatternMatcherPass`` (called through ``.apply``);
+- a class, built per case as ``cls(case.pass_config)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+import traceback
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from ._case import GraphCase
+
+__all__ = ["RunPair", "apply_direct", "build_pass", "run_pass", "propagate_fake"]
+
+
+@dataclasses.dataclass
+class RunPair:
+    """The graph before and after a pass, with what the pass reported.
+
+    - ``before``: the case's graph module, untouched.
+    - ``after``: the rewritten copy (None when the pass raised).
+    - ``pass_``: the pass object that ran.
+    - ``matched_count``: what the pass reported (``PatternMatcherPass.apply``'s return value or
+      the pass's ``matched_count``); None when it reports nothing.
+    - ``error``: the formatted traceback when the pass raised, else None.
+    - ``elapsed_s``: seconds spent in the pass.
+    """
+
+    case: GraphCase
+    before: torch.fx.GraphModule
+    after: torch.fx.GraphModule | None
+    pass_: Any
+    matched_count: int | None
+    error: str | None
+    elapsed_s: float
+
+
+def build_pass(pass_: Any, case: GraphCase) -> Any:
+    """Return the pass object for ``case``: ``pass_`` itself, or ``pass_(case.pass_config)``
+    when ``pass_`` is a class. Raises ``ValueError`` when a class is given and the case carries
+    no ``pass_config``."""
+    if isinstance(pass_, type):
+        if case.pass_config is None:
+            raise ValueError(f"pass_={pass_.__name__} is a class but the case carries no pass_config")
+        return pass_(case.pass_config)
+    return pass_
+
+
+def run_pass(pass_obj: Any, graph: torch.fx.Graph) -> int | None:
+    """Run ``pass_obj`` on ``graph`` in place; return the match count it reports, if any."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    if isinstance(pass_obj, PatternMatcherPass):
+        return int(pass_obj.apply(graph))
+    if not callable(pass_obj):
+        raise TypeError(f"pass_={pass_obj!r} is neither callable on a torch.fx.Graph nor a PatternMatcherPass")
+    pass_obj(graph)
+    count = getattr(pass_obj, "matched_count", None)
+    return int(count) if isinstance(count, int) else None
+
+
+def propagate_fake(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> None:
+    """Set ``meta["val"]`` on every node of ``gm`` from one fresh ``FakeTensorMode``."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fake_inputs = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
+
+
+def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
+    """Apply ``pass_`` to a copy of ``case.gm`` without compiling; never raises for the pass's
+    own errors (they land in ``RunPair.error``)."""
+    pass_obj = build_pass(pass_, case)
+    after = copy.deepcopy(case.gm)
+    propagate_fake(after, case.inputs[0])
+    start = time.perf_counter()
+    try:
+        count = run_pass(pass_obj, after.graph)
+        after.recompile()
+    except Exception:  # noqa: BLE001 - a raising pass is a finding, reported by the oracles
+        return RunPair(case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start)
+    return RunPair(case, case.gm, after, pass_obj, count, None, time.perf_counter() - start)

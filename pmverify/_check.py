@@ -1,0 +1,92 @@
+"""``check_case``: apply a pass to one case and ask the oracles."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Sequence
+
+from ._apply import RunPair, apply_direct
+from ._case import GraphCase
+from .oracles import ORACLES, Violation
+from .oracles.expectations import matched_instances
+
+__all__ = ["CaseResult", "check_case", "MODES"]
+
+MODES = ("direct",)
+
+OracleSpec = str | Callable[[RunPair], list[Violation]]
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """What the oracles found for one case.
+
+    - ``case``: the :class:`GraphCase`; ``pair``: the :class:`RunPair` (graphs before/after).
+    - ``violations``: every :class:`Violation` found (empty when the pass is correct on the case).
+    - ``matches``: rewrites made: the pass's own count when it reports one, else the number of
+      planted instances it rewrote.
+    - ``matched``: for each planted instance, whether it was rewritten.
+    - ``elapsed_s``: seconds for apply + oracles.
+    """
+
+    case: GraphCase
+    pair: RunPair
+    violations: list[Violation]
+    matches: int
+    matched: list[bool]
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def _resolve_oracles(oracles: Sequence[OracleSpec] | None) -> list[tuple[str, Callable[[RunPair], list[Violation]]]]:
+    if oracles is None:
+        return list(ORACLES.items())
+    if isinstance(oracles, str):
+        oracles = [oracles]
+    resolved = []
+    for oracle in oracles:
+        if isinstance(oracle, str):
+            if oracle not in ORACLES:
+                raise ValueError(f"oracles: unknown oracle {oracle!r}; known: {', '.join(ORACLES)}")
+            resolved.append((oracle, ORACLES[oracle]))
+        elif callable(oracle):
+            resolved.append((getattr(oracle, "__name__", repr(oracle)), oracle))
+        else:
+            raise ValueError(f"oracles: {oracle!r} is neither an oracle name nor a callable")
+    return resolved
+
+
+def check_case(
+    pass_: Any, case: GraphCase, *, oracles: Sequence[OracleSpec] | None = None, mode: str = "direct"
+) -> CaseResult:
+    """Apply ``pass_`` to ``case`` and return what the oracles found; never raises on a finding.
+
+    - ``pass_``: a pass object (``__call__(torch.fx.Graph)`` or ``PatternMatcherPass``) or a pass
+      class built per case as ``pass_(case.pass_config)``.
+    - ``oracles``: names from ``pmverify.oracles.ORACLES`` or callables ``RunPair -> [Violation]``;
+      default all.
+    - ``mode``: ``"direct"`` (copy, fake-propagate, run the pass, recompile; no torch.compile).
+
+    Raises ``ValueError`` for an unknown mode or oracle, ``TypeError`` when ``case`` is not a
+    ``GraphCase``.
+    """
+    if not isinstance(case, GraphCase):
+        raise TypeError(f"case={case!r} is not a GraphCase")
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
+    checks = _resolve_oracles(oracles)
+    start = time.perf_counter()
+    pair = apply_direct(pass_, case)
+    violations: list[Violation] = []
+    if pair.error is not None:
+        violations.append(Violation("crash", f"the pass raised {pair.error.strip().splitlines()[-1]}"))
+    else:
+        for _, oracle in checks:
+            violations.extend(oracle(pair))
+    matched = matched_instances(pair)
+    matches = pair.matched_count if pair.matched_count is not None else sum(matched)
+    return CaseResult(case, pair, violations, matches, matched, time.perf_counter() - start)

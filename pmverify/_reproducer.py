@@ -1,0 +1,259 @@
+"""Standalone reproducers: a failing case written as a Python script.
+
+The script rebuilds the exact graph (node by node, names kept, so the ground truth of planted
+instances still applies), loads the exact inputs (embedded, base64 of ``torch.save``), rebuilds the
+pass, runs :func:`pmverify.check_case` and prints the violations. It exits 1 while the pass is
+wrong and 0 once it is fixed, in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import inspect
+import io
+import math
+import operator
+import os
+import pathlib
+from typing import Any, Sequence
+
+import torch
+
+from ._case import GraphCase
+
+__all__ = ["render", "write", "pass_recipe", "default_repro_dir"]
+
+
+def default_repro_dir() -> pathlib.Path:
+    """``$PMVERIFY_REPRO_DIR``, else ``.pmverify/reproducers`` under the working directory."""
+    return pathlib.Path(os.environ.get("PMVERIFY_REPRO_DIR", ".pmverify/reproducers"))
+
+
+def _import_of(obj: Any) -> tuple[str, str]:
+    """(import line, expression) for a module-level class or function."""
+    module, qualname = obj.__module__, obj.__qualname__
+    if "<" in qualname or module == "__main__":
+        raise ValueError(f"{obj!r} is not importable from a module")
+    top = qualname.split(".")[0]
+    return f"from {module} import {top}", qualname
+
+
+def _evaluable(expr: str, imports: Sequence[str]) -> bool:
+    namespace: dict[str, Any] = {}
+    try:
+        exec("import torch\n" + "\n".join(imports), namespace)  # noqa: S102 - our own generated imports
+        eval(expr, namespace)  # noqa: S307
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _object_recipe(obj: Any) -> tuple[list[str], str] | None:
+    """Imports and an expression rebuilding ``obj`` from its repr, when that works."""
+    if obj is None:
+        return [], "None"
+    try:
+        line, _ = _import_of(type(obj))
+    except ValueError:
+        return None
+    expr = repr(obj)
+    return ([line], expr) if _evaluable(expr, [line]) else None
+
+
+def pass_recipe(pass_: Any) -> tuple[list[str], str] | None:
+    """Imports and an expression that rebuild ``pass_`` in a fresh interpreter, or None.
+
+    A class is imported; an instance with a ``config`` whose repr evaluates is rebuilt as
+    ``Cls(config)``; an instance of a class constructible without arguments as ``Cls()``.
+    """
+    try:
+        if isinstance(pass_, type):
+            line, expr = _import_of(pass_)
+            return [line], expr
+        line, cls_expr = _import_of(type(pass_))
+    except ValueError:
+        return None
+    config = getattr(pass_, "config", None)
+    if config is not None:
+        recipe = _object_recipe(config)
+        if recipe is not None:
+            return [line, *recipe[0]], f"{cls_expr}({recipe[1]})"
+    try:
+        required = [
+            p
+            for p in inspect.signature(type(pass_)).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+    except (TypeError, ValueError):
+        return None
+    return ([line], f"{cls_expr}()") if not required else None
+
+
+def _target(target: Any, imports: set[str]) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        namespace, name = target._schema.name.split("::")
+        return f"torch.ops.{namespace}.{name}.{target._overloadname}"
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        line, expr = _import_of(type(target))
+        imports.add(line)
+        return f"{expr}()" if target.name() not in ("auto_functionalized", "auto_functionalized_v2") else expr
+    if target is operator.getitem:
+        return "operator.getitem"
+    line, expr = _import_of(target)
+    imports.add(line)
+    return expr
+
+
+def _arg(value: Any) -> str:
+    if isinstance(value, torch.fx.Node):
+        return f"N[{value.name!r}]"
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_arg(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_arg(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    raise ValueError(f"cannot write argument {value!r} of type {type(value).__name__} into a reproducer")
+
+
+def _graph_source(gm: torch.fx.GraphModule, imports: set[str]) -> str:
+    lines = ["def build_graph():", "    g = torch.fx.Graph()", "    N = {}"]
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            lines.append(f"    g.output({_arg(node.args[0])})")
+            continue
+        target = repr(node.target) if node.op == "placeholder" else _target(node.target, imports)
+        lines.append(
+            f"    N[{node.name!r}] = g.create_node({node.op!r}, {target}, {_arg(tuple(node.args))}, "
+            f"{_arg(dict(node.kwargs))}, name={node.name!r})"
+        )
+    lines.append("    return torch.fx.GraphModule(torch.nn.Module(), g)")
+    return "\n".join(lines)
+
+
+def _inputs_blob(inputs: Sequence[tuple[Any, ...]]) -> str:
+    buffer = io.BytesIO()
+    torch.save([list(rank) for rank in inputs], buffer)
+    text = base64.b64encode(buffer.getvalue()).decode()
+    return "\n".join(f'    "{text[i:i + 96]}"' for i in range(0, len(text), 96))
+
+
+def render(
+    case: GraphCase,
+    pass_: Any,
+    violations: Sequence[Any] = (),
+    *,
+    oracles: Sequence[str] | None = None,
+    pass_source: str | None = None,
+) -> str:
+    """Return the source of a standalone script reproducing ``violations`` of ``pass_`` on ``case``.
+
+    ``pass_source``, when given, is Python code that defines ``PASS``; it replaces the recipe
+    pmverify derives (see :func:`pass_recipe`). Raises ``ValueError`` when the graph holds an
+    argument that cannot be written as Python.
+    """
+    from . import __version__
+
+    imports: set[str] = set()
+    graph = _graph_source(case.gm, imports)
+    if pass_source is None:
+        recipe = pass_recipe(pass_)
+        if recipe is None:
+            pass_source = (
+                f"# pmverify could not rebuild {pass_!r}: replace None with code building it.\nPASS = None"
+            )
+        else:
+            imports.update(recipe[0])
+            pass_source = f"PASS = {recipe[1]}"
+    config = _object_recipe(case.pass_config)
+    if config is None:
+        raise ValueError(f"pass_config={case.pass_config!r} cannot be rebuilt from its repr")
+    imports.update(config[0])
+    summary = "; ".join(str(v) for v in violations) or "no violation recorded"
+    header = [
+        '"""pmverify reproducer.',
+        "",
+        *(f"    {str(v)}" for v in violations),
+        "",
+        f"Written by pmverify {__version__} (torch {torch.__version__}) on "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
+        "Run it as a script: it prints the violations and exits 1 while the pass is wrong, 0 once fixed.",
+        '"""',
+    ]
+    body = [
+        "import base64",
+        "import io",
+        "import operator",
+        "import sys",
+        "",
+        "import torch",
+        "",
+        "from pmverify import GraphCase, check_case",
+        "from pmverify._case import MutationSite, PlantedInstance",
+        *sorted(imports),
+        "",
+        graph,
+        "",
+        "",
+        "INPUTS = torch.load(io.BytesIO(base64.b64decode(",
+        _inputs_blob(case.inputs),
+        ")), weights_only=True)",
+        "",
+        "CASE = GraphCase(",
+        "    gm=build_graph(),",
+        "    inputs=INPUTS,",
+        f"    tp_world={case.tp_world!r},",
+        f"    form={case.form!r},",
+        f"    planted={case.planted!r},",
+        f"    mutations={case.mutations!r},",
+        f"    pass_config={config[1]},",
+        f"    label={case.label!r},",
+        ")",
+        "",
+        pass_source,
+        "",
+        "",
+        'if __name__ == "__main__":',
+        "    if PASS is None:",
+        '        sys.exit("edit PASS in this script: pmverify could not rebuild the pass")',
+        f"    result = check_case(PASS, CASE, oracles={list(oracles) if oracles else None!r})",
+        '    print("graph before the pass:", CASE.gm.code, sep="\\n")',
+        "    if result.pair.after is not None:",
+        '        print("graph after the pass:", result.pair.after.code, sep="\\n")',
+        "    for violation in result.violations:",
+        '        print("VIOLATION", violation)',
+        '    print(f"{len(result.violations)} violation(s); expected: ' + summary.replace('"', "'")[:200] + '")',
+        "    sys.exit(1 if result.violations else 0)",
+        "",
+    ]
+    return "\n".join(header + body)
+
+
+def write(
+    case: GraphCase,
+    pass_: Any,
+    violations: Sequence[Any],
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    oracles: Sequence[str] | None = None,
+    pass_source: str | None = None,
+) -> pathlib.Path:
+    """Write the reproducer of :func:`render` under ``directory`` (default
+    :func:`default_repro_dir`) and return its path; the file name carries the oracle and a hash."""
+    source = render(case, pass_, violations, oracles=oracles, pass_source=pass_source)
+    directory = pathlib.Path(directory) if directory is not None else default_repro_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    oracle = getattr(violations[0], "oracle", "case") if violations else "case"
+    digest = hashlib.sha1(source.split('"""', 2)[-1].encode()).hexdigest()[:10]
+    path = directory / f"repro_{oracle}_{digest}.py"
+    path.write_text(source)
+    return path

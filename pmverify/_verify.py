@@ -1,0 +1,137 @@
+"""``verify``: a Hypothesis search for a case on which a pass breaks a property."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+from typing import Any, Sequence
+
+from hypothesis import event, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import HealthCheck
+from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import SearchStrategy
+
+from . import _reproducer
+from ._check import CaseResult, OracleSpec, check_case
+
+__all__ = ["PassVerificationError", "verify", "case_events"]
+
+
+class PassVerificationError(AssertionError):
+    """A pass broke a property on some case.
+
+    - ``case``: the shrunk :class:`GraphCase`; ``violations``: what broke;
+    - ``result``: the full :class:`CaseResult`; ``reproducer``: path of a standalone script that
+      shows the violation when run (None if it could not be written).
+    """
+
+    def __init__(self, result: CaseResult, reproducer: pathlib.Path | None, note: str = "") -> None:
+        self.result = result
+        self.case = result.case
+        self.violations = list(result.violations)
+        self.reproducer = reproducer
+        lines = [f"{type(result.pair.pass_).__name__} broke {len(self.violations)} propert(y/ies) on {self.case!r}"]
+        lines += [f"  - {violation}" for violation in self.violations]
+        lines.append(f"reproducer: {reproducer}" if reproducer else f"reproducer: not written ({note})")
+        super().__init__("\n".join(lines))
+
+
+class _CaseFailed(AssertionError):
+    """Raised inside the Hypothesis test so that Hypothesis shrinks the case."""
+
+    def __init__(self, result: CaseResult) -> None:
+        self.result = result
+        super().__init__("; ".join(str(v) for v in result.violations))
+
+
+def case_events(result: CaseResult) -> list[str]:
+    """Labels of what a case exercised, for Hypothesis' statistics (``event()``)."""
+    labels = [f"matches: {result.matches}"]
+    for instance, matched in zip(result.case.planted, result.matched):
+        if instance.must_match:
+            labels.append(f"{instance.pattern}: {'matched' if matched else 'NOT matched'}")
+        else:
+            labels.append(f"near miss {instance.reason}: {'wrongly matched' if matched else 'rejected'}")
+    labels += [f"violation: {v.oracle}" for v in result.violations]
+    return labels
+
+
+def _pass_identity(pass_: Any) -> str:
+    cls = pass_ if isinstance(pass_, type) else type(pass_)
+    ident = f"{cls.__module__}.{cls.__qualname__}"
+    config = getattr(pass_, "config", None)
+    return ident if config is None else f"{ident}({config!r})"
+
+
+def verify(
+    pass_: Any,
+    cases: SearchStrategy,
+    *,
+    max_examples: int | None = None,
+    seed: int | None = None,
+    oracles: Sequence[OracleSpec] | None = None,
+    repro_dir: str | os.PathLike[str] | None = None,
+    pass_source: str | None = None,
+    on_result: Any = None,
+) -> None:
+    """Search ``cases`` for a case on which ``pass_`` breaks a property; return None when none is
+    found, else raise :class:`PassVerificationError` for the shrunk case.
+
+    - ``pass_``: a pass object, or a pass class built per case as ``pass_(case.pass_config)``.
+    - ``cases``: a Hypothesis strategy of :class:`GraphCase` (e.g. ``strategies.qk_norm_cases()``).
+    - ``max_examples``: cases to try; default the active Hypothesis profile's ``max_examples``.
+    - ``seed``: seed of the search (Hypothesis' ``@seed``; the example database stays in use);
+      default random.
+    - ``oracles``: as for :func:`check_case`; default all.
+    - ``repro_dir``: where the reproducer script is written (default ``$PMVERIFY_REPRO_DIR`` or
+      ``.pmverify/reproducers``).
+    - ``pass_source``: Python code defining ``PASS`` for the reproducer, when pmverify cannot
+      rebuild the pass from its class and config.
+    - ``on_result``: called with every :class:`CaseResult` (statistics, progress).
+
+    Runs under the active Hypothesis settings profile (``deadline`` is always None: torch code
+    trips it at random). The failing case is saved to the Hypothesis example database before this
+    raises, and replayed first on the next run. Raises ``InvalidArgument`` for a ``cases`` that is
+    not a strategy or a ``max_examples`` below 1.
+    """
+    if not isinstance(cases, SearchStrategy):
+        raise InvalidArgument(f"cases={cases!r} must be a Hypothesis strategy of GraphCase")
+    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
+        raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
+    overrides: dict[str, Any] = {
+        "deadline": None,
+        "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+    }
+    if max_examples is not None:
+        overrides["max_examples"] = max_examples
+
+    @settings(**overrides)
+    @given(cases)
+    def run_case(case: Any) -> None:
+        result = check_case(pass_, case, oracles=oracles)
+        for label in case_events(result):
+            event(label)
+        if on_result is not None:
+            on_result(result)
+        if result.violations:
+            raise _CaseFailed(result)
+
+    if seed is not None:
+        run_case = hypothesis_seed(seed)(run_case)
+    key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}"
+    run_case.hypothesis.inner_test._hypothesis_internal_add_digest = hashlib.sha256(key.encode()).digest()
+    try:
+        run_case()
+    except _CaseFailed as failure:
+        result = failure.result
+        names = [o for o in (oracles or []) if isinstance(o, str)] or None
+        try:
+            path = _reproducer.write(
+                result.case, pass_, result.violations, repro_dir, oracles=names, pass_source=pass_source
+            )
+            note = ""
+        except (OSError, ValueError) as exc:
+            path, note = None, str(exc)
+        raise PassVerificationError(result, path, note) from None

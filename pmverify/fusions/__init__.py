@@ -1,0 +1,1 @@
+"""Fusion passes shipped with pmverify, each verified by pmverify's own strategies."""

@@ -1,0 +1,104 @@
+"""``QKNormFusionPass``: an Inductor ``CustomGraphPass`` that fuses MiniMax-style QK norms."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import logging
+from typing import Any
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from . import config as _config_module
+from . import ops as _ops_module
+from . import patterns as _patterns_module
+from .config import QKNormConfig
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["QKNormFusionPass"]
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern_pass(pass_cls: type, config: QKNormConfig) -> Any:
+    """Register the rewrites of ``config`` once per (pass class, config), lazily."""
+    from torch._inductor import pattern_matcher as pm
+
+    patterns = pm.PatternMatcherPass(pass_name=f"pmverify_{pass_cls.__name__}")
+    for rewrite in pass_cls.rewrites(config):
+        pm.register_replacement(
+            rewrite.search_fn,
+            rewrite.replace_fn,
+            list(rewrite.example_inputs),
+            pm.fwd_only,
+            patterns,
+            extra_check=rewrite.extra_check,
+        )
+    return patterns
+
+
+class QKNormFusionPass(CustomGraphPass):
+    """Replace MiniMax QK norms with ``torch.ops.pmverify.qk_norm`` / ``pmverify.rms_norm``.
+
+    Install it as ``torch._inductor.config.post_grad_custom_post_pass`` or call it on a post-grad
+    ``torch.fx.Graph``. After each call ``matched_count`` holds the number of rewrites made.
+    ``uuid()`` hashes the source of the pass, its patterns and ops, and every config field, so that
+    Inductor's FX graph cache never reuses a graph compiled under another config.
+
+    - ``config``: a :class:`QKNormConfig`; ``TypeError`` for anything else.
+    """
+
+    def __init__(self, config: QKNormConfig) -> None:
+        if not isinstance(config, QKNormConfig):
+            raise TypeError(f"config={config!r} must be a QKNormConfig")
+        self.config = config
+        self.matched_count = 0
+
+    @classmethod
+    def rewrites(cls, config: QKNormConfig) -> list[_patterns_module.Rewrite]:
+        """The rewrites this pass registers (a subclass may override them)."""
+        return _patterns_module.rewrites(config)
+
+    @property
+    def patterns(self) -> Any:
+        """The ``PatternMatcherPass`` holding this config's rewrites (registered on first use)."""
+        return _pattern_pass(type(self), self.config)
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.matched_count = self.patterns.apply(graph)
+        logger.debug("%s replaced %d patterns", type(self).__name__, self.matched_count)
+
+    def is_applicable_for_range(self, compile_range: Any) -> bool:
+        """Whether the fused path may be used for a compile range of token counts.
+
+        ``compile_range`` is vLLM's ``Range`` (anything with ``.end``), a ``(start, end)`` pair or
+        an int; ``end`` is inclusive. True only when ``end <= config.max_tokens``.
+        """
+        if isinstance(compile_range, int):
+            end = compile_range
+        elif isinstance(compile_range, tuple) and len(compile_range) == 2:
+            end = compile_range[1]
+        elif hasattr(compile_range, "end"):
+            end = compile_range.end
+        else:
+            raise TypeError(f"compile_range={compile_range!r} has no end (Range, (start, end) or int)")
+        return end <= self.config.max_tokens
+
+    def uuid(self) -> str:
+        digest = hashlib.sha256()
+        modules = [_config_module, _ops_module, _patterns_module, inspect.getmodule(QKNormFusionPass)]
+        for cls in type(self).__mro__:
+            if cls is QKNormFusionPass:
+                break
+            modules.append(inspect.getmodule(cls))
+        for module in modules:
+            digest.update(inspect.getsource(module).encode())
+        digest.update(type(self).__qualname__.encode())
+        for name, value in self.config.fields().items():
+            digest.update(f"{name}={value!r};".encode())
+        return digest.hexdigest()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"

@@ -1,0 +1,145 @@
+"""The fused QK-norm ops, registered with ``torch.library.custom_op`` under ``pmverify``.
+
+The math is the RMS norm of Zhang & Sennrich (2019), as MiniMax applies it to q and k:
+
+    y = x / sqrt(mean(x², over the last dim) + eps) · weight
+
+computed in float32 whatever the activation dtype. Two rounding orders exist in the wild and each
+op reproduces the one of the pattern it replaces:
+
+- ``weight_after_cast=False`` (vLLM ``MiniMaxText01RMSNormTP.forward_qk``):
+  ``((x.float() * rsqrt(ms + eps)) * weight).to(x.dtype)``; output dtype = ``x.dtype``.
+- ``weight_after_cast=True`` (transformers ``MiniMaxM2RMSNorm``):
+  ``weight * (x.float() * rsqrt(ms + eps)).to(x.dtype)``; output dtype = the promotion of
+  ``weight.dtype`` and ``x.dtype``.
+
+For bf16/fp16 the two orders round differently: swapping them is a semantic change.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .config import SUPPORTED_DTYPES
+
+__all__ = ["qk_norm", "rms_norm"]
+
+
+def _norm_rows(x: Tensor, weight: Tensor, eps: float, weight_after_cast: bool) -> Tensor:
+    """RMS-normalise the last dim of ``x`` in float32, with the rounding order asked for."""
+    xf = x.float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if weight_after_cast:
+        return weight * normed.to(x.dtype)
+    return (normed * weight).to(x.dtype)
+
+
+def _out_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype, weight_after_cast: bool) -> torch.dtype:
+    return torch.promote_types(w_dtype, x_dtype) if weight_after_cast else x_dtype
+
+
+def _check_weight(name: str, weight: Tensor, width: int, x: Tensor) -> None:
+    if weight.dim() != 1 or weight.shape[0] != width:
+        raise ValueError(f"{name} has shape {tuple(weight.shape)}; expected ({width},)")
+    if weight.dtype not in (torch.float32, x.dtype):
+        raise ValueError(
+            f"{name} has dtype {weight.dtype}; expected torch.float32 or the activation dtype {x.dtype}"
+        )
+    if weight.device != x.device:
+        raise ValueError(f"{name} is on {weight.device}; the activation is on {x.device}")
+
+
+def _check_activation(name: str, x: Tensor) -> None:
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"{name} has dtype {x.dtype}; expected float32, float16 or bfloat16")
+    if not x.is_contiguous():
+        raise ValueError(f"{name} with shape {tuple(x.shape)} and stride {x.stride()} is not contiguous")
+
+
+def _check_qk_norm(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, q_size: int, kv_size: int, eps: float) -> None:
+    if qkv.dim() != 2:
+        raise ValueError(f"qkv must be 2-D [tokens, q_size + 2*kv_size]; got shape {tuple(qkv.shape)}")
+    _check_activation("qkv", qkv)
+    if q_size < 1 or kv_size < 1:
+        raise ValueError(f"q_size={q_size} and kv_size={kv_size} must be positive")
+    if qkv.shape[1] != q_size + 2 * kv_size:
+        raise ValueError(
+            f"qkv last dim is {qkv.shape[1]}; expected q_size + 2*kv_size = {q_size + 2 * kv_size} "
+            f"(q_size={q_size}, kv_size={kv_size})"
+        )
+    if not eps > 0:
+        raise ValueError(f"eps={eps} must be positive")
+    _check_weight("q_weight", q_weight, q_size, qkv)
+    _check_weight("k_weight", k_weight, kv_size, qkv)
+
+
+@torch.library.custom_op("pmverify::qk_norm", mutates_args=())
+def qk_norm(
+    qkv: Tensor,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    q_size: int,
+    kv_size: int,
+    eps: float,
+    weight_after_cast: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """RMS-normalise the q and k parts of a fused qkv activation in one op.
+
+    - ``qkv``: ``[T, q_size + 2*kv_size]``, contiguous, float32/float16/bfloat16; T tokens.
+    - ``q_weight``: ``[q_size]``; ``k_weight``: ``[kv_size]``; float32 or ``qkv.dtype``.
+    - ``eps``: added to the float32 mean of squares.
+    - ``weight_after_cast``: rounding order (see the module docstring).
+
+    Returns ``(q_out [T, q_size], k_out [T, kv_size])``; v is left to the caller as a view of qkv.
+    Raises ``ValueError`` for a non-2-D or non-contiguous qkv, a last dim other than
+    ``q_size + 2*kv_size``, or a weight of the wrong length, dtype or device.
+    """
+    _check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    q = qkv[:, :q_size]
+    k = qkv[:, q_size : q_size + kv_size]
+    return (
+        _norm_rows(q, q_weight, eps, weight_after_cast),
+        _norm_rows(k, k_weight, eps, weight_after_cast),
+    )
+
+
+@qk_norm.register_fake
+def _qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast=False):
+    _check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    tokens = qkv.shape[0]
+    return (
+        qkv.new_empty((tokens, q_size), dtype=_out_dtype(qkv.dtype, q_weight.dtype, weight_after_cast)),
+        qkv.new_empty((tokens, kv_size), dtype=_out_dtype(qkv.dtype, k_weight.dtype, weight_after_cast)),
+    )
+
+
+def _check_rms_norm(x: Tensor, weight: Tensor, eps: float) -> None:
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dim [..., hidden]; got a 0-d tensor")
+    _check_activation("x", x)
+    if not eps > 0:
+        raise ValueError(f"eps={eps} must be positive")
+    _check_weight("weight", weight, x.shape[-1], x)
+
+
+@torch.library.custom_op("pmverify::rms_norm", mutates_args=())
+def rms_norm(x: Tensor, weight: Tensor, eps: float, weight_after_cast: bool = True) -> Tensor:
+    """RMS-normalise one of q or k on its own (the per-tensor form of transformers' MiniMax-M2).
+
+    - ``x``: ``[..., hidden]``, contiguous, float32/float16/bfloat16.
+    - ``weight``: ``[hidden]``, float32 or ``x.dtype``.
+    - ``weight_after_cast``: rounding order (see the module docstring); True is the
+      transformers form ``weight * x_normed.to(x.dtype)``.
+
+    Returns a tensor of ``x``'s shape. Raises ``ValueError`` for a non-contiguous ``x`` or a weight
+    of the wrong length, dtype or device.
+    """
+    _check_rms_norm(x, weight, eps)
+    return _norm_rows(x, weight, eps, weight_after_cast)
+
+
+@rms_norm.register_fake
+def _rms_norm_fake(x, weight, eps, weight_after_cast=True):
+    _check_rms_norm(x, weight, eps)
+    return x.new_empty(x.shape, dtype=_out_dtype(x.dtype, weight.dtype, weight_after_cast))

@@ -1,0 +1,141 @@
+"""Search and replacement functions of the QK-norm fusion, one set per :class:`QKNormConfig`.
+
+Three search forms are recognised, each with a replacement that keeps its rounding order:
+
+- ``qk_norm_pattern``: vLLM's ``forward_qk`` at tp_world = 1: one ``split`` of qkv into q, k, v;
+  ``(x.float() * rsqrt(mean(x²) + eps) * weight).to(dtype)`` for q and k.
+- ``qk_norm_split3_pattern``: the same with one split node per consumer, as Inductor leaves it when
+  the qkv projection is a functional (auto_functionalized) op.
+- ``rms_norm_pattern``: transformers' ``MiniMaxM2RMSNorm`` applied to q or k alone:
+  ``weight * (x.float() * rsqrt(mean(x²) + eps)).to(dtype)``.
+
+Safety (``can_fuse``: dtypes, widths, layout) is kept apart from profitability (``should_fuse``:
+token count); both are read from the fake tensors on the matched nodes and never raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from . import ops  # noqa: F401  (registers torch.ops.pmverify.*)
+from .config import QKNormConfig
+
+__all__ = ["Rewrite", "rewrites", "can_fuse_qkv", "can_fuse_rms", "should_fuse"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """One ``register_replacement`` call: what it is given, by name."""
+
+    name: str
+    search_fn: Callable[..., Any]
+    replace_fn: Callable[..., Any]
+    example_inputs: tuple[torch.Tensor, ...]
+    extra_check: Callable[[Any], bool]
+
+
+def _val(match: Any, name: str) -> Any:
+    node = match.kwargs.get(name)
+    return getattr(node, "meta", {}).get("val")
+
+
+def _static_int(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def should_fuse(config: QKNormConfig, tokens: Any) -> bool:
+    """True when ``tokens`` (rows) is within ``config.max_tokens``; symbolic counts are left to
+    ``QKNormFusionPass.is_applicable_for_range``."""
+    count = _static_int(tokens)
+    return count is None or count <= config.max_tokens
+
+
+def _weight_ok(weight: Any, width: int, act_dtype: torch.dtype) -> bool:
+    return (
+        isinstance(weight, torch.Tensor)
+        and tuple(weight.shape) == (width,)
+        and weight.dtype in (torch.float32, act_dtype)
+    )
+
+
+def can_fuse_qkv(config: QKNormConfig, qkv: Any, q_weight: Any, k_weight: Any) -> bool:
+    """Whether the fused op computes exactly what the matched qkv pattern computes."""
+    return (
+        isinstance(qkv, torch.Tensor)
+        and qkv.dim() == 2
+        and qkv.dtype == config.dtype
+        and qkv.shape[1] == config.qkv_size
+        and qkv.is_contiguous()
+        and _weight_ok(q_weight, config.q_size, qkv.dtype)
+        and _weight_ok(k_weight, config.kv_size, qkv.dtype)
+    )
+
+
+def can_fuse_rms(config: QKNormConfig, x: Any, weight: Any) -> bool:
+    """Whether the per-tensor op computes exactly what the matched per-tensor pattern computes."""
+    return (
+        isinstance(x, torch.Tensor)
+        and x.dim() >= 1
+        and x.dtype == config.dtype
+        and x.shape[-1] in (config.q_size, config.kv_size)
+        and x.is_contiguous()
+        and _weight_ok(weight, x.shape[-1], x.dtype)
+    )
+
+
+def rewrites(config: QKNormConfig) -> list[Rewrite]:
+    """The rewrites of the QK-norm fusion for ``config``, simplest example inputs first."""
+    q_size, kv_size, eps, dtype = config.q_size, config.kv_size, config.eps, config.dtype
+    sizes = [q_size, kv_size, kv_size]
+
+    def _norm_weight_first(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        xf = x.to(torch.float32)
+        return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * weight).to(dtype)
+
+    def qk_norm_pattern(qkv, q_weight, k_weight):
+        q, k, v = qkv.split(sizes, dim=-1)
+        return _norm_weight_first(q, q_weight), _norm_weight_first(k, k_weight), v
+
+    def qk_norm_split3_pattern(qkv, q_weight, k_weight):
+        q = qkv.split(sizes, dim=-1)[0]
+        k = qkv.split(sizes, dim=-1)[1]
+        v = qkv.split(sizes, dim=-1)[2]
+        return _norm_weight_first(q, q_weight), _norm_weight_first(k, k_weight), v
+
+    def qk_norm_replacement(qkv, q_weight, k_weight):
+        q_out, k_out = torch.ops.pmverify.qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps, False)
+        return q_out, k_out, qkv.split(sizes, dim=-1)[2]
+
+    def rms_norm_pattern(x, weight):
+        xf = x.to(torch.float32)
+        normed = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+        return weight * normed.to(dtype)
+
+    def rms_norm_replacement(x, weight):
+        return torch.ops.pmverify.rms_norm(x, weight, eps, True)
+
+    def qkv_check(match: Any) -> bool:
+        qkv = _val(match, "qkv")
+        return can_fuse_qkv(config, qkv, _val(match, "q_weight"), _val(match, "k_weight")) and should_fuse(
+            config, qkv.shape[0]
+        )
+
+    def rms_check(match: Any) -> bool:
+        x = _val(match, "x")
+        return can_fuse_rms(config, x, _val(match, "weight")) and should_fuse(config, x.numel() // x.shape[-1])
+
+    tokens = 4
+    qkv_inputs = (
+        torch.empty(tokens, config.qkv_size, dtype=dtype),
+        torch.empty(q_size, dtype=dtype),
+        torch.empty(kv_size, dtype=dtype),
+    )
+    rms_inputs = (torch.empty(tokens, q_size, dtype=dtype), torch.empty(q_size, dtype=dtype))
+    return [
+        Rewrite("qk_norm", qk_norm_pattern, qk_norm_replacement, qkv_inputs, qkv_check),
+        Rewrite("qk_norm_split3", qk_norm_split3_pattern, qk_norm_replacement, qkv_inputs, qkv_check),
+        Rewrite("rms_norm", rms_norm_pattern, rms_norm_replacement, rms_inputs, rms_check),
+    ]

@@ -1,0 +1,15 @@
+"""Hypothesis profiles: ``ci`` (default: few examples) and ``nightly``; torch trips deadlines at
+random, so every profile sets ``deadline=None``. Pick one with ``HYPOTHESIS_PROFILE``."""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.register_profile("dev", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "nightly", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

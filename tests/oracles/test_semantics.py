@@ -1,0 +1,74 @@
+"""The semantics oracle's rule: float64 reference, half-ulp excess, NaN/Inf, integer equality."""
+
+import pytest
+import torch
+
+from pmverify.oracles.semantics import compare, float64_reference
+
+
+def _bf16_norm(x, w, weight_after_cast):
+    xf = x.float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return w * normed.to(torch.bfloat16) if weight_after_cast else (normed * w).to(torch.bfloat16)
+
+
+def _inputs(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(32, 64, generator=g).bfloat16(), (1 + 0.2 * torch.randn(64, generator=g)).bfloat16()
+
+
+def _reference(x, w):
+    xd, wd = x.double(), w.double()
+    return xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd
+
+
+def test_identical_results_hold():
+    x, w = _inputs()
+    before = _bf16_norm(x, w, False)
+    assert compare("out", before, before.clone(), _reference(x, w)) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_changed_rounding_order_is_caught(seed):
+    x, w = _inputs(seed)
+    message = compare("out", _bf16_norm(x, w, False), _bf16_norm(x, w, True), _reference(x, w))
+    assert message is not None and "ulp of torch.bfloat16" in message
+
+
+def test_reassociated_fp32_reduction_holds():
+    # A fused kernel that sums squares in another order flips a few bf16 roundings; not a bug.
+    x, w = _inputs(1)
+    xf = x.float()
+    ms_other_order = xf.pow(2).flip(-1).cumsum(-1)[:, -1:] / xf.shape[-1]
+    after = (xf * torch.rsqrt(ms_other_order + 1e-6) * w).to(torch.bfloat16)
+    before = _bf16_norm(x, w, False)
+    assert compare("out", before, after, _reference(x, w)) is None
+
+
+def test_fallback_without_reference_uses_testing_defaults():
+    before = torch.tensor([1.0, 2.0, 3.0])
+    assert compare("out", before, before + 1e-7) is None
+    assert "torch.testing tolerance" in compare("out", before, before + 1e-3)
+
+
+def test_nonfinite_policy():
+    before = torch.tensor([float("nan"), float("inf"), 1.0])
+    assert compare("out", before, before.clone()) is None
+    assert "before the pass" in compare("out", before, torch.tensor([float("nan"), -float("inf"), 1.0]))
+    assert compare("out", torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan")])) is not None
+
+
+def test_integer_and_interface_changes():
+    assert "differs at [1]" in compare("out", torch.tensor([1, 2]), torch.tensor([1, 3]))
+    assert "torch.float16 after" in compare("out", torch.zeros(2), torch.zeros(2, dtype=torch.float16))
+    assert "(3,)" in compare("out", torch.zeros(2), torch.zeros(3))
+
+
+def test_float64_reference_rewrites_casts():
+    from torch._inductor.pattern_matcher import fwd_only
+
+    x, w = _inputs()
+    gm = fwd_only(lambda x, w: _bf16_norm(x, w, False), [x, w])
+    (out,), _ = float64_reference(gm, (x, w))
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, _reference(x, w))

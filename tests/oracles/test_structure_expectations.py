@@ -1,0 +1,100 @@
+"""Structure and expectations oracles, and check_case's handling of crashing passes."""
+
+import operator
+
+import pytest
+import torch
+
+from pmverify import GraphCase, PlantedInstance, check_case
+
+
+def _case(planted_must_match=True):
+    from torch._inductor.pattern_matcher import fwd_only
+    import torch.fx.traceback as fxt
+
+    def fn(x):
+        y = x.sin()
+        with fxt.annotate({"pmverify_instance": 0}):
+            z = y.exp() * 2
+        return z + 1
+
+    x = torch.randn(4, 3)
+    gm = fwd_only(fn, [x])
+    names = tuple(n.name for n in gm.graph.nodes if n.meta.get("custom", {}).get("pmverify_instance") == 0)
+    reason = None if planted_must_match else "eps"
+    return GraphCase(gm, [(x,)], planted=(PlantedInstance("exp_mul", names, planted_must_match, reason),))
+
+
+def _exp_mul_to_fused(graph):
+    """A correct rewrite of exp(y) * 2 into y.exp().mul(2) through one new node pair."""
+    for node in list(graph.nodes):
+        if node.target is torch.ops.aten.mul.Tensor and node.args[0].target is torch.ops.aten.exp.default:
+            exp = node.args[0]
+            with graph.inserting_before(node):
+                new = graph.call_function(torch.ops.aten.mul.Tensor, (graph.call_function(torch.ops.aten.exp.default, exp.args), 2))
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            graph.erase_node(exp)
+
+
+def test_correct_rewrite_passes_every_oracle():
+    result = check_case(_exp_mul_to_fused, _case())
+    assert result.ok, result.violations
+    assert result.matched == [True] and result.matches == 1
+
+
+def test_pass_that_does_nothing_silently_never_matches():
+    result = check_case(lambda graph: None, _case())
+    assert [v.oracle for v in result.violations] == ["expectations"]
+    assert "not rewritten" in result.violations[0].message
+
+
+def test_match_on_near_miss_is_reported():
+    result = check_case(_exp_mul_to_fused, _case(planted_must_match=False))
+    assert [v.oracle for v in result.violations] == ["expectations"]
+    assert "near miss (eps)" in result.violations[0].message
+
+
+def test_dtype_change_is_a_structure_violation():
+    def to_half(graph):
+        (output,) = graph.find_nodes(op="output")
+        value = output.args[0]
+        with graph.inserting_before(output):
+            cast = graph.call_function(torch.ops.prims.convert_element_type.default, (value, torch.float16))
+        output.args = (cast,)
+
+    result = check_case(to_half, _case(), oracles=["structure"])
+    assert len(result.violations) == 1
+    assert "torch.float32 before the pass, (4, 3) torch.float16 after" in result.violations[0].message
+
+
+def test_use_before_definition_fails_lint():
+    def misplaced(graph):
+        nodes = list(graph.nodes)
+        first_op = next(n for n in nodes if n.op == "call_function")
+        last_op = [n for n in nodes if n.op == "call_function"][-1]
+        with graph.inserting_before(first_op):
+            graph.call_function(operator.add, (last_op, 1))
+
+    result = check_case(misplaced, _case(), oracles=["structure"])
+    assert result.violations and "lint" in result.violations[0].message
+
+
+def test_raising_pass_is_a_crash_finding():
+    def boom(graph):
+        raise RuntimeError("pattern exploded")
+
+    result = check_case(boom, _case())
+    assert [v.oracle for v in result.violations] == ["crash"]
+    assert "pattern exploded" in result.violations[0].message
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="mode='compiled'"):
+        check_case(lambda g: None, _case(), mode="compiled")
+    with pytest.raises(ValueError, match="unknown oracle 'nope'"):
+        check_case(lambda g: None, _case(), oracles=["nope"])
+    with pytest.raises(TypeError, match="is not a GraphCase"):
+        check_case(lambda g: None, object())
+    with pytest.raises(ValueError, match="tp_world=1"):
+        GraphCase(_case().gm, [(), ()])
