@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._apply import RunPair, apply_direct
 from ._case import GraphCase

@@ -17,7 +17,8 @@ import math
 import operator
 import os
 import pathlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -144,7 +145,7 @@ def _inputs_blob(inputs: Sequence[tuple[Any, ...]]) -> str:
     buffer = io.BytesIO()
     torch.save([list(rank) for rank in inputs], buffer)
     text = base64.b64encode(buffer.getvalue()).decode()
-    return "\n".join(f'    "{text[i:i + 96]}"' for i in range(0, len(text), 96))
+    return "\n".join(f'    "{text[i : i + 96]}"' for i in range(0, len(text), 96))
 
 
 def render(
@@ -168,9 +169,7 @@ def render(
     if pass_source is None:
         recipe = pass_recipe(pass_)
         if recipe is None:
-            pass_source = (
-                f"# pmverify could not rebuild {pass_!r}: replace None with code building it.\nPASS = None"
-            )
+            pass_source = f"# pmverify could not rebuild {pass_!r}: replace None with code building it.\nPASS = None"
         else:
             imports.update(recipe[0])
             pass_source = f"PASS = {recipe[1]}"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from hypothesis import event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import seed as hypothesis_seed
-from hypothesis import HealthCheck
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
@@ -49,7 +49,7 @@ class _CaseFailed(AssertionError):
 def case_events(result: CaseResult) -> list[str]:
     """Labels of what a case exercised, for Hypothesis' statistics (``event()``)."""
     labels = [f"matches: {result.matches}"]
-    for instance, matched in zip(result.case.planted, result.matched):
+    for instance, matched in zip(result.case.planted, result.matched, strict=True):
         if instance.must_match:
             labels.append(f"{instance.pattern}: {'matched' if matched else 'NOT matched'}")
         else:

@@ -34,7 +34,9 @@ class QKNormWrongRoundingOrder(QKNormFusionPass):
         def rms_norm_wrong_order(x, weight):
             return torch.ops.pmverify.rms_norm(x, weight, eps, False)
 
-        wrong = {"qk_norm": qk_norm_wrong_order, "qk_norm_split3": qk_norm_wrong_order, "rms_norm": rms_norm_wrong_order}
-        return [
-            Rewrite(r.name, r.search_fn, wrong[r.name], r.example_inputs, r.extra_check) for r in rewrites(config)
-        ]
+        wrong = {
+            "qk_norm": qk_norm_wrong_order,
+            "qk_norm_split3": qk_norm_wrong_order,
+            "rms_norm": rms_norm_wrong_order,
+        }
+        return [Rewrite(r.name, r.search_fn, wrong[r.name], r.example_inputs, r.extra_check) for r in rewrites(config)]

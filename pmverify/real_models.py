@@ -120,9 +120,7 @@ class _CountingPass(CustomGraphPass):
         return sum(fused for _, fused in self.per_graph)
 
 
-def _tiny_minimax_m2(
-    transformers: Any, *, dtype: torch.dtype, tokens: int, experts_implementation: str
-) -> Any:
+def _tiny_minimax_m2(transformers: Any, *, dtype: torch.dtype, tokens: int, experts_implementation: str) -> Any:
     """A 2-layer MiniMax-M2 whose q (64) and k (32) widths differ from the hidden size (48).
 
     Norm weights are drawn around 1 (transformers initialises them to ones, which would hide a
@@ -241,9 +239,7 @@ def check_minimax_m2(
 
     phase = time.perf_counter()
     torch.manual_seed(seed)
-    model = _tiny_minimax_m2(
-        transformers, dtype=dtype, tokens=tokens, experts_implementation=experts_implementation
-    )
+    model = _tiny_minimax_m2(transformers, dtype=dtype, tokens=tokens, experts_implementation=experts_implementation)
     input_ids = torch.randint(0, model.config.vocab_size, (1, tokens))
     attn = model.layers[0].self_attn
     pass_config = QKNormConfig(
@@ -252,9 +248,7 @@ def check_minimax_m2(
         eps=model.config.rms_norm_eps,
         dtype=dtype,
     )
-    counting = _CountingPass(
-        (pass_factory or QKNormFusionPass)(pass_config), torch.ops.pmverify.rms_norm.default
-    )
+    counting = _CountingPass((pass_factory or QKNormFusionPass)(pass_config), torch.ops.pmverify.rms_norm.default)
     expected = 2 * model.config.num_hidden_layers
     timings["build"] = time.perf_counter() - phase
 

@@ -100,8 +100,7 @@ def compare(name: str, before: Any, after: Any, reference: Any = None, *, ulps: 
         return None if before == after else f"{name}: {before!r} before the pass, {after!r} after it"
     if before.shape != after.shape or before.dtype != after.dtype:
         return (
-            f"{name}: {tuple(before.shape)} {before.dtype} before the pass, "
-            f"{tuple(after.shape)} {after.dtype} after it"
+            f"{name}: {tuple(before.shape)} {before.dtype} before the pass, {tuple(after.shape)} {after.dtype} after it"
         )
     if not before.is_floating_point():
         if torch.equal(before, after):
@@ -166,11 +165,13 @@ def check(pair: Any, *, ulps: float = ULPS) -> list[Violation]:
                 Violation("semantics", f"{where}{len(before_out)} outputs before the pass, {len(after_out)} after")
             )
             continue
-        results = [(f"output {i}", b, a, r) for i, (b, a, r) in enumerate(zip(before_out, after_out, ref_out))]
+        results = [
+            (f"output {i}", b, a, r) for i, (b, a, r) in enumerate(zip(before_out, after_out, ref_out, strict=False))
+        ]
         names = [n.name for n in pair.before.graph.find_nodes(op="placeholder")]
         results += [
             (f"input {names[i] if i < len(names) else i} (final value)", b, a, r)
-            for i, (b, a, r) in enumerate(zip(before_in, after_in, ref_in))
+            for i, (b, a, r) in enumerate(zip(before_in, after_in, ref_in, strict=False))
             if isinstance(b, torch.Tensor)
         ]
         for name, b, a, r in results:

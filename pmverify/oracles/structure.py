@@ -52,7 +52,7 @@ def check(pair: Any) -> list[Violation]:
     if len(before) != len(after):
         return [Violation("structure", f"{len(before)} outputs before the pass, {len(after)} after")]
     violations = []
-    for i, (b, a) in enumerate(zip(before, after)):
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
         if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor):
             same = b.shape == a.shape and b.dtype == a.dtype
         else:

@@ -114,7 +114,6 @@ def test_no_match_with_extra_user_of_fp32_intermediate():
     gm = fwd_only(fn, inputs)
     # make_fx does not CSE: merge the duplicate tanh/split/convert so the fp32 q has an extra user
     gm.graph.eliminate_dead_code()
-    from torch._inductor.fx_passes.post_grad import remove_noop_ops  # noqa: F401
 
     from torch.fx.passes.dialect.common.cse_pass import CSEPass
 

@@ -9,8 +9,8 @@ from pmverify import GraphCase, PlantedInstance, check_case
 
 
 def _case(planted_must_match=True):
-    from torch._inductor.pattern_matcher import fwd_only
     import torch.fx.traceback as fxt
+    from torch._inductor.pattern_matcher import fwd_only
 
     def fn(x):
         y = x.sin()
@@ -31,7 +31,9 @@ def _exp_mul_to_fused(graph):
         if node.target is torch.ops.aten.mul.Tensor and node.args[0].target is torch.ops.aten.exp.default:
             exp = node.args[0]
             with graph.inserting_before(node):
-                new = graph.call_function(torch.ops.aten.mul.Tensor, (graph.call_function(torch.ops.aten.exp.default, exp.args), 2))
+                new = graph.call_function(
+                    torch.ops.aten.mul.Tensor, (graph.call_function(torch.ops.aten.exp.default, exp.args), 2)
+                )
             node.replace_all_uses_with(new)
             graph.erase_node(node)
             graph.erase_node(exp)

@@ -43,9 +43,7 @@ def _check_weight(name: str, weight: Tensor, width: int, x: Tensor) -> None:
     if weight.dim() != 1 or weight.shape[0] != width:
         raise ValueError(f"{name} has shape {tuple(weight.shape)}; expected ({width},)")
     if weight.dtype not in (torch.float32, x.dtype):
-        raise ValueError(
-            f"{name} has dtype {weight.dtype}; expected torch.float32 or the activation dtype {x.dtype}"
-        )
+        raise ValueError(f"{name} has dtype {weight.dtype}; expected torch.float32 or the activation dtype {x.dtype}")
     if weight.device != x.device:
         raise ValueError(f"{name} is on {weight.device}; the activation is on {x.device}")
 

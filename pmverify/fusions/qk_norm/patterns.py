@@ -16,7 +16,8 @@ token count); both are read from the fake tensors on the matched nodes and never
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

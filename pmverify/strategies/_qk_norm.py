@@ -1,0 +1,612 @@
+"""``qk_norm_cases``: random aten graphs with MiniMax QK norms planted in elementwise context.
+
+A case is built in two steps. Hypothesis draws a plan (geometry, one :class:`_Layer` per planted
+QK-norm layer, context ops, a seed for the input values); :func:`_build_case` turns the plan into a
+:class:`GraphCase` by running the planned function once eagerly (to create the inputs) and tracing it
+with ``torch._inductor.pattern_matcher.fwd_only``, the tracer ``register_replacement`` uses, so the
+graph is in the post-grad form the QK-norm patterns match. Every planted norm is wrapped in
+``torch.fx.traceback.annotate({"pmverify_instance": i})``; the traced nodes that carry the annotation
+are the instance's ground truth.
+
+The three forms are the ones of :mod:`pmverify.fusions.qk_norm.patterns`: ``"qk_norm"`` (one split of
+qkv, vLLM's weight-before-cast norm), ``"qk_norm_split3"`` (one split per consumer) and ``"rms_norm"``
+(transformers' MiniMax-M2 weight-after-cast norm, applied to q and to k as separate contiguous tensors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from torch._guards import TracingContext, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .._case import GraphCase, PlantedInstance
+from ..fusions.qk_norm.config import SUPPORTED_DTYPES, QKNormConfig
+
+__all__ = ["qk_norm_cases", "FORMS", "NEAR_MISS_KINDS"]
+
+#: Planted forms, simplest first.
+FORMS = ("qk_norm", "qk_norm_split3", "rms_norm")
+#: Near-miss kinds, in the order shrinking prefers them (after "no near miss").
+NEAR_MISS_KINDS = ("eps", "split_sizes", "dtype", "weight_length", "extra_user", "tokens")
+
+_SPLIT_FORMS = ("qk_norm", "qk_norm_split3")
+_DEFAULT_MAX_TOKENS = 16
+_EPS = (1e-6, 1e-5, 1e-8, 1e-2)
+#: Head sizes in elements, simplest first; few values keep the pass's per-config pattern cache warm.
+_HEAD_DIMS = (4, 8, 6, 16, 5, 12, 32, 24)
+_MAX_HEADS = 8
+#: Elementwise context ops (activation dtype, values stay bounded), simplest first.
+_OPS = (
+    "neg", "tanh", "add_input", "mul_input", "add:1.0", "mul:2.0", "sigmoid", "abs", "exp_tanh",
+    "add:-0.5", "mul:0.5", "mul:-1.5",
+)  # fmt: skip
+#: Intermediates of a norm that an ``extra_user`` near miss gives a user outside the instance.
+_LEAKS = ("xf", "sq", "ms", "rstd", "normed")
+_MAX_PRE_OPS = 3
+_MAX_POST_OPS = 2
+_MAX_WIDTH_DELTA = 8
+
+
+# --------------------------------------------------------------------------------------------- plan
+
+
+@dataclasses.dataclass(frozen=True)
+class _Norm:
+    """One planted RMS norm (of q or of k): what it computes on, and whether it is a near miss."""
+
+    width: int  # elements in the normalised (last) dim
+    rows: int  # tokens
+    dtype: torch.dtype  # activation dtype it computes in
+    weight_dtype: torch.dtype
+    weight_len: int
+    eps: float
+    leak: str | None = None  # intermediate given a user outside the instance
+    reason: str | None = None  # near-miss kind; None when a correct pass must rewrite it
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """Where a norm's input comes from: a fresh graph input, or the previous layer's outputs
+    (``chain``: cat + tile + tanh); then ``pre`` elementwise ops."""
+
+    chain: bool = False
+    pre: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layer:
+    """One planted QK-norm layer: q and k norms of one form.
+
+    Split forms share one qkv source (``sources[0]``, width ``q.width + k.width + v_width``) and are
+    one :class:`PlantedInstance`; the per-tensor form has a source and an instance per norm.
+    ``post`` holds the context ops of each output (q_out, k_out and, for split forms, v).
+    """
+
+    form: str
+    norms: tuple[_Norm, _Norm]
+    v_width: int = 0
+    sources: tuple[_Source, ...] = ()
+    post: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def split_sizes(self) -> list[int]:
+        return [self.norms[0].width, self.norms[1].width, self.v_width]
+
+    def describe(self) -> str:
+        reasons = [n.reason for n in self.norms]
+        if self.form in _SPLIT_FORMS:
+            reason = next((r for r in reasons if r), None)
+            return self.form + (f"[{reason}]" if reason else "")
+        tags = [f"{side}:{r}" for side, r in zip("qk", reasons, strict=True) if r]
+        return self.form + (f"[{','.join(tags)}]" if tags else "")
+
+
+def _base_layer(config: QKNormConfig, form: str, tokens: int, weight_in_act_dtype: bool) -> _Layer:
+    """A layer that a correct pass for ``config`` must rewrite."""
+    weight_dtype = config.dtype if weight_in_act_dtype else torch.float32
+
+    def norm(width: int) -> _Norm:
+        return _Norm(width, tokens, config.dtype, weight_dtype, width, config.eps)
+
+    v_width = config.kv_size if form in _SPLIT_FORMS else 0
+    return _Layer(form, (norm(config.q_size), norm(config.kv_size)), v_width)
+
+
+def _targets(layer: _Layer, kind: str, guard: bool) -> tuple[str, ...]:
+    """Which norms a near miss of ``kind`` may touch ("q", "k" or "both"), simplest first.
+
+    Split forms are one instance: kinds that change qkv itself touch both norms. ``guard`` (the
+    case still needs a must-match instance) keeps one per-tensor norm clean and split forms clean.
+    """
+    if layer.form in _SPLIT_FORMS:
+        if guard:
+            return ()
+        return ("both",) if kind in ("split_sizes", "dtype", "tokens") else ("q", "k", "both")
+    return ("q", "k") if guard else ("q", "k", "both")
+
+
+def _touched(target: str) -> tuple[bool, bool]:
+    return (target in ("q", "both"), target in ("k", "both"))
+
+
+def _near_miss_variants(config: QKNormConfig, layer: _Layer, kind: str, target: str, max_tokens: int) -> list[_Layer]:
+    """Every way (simplest first) to turn ``layer`` into a near miss of ``kind`` on ``target``
+    norms that the pass for ``config`` must not rewrite; empty when there is none."""
+    touched = _touched(target)
+    q, k = layer.norms
+
+    def each(change: Callable[[_Norm], _Norm | None]) -> _Layer | None:
+        norms = []
+        for norm, hit in zip(layer.norms, touched, strict=True):
+            if hit:
+                new = change(norm)
+                if new is None:
+                    return None
+                norm = dataclasses.replace(new, reason=kind)
+            norms.append(norm)
+        return dataclasses.replace(layer, norms=tuple(norms))
+
+    variants: list[_Layer | None] = []
+    if kind == "eps":
+        others = [e for e in _EPS if e != config.eps] + [math.nextafter(config.eps, math.inf)]
+        variants = [each(lambda n, e=e: dataclasses.replace(n, eps=e)) for e in others]
+    elif kind == "split_sizes" and layer.form in _SPLIT_FORMS:
+        deltas = sorted((d for d in range(-_MAX_WIDTH_DELTA, _MAX_WIDTH_DELTA + 1) if d), key=lambda d: (abs(d), -d))
+        for d in deltas:
+            # Move d elements across the q|k boundary, then across the k|v boundary: qkv keeps its width.
+            for qw, kw, vw in (
+                (q.width - d, k.width + d, layer.v_width),
+                (q.width, k.width + d, layer.v_width - d),
+            ):
+                if min(qw, kw, vw) >= 1:
+                    norms = (
+                        dataclasses.replace(q, width=qw, weight_len=qw, reason=kind),
+                        dataclasses.replace(k, width=kw, weight_len=kw, reason=kind),
+                    )
+                    variants.append(dataclasses.replace(layer, norms=norms, v_width=vw))
+    elif kind == "split_sizes":
+        for d in sorted(range(-_MAX_WIDTH_DELTA, _MAX_WIDTH_DELTA + 1), key=lambda d: (abs(d), -d)):
+            variants.append(
+                each(
+                    lambda n, d=d: (
+                        dataclasses.replace(n, width=n.width + d, weight_len=n.width + d)
+                        if n.width + d >= 1 and n.width + d not in (config.q_size, config.kv_size)
+                        else None
+                    )
+                )
+            )
+    elif kind == "dtype":
+        for dtype in (d for d in SUPPORTED_DTYPES if d != config.dtype):
+            variants.append(
+                each(
+                    lambda n, dt=dtype: dataclasses.replace(
+                        n, dtype=dt, weight_dtype=torch.float32 if n.weight_dtype == torch.float32 else dt
+                    )
+                )
+            )
+    elif kind == "weight_length":
+        variants = [each(lambda n: dataclasses.replace(n, weight_len=1) if n.width > 1 else None)]
+    elif kind == "extra_user":
+        for leak in _LEAKS:
+            variants.append(
+                each(
+                    lambda n, lk=leak: (
+                        None if lk == "xf" and n.dtype == torch.float32 else dataclasses.replace(n, leak=lk)
+                    )
+                )
+            )
+    elif kind == "tokens":
+        for rows in range(config.max_tokens + 1, max_tokens + 1):
+            variants.append(each(lambda n, r=rows: dataclasses.replace(n, rows=r)))
+    else:
+        raise ValueError(f"unknown near-miss kind {kind!r}")
+    return [v for v in variants if v is not None]
+
+
+def _layer(
+    config: QKNormConfig,
+    form: str,
+    near_miss: str | None = None,
+    *,
+    tokens: int = 1,
+    target: str | None = None,
+    variant: int = 0,
+    weight_in_act_dtype: bool = False,
+    max_tokens: int | None = None,
+) -> _Layer:
+    """A layer of ``form`` for ``config`` with ``near_miss`` applied (its ``variant``-th way) to
+    ``target`` ("q", "k" or "both"; default: the first allowed). For tests and reproducers.
+    Raises ``ValueError`` when that near miss is impossible for ``config``."""
+    if form not in FORMS:
+        raise ValueError(f"form={form!r} must be one of {FORMS}")
+    layer = _base_layer(config, form, tokens, weight_in_act_dtype)
+    if near_miss is None:
+        return layer
+    target = target or _targets(layer, near_miss, guard=False)[0]
+    limit = max_tokens if max_tokens is not None else config.max_tokens + 1
+    variants = _near_miss_variants(config, layer, near_miss, target, limit)
+    if variant >= len(variants):
+        raise ValueError(f"near miss {near_miss!r} on {target!r} has {len(variants)} variants for {config!r}")
+    return variants[variant]
+
+
+# -------------------------------------------------------------------------------------------- build
+
+
+class _Inputs:
+    """Hands out graph inputs in a fixed order: creates them (``seed``) or replays ``given``."""
+
+    def __init__(self, seed: int = 0, given: Sequence[torch.Tensor] | None = None) -> None:
+        self.created: list[torch.Tensor] = []
+        self._given = None if given is None else iter(given)
+        self._generator = torch.Generator().manual_seed(seed)
+
+    def take(self, kind: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        if self._given is not None:
+            return next(self._given)
+        noise = torch.rand(shape, generator=self._generator)
+        # Activations uniform in [-2, 2); norm weights in [0.875, 1.125), like trained weights.
+        value = noise * 4 - 2 if kind == "act" else 1 + (noise - 0.5) * 0.25
+        value = value.to(dtype)
+        self.created.append(value)
+        return value
+
+
+_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "neg": torch.neg,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "abs": torch.abs,
+    "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
+}
+
+
+def _apply_ops(x: torch.Tensor, ops: Sequence[str], dtype: torch.dtype, inputs: _Inputs) -> torch.Tensor:
+    """Apply elementwise context ``ops`` to ``x``, computed in the activation ``dtype``."""
+    if ops and x.dtype != dtype:
+        x = x.to(dtype)
+    for op in ops:
+        if op in _UNARY:
+            x = _UNARY[op](x)
+        elif op in ("add_input", "mul_input"):
+            other = inputs.take("act", tuple(x.shape), x.dtype)
+            x = x + other if op == "add_input" else x * other
+        elif op.startswith("add:"):
+            x = x + float(op[4:])
+        elif op.startswith("mul:"):
+            x = x * float(op[4:])
+        else:
+            raise ValueError(f"unknown context op {op!r}")
+    return x
+
+
+def _source(
+    src: _Source, rows: int, width: int, dtype: torch.dtype, pool: list[torch.Tensor], inputs: _Inputs
+) -> torch.Tensor:
+    """A contiguous ``[rows, width]`` activation of ``dtype`` for a norm or a qkv split."""
+    if src.chain and pool:
+        parts = []
+        for part in pool:
+            part = part.to(dtype)
+            if part.shape[0] != rows:  # after a "tokens" near miss: repeat or cut rows
+                part = torch.cat([part] * math.ceil(rows / part.shape[0]), dim=0)[:rows]
+            parts.append(part)
+        total = sum(part.shape[-1] for part in parts)
+        x = torch.cat(parts * math.ceil(width / total), dim=-1)
+        if x.shape[-1] != width:
+            x = x[:, :width]
+        x = torch.tanh(x)  # an elementwise op: contiguous, and bounded whatever the previous layer gave
+    else:
+        x = inputs.take("act", (rows, width), dtype)
+    return _apply_ops(x, src.pre, dtype, inputs)
+
+
+def _rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, norm: _Norm, weight_after_cast: bool, leaks: list[torch.Tensor]
+) -> torch.Tensor:
+    """The norm as patterns.py writes it: vLLM ``forward_qk``,
+    ``(xf * rsqrt(mean(xf²) + eps) * weight).to(dtype)``, or with ``weight_after_cast``
+    transformers' ``MiniMaxM2RMSNorm``, ``weight * (xf * rsqrt(mean(xf²) + eps)).to(dtype)``."""
+    xf = x.to(torch.float32)
+    sq = xf.pow(2)
+    ms = sq.mean(dim=-1, keepdim=True)
+    rstd = torch.rsqrt(ms + norm.eps)
+    normed = xf * rstd
+    if norm.leak:
+        leaks.append({"xf": xf, "sq": sq, "ms": ms, "rstd": rstd, "normed": normed}[norm.leak])
+    return weight * normed.to(norm.dtype) if weight_after_cast else (normed * weight).to(norm.dtype)
+
+
+def _program(layers: Sequence[_Layer], inputs: _Inputs) -> tuple[torch.Tensor, ...]:
+    """Compute the planned graph; instance ``i`` is annotated ``{"pmverify_instance": i}``."""
+    outputs: list[torch.Tensor] = []
+    pool: list[torch.Tensor] = []
+    instance = 0
+    for layer in layers:
+        q, k = layer.norms
+        leaks: list[torch.Tensor] = []
+        if layer.form in _SPLIT_FORMS:
+            sizes = layer.split_sizes
+            qkv = _source(layer.sources[0], q.rows, sum(sizes), q.dtype, pool, inputs)
+            q_weight = inputs.take("weight", (q.weight_len,), q.weight_dtype)
+            k_weight = inputs.take("weight", (k.weight_len,), k.weight_dtype)
+            with torch.fx.traceback.annotate({"pmverify_instance": instance}):
+                if layer.form == "qk_norm":
+                    xq, xk, v = qkv.split(sizes, dim=-1)
+                else:
+                    xq = qkv.split(sizes, dim=-1)[0]
+                    xk = qkv.split(sizes, dim=-1)[1]
+                    v = qkv.split(sizes, dim=-1)[2]
+                results = [
+                    _rms_norm(xq, q_weight, q, False, leaks),
+                    _rms_norm(xk, k_weight, k, False, leaks),
+                    v,
+                ]
+            instance += 1
+        else:
+            results = []
+            for norm, src in zip(layer.norms, layer.sources, strict=True):
+                x = _source(src, norm.rows, norm.width, norm.dtype, pool, inputs)
+                weight = inputs.take("weight", (norm.weight_len,), norm.weight_dtype)
+                with torch.fx.traceback.annotate({"pmverify_instance": instance}):
+                    results.append(_rms_norm(x, weight, norm, True, leaks))
+                instance += 1
+        dtypes = [q.dtype, k.dtype, q.dtype][: len(results)]
+        outputs.extend(_apply_ops(r, ops, dt, inputs) for r, ops, dt in zip(results, layer.post, dtypes, strict=True))
+        outputs.extend(leaks)
+        pool = results
+    return tuple(outputs)
+
+
+def _planted(layers: Sequence[_Layer]) -> list[tuple[str, bool, str | None]]:
+    """``(pattern, must_match, reason)`` per instance id, in annotation order."""
+    planted = []
+    for layer in layers:
+        reasons = [n.reason for n in layer.norms]
+        if layer.form in _SPLIT_FORMS:
+            reason = next((r for r in reasons if r), None)
+            planted.append(("qk_norm", reason is None, reason))
+        else:
+            planted.extend(("rms_norm", r is None, r) for r in reasons)
+    return planted
+
+
+def _build_case(config: QKNormConfig, layers: Sequence[_Layer], *, seed: int = 0, label: str = "") -> GraphCase:
+    """Build the :class:`GraphCase` of a plan: inputs from ``seed``, graph traced by ``fwd_only``.
+    Layers without ``sources`` / ``post`` get the simplest (see :func:`_complete`)."""
+    from torch._inductor.pattern_matcher import fwd_only
+
+    layers = [_complete(layer) for layer in layers]
+    maker = _Inputs(seed)
+    _program(layers, maker)  # eager run: creates the inputs in the order the program takes them
+    inputs = tuple(maker.created)
+    # fwd_only traces in real mode, where make_fx builds a new FakeTensorMode for the meta["val"] of
+    # every node unless one is found in the tracing context: providing one halves the tracing time
+    # and leaves the graph unchanged.
+    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+        gm = fwd_only(lambda *args: _program(layers, _Inputs(given=args)), inputs)
+
+    by_instance: dict[int, list[str]] = {}
+    for node in gm.graph.nodes:
+        instance = node.meta.get("custom", {}).get("pmverify_instance")
+        if instance is not None and node.op not in ("placeholder", "output"):
+            by_instance.setdefault(instance, []).append(node.name)
+    planted = tuple(
+        PlantedInstance(pattern, tuple(by_instance.get(i, ())), must_match, reason)
+        for i, (pattern, must_match, reason) in enumerate(_planted(layers))
+    )
+    if not label:
+        tokens = min(norm.rows for layer in layers for norm in layer.norms)
+        label = (
+            f"{', '.join(layer.describe() for layer in layers)} T={tokens} "
+            f"{str(config.dtype).removeprefix('torch.')} q={config.q_size} kv={config.kv_size} eps={config.eps:g}"
+        )
+    return GraphCase(
+        gm=gm,
+        inputs=[inputs],
+        tp_world=1,
+        form="functional",
+        planted=planted,
+        pass_config=config,
+        label=label,
+    )
+
+
+def _complete(layer: _Layer) -> _Layer:
+    """Fill a layer's missing sources and post ops with the simplest ones (fresh inputs, none)."""
+    sources = layer.sources or ((_Source(),) if layer.form in _SPLIT_FORMS else (_Source(), _Source()))
+    post = layer.post or (((),) * (3 if layer.form in _SPLIT_FORMS else 2))
+    return dataclasses.replace(layer, sources=sources, post=post)
+
+
+# -------------------------------------------------------------------------------------------- draw
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """Canonical arguments of :func:`qk_norm_cases`."""
+
+    config: QKNormConfig | None
+    min_tokens: int
+    max_tokens: int
+    min_instances: int
+    max_instances: int
+    kinds: tuple[str, ...]
+    dtypes: tuple[torch.dtype, ...]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@st.composite
+def _configs(draw: Any, spec: _Spec) -> QKNormConfig:
+    """A small config: 4..32-element heads, up to 8 q heads, kv heads dividing them, ``max_tokens``
+    the strategy's ``max_tokens`` or (leaving room for "tokens" near misses) about half of it."""
+    dtype = draw(st.sampled_from(spec.dtypes))
+    head_dim = draw(st.sampled_from(_HEAD_DIMS))
+    q_heads = draw(st.integers(1, _MAX_HEADS))
+    kv_heads = draw(st.sampled_from(_divisors(q_heads)))
+    eps = draw(st.sampled_from(_EPS))
+    limits = dict.fromkeys((spec.max_tokens, (spec.min_tokens + spec.max_tokens) // 2))
+    max_tokens = draw(st.sampled_from(list(limits)))
+    return QKNormConfig(q_heads * head_dim, kv_heads * head_dim, eps, dtype, max_tokens)
+
+
+@st.composite
+def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bool, chain: bool) -> _Layer:
+    """One layer: form, near miss (kept off by ``guard``), sources and post ops."""
+    form = draw(st.sampled_from(FORMS))
+    weight_in_act_dtype = draw(st.booleans())  # drawn even for float32 (a no-op), for stable shrinking
+    layer = _base_layer(config, form, tokens, weight_in_act_dtype)
+    # One draw for the kind, one for (target, variant) together: every kind costs the same number of
+    # choices, so shrinking prefers the earlier kinds rather than those with fewer options.
+    options: dict[str, list[_Layer]] = {}
+    for kind in spec.kinds:
+        variants = [
+            variant
+            for target in _targets(layer, kind, guard)
+            for variant in _near_miss_variants(config, layer, kind, target, spec.max_tokens)
+        ]
+        if variants:
+            options[kind] = variants
+    kind = draw(st.sampled_from([None, *options])) if options else None
+    if kind is not None:
+        layer = options[kind][draw(st.integers(0, len(options[kind]) - 1))]
+    n_sources = 1 if form in _SPLIT_FORMS else 2
+    sources = tuple(
+        _Source(chain and draw(st.booleans()), tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_PRE_OPS))))
+        for _ in range(n_sources)
+    )
+    post = tuple(
+        tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_POST_OPS)))
+        for _ in range(3 if form in _SPLIT_FORMS else 2)
+    )
+    return dataclasses.replace(layer, sources=sources, post=post)
+
+
+@st.composite
+def _cases(draw: Any, spec: _Spec) -> GraphCase:
+    config = draw(_configs(spec)) if spec.config is None else spec.config
+    tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, config.max_tokens)))
+    layers: list[_Layer] = []
+    any_must_match = False
+    while True:
+        count = len(layers) + 1
+        more = count < spec.min_instances or (count < spec.max_instances and draw(st.booleans()))
+        layer = draw(_layers(config, spec, tokens, guard=not more and not any_must_match, chain=bool(layers)))
+        any_must_match = any_must_match or any(must_match for _, must_match, _ in _planted([layer]))
+        layers.append(layer)
+        if not more:
+            break
+    seed = draw(st.integers(0, 2**32 - 1))
+    return _build_case(config, layers, seed=seed)
+
+
+# ------------------------------------------------------------------------------------------- public
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be an int")
+    if value < minimum:
+        raise InvalidArgument(f"{name}={value!r} must be at least {minimum}")
+
+
+def qk_norm_cases(
+    config: QKNormConfig | None = None,
+    *,
+    min_tokens: int = 1,
+    max_tokens: int | None = None,
+    min_instances: int = 1,
+    max_instances: int = 2,
+    near_misses: bool = True,
+    dtypes: Sequence[torch.dtype] | None = None,
+) -> st.SearchStrategy[GraphCase]:
+    """Return a strategy for :class:`~pmverify.GraphCase` graphs with MiniMax QK norms planted in
+    random elementwise context, for :class:`~pmverify.fusions.qk_norm.QKNormFusionPass`.
+
+    Each case is an aten graph traced with ``torch._inductor.pattern_matcher.fwd_only`` (the
+    post-grad form; ``form="functional"``, ``tp_world=1``), one tuple of real, finite inputs
+    (activations in [-2, 2], norm weights in [0.875, 1.125]), ``pass_config`` = the
+    :class:`QKNormConfig` it is drawn for, and one :class:`PlantedInstance` per planted norm:
+    pattern ``"qk_norm"`` for a split form (q and k norms of one qkv ``[T, q_size + 2*kv_size]``),
+    ``"rms_norm"`` for each per-tensor norm of a ``[T, q_size]`` q or ``[T, kv_size]`` k. A layer's
+    qkv (or q, k) is a fresh input or is derived from the previous layer's outputs (cat, tanh), then
+    goes through up to 3 elementwise ops; each output goes through up to 2 and is returned.
+
+    - ``config``: the :class:`QKNormConfig` to draw for (``tp_world`` must be 1); None draws one:
+      head_dim 4..32 elements, 1..8 q heads, kv heads dividing them, eps from
+      (1e-6, 1e-5, 1e-8, 1e-2), dtype from ``dtypes``, ``max_tokens`` the strategy's
+      ``max_tokens`` or the middle of [``min_tokens``, ``max_tokens``].
+    - ``min_tokens`` / ``max_tokens``: bounds on T, the rows (tokens) of the planted activations;
+      ``max_tokens`` defaults to ``max(16, min_tokens)``. T is also at most ``config.max_tokens``;
+      only a ``"tokens"`` near miss has more rows (up to ``max_tokens``).
+    - ``min_instances`` / ``max_instances``: bounds on the number of planted layers (default 1..2);
+      a per-tensor layer records two instances (q and k).
+    - ``near_misses``: whether some norms are near misses, which a correct pass must leave alone
+      (``must_match=False``, ``reason`` one of :data:`NEAR_MISS_KINDS`): ``"eps"`` another eps
+      (including the next float up); ``"split_sizes"`` split sizes moved across the q|k or k|v
+      boundary, same qkv width (per-tensor: a width that is neither ``q_size`` nor ``kv_size``);
+      ``"dtype"`` another activation dtype; ``"weight_length"`` a ``[1]`` weight that broadcasts;
+      ``"extra_user"`` an fp32 intermediate (``x.float()``, ``x²``, mean, rsqrt, normed) also
+      returned; ``"tokens"`` more rows than ``config.max_tokens`` (only when that is below
+      ``max_tokens``). Every case keeps an instance that must match (``expected_matches >= 1``).
+    - ``dtypes``: activation dtypes to draw ``config.dtype`` from, simplest first (default float32,
+      float16, bfloat16); only without ``config``. Weights are float32 or the activation dtype.
+
+    Shrinks toward one float32 ``"qk_norm"`` layer on a fresh input, T = 1, no context, no near miss.
+
+    Raises ``hypothesis.errors.InvalidArgument`` for a ``config`` that is not a ``QKNormConfig`` or
+    has ``tp_world != 1``, non-int or non-positive bounds, ``min_* > max_*``, ``min_tokens >
+    config.max_tokens``, ``dtypes`` empty, unsupported or given with ``config``.
+
+    Example::
+
+        @given(qk_norm_cases(max_instances=3))
+        def test_qk_norm_pass(case):
+            result = pmverify.check_case(QKNormFusionPass, case)
+            assert result.ok and result.matches == case.expected_matches, result.violations
+    """
+    if config is not None and not isinstance(config, QKNormConfig):
+        raise InvalidArgument(f"config={config!r} must be a QKNormConfig or None")
+    if config is not None and config.tp_world != 1:
+        raise InvalidArgument(f"config.tp_world={config.tp_world} must be 1: qk_norm_cases draws single-rank graphs")
+    _check_int("min_tokens", min_tokens, 1)
+    if max_tokens is None:
+        max_tokens = max(_DEFAULT_MAX_TOKENS, min_tokens)
+    _check_int("max_tokens", max_tokens, 1)
+    if min_tokens > max_tokens:
+        raise InvalidArgument(f"min_tokens={min_tokens} is larger than max_tokens={max_tokens}")
+    if config is not None and min_tokens > config.max_tokens:
+        raise InvalidArgument(
+            f"min_tokens={min_tokens} is larger than config.max_tokens={config.max_tokens}: no instance could match"
+        )
+    _check_int("min_instances", min_instances, 1)
+    _check_int("max_instances", max_instances, 1)
+    if min_instances > max_instances:
+        raise InvalidArgument(f"min_instances={min_instances} is larger than max_instances={max_instances}")
+    if not isinstance(near_misses, bool):
+        raise InvalidArgument(f"near_misses={near_misses!r} must be a bool")
+    if dtypes is None:
+        dtypes = SUPPORTED_DTYPES
+    elif config is not None:
+        raise InvalidArgument(f"dtypes={dtypes!r} cannot be combined with config: the dtype is config.dtype")
+    else:
+        if isinstance(dtypes, (str, torch.dtype)) or not isinstance(dtypes, Sequence):
+            raise InvalidArgument(f"dtypes={dtypes!r} must be a sequence of torch dtypes")
+        if not dtypes:
+            raise InvalidArgument(f"dtypes={dtypes!r} is empty")
+        for dtype in dtypes:
+            if dtype not in SUPPORTED_DTYPES:
+                raise InvalidArgument(f"dtypes={dtypes!r} holds {dtype!r}, not one of {SUPPORTED_DTYPES}")
+    kinds = NEAR_MISS_KINDS if near_misses else ()
+    spec = _Spec(config, min_tokens, max_tokens, min_instances, max_instances, kinds, tuple(dict.fromkeys(dtypes)))
+    return _cases(spec)

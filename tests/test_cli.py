@@ -1,0 +1,65 @@
+"""pmverify fuzz: exit codes, report, progress; the real model is covered by test_real_models."""
+
+import json
+
+import pytest
+
+from pmverify.cli import main
+
+
+def test_fuzz_clean_run_writes_report(tmp_path, capsys):
+    report = tmp_path / "r.json"
+    code = main(["fuzz", "--max-examples", "30", "--seed", "1", "--no-real-model", "--report", str(report)])
+    assert code == 0
+    data = json.loads(report.read_text())
+    assert data["seed"] == 1 and data["pmverify"]
+    (target,) = data["targets"]
+    assert target["name"] == "qk_norm" and target["cases"] == 30 and target["matches"] > 0
+    assert target["violations"] == [] and target["cases_per_min"] > 0
+    assert data["real_models"] == []
+    out = capsys.readouterr().out
+    assert "summary" in out and "qk_norm" in out and "cases/min" in out
+
+
+def test_fuzz_finds_fault_and_exits_1(tmp_path, capsys):
+    report = tmp_path / "r.json"
+    code = main(
+        [
+            "fuzz",
+            "--target",
+            "QKNormWrongRoundingOrder",
+            "--max-examples",
+            "200",
+            "--no-real-model",
+            "--report",
+            str(report),
+            "--repro-dir",
+            str(tmp_path / "repro"),
+        ]
+    )
+    assert code == 1
+    violations = json.loads(report.read_text())["targets"][0]["violations"]
+    assert violations and all(
+        (tmp_path / "repro").samefile(p.rsplit("/", 1)[0]) for p in {v["reproducer"] for v in violations}
+    )
+    assert "FOUND" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fuzz", "--budget", "-1"],
+        ["fuzz", "--budget", "soon"],
+        ["fuzz", "--max-examples", "0"],
+        ["frobnicate"],
+    ],
+)
+def test_bad_usage_exits_2(argv):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+
+
+def test_unknown_target_exits_2(capsys):
+    assert main(["fuzz", "--target", "nope", "--no-real-model"]) == 2
+    assert "--target='nope' is unknown" in capsys.readouterr().err

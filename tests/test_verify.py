@@ -1,0 +1,70 @@
+"""verify(): passes on the shipped pass, raises with a runnable reproducer on a faulty one."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+import pmverify
+from pmverify import PassVerificationError, verify
+from pmverify.faults import QKNormWrongRoundingOrder
+from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.strategies import qk_norm_cases
+
+
+def test_shipped_pass_preserves_semantics():
+    # The property test of semantic preservation (plus structure and expectations) on random cases.
+    results = []
+    verify(QKNormFusionPass, qk_norm_cases(), max_examples=30, on_result=results.append)
+    assert len(results) == 30
+    assert sum(r.matches for r in results) > 0
+
+
+def test_shipped_pass_with_fixed_config():
+    config = QKNormConfig(q_size=24, kv_size=8, eps=1e-5, dtype=torch.bfloat16)
+    verify(QKNormFusionPass(config), qk_norm_cases(config), max_examples=10)
+
+
+def test_wrong_rounding_order_is_found_with_runnable_reproducer(tmp_path):
+    config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
+    with pytest.raises(PassVerificationError) as info:
+        verify(QKNormWrongRoundingOrder, qk_norm_cases(config), max_examples=50, repro_dir=tmp_path)
+    error = info.value
+    assert isinstance(error, AssertionError)
+    assert error.violations and {v.oracle for v in error.violations} <= {"semantics", "structure"}
+    assert error.case.pass_config == config
+    assert error.reproducer is not None and error.reproducer.parent == tmp_path
+    assert str(error.reproducer) in str(error)
+    run = subprocess.run([sys.executable, str(error.reproducer)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "VIOLATION" in run.stdout
+    first = error.violations[0]
+    assert f"VIOLATION {first.oracle}:" in run.stdout
+
+
+def test_reproducer_exits_zero_once_the_pass_is_fixed(tmp_path):
+    config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
+    with pytest.raises(PassVerificationError) as info:
+        verify(QKNormWrongRoundingOrder, qk_norm_cases(config), max_examples=50, repro_dir=tmp_path)
+    fixed = pmverify._reproducer.write(
+        info.value.case, QKNormFusionPass(config), info.value.violations, tmp_path / "fixed"
+    )
+    run = subprocess.run([sys.executable, str(fixed)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(cases=[1, 2]), "cases=\\[1, 2\\] must be a Hypothesis strategy"),
+        (dict(max_examples=0), "max_examples=0 must be a positive int"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    args = dict(cases=st.nothing())
+    args.update(kwargs)
+    with pytest.raises(InvalidArgument, match=message):
+        verify(QKNormFusionPass, **args)
