@@ -68,3 +68,31 @@ def test_bad_arguments(kwargs, message):
     args.update(kwargs)
     with pytest.raises(InvalidArgument, match=message):
         verify(QKNormFusionPass, **args)
+
+
+def test_failure_is_saved_and_replayed_first(tmp_path):
+    from hypothesis import settings
+    from hypothesis.database import InMemoryExampleDatabase
+
+    db = InMemoryExampleDatabase()
+    previous = settings.get_current_profile_name()
+    settings.register_profile("pmverify-test-db", settings.get_profile(previous), database=db)
+    settings.load_profile("pmverify-test-db")
+    try:
+        config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
+        with pytest.raises(PassVerificationError):
+            verify(QKNormWrongRoundingOrder, qk_norm_cases(config), max_examples=50, repro_dir=tmp_path)
+        assert any(db.data.values()), "the failing case was not saved"
+        checked = []
+        with pytest.raises(PassVerificationError):
+            # one example only: it can only fail this fast because the saved case is replayed first
+            verify(
+                QKNormWrongRoundingOrder,
+                qk_norm_cases(config),
+                max_examples=1,
+                repro_dir=tmp_path,
+                on_result=checked.append,
+            )
+        assert not checked[0].ok
+    finally:
+        settings.load_profile(previous)
