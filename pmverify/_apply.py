@@ -11,8 +11,10 @@ post-grad passes), runs the pass on the copy's graph and recompiles it. The pass
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import logging
 import time
 import traceback
 from typing import Any
@@ -80,6 +82,23 @@ def propagate_fake(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> None:
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
 
 
+@contextlib.contextmanager
+def quiet_fake_tensor_errors():
+    """Silence torch's ERROR log of a failed meta kernel while a pass runs.
+
+    ``register_replacement`` re-traces every candidate match on its real shapes; on a near miss
+    (say, other split sizes) that trace fails a broadcast in fake tensors, torch logs the traceback
+    at ERROR level, and the matcher then rejects the match, as it should. The log is noise here.
+    """
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        fake_log.setLevel(level)
+
+
 def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
     """Apply ``pass_`` to a copy of ``case.gm`` without compiling; never raises for the pass's
     own errors (they land in ``RunPair.error``)."""
@@ -88,7 +107,8 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
     propagate_fake(after, case.inputs[0])
     start = time.perf_counter()
     try:
-        count = run_pass(pass_obj, after.graph)
+        with quiet_fake_tensor_errors():
+            count = run_pass(pass_obj, after.graph)
         after.recompile()
     except Exception:  # noqa: BLE001 - a raising pass is a finding, reported by the oracles
         return RunPair(case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start)

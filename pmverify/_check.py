@@ -84,10 +84,20 @@ def check_case(
     pair = apply_direct(pass_, case)
     violations: list[Violation] = []
     if pair.error is not None:
-        violations.append(Violation("crash", f"the pass raised {pair.error.strip().splitlines()[-1]}"))
+        violations.append(Violation("crash", f"the pass raised {_last_frame(pair.error)}"))
     else:
-        for _, oracle in checks:
-            violations.extend(oracle(pair))
+        for name, oracle in checks:
+            try:
+                violations.extend(oracle(pair))
+            except Exception as exc:  # noqa: BLE001 - a graph the oracle cannot even read is a finding
+                violations.append(Violation(name, f"could not check the rewritten graph: {exc!r}"))
     matched = matched_instances(pair)
     matches = pair.matched_count if pair.matched_count is not None else sum(matched)
     return CaseResult(case, pair, violations, matches, matched, time.perf_counter() - start)
+
+
+def _last_frame(formatted: str) -> str:
+    """The exception line of a formatted traceback, with the place it was raised."""
+    lines = formatted.strip().splitlines()
+    where = next((line.strip() for line in reversed(lines) if line.lstrip().startswith('File "')), "")
+    return f"{lines[-1]} ({where})" if where else lines[-1]

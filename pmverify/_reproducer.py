@@ -66,11 +66,12 @@ def _object_recipe(obj: Any) -> tuple[list[str], str] | None:
 def pass_recipe(pass_: Any) -> tuple[list[str], str] | None:
     """Imports and an expression that rebuild ``pass_`` in a fresh interpreter, or None.
 
-    A class is imported; an instance with a ``config`` whose repr evaluates is rebuilt as
-    ``Cls(config)``; an instance of a class constructible without arguments as ``Cls()``.
+    A class or a module-level function is imported; an instance with a ``config`` whose repr
+    evaluates is rebuilt as ``type(pass_)(config)``. Anything else (a ``PatternMatcherPass``, a
+    closure, an object with other state) cannot be rebuilt from outside: None.
     """
     try:
-        if isinstance(pass_, type):
+        if isinstance(pass_, type) or inspect.isfunction(pass_):
             line, expr = _import_of(pass_)
             return [line], expr
         line, cls_expr = _import_of(type(pass_))
@@ -81,15 +82,29 @@ def pass_recipe(pass_: Any) -> tuple[list[str], str] | None:
         recipe = _object_recipe(config)
         if recipe is not None:
             return [line, *recipe[0]], f"{cls_expr}({recipe[1]})"
-    try:
-        required = [
-            p
-            for p in inspect.signature(type(pass_)).parameters.values()
-            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        ]
-    except (TypeError, ValueError):
-        return None
-    return ([line], f"{cls_expr}()") if not required else None
+    return None
+
+
+def _oracle_recipe(oracles: Sequence[Any] | None, imports: set[str]) -> str:
+    """The ``oracles=`` argument of the script: names as they are, module-level functions imported."""
+    if oracles is None:
+        return "None"
+    if isinstance(oracles, str):
+        oracles = [oracles]
+    items = []
+    for oracle in oracles:
+        if isinstance(oracle, str):
+            items.append(repr(oracle))
+            continue
+        try:
+            line, expr = _import_of(oracle)
+        except (ValueError, AttributeError):
+            raise ValueError(
+                f"oracle {oracle!r} cannot be imported by a reproducer (define it at module level)"
+            ) from None
+        imports.add(line)
+        items.append(expr)
+    return "[" + ", ".join(items) + "]"
 
 
 def _target(target: Any, imports: set[str]) -> str:
@@ -153,7 +168,7 @@ def render(
     pass_: Any,
     violations: Sequence[Any] = (),
     *,
-    oracles: Sequence[str] | None = None,
+    oracles: Sequence[Any] | None = None,
     pass_source: str | None = None,
 ) -> str:
     """Return the source of a standalone script reproducing ``violations`` of ``pass_`` on ``case``.
@@ -166,33 +181,38 @@ def render(
 
     imports: set[str] = set()
     graph = _graph_source(case.gm, imports)
+    oracle_expr = _oracle_recipe(oracles, imports)
     if pass_source is None:
         recipe = pass_recipe(pass_)
         if recipe is None:
-            pass_source = f"# pmverify could not rebuild {pass_!r}: replace None with code building it.\nPASS = None"
+            pass_source = (
+                f"# pmverify could not rebuild this {type(pass_).__name__} from outside: replace None with\n"
+                "# code building it (or give verify() pass_source='PASS = ...').\nPASS = None"
+            )
         else:
             imports.update(recipe[0])
             pass_source = f"PASS = {recipe[1]}"
     config = _object_recipe(case.pass_config)
-    if config is None:
+    if config is None and case.pass_config is not None:
         raise ValueError(f"pass_config={case.pass_config!r} cannot be rebuilt from its repr")
     imports.update(config[0])
-    summary = "; ".join(str(v) for v in violations) or "no violation recorded"
     header = [
-        '"""pmverify reproducer.',
-        "",
-        *(f"    {str(v)}" for v in violations),
-        "",
-        f"Written by pmverify {__version__} (torch {torch.__version__}) on "
+        "# pmverify reproducer. Violations found when it was written:",
+        *(f"#   {line}" for v in violations for line in str(v).splitlines()),
+        f"# Written by pmverify {__version__} (torch {torch.__version__}) on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
-        "Run it as a script: it prints the violations and exits 1 while the pass is wrong, 0 once fixed.",
-        '"""',
+        "# Run it as a script from where the pass's module imports: it prints the violations and",
+        "# exits 1 while the pass is wrong, 0 once fixed.",
     ]
+    expected = [str(v) for v in violations]
     body = [
         "import base64",
         "import io",
         "import operator",
+        "import os",
         "import sys",
+        "",
+        "sys.path.insert(0, os.getcwd())  # the pass's own module, as when verify() ran",
         "",
         "import torch",
         "",
@@ -224,13 +244,14 @@ def render(
         'if __name__ == "__main__":',
         "    if PASS is None:",
         '        sys.exit("edit PASS in this script: pmverify could not rebuild the pass")',
-        f"    result = check_case(PASS, CASE, oracles={list(oracles) if oracles else None!r})",
+        f"    result = check_case(PASS, CASE, oracles={oracle_expr})",
         '    print("graph before the pass:", CASE.gm.code, sep="\\n")',
         "    if result.pair.after is not None:",
         '        print("graph after the pass:", result.pair.after.code, sep="\\n")',
         "    for violation in result.violations:",
         '        print("VIOLATION", violation)',
-        '    print(f"{len(result.violations)} violation(s); expected: ' + summary.replace('"', "'")[:200] + '")',
+        f"    expected = {expected!r}",
+        '    print(f"{len(result.violations)} violation(s); {len(expected)} when this script was written")',
         "    sys.exit(1 if result.violations else 0)",
         "",
     ]
@@ -243,7 +264,7 @@ def write(
     violations: Sequence[Any],
     directory: str | os.PathLike[str] | None = None,
     *,
-    oracles: Sequence[str] | None = None,
+    oracles: Sequence[Any] | None = None,
     pass_source: str | None = None,
 ) -> pathlib.Path:
     """Write the reproducer of :func:`render` under ``directory`` (default
@@ -252,7 +273,7 @@ def write(
     directory = pathlib.Path(directory) if directory is not None else default_repro_dir()
     directory.mkdir(parents=True, exist_ok=True)
     oracle = getattr(violations[0], "oracle", "case") if violations else "case"
-    digest = hashlib.sha1(source.split('"""', 2)[-1].encode()).hexdigest()[:10]
+    digest = hashlib.sha1(source.split("\nimport base64", 1)[-1].encode()).hexdigest()[:10]
     path = directory / f"repro_{oracle}_{digest}.py"
     path.write_text(source)
     return path

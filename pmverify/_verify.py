@@ -9,8 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
-from hypothesis import seed as hypothesis_seed
-from hypothesis.errors import InvalidArgument
+
+try:
+    from builtins import BaseExceptionGroup
+except ImportError:  # Python 3.10: Hypothesis depends on the backport
+    from exceptiongroup import BaseExceptionGroup
+from hypothesis.errors import FlakyFailure, InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
@@ -34,7 +38,9 @@ class PassVerificationError(AssertionError):
         self.reproducer = reproducer
         lines = [f"{type(result.pair.pass_).__name__} broke {len(self.violations)} propert(y/ies) on {self.case!r}"]
         lines += [f"  - {violation}" for violation in self.violations]
-        lines.append(f"reproducer: {reproducer}" if reproducer else f"reproducer: not written ({note})")
+        lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
+        if note:
+            lines.append(f"note: {note}")
         super().__init__("\n".join(lines))
 
 
@@ -98,7 +104,9 @@ def verify(
     """
     if not isinstance(cases, SearchStrategy):
         raise InvalidArgument(f"cases={cases!r} must be a Hypothesis strategy of GraphCase")
-    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
+    if max_examples is not None and (
+        not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1
+    ):
         raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
     overrides: dict[str, Any] = {
         "deadline": None,
@@ -119,19 +127,40 @@ def verify(
             raise _CaseFailed(result)
 
     if seed is not None:
-        run_case = hypothesis_seed(seed)(run_case)
+        # What ``hypothesis.seed`` sets, without the ``database=None`` it also sets: a seeded search
+        # must still save its failures (tests/test_verify.py checks this against Hypothesis).
+        run_case._hypothesis_internal_use_seed = seed
     key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}"
     run_case.hypothesis.inner_test._hypothesis_internal_add_digest = hashlib.sha256(key.encode()).digest()
     try:
         run_case()
-    except _CaseFailed as failure:
+    except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
+        failure = _case_failure(error)
+        if failure is None:
+            raise
         result = failure.result
-        names = [o for o in (oracles or []) if isinstance(o, str)] or None
+        notes = []
+        if pass_source is None and _reproducer.pass_recipe(pass_) is None:
+            notes.append("it cannot rebuild the pass: edit PASS in it, or give verify() pass_source='PASS = ...'")
+        if isinstance(error, FlakyFailure):
+            notes.append("Hypothesis found the failure flaky: the pass did not fail every time on this case")
         try:
             path = _reproducer.write(
-                result.case, pass_, result.violations, repro_dir, oracles=names, pass_source=pass_source
+                result.case, pass_, result.violations, repro_dir, oracles=oracles, pass_source=pass_source
             )
-            note = ""
         except (OSError, ValueError) as exc:
-            path, note = None, str(exc)
-        raise PassVerificationError(result, path, note) from None
+            path = None
+            notes.insert(0, str(exc))
+        raise PassVerificationError(result, path, "; ".join(notes)) from None
+
+
+def _case_failure(error: BaseException) -> _CaseFailed | None:
+    """The ``_CaseFailed`` in ``error`` (itself, or inside Hypothesis' flaky/multiple-failure groups)."""
+    if isinstance(error, _CaseFailed):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _case_failure(inner)
+            if found is not None:
+                return found
+    return None

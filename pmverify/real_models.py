@@ -104,7 +104,8 @@ class _CountingPass(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph) -> None:
         count = run_pass(self.inner, graph)
         fused = sum(1 for node in graph.nodes if node.target is self.fused_op)
-        self.per_graph.append((count or 0, fused))
+        # a pass that reports no count is credited with the fused ops it left
+        self.per_graph.append((fused if count is None else count, fused))
         logger.debug("pass on graph %d: %s matches, %d fused ops", len(self.per_graph), count, fused)
 
     def uuid(self) -> Any:

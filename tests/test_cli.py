@@ -63,3 +63,8 @@ def test_bad_usage_exits_2(argv):
 def test_unknown_target_exits_2(capsys):
     assert main(["fuzz", "--target", "nope", "--no-real-model"]) == 2
     assert "--target='nope' is unknown" in capsys.readouterr().err
+
+
+def test_unwritable_report_exits_2_before_running(tmp_path, capsys):
+    assert main(["fuzz", "--report", str(tmp_path), "--no-real-model"]) == 2
+    assert "cannot be written" in capsys.readouterr().err

@@ -1,25 +1,42 @@
 """Expectations oracle: the pass rewrote what it must and left alone what it must not.
 
 For each planted instance of the case (``GraphCase.planted``): a must-match instance is matched
-when none of its nodes is left in the rewritten graph; a must-not-match instance is untouched when
-all of its nodes are. "Silently never matches" is a finding, as is a match on a near miss.
+when none of its compute nodes is left in the rewritten graph; a must-not-match instance is
+untouched when all of them are. View nodes (``getitem``, ``split``, ``slice``, ``view``... any aten
+overload whose schema aliases its input) are not judged: a correct replacement may keep or rebuild
+them (e.g. the slice that yields v). "Silently never matches" is a finding, as is a match on a near
+miss.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
+
+import torch
 
 from ._violation import Violation
 
 __all__ = ["check", "matched_instances"]
 
 
+def _compute_nodes(pair: Any, instance: Any) -> list[str]:
+    """The instance's nodes that compute, not view (see the module docstring)."""
+    targets = {node.name: node.target for node in pair.before.graph.nodes}
+
+    def is_view(target: Any) -> bool:
+        return target is operator.getitem or (isinstance(target, torch._ops.OpOverload) and target.is_view)
+
+    judged = [name for name in instance.nodes if not is_view(targets.get(name))]
+    return judged or list(instance.nodes)
+
+
 def matched_instances(pair: Any) -> list[bool]:
-    """For each planted instance, whether the pass rewrote it (no node of it left)."""
+    """For each planted instance, whether the pass rewrote it (no compute node of it left)."""
     if pair.after is None:
         return [False] * len(pair.case.planted)
     left = {node.name for node in pair.after.graph.nodes}
-    return [not (set(instance.nodes) & left) for instance in pair.case.planted]
+    return [not (set(_compute_nodes(pair, instance)) & left) for instance in pair.case.planted]
 
 
 def check(pair: Any) -> list[Violation]:
@@ -29,14 +46,15 @@ def check(pair: Any) -> list[Violation]:
     left = {node.name for node in pair.after.graph.nodes}
     violations = []
     for instance in pair.case.planted:
-        gone = [name for name in instance.nodes if name not in left]
-        if instance.must_match and len(gone) != len(instance.nodes):
-            kept = tuple(name for name in instance.nodes if name in left)
+        judged = _compute_nodes(pair, instance)
+        gone = [name for name in judged if name not in left]
+        if instance.must_match and len(gone) != len(judged):
+            kept = tuple(name for name in judged if name in left)
             violations.append(
                 Violation(
                     "expectations",
                     f"planted {instance.pattern} instance was not rewritten ({len(kept)} of "
-                    f"{len(instance.nodes)} nodes left)",
+                    f"{len(judged)} compute nodes left)",
                     kept,
                 )
             )

@@ -38,6 +38,9 @@ def check(pair: Any) -> list[Violation]:
 
     if pair.after is None:  # the pass raised: check_case reports that as a crash
         return []
+    outputs = pair.after.graph.find_nodes(op="output")
+    if len(outputs) != 1:
+        return [Violation("structure", f"the rewritten graph has {len(outputs)} output nodes; expected 1")]
     try:
         pair.after.graph.lint()
     except Exception as exc:  # noqa: BLE001 - lint failures are findings

@@ -133,6 +133,10 @@ def test_config_validation_names_field():
         QKNormConfig(q_size=8, kv_size=8, dtype=torch.float64)
     with pytest.raises(ValueError, match="eps=-1"):
         QKNormConfig(q_size=8, kv_size=8, eps=-1)
+    with pytest.raises(ValueError, match="eps=inf"):
+        QKNormConfig(q_size=8, kv_size=8, eps=float("inf"))
+    with pytest.raises(ValueError, match="tp_rank=True"):
+        QKNormConfig(q_size=8, kv_size=8, tp_world=2, tp_rank=True)
     with pytest.raises(TypeError, match="QKNormConfig"):
         QKNormFusionPass({"q_size": 8})
 

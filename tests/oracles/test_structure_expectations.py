@@ -8,14 +8,14 @@ import torch
 from pmverify import GraphCase, PlantedInstance, check_case
 
 
-def _case(planted_must_match=True):
+def _case(planted_must_match=True, with_view=False):
     import torch.fx.traceback as fxt
     from torch._inductor.pattern_matcher import fwd_only
 
     def fn(x):
         y = x.sin()
         with fxt.annotate({"pmverify_instance": 0}):
-            z = y.exp() * 2
+            z = (y.view(12).exp() * 2).view(4, 3) if with_view else y.exp() * 2
         return z + 1
 
     x = torch.randn(4, 3)
@@ -100,3 +100,23 @@ def test_bad_arguments():
         check_case(lambda g: None, object())
     with pytest.raises(ValueError, match="tp_world=1"):
         GraphCase(_case().gm, [(), ()])
+
+
+def test_view_nodes_a_rewrite_keeps_are_not_judged():
+    # The rewrite replaces exp and mul and keeps the planted view nodes (as a QK-norm pass may keep
+    # the slice that yields v): the instance counts as matched.
+    result = check_case(_exp_mul_to_fused, _case(with_view=True))
+    assert result.ok, result.violations
+    assert result.matched == [True]
+    kept = {n.name for n in result.pair.after.graph.nodes} & set(result.case.planted[0].nodes)
+    assert kept and all(n.startswith("view") for n in kept)
+
+
+def test_unlinked_output_is_a_structure_violation():
+    def unlink_output(graph):
+        (output,) = graph.find_nodes(op="output")
+        graph.erase_node(output)
+
+    result = check_case(unlink_output, _case())
+    assert any(v.oracle == "structure" and "0 output nodes" in v.message for v in result.violations)
+    assert all(v.oracle != "crash" for v in result.violations)

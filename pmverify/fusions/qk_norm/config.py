@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -37,10 +38,10 @@ class QKNormConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"QKNormConfig: {name}={value!r} must be a positive int")
-        if not isinstance(self.tp_rank, int) or not 0 <= self.tp_rank < self.tp_world:
+        if not isinstance(self.tp_rank, int) or isinstance(self.tp_rank, bool) or not 0 <= self.tp_rank < self.tp_world:
             raise ValueError(f"QKNormConfig: tp_rank={self.tp_rank!r} must be in [0, tp_world={self.tp_world})")
-        if not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool) or not self.eps > 0:
-            raise ValueError(f"QKNormConfig: eps={self.eps!r} must be a positive float")
+        if not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool) or not 0 < self.eps < math.inf:
+            raise ValueError(f"QKNormConfig: eps={self.eps!r} must be a positive finite float")
         object.__setattr__(self, "eps", float(self.eps))
         if self.dtype not in SUPPORTED_DTYPES:
             raise ValueError(

@@ -1,0 +1,38 @@
+"""Reproducer scripts are valid Python whatever the violation text holds."""
+
+import pytest
+import torch
+
+from pmverify import GraphCase, Violation
+from pmverify._reproducer import pass_recipe, render
+from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+
+
+def _case():
+    from torch._inductor.pattern_matcher import fwd_only
+
+    x = torch.randn(2, 3)
+    return GraphCase(fwd_only(lambda x: x.sin() * float("inf"), [x]), [(x,)])
+
+
+def test_violation_text_with_newlines_braces_and_quotes_compiles():
+    nasty = Violation("crash", 'the pass raised RuntimeError: bad {q_size}\n  """ \\ \' "second line"')
+    source = render(_case(), QKNormFusionPass(QKNormConfig(8, 4)), [nasty])
+    compile(source, "repro.py", "exec")
+    assert "{q_size}" in source
+
+
+def test_pass_recipes():
+    config = QKNormConfig(8, 4)
+    assert pass_recipe(QKNormFusionPass)[1] == "QKNormFusionPass"
+    assert pass_recipe(QKNormFusionPass(config))[1].startswith("QKNormFusionPass(QKNormConfig(q_size=8")
+    assert pass_recipe(lambda graph: None) is None
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    assert pass_recipe(PatternMatcherPass()) is None  # its patterns cannot be rebuilt from outside
+
+
+def test_unimportable_oracle_is_refused():
+    with pytest.raises(ValueError, match="cannot be imported by a reproducer"):
+        render(_case(), QKNormFusionPass, [], oracles=[lambda pair: []])
+    assert "oracles=['semantics']" in render(_case(), QKNormFusionPass, [], oracles="semantics")
