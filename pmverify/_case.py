@@ -71,9 +71,17 @@ class GraphCase:
             raise ValueError(f"form={self.form!r} must be one of {FORMS}")
         if not isinstance(self.tp_world, int) or self.tp_world < 1:
             raise ValueError(f"tp_world={self.tp_world!r} must be a positive int")
+        if not isinstance(self.gm, torch.fx.GraphModule):
+            raise ValueError(f"gm={self.gm!r} must be a torch.fx.GraphModule")
+        if isinstance(self.inputs, torch.Tensor) or any(isinstance(r, torch.Tensor) for r in self.inputs):
+            raise ValueError("inputs must hold one tuple of inputs per rank, e.g. [(x, w)], not tensors")
         self.inputs = [tuple(rank_inputs) for rank_inputs in self.inputs]
         if len(self.inputs) != self.tp_world:
             raise ValueError(f"inputs holds {len(self.inputs)} rank tuples; tp_world={self.tp_world}")
+        placeholders = len(self.gm.graph.find_nodes(op="placeholder"))
+        for rank, rank_inputs in enumerate(self.inputs):
+            if len(rank_inputs) != placeholders:
+                raise ValueError(f"inputs[{rank}] holds {len(rank_inputs)} values; gm has {placeholders} placeholders")
 
     @property
     def expected_matches(self) -> int:

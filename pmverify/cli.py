@@ -1,4 +1,4 @@
-"""``pmverify`` command line: ``pmverify fuzz`` verifies the shipped QK-norm pass.
+"""pmverify command line: `pmverify fuzz` verifies the shipped QK-norm pass.
 
 Exit status: 0 when nothing was found, 1 when a violation was found, 2 for bad usage.
 """
@@ -25,9 +25,11 @@ def _positive(kind: type, name: str):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}={text!r} is not a number") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{name}={text!r} must be positive")
+            raise argparse.ArgumentTypeError(
+                f"{name}={text!r} is not a{'n integer' if kind is int else ' number'}"
+            ) from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{name}={text!r} must be positive and finite")
         return value
 
     return parse
@@ -163,7 +165,8 @@ def _summary(report: dict[str, Any], out: Any) -> None:
             err = model["max_abs_err"]
             print(
                 f"{model['name']}: {model['matches']} matches, max |err| {'n/a' if err is None else f'{err:.3g}'}, "
-                f"{'ok' if model['ok'] else 'NOT OK'} ({model['elapsed_s']:.1f}s)",
+                f"{'exact, ' if model.get('exact') else ''}{'ok' if model['ok'] else 'NOT OK'} "
+                f"({model['elapsed_s']:.1f}s)",
                 file=out,
             )
 

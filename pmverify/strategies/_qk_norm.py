@@ -440,6 +440,7 @@ class _Spec:
     max_instances: int
     kinds: tuple[str, ...]
     dtypes: tuple[torch.dtype, ...]
+    forms: tuple[str, ...] = FORMS
 
 
 def _divisors(n: int) -> list[int]:
@@ -463,7 +464,7 @@ def _configs(draw: Any, spec: _Spec) -> QKNormConfig:
 @st.composite
 def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bool, chain: bool) -> _Layer:
     """One layer: form, near miss (kept off by ``guard``), sources and post ops."""
-    form = draw(st.sampled_from(FORMS))
+    form = draw(st.sampled_from(spec.forms))
     weight_in_act_dtype = draw(st.booleans())  # drawn even for float32 (a no-op), for stable shrinking
     layer = _base_layer(config, form, tokens, weight_in_act_dtype)
     # One draw for the kind, one for (target, variant) together: every kind costs the same number of
@@ -529,6 +530,7 @@ def qk_norm_cases(
     max_instances: int = 2,
     near_misses: bool = True,
     dtypes: Sequence[torch.dtype] | None = None,
+    forms: Sequence[str] | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs with MiniMax QK norms planted in
     random elementwise context, for :class:`~pmverify.fusions.qk_norm.QKNormFusionPass`.
@@ -561,12 +563,15 @@ def qk_norm_cases(
       ``max_tokens``). Every case keeps an instance that must match (``expected_matches >= 1``).
     - ``dtypes``: activation dtypes to draw ``config.dtype`` from, simplest first (default float32,
       float16, bfloat16); only without ``config``. Weights are float32 or the activation dtype.
+    - ``forms``: the planted forms to draw from (default all of :data:`FORMS`), for a pass that
+      handles only some of them.
 
     Shrinks toward one float32 ``"qk_norm"`` layer on a fresh input, T = 1, no context, no near miss.
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``config`` that is not a ``QKNormConfig`` or
     has ``tp_world != 1``, non-int or non-positive bounds, ``min_* > max_*``, ``min_tokens >
-    config.max_tokens``, ``dtypes`` empty, unsupported or given with ``config``.
+    config.max_tokens``, ``dtypes`` empty, unsupported or given with ``config``, ``forms`` empty or
+    holding an unknown form.
 
     Example::
 
@@ -607,6 +612,19 @@ def qk_norm_cases(
         for dtype in dtypes:
             if dtype not in SUPPORTED_DTYPES:
                 raise InvalidArgument(f"dtypes={dtypes!r} holds {dtype!r}, not one of {SUPPORTED_DTYPES}")
+    if forms is None:
+        forms = FORMS
+    elif isinstance(forms, str) or not isinstance(forms, Sequence) or not forms or set(forms) - set(FORMS):
+        raise InvalidArgument(f"forms={forms!r} must be a non-empty sequence drawn from {FORMS}")
     kinds = NEAR_MISS_KINDS if near_misses else ()
-    spec = _Spec(config, min_tokens, max_tokens, min_instances, max_instances, kinds, tuple(dict.fromkeys(dtypes)))
+    spec = _Spec(
+        config,
+        min_tokens,
+        max_tokens,
+        min_instances,
+        max_instances,
+        kinds,
+        tuple(dict.fromkeys(dtypes)),
+        tuple(f for f in FORMS if f in forms),
+    )
     return _cases(spec)

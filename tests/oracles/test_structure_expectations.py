@@ -100,6 +100,13 @@ def test_bad_arguments():
         check_case(lambda g: None, object())
     with pytest.raises(ValueError, match="tp_world=1"):
         GraphCase(_case().gm, [(), ()])
+    x = torch.randn(4, 3)
+    with pytest.raises(ValueError, match="one tuple of inputs per rank"):
+        GraphCase(_case().gm, (x,))
+    with pytest.raises(ValueError, match="inputs\\[0\\] holds 2 values; gm has 1 placeholders"):
+        GraphCase(_case().gm, [(x, x)])
+    with pytest.raises(ValueError, match="must be a torch.fx.GraphModule"):
+        GraphCase(lambda x: x, [(x,)])
 
 
 def test_view_nodes_a_rewrite_keeps_are_not_judged():

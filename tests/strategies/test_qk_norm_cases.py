@@ -171,8 +171,17 @@ def test_minimal_near_miss_is_an_eps_near_miss_next_to_a_match():
         ({"dtypes": torch.float32}, "dtypes=torch.float32"),
         ({"dtypes": [torch.float64]}, "torch.float64"),
         ({"config": _GIVEN, "dtypes": [torch.float16]}, "cannot be combined with config"),
+        ({"forms": []}, "forms=[]"),
+        ({"forms": "rms_norm"}, "forms='rms_norm'"),
+        ({"forms": ["rms"]}, "forms=['rms']"),
     ],
 )
 def test_bad_arguments(kwargs, message):
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         qk_norm_cases(**kwargs)
+
+
+@settings(max_examples=10, deadline=None)
+@given(qk_norm_cases(forms=["rms_norm"]))
+def test_forms_restricts_the_planted_forms(case):
+    assert {instance.pattern for instance in case.planted} == {"rms_norm"}
