@@ -39,6 +39,7 @@ class RunPair:
       the pass's ``matched_count``); None when it reports nothing.
     - ``error``: the formatted traceback when the pass raised, else None.
     - ``elapsed_s``: seconds spent in the pass.
+    - ``error_summary``: the exception the pass raised, whole, with where it was raised; else None.
     """
 
     case: GraphCase
@@ -48,6 +49,7 @@ class RunPair:
     matched_count: int | None
     error: str | None
     elapsed_s: float
+    error_summary: str | None = None
 
 
 def build_pass(pass_: Any, case: GraphCase) -> Any:
@@ -110,6 +112,10 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
         with quiet_fake_tensor_errors():
             count = run_pass(pass_obj, after.graph)
         after.recompile()
-    except Exception:  # noqa: BLE001 - a raising pass is a finding, reported by the oracles
-        return RunPair(case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 - a raising pass is a finding, reported by check_case
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        summary = f"{type(exc).__name__}: {exc} (at {frame.filename}:{frame.lineno} in {frame.name})"
+        return RunPair(
+            case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start, summary
+        )
     return RunPair(case, case.gm, after, pass_obj, count, None, time.perf_counter() - start)

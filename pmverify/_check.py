@@ -84,7 +84,7 @@ def check_case(
     pair = apply_direct(pass_, case)
     violations: list[Violation] = []
     if pair.error is not None:
-        violations.append(Violation("crash", f"the pass raised {_last_frame(pair.error)}"))
+        violations.append(Violation("crash", f"the pass raised {pair.error_summary}"))
     else:
         for name, oracle in checks:
             try:
@@ -94,10 +94,3 @@ def check_case(
     matched = matched_instances(pair)
     matches = pair.matched_count if pair.matched_count is not None else sum(matched)
     return CaseResult(case, pair, violations, matches, matched, time.perf_counter() - start)
-
-
-def _last_frame(formatted: str) -> str:
-    """The exception line of a formatted traceback, with the place it was raised."""
-    lines = formatted.strip().splitlines()
-    where = next((line.strip() for line in reversed(lines) if line.lstrip().startswith('File "')), "")
-    return f"{lines[-1]} ({where})" if where else lines[-1]

@@ -84,11 +84,12 @@ def test_use_before_definition_fails_lint():
 
 def test_raising_pass_is_a_crash_finding():
     def boom(graph):
-        raise RuntimeError("pattern exploded")
+        raise RuntimeError("pattern exploded\nsecond line")
 
     result = check_case(boom, _case())
     assert [v.oracle for v in result.violations] == ["crash"]
-    assert "pattern exploded" in result.violations[0].message
+    message = result.violations[0].message
+    assert "RuntimeError: pattern exploded\nsecond line" in message and "in boom" in message
 
 
 def test_bad_arguments():
