@@ -1,0 +1,180 @@
+"""``like``: inputs shaped like a pattern's example inputs, with declared dimensions varying.
+
+``register_replacement(search_fn, replace_fn, example_inputs, ...)`` traces its pattern on example
+inputs; a pass that uses it should rewrite graphs of other sizes too. :func:`like` draws input tuples
+with the example's dtypes and ranks, and sizes drawn along the dimensions the caller names, keeping
+the sizes that must stay equal equal (like ``torch.export``'s ``Dim``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from ._tensors import TENSOR_DTYPES, tensors
+from ._validation import check_int, check_optional_int, check_order
+
+__all__ = ["like", "Dim"]
+
+_DEFAULT_MAX_SIDE = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Dim:
+    """A named size that varies between ``min`` and ``max`` elements (both inclusive), as
+    ``torch.export.Dim``; None takes :func:`like`'s ``min_side`` / ``max_side``.
+
+    Raises ``hypothesis.errors.InvalidArgument`` for an empty or non-str ``name``, a bound that is
+    not an int or is negative, and ``min > max``.
+    """
+
+    name: str
+    min: int | None = None
+    max: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgument(f"Dim name={self.name!r} must be a non-empty str")
+        check_optional_int(f"Dim({self.name!r}).min", self.min, minimum=0)
+        check_optional_int(f"Dim({self.name!r}).max", self.max, minimum=0)
+        check_order(f"Dim({self.name!r}).min", self.min, f"Dim({self.name!r}).max", self.max)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Symbol:
+    name: str
+    low: int
+    high: int
+    positions: tuple[tuple[int, int], ...]  # (input index, non-negative dim)
+
+
+def _duck(example: Sequence[Any]) -> dict[str, list[tuple[int, int]]]:
+    """Duck sizing, as torch.compile's ``ShapeEnv``: one symbol per distinct size above 1."""
+    vary: dict[str, list[tuple[int, int]]] = {}
+    for i, item in enumerate(example):
+        if isinstance(item, torch.Tensor):
+            for d, size in enumerate(item.shape):
+                if size > 1:
+                    vary.setdefault(f"s{size}", []).append((i, d))
+    return vary
+
+
+def _positions(name: str, value: Any, example: Sequence[Any]) -> tuple[tuple[int, int], ...]:
+    """Validate the positions of symbol ``name``; return them with non-negative dims."""
+    where = f"vary[{name!r}]={value!r}"
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise InvalidArgument(f"{where} must be a non-empty list of (input index, dim) pairs")
+    positions = []
+    for position in value:
+        if not isinstance(position, (tuple, list)) or len(position) != 2:
+            raise InvalidArgument(f"{where} holds {position!r}, not an (input index, dim) pair")
+        index, dim = position
+        check_int(f"{where}: input index", index, 0, len(example) - 1)
+        item = example[index]
+        if not isinstance(item, torch.Tensor):
+            raise InvalidArgument(f"{where}: example_inputs[{index}]={item!r} is not a tensor")
+        check_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
+        positions.append((index, dim % item.dim()))
+    sizes = {example[i].shape[d] for i, d in positions}
+    if len(sizes) > 1:
+        raise InvalidArgument(f"{where} ties dims of different sizes {sorted(sizes)} in example_inputs")
+    return tuple(positions)
+
+
+def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) -> tuple[_Symbol, ...]:
+    if vary is None:
+        return ()
+    if isinstance(vary, str):
+        if vary != "duck":
+            raise InvalidArgument(f"vary={vary!r} must be None, 'duck', or a mapping of names (or Dims) to positions")
+        vary = _duck(example)
+    if not isinstance(vary, Mapping):
+        raise InvalidArgument(f"vary={vary!r} must be None, 'duck', or a mapping of names (or Dims) to positions")
+    symbols: list[_Symbol] = []
+    owner: dict[tuple[int, int], str] = {}
+    for key, value in vary.items():
+        dim = Dim(key) if isinstance(key, str) else key
+        if not isinstance(dim, Dim):
+            raise InvalidArgument(f"vary key {key!r} must be a str or a Dim")
+        if any(symbol.name == dim.name for symbol in symbols):
+            raise InvalidArgument(f"vary names {dim.name!r} twice")
+        low = min_side if dim.min is None else dim.min
+        high = max_side if dim.max is None else dim.max
+        check_order(f"{dim.name} min", low, f"{dim.name} max", high)
+        positions = _positions(dim.name, value, example)
+        for position in positions:
+            if position in owner:
+                raise InvalidArgument(f"position {position!r} is in both {owner[position]!r} and {dim.name!r}")
+            owner[position] = dim.name
+        symbols.append(_Symbol(dim.name, low, high, positions))
+    return tuple(symbols)
+
+
+@st.composite
+def _inputs(draw: Any, example: tuple[Any, ...], symbols: tuple[_Symbol, ...]) -> tuple[Any, ...]:
+    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, torch.Tensor)}
+    for symbol in symbols:
+        size = draw(st.integers(symbol.low, symbol.high))
+        for index, dim in symbol.positions:
+            shapes[index][dim] = size
+    return tuple(
+        draw(tensors(item.dtype, tuple(shapes[i]))) if isinstance(item, torch.Tensor) else item
+        for i, item in enumerate(example)
+    )
+
+
+def like(
+    example_inputs: Sequence[Any],
+    *,
+    vary: Mapping[str | Dim, Sequence[tuple[int, int]]] | str | None = None,
+    min_side: int = 1,
+    max_side: int = _DEFAULT_MAX_SIDE,
+) -> st.SearchStrategy[tuple[Any, ...]]:
+    """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
+    ranks, sizes drawn along the dimensions ``vary`` names, values from
+    :func:`~pmverify.strategies.tensors` (CPU, contiguous; floats in [-2, 2]).
+
+    - ``example_inputs``: a tuple or list of tensors and other items (Python scalars...), as given to
+      ``register_replacement``. Items that are not tensors are passed through unchanged.
+    - ``vary``: which sizes vary; a dim that no symbol names keeps the example's size.
+
+      * ``None`` (default): nothing varies; only values are drawn. Example inputs of a pattern often
+        encode relations other than equality (split sizes, head counts), so varying is opt-in.
+      * a mapping from a symbol to the positions it sizes, each an ``(input index, dim)`` pair
+        (negative dims count from the end). A symbol is a name (sizes ``min_side`` .. ``max_side``)
+        or a :class:`Dim` with its own bounds. All positions of one symbol get the same drawn size.
+      * ``"duck"``: duck sizing, as torch.compile's ``ShapeEnv`` does it: every dim of size above 1
+        varies, dims with equal example sizes together; sizes 0 and 1 stay.
+
+    - ``min_side`` / ``max_side``: default bounds on a symbol's size, in elements (default 1..16).
+
+    Shrinks toward every symbol at its lower bound and all-zero tensors.
+
+    Raises ``hypothesis.errors.InvalidArgument`` when ``example_inputs`` is not a tuple or list or
+    holds a tensor of an unsupported dtype (see :data:`TENSOR_DTYPES`), ``vary`` is not one of the
+    forms above, a position is not an ``(int, int)`` pair, its input index is out of range or not a
+    tensor, its dim out of range, a position belongs to two symbols, one symbol ties dims of
+    different example sizes, a symbol is named twice, or a bound is not an int, negative, or below
+    its lower bound.
+
+    Example: for a norm pattern on ``(x[8, 16], weight[16], 1e-6)``::
+
+        like(example, vary={"tokens": [(0, 0)], Dim("hidden", min=4, max=64): [(0, -1), (1, 0)]})
+
+    draws ``(x[T, H], weight[H], 1e-6)`` with T in 1..16 and H in 4..64.
+    """
+    if not isinstance(example_inputs, (tuple, list)):
+        raise InvalidArgument(f"example_inputs={example_inputs!r} must be a tuple or list")
+    example = tuple(example_inputs)
+    for i, item in enumerate(example):
+        if isinstance(item, torch.Tensor) and item.dtype not in TENSOR_DTYPES:
+            raise InvalidArgument(f"example_inputs[{i}] has dtype {item.dtype}, which tensors() cannot draw")
+    check_int("min_side", min_side, minimum=0)
+    check_int("max_side", max_side, minimum=0)
+    check_order("min_side", min_side, "max_side", max_side)
+    return _inputs(example, _symbols(example, vary, min_side, max_side))

@@ -1,0 +1,80 @@
+"""Eager argument checks shared by the strategies: each raises ``InvalidArgument`` naming the
+argument and its value, as ``hypothesis.internal.validation`` does for Hypothesis' own strategies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+__all__ = [
+    "check_bool",
+    "check_int",
+    "check_optional_int",
+    "check_order",
+    "check_strategy",
+    "check_choices",
+    "check_dtypes",
+    "FLOAT_DTYPES",
+]
+
+#: Floating dtypes the strategies draw, simplest first.
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be a bool")
+
+
+def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> None:
+    """``value`` must be an int (not a bool) in [``minimum``, ``maximum``]."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be an int")
+    if minimum is not None and value < minimum:
+        raise InvalidArgument(f"{name}={value!r} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise InvalidArgument(f"{name}={value!r} must be at most {maximum}")
+
+
+def check_optional_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> None:
+    if value is not None:
+        check_int(name, value, minimum, maximum)
+
+
+def check_order(low_name: str, low: Any, high_name: str, high: Any) -> None:
+    """``low <= high`` when both are given (``min_nodes=5 is larger than max_nodes=2``)."""
+    if low is not None and high is not None and low > high:
+        raise InvalidArgument(f"{low_name}={low!r} is larger than {high_name}={high!r}")
+
+
+def check_strategy(name: str, value: Any) -> None:
+    if not isinstance(value, st.SearchStrategy):
+        raise InvalidArgument(f"{name}={value!r} must be a Hypothesis strategy")
+
+
+def check_choices(name: str, value: Any, allowed: Iterable[Any]) -> tuple[Any, ...]:
+    """``value`` must be a non-empty sequence (not a str) of members of ``allowed``; returns it as a
+    tuple without repeats, in the caller's order."""
+    allowed = tuple(allowed)
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, set, frozenset)):
+        raise InvalidArgument(f"{name}={value!r} must be a sequence drawn from {allowed}")
+    items = tuple(value)
+    if not items:
+        raise InvalidArgument(f"{name}={value!r} is empty")
+    for item in items:
+        if item not in allowed:
+            raise InvalidArgument(f"{name}={value!r} holds {item!r}, not one of {allowed}")
+    return tuple(dict.fromkeys(items))
+
+
+def check_dtypes(name: str, value: Any, allowed: Sequence[torch.dtype] = FLOAT_DTYPES) -> tuple[torch.dtype, ...]:
+    """``None`` → ``allowed``; else a non-empty sequence of torch dtypes from ``allowed``."""
+    if value is None:
+        return tuple(allowed)
+    if isinstance(value, torch.dtype):
+        raise InvalidArgument(f"{name}={value!r} must be a sequence of torch dtypes, e.g. [{value!r}]")
+    return check_choices(name, value, allowed)

@@ -1,0 +1,126 @@
+"""like: dtypes and ranks of the example are kept, declared relations hold, undeclared dims and
+non-tensor items are kept, sizes stay in bounds and shrink to the smallest; bad arguments."""
+
+import re
+
+import pytest
+import torch
+from _minimal import minimal
+from hypothesis import given, settings
+from hypothesis.errors import InvalidArgument
+
+from pmverify.strategies._like import Dim, like
+
+EPS = 1e-6
+#: An RMS-norm pattern's example inputs: x[tokens, hidden], weight[hidden], eps.
+NORM = (torch.empty(8, 16, dtype=torch.bfloat16), torch.empty(16), EPS)
+NORM_VARY = {"tokens": [(0, 0)], Dim("hidden", min=4, max=40): [(0, -1), (1, 0)]}
+
+
+@given(like(NORM, vary=NORM_VARY))
+def test_relations_dtypes_and_scalars_are_kept(inputs):
+    x, weight, eps = inputs
+    assert x.dtype == torch.bfloat16 and weight.dtype == torch.float32
+    assert x.dim() == 2 and weight.dim() == 1
+    assert x.shape[1] == weight.shape[0] and 4 <= weight.shape[0] <= 40
+    assert 1 <= x.shape[0] <= 16
+    assert eps is EPS
+    assert torch.isfinite(x).all() and (x.abs() <= 2).all()
+
+
+# Explicit examples: a qkv split pattern whose relations are not equalities (only tokens vary),
+# int64 index inputs, a dim tied within one tensor, zero-size bounds.
+_EXAMPLES = {
+    "qkv_tokens_only": (
+        (torch.empty(4, 24, dtype=torch.float16), torch.empty(8), torch.empty(8), 8, 1e-5),
+        {"tokens": [(0, 0)]},
+        lambda i: i[0].shape[1:] == (24,) and i[1].shape == i[2].shape == (8,) and i[3:] == (8, 1e-5),
+    ),
+    "int64_indices": (
+        (torch.zeros(5, dtype=torch.int64), torch.empty(5, 3)),
+        {"n": [(0, 0), (1, 0)]},
+        lambda i: i[0].dtype == torch.int64 and i[0].shape[0] == i[1].shape[0] and ((i[0] >= 0) & (i[0] < 8)).all(),
+    ),
+    "square_matrix": (
+        (torch.empty(6, 6), torch.empty(6)),
+        {"n": [(0, 0), (0, 1), (1, 0)]},
+        lambda i: i[0].shape[0] == i[0].shape[1] == i[1].shape[0],
+    ),
+    "zero_sizes": (
+        (torch.empty(3, 2),),
+        {Dim("rows", min=0, max=2): [(0, 0)]},
+        lambda i: i[0].shape[0] <= 2 and i[0].shape[1] == 2,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EXAMPLES))
+def test_relations_dtypes_and_scalars_are_kept_examples(name):
+    example, vary, holds = _EXAMPLES[name]
+
+    @settings(max_examples=10)
+    @given(like(example, vary=vary))
+    def check(inputs):
+        assert len(inputs) == len(example)
+        for got, want in zip(inputs, example, strict=True):
+            if isinstance(want, torch.Tensor):
+                assert got.dtype == want.dtype and got.dim() == want.dim()
+        assert holds(inputs)
+
+    check()
+
+
+@given(like(NORM))
+def test_nothing_varies_by_default(inputs):
+    assert [tuple(t.shape) for t in inputs[:2]] == [(8, 16), (16,)] and inputs[2] is EPS
+
+
+@given(like((torch.empty(4, 8, 1), torch.empty(8), torch.empty(4, 8)), vary="duck"))
+def test_duck_sizing_ties_equal_sizes(inputs):
+    x, w, y = inputs
+    assert x.shape[2] == 1  # sizes 1 stay
+    assert x.shape[1] == w.shape[0] == y.shape[1] and x.shape[0] == y.shape[0]
+
+
+def test_minimal_draw_has_the_smallest_sizes_and_zeros():
+    x, weight, eps = minimal(like(NORM, vary=NORM_VARY))
+    assert tuple(x.shape) == (1, 4) and tuple(weight.shape) == (4,) and eps is EPS
+    assert not x.any() and not weight.any()
+
+
+def test_sizes_vary():
+    x, _, _ = minimal(like(NORM, vary=NORM_VARY), lambda i: i[0].shape[0] > 8 and i[1].shape[0] > 20)
+    assert tuple(x.shape) == (9, 21)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: like(torch.empty(2)), "example_inputs=tensor"),
+        (lambda: like((torch.empty(2, dtype=torch.complex64),)), "example_inputs[0] has dtype torch.complex64"),
+        (lambda: like(NORM, vary="all"), "vary='all' must be None, 'duck', or a mapping"),
+        (lambda: like(NORM, vary=[(0, 0)]), "vary=[(0, 0)] must be None"),
+        (lambda: like(NORM, vary={"t": [(3, 0)]}), "vary['t']=[(3, 0)]: input index=3 must be at most 2"),
+        (lambda: like(NORM, vary={"t": [(-1, 0)]}), "input index=-1 must be at least 0"),
+        (lambda: like(NORM, vary={"t": [(2, 0)]}), "example_inputs[2]=1e-06 is not a tensor"),
+        (lambda: like(NORM, vary={"t": [(0, 2)]}), "vary['t']=[(0, 2)]: dim=2 must be at most 1"),
+        (lambda: like(NORM, vary={"t": [(0, -3)]}), "dim=-3 must be at least -2"),
+        (lambda: like(NORM, vary={"t": [(0, 0.5)]}), "dim=0.5 must be an int"),
+        (lambda: like(NORM, vary={"t": [0]}), "vary['t']=[0] holds 0, not an (input index, dim) pair"),
+        (lambda: like(NORM, vary={"t": []}), "vary['t']=[] must be a non-empty list"),
+        (lambda: like(NORM, vary={"t": [(0, 0), (0, 1)]}), "ties dims of different sizes [8, 16]"),
+        (lambda: like(NORM, vary={"a": [(0, 1)], "b": [(0, -1)]}), "position (0, 1) is in both 'a' and 'b'"),
+        (lambda: like(NORM, vary={"t": [(0, 0)], Dim("t"): [(1, 0)]}), "vary names 't' twice"),
+        (lambda: like(NORM, vary={3: [(0, 0)]}), "vary key 3 must be a str or a Dim"),
+        (lambda: like(NORM, vary={Dim("t", min=20): [(0, 0)]}), "t min=20 is larger than t max=16"),
+        (lambda: like(NORM, min_side=-1), "min_side=-1 must be at least 0"),
+        (lambda: like(NORM, min_side=5, max_side=4), "min_side=5 is larger than max_side=4"),
+        (lambda: like(NORM, max_side=2.0), "max_side=2.0 must be an int"),
+        (lambda: Dim(""), "Dim name='' must be a non-empty str"),
+        (lambda: Dim("t", min=-1), "Dim('t').min=-1 must be at least 0"),
+        (lambda: Dim("t", min=4, max=2), "Dim('t').min=4 is larger than Dim('t').max=2"),
+    ],
+)
+def test_bad_arguments(build, message):
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        build()
