@@ -2,7 +2,12 @@
 
 Direct mode deep-copies the case's graph, propagates fake tensors through it in one
 ``FakeTensorMode`` (so every node carries ``meta["val"]`` from the same mode, as in Inductor's
-post-grad passes), runs the pass on the copy's graph and recompiles it. The pass may be:
+post-grad passes), runs the pass on the copy's graph, sorts it with Inductor's
+``stable_topological_sort`` (as ``post_grad_passes`` does right after ``post_grad_custom_post_pass``,
+and vLLM's ``PostCleanupPass`` after its fusions: the pattern matcher does not promise a sorted
+graph, e.g. a multi-output replacement goes before the first output, ahead of a late input) and
+recompiles it. A graph that cannot be sorted (a cycle) is left as the pass left it, for the
+structure oracle to report. The pass may be:
 
 - anything with ``__call__(torch.fx.Graph)`` (Inductor's ``CustomGraphPass``, vLLM's passes);
 - a ``PatternMatcherPass`` (called through ``.apply``);
@@ -25,7 +30,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ._case import GraphCase
 
-__all__ = ["RunPair", "apply_direct", "build_pass", "run_pass", "propagate_fake"]
+__all__ = ["RunPair", "apply_direct", "build_pass", "run_pass", "propagate_fake", "sort_like_inductor"]
 
 
 @dataclasses.dataclass
@@ -40,6 +45,8 @@ class RunPair:
     - ``error``: the formatted traceback when the pass raised, else None.
     - ``elapsed_s``: seconds spent in the pass.
     - ``error_summary``: the exception the pass raised, whole, with where it was raised; else None.
+    - ``resorted``: whether the pass left the graph out of topological order (sorted afterwards as
+      Inductor does, when it has no cycle).
     """
 
     case: GraphCase
@@ -50,6 +57,44 @@ class RunPair:
     error: str | None
     elapsed_s: float
     error_summary: str | None = None
+    resorted: bool = False
+
+
+def _out_of_order(graph: torch.fx.Graph) -> bool:
+    seen: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if any(arg not in seen for arg in node.all_input_nodes):
+            return True
+        seen.add(node)
+    return False
+
+
+def _acyclic(graph: torch.fx.Graph) -> bool:
+    """Kahn's algorithm over the data edges."""
+    pending = {node: len(set(node.all_input_nodes)) for node in graph.nodes}
+    ready = [node for node, count in pending.items() if count == 0]
+    done = 0
+    while ready:
+        node = ready.pop()
+        done += 1
+        for user in node.users:
+            if user in pending:
+                pending[user] -= 1
+                if pending[user] == 0:
+                    ready.append(user)
+    return done == len(pending)
+
+
+def sort_like_inductor(graph: torch.fx.Graph) -> bool:
+    """Sort ``graph`` as Inductor does after custom post-grad passes; return whether the pass had
+    left it out of topological order. A graph with a cycle is left unchanged."""
+    if not _out_of_order(graph):
+        return False
+    if _acyclic(graph):
+        from torch._inductor.pattern_matcher import stable_topological_sort
+
+        stable_topological_sort(graph)
+    return True
 
 
 def build_pass(pass_: Any, case: GraphCase) -> Any:
@@ -111,6 +156,7 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
     try:
         with quiet_fake_tensor_errors():
             count = run_pass(pass_obj, after.graph)
+        resorted = sort_like_inductor(after.graph)
         after.recompile()
     except Exception as exc:  # noqa: BLE001 - a raising pass is a finding, reported by check_case
         frame = traceback.extract_tb(exc.__traceback__)[-1]
@@ -118,4 +164,4 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
         return RunPair(
             case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start, summary
         )
-    return RunPair(case, case.gm, after, pass_obj, count, None, time.perf_counter() - start)
+    return RunPair(case, case.gm, after, pass_obj, count, None, time.perf_counter() - start, resorted=resorted)

@@ -20,14 +20,16 @@ class PlantedInstance:
 
     - ``pattern``: the name of the rewrite it is an instance of (``"qk_norm"``, ``"rms_norm"``...).
     - ``nodes``: names of the graph nodes that compute it (inputs excluded), in graph order.
-    - ``must_match``: whether a correct pass must rewrite it.
-    - ``reason``: why it must not match (``"eps"``, ``"split_sizes"``, ``"dtype"``...); None when
-      it must.
+    - ``must_match``: True when a correct pass must rewrite it, False when it must leave it alone,
+      None when either is correct (e.g. an instance whose output is unused: dead code a pass may
+      rewrite or ignore, but must not break).
+    - ``reason``: why it is not a plain must-match instance (``"eps"``, ``"split_sizes"``,
+      ``"dtype"``, ``"mutation_inside"``, ``"unused"``...); None when it must match.
     """
 
     pattern: str
     nodes: tuple[str, ...]
-    must_match: bool
+    must_match: bool | None
     reason: str | None = None
 
 
@@ -53,6 +55,8 @@ class GraphCase:
     - ``pass_config``: what a pass class is built with for this case (``verify(PassClass, ...)``
       builds ``PassClass(case.pass_config)``); None when the pass is given built.
     - ``label``: a short human description, shown in reports.
+    - ``placements``: for a tensor-parallel case, one ``torch.distributed.tensor`` placement per
+      graph input (``Replicate()`` or ``Shard(dim)``: how the rank tuples relate); None otherwise.
 
     Raises ``ValueError`` when ``inputs`` does not hold ``tp_world`` tuples or ``form`` is unknown.
     """
@@ -65,6 +69,7 @@ class GraphCase:
     mutations: tuple[MutationSite, ...] = ()
     pass_config: Any = None
     label: str = ""
+    placements: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:
@@ -86,7 +91,7 @@ class GraphCase:
     @property
     def expected_matches(self) -> int:
         """How many planted instances a correct pass rewrites."""
-        return sum(instance.must_match for instance in self.planted)
+        return sum(instance.must_match is True for instance in self.planted)
 
     def __repr__(self) -> str:
         shapes = ", ".join(

@@ -56,10 +56,14 @@ def case_events(result: CaseResult) -> list[str]:
     """Labels of what a case exercised, for Hypothesis' statistics (``event()``)."""
     labels = [f"matches: {result.matches}"]
     for instance, matched in zip(result.case.planted, result.matched, strict=True):
-        if instance.must_match:
+        if instance.must_match is True:
             labels.append(f"{instance.pattern}: {'matched' if matched else 'NOT matched'}")
+        elif instance.must_match is None:
+            labels.append(f"{instance.reason or 'may match'}: {'matched' if matched else 'left alone'}")
         else:
             labels.append(f"near miss {instance.reason}: {'wrongly matched' if matched else 'rejected'}")
+    if result.pair.resorted:
+        labels.append("pass left the graph unsorted (stable_topological_sort ran after it)")
     labels += [f"violation: {v.oracle}" for v in result.violations]
     return labels
 

@@ -2,7 +2,7 @@
 
 For each planted instance of the case (``GraphCase.planted``): a must-match instance is matched
 when none of its compute nodes is left in the rewritten graph; a must-not-match instance is
-untouched when all of them are. View nodes (``getitem``, ``split``, ``slice``, ``view``... any aten
+untouched when all of them are; an instance with ``must_match=None`` (dead code) is not judged. View nodes (``getitem``, ``split``, ``slice``, ``view``... any aten
 overload whose schema aliases its input) are not judged: a correct replacement may keep or rebuild
 them (e.g. the slice that yields v). "Silently never matches" is a finding, as is a match on a near
 miss.
@@ -48,7 +48,7 @@ def check(pair: Any) -> list[Violation]:
     for instance in pair.case.planted:
         judged = _compute_nodes(pair, instance)
         gone = [name for name in judged if name not in left]
-        if instance.must_match and len(gone) != len(judged):
+        if instance.must_match is True and len(gone) != len(judged):
             kept = tuple(name for name in judged if name in left)
             violations.append(
                 Violation(
@@ -58,7 +58,7 @@ def check(pair: Any) -> list[Violation]:
                     kept,
                 )
             )
-        elif not instance.must_match and gone:
+        elif instance.must_match is False and gone:
             violations.append(
                 Violation(
                     "expectations",
