@@ -107,14 +107,26 @@ def _oracle_recipe(oracles: Sequence[Any] | None, imports: set[str]) -> str:
     return "[" + ", ".join(items) + "]"
 
 
+#: Namespaces of ops registered by a pmverify module, imported by a script that uses them.
+_OP_MODULES = {"pmverify_testing": "import pmverify.strategies._custom_ops  # registers torch.ops.pmverify_testing"}
+
+
+def _overload(target: torch._ops.OpOverload, imports: set[str]) -> str:
+    namespace, name = target._schema.name.split("::")
+    if namespace in _OP_MODULES:
+        imports.add(_OP_MODULES[namespace])
+    return f"torch.ops.{namespace}.{name}.{target._overloadname}"
+
+
 def _target(target: Any, imports: set[str]) -> str:
     if isinstance(target, torch._ops.OpOverload):
-        namespace, name = target._schema.name.split("::")
-        return f"torch.ops.{namespace}.{name}.{target._overloadname}"
+        return _overload(target, imports)
     if isinstance(target, torch._ops.HigherOrderOperator):
+        if target.name() in ("auto_functionalized", "auto_functionalized_v2"):
+            return f"torch.ops.higher_order.{target.name()}"
         line, expr = _import_of(type(target))
         imports.add(line)
-        return f"{expr}()" if target.name() not in ("auto_functionalized", "auto_functionalized_v2") else expr
+        return f"{expr}()"
     if target is operator.getitem:
         return "operator.getitem"
     line, expr = _import_of(target)
@@ -122,18 +134,20 @@ def _target(target: Any, imports: set[str]) -> str:
     return expr
 
 
-def _arg(value: Any) -> str:
+def _arg(value: Any, imports: set[str] | None = None) -> str:
     if isinstance(value, torch.fx.Node):
         return f"N[{value.name!r}]"
+    if isinstance(value, torch._ops.OpOverload):  # auto_functionalized's op
+        return _overload(value, set() if imports is None else imports)
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return repr(value)
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
     if isinstance(value, (list, tuple)):
-        inner = ", ".join(_arg(v) for v in value)
+        inner = ", ".join(_arg(v, imports) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_arg(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k!r}: {_arg(v, imports)}" for k, v in value.items()) + "}"
     if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return str(value)
     if isinstance(value, torch.device):
@@ -149,8 +163,8 @@ def _graph_source(gm: torch.fx.GraphModule, imports: set[str]) -> str:
             continue
         target = repr(node.target) if node.op == "placeholder" else _target(node.target, imports)
         lines.append(
-            f"    N[{node.name!r}] = g.create_node({node.op!r}, {target}, {_arg(tuple(node.args))}, "
-            f"{_arg(dict(node.kwargs))}, name={node.name!r})"
+            f"    N[{node.name!r}] = g.create_node({node.op!r}, {target}, {_arg(tuple(node.args), imports)}, "
+            f"{_arg(dict(node.kwargs), imports)}, name={node.name!r})"
         )
     lines.append("    return torch.fx.GraphModule(torch.nn.Module(), g)")
     return "\n".join(lines)
@@ -218,6 +232,7 @@ def render(
         "",
         "from pmverify import GraphCase, check_case",
         "from pmverify._case import MutationSite, PlantedInstance",
+        *(["from torch.distributed.tensor import Replicate, Shard"] if case.placements is not None else []),
         *sorted(imports),
         "",
         graph,
@@ -236,6 +251,7 @@ def render(
         f"    mutations={case.mutations!r},",
         f"    pass_config={config[1]},",
         f"    label={case.label!r},",
+        *([f"    placements={case.placements!r},"] if case.placements is not None else []),
         ")",
         "",
         pass_source,

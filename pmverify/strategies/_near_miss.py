@@ -1,0 +1,275 @@
+"""Tracing a pattern as ``register_replacement`` does, and deriving near misses from the trace.
+
+A near miss is the traced pattern graph with one thing changed that Inductor's pattern matcher
+compares literally (``register_replacement`` re-traces its search function on the matched inputs
+and compares the literals exactly), so a pass registered for the pattern must not match it:
+
+- ``"constant"``: a float scalar argument (eps, a multiplier) doubled, or an int ``exponent`` /
+  ``other`` / ``alpha`` / ``value`` argument raised by one;
+- ``"dim"``: the ``dim`` argument of a reduction or other op moved to another dimension;
+- ``"split_sizes"``: one element moved across a boundary of a ``split_with_sizes`` (same total);
+- ``"dtype"``: the pattern traced on its float inputs cast to another float dtype. Inductor's
+  ``register_replacement`` matches it (its check re-traces the search function on the matched
+  inputs), unless the pass's ``extra_check`` restricts dtypes; so either is correct
+  (``must_match=None``), and the semantics oracle judges a pass that rewrites it;
+- ``"extra_user"``: an intermediate (not an output) of the instance given a user outside it
+  (``fx_to_pattern`` records every pattern node's user count, outputs excepted);
+- ``"unused"``: no output of the instance is used. Inductor matches dead instances (outputs are
+  exempt from the user count), so a correct pass may rewrite it or not: ``must_match=None``.
+
+A changed graph is kept only when it still runs on the drawn inputs and stays finite where the
+original was, so the strategy never draws an invalid case; a kind with no valid change for a
+pattern is skipped.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._guards import TracingContext, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ._validation import FLOAT_DTYPES
+
+__all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants", "flat_nodes"]
+
+#: Near-miss kinds, in the order shrinking prefers them.
+NEAR_MISS_KINDS = ("constant", "dim", "split_sizes", "dtype", "extra_user", "unused")
+
+_INT_CONSTANT_ARGS = ("exponent", "other", "alpha", "value", "scalar")
+
+
+@dataclasses.dataclass(frozen=True)
+class Traced:
+    """One instance ready to splice: the (possibly changed) pattern graph and what it runs on.
+
+    - ``gm``: the traced graph; its placeholders take ``args`` in order.
+    - ``must_match`` / ``reason``: the ground truth (see :class:`pmverify.PlantedInstance`).
+    - ``extra_user``: name of the intermediate of ``gm`` to give a user outside the instance.
+    - ``unused``: whether the instance's outputs are left unused.
+    """
+
+    gm: torch.fx.GraphModule
+    args: tuple[Any, ...]
+    must_match: bool | None = True
+    reason: str | None = None
+    extra_user: str | None = None
+    unused: bool = False
+
+
+_TRACES: collections.OrderedDict[Any, torch.fx.GraphModule] = collections.OrderedDict()
+_TRACE_CACHE_SIZE = 512
+
+
+def _arg_key(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype, value.device.type)
+    return ("value", type(value).__name__, repr(value))
+
+
+def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[..., Any] | None = None):
+    """Trace ``pattern`` on ``args`` with ``trace_fn`` (default Inductor's ``fwd_only``, the tracer
+    ``register_replacement`` uses) in one fake mode, so every node has ``meta["val"]``.
+
+    Traces are memoised on the pattern, the tracer and the inputs' shapes, strides and dtypes (as
+    ``register_replacement`` assumes, a pattern's trace does not depend on input values): shrinking
+    re-draws the same shapes hundreds of times. Callers must not mutate the returned graph."""
+    key = (pattern, trace_fn, tuple(_arg_key(a) for a in args))
+    try:
+        gm = _TRACES.pop(key)
+    except TypeError:  # an unhashable pattern or tracer: no memo
+        key = None
+    except KeyError:
+        gm = None
+    else:
+        _TRACES[key] = gm
+        return gm
+    if trace_fn is None:
+        from torch._inductor.pattern_matcher import fwd_only as trace_fn
+    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+        gm = trace_fn(pattern, list(args))
+    if key is not None:
+        _TRACES[key] = gm
+        while len(_TRACES) > _TRACE_CACHE_SIZE:
+            _TRACES.popitem(last=False)
+    return gm
+
+
+def _normalise(value: Any, index: dict[torch.fx.Node, int]) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return ("node", index.get(value))
+    if isinstance(value, (list, tuple)):
+        return tuple(_normalise(v, index) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _normalise(v, index)) for k, v in value.items()))
+    return (type(value).__name__, repr(value))
+
+
+def signature(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
+    """What Inductor's pattern matcher compares: op targets, wiring and literal arguments."""
+    index = {node: i for i, node in enumerate(gm.graph.nodes)}
+    return tuple(
+        (node.op, str(node.target), _normalise(node.args, index), _normalise(node.kwargs, index))
+        for node in gm.graph.nodes
+        if node.op != "placeholder"
+    )
+
+
+def _flat_outputs(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat_outputs(v)]
+    return []
+
+
+def _runs(gm: torch.fx.GraphModule, args: Sequence[Any], finite: bool) -> bool:
+    """Whether ``gm`` runs on clones of ``args`` (and stays finite when ``finite``)."""
+    try:
+        out = _flat_outputs(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+    except Exception:
+        return False
+    return not finite or all(bool(t.isfinite().all()) for t in out if t.is_floating_point())
+
+
+def _all_finite(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
+    return _runs(gm, args, True)
+
+
+def _schema_names(node: torch.fx.Node) -> list[str]:
+    schema = getattr(node.target, "_schema", None)
+    return [a.name for a in schema.arguments] if schema is not None else []
+
+
+def _rank(node: torch.fx.Node) -> int | None:
+    first = node.args[0] if node.args else None
+    val = first.meta.get("val") if isinstance(first, torch.fx.Node) else None
+    return val.dim() if isinstance(val, torch.Tensor) else None
+
+
+def _edits(gm: torch.fx.GraphModule, kind: str) -> list[tuple[int, int | str, Any]]:
+    """Candidate changes ``(node index, arg position or kwarg name, new value)`` of one kind."""
+    edits = []
+    for i, node in enumerate(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        names = _schema_names(node)
+        slots = [(pos, value, names[pos] if pos < len(names) else "") for pos, value in enumerate(node.args)]
+        slots += [(key, value, key) for key, value in node.kwargs.items()]
+        for slot, value, name in slots:
+            if isinstance(value, bool) or isinstance(value, torch.fx.Node):
+                continue
+            if kind == "constant":
+                if isinstance(value, float):
+                    edits.append((i, slot, value * 2 if value != 0 else 1.0))
+                elif isinstance(value, int) and name in _INT_CONSTANT_ARGS:
+                    edits.append((i, slot, value + 1))
+            elif kind == "dim" and name == "dim":
+                rank = _rank(node)
+                if rank is None or rank < 2:
+                    continue
+                dims = list(value) if isinstance(value, (list, tuple)) else [value]
+                if not all(isinstance(d, int) for d in dims):
+                    continue
+                used = {d % rank for d in dims}
+                for other in range(rank):
+                    if other not in used:
+                        moved = [other, *dims[1:]]
+                        edits.append((i, slot, moved if isinstance(value, (list, tuple)) else other))
+                        break
+            elif kind == "split_sizes" and name == "split_sizes" and isinstance(value, (list, tuple)):
+                for j in range(len(value) - 1):
+                    for step in (1, -1):
+                        sizes = list(value)
+                        sizes[j] += step
+                        sizes[j + 1] -= step
+                        if min(sizes) >= 1:
+                            edits.append((i, slot, sizes))
+    return edits
+
+
+def _apply_edit(gm: torch.fx.GraphModule, edit: tuple[int, int | str, Any]) -> torch.fx.GraphModule:
+    graph = copy.deepcopy(gm.graph)
+    node = list(graph.nodes)[edit[0]]
+    if isinstance(edit[1], int):
+        args = list(node.args)
+        args[edit[1]] = edit[2]
+        node.args = tuple(args)
+    else:
+        node.kwargs = {**node.kwargs, edit[1]: edit[2]}
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _edited(base: Traced, kind: str, pick: Callable[[int], int]) -> Traced | None:
+    finite = _all_finite(base.gm, base.args)
+    edits = _edits(base.gm, kind)
+    while edits:
+        edit = edits.pop(pick(len(edits)))
+        gm = _apply_edit(base.gm, edit)
+        if _runs(gm, base.args, finite):
+            return Traced(gm, base.args, False, kind)
+    return None
+
+
+def _other_dtype(pattern: Callable[..., Any], base: Traced, trace_fn: Any, pick: Callable[[int], int]) -> Traced | None:
+    floats = [a.dtype for a in base.args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    if not floats:
+        return None
+    first = floats[0]
+    others = [d for d in FLOAT_DTYPES if d != first]
+    original = signature(base.gm)
+    while others:
+        dtype = others.pop(pick(len(others)))
+        args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.dtype == first else a for a in base.args)
+        try:
+            gm = trace(pattern, args, trace_fn)
+        except Exception:
+            continue
+        if signature(gm) != original and _runs(gm, args, True):
+            return Traced(gm, args, None, "dtype")
+    return None
+
+
+def _intermediates(gm: torch.fx.GraphModule) -> list[str]:
+    output = next(iter(gm.graph.find_nodes(op="output")))
+    outputs = {n for n in flat_nodes(output.args[0])}
+    return [
+        node.name
+        for node in gm.graph.nodes
+        if node.op == "call_function" and node not in outputs and isinstance(node.meta.get("val"), torch.Tensor)
+    ]
+
+
+def flat_nodes(value: Any) -> list[torch.fx.Node]:
+    """The nodes in an FX argument (a node, or nested lists/tuples of them), in order."""
+    if isinstance(value, torch.fx.Node):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in flat_nodes(v)]
+    return []
+
+
+def variants(
+    pattern: Callable[..., Any], base: Traced, kind: str, trace_fn: Any, pick: Callable[[int], int]
+) -> Traced | None:
+    """The near miss of ``kind`` of the traced instance ``base``, or None when the pattern has no
+    valid one. ``pick(n)`` chooses among ``n`` candidates (a Hypothesis draw, shrinking to 0)."""
+    if kind in ("constant", "dim", "split_sizes"):
+        return _edited(base, kind, pick)
+    if kind == "dtype":
+        return _other_dtype(pattern, base, trace_fn, pick)
+    if kind == "extra_user":
+        names = _intermediates(base.gm)
+        return (
+            dataclasses.replace(base, must_match=False, reason=kind, extra_user=names[pick(len(names))])
+            if names
+            else None
+        )
+    if kind == "unused":
+        return dataclasses.replace(base, must_match=None, reason=kind, unused=True)
+    raise ValueError(f"kind={kind!r} is not one of {NEAR_MISS_KINDS}")

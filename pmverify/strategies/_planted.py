@@ -1,0 +1,325 @@
+"""``planted``: instances of a pattern spliced into random context graphs, with ground truth.
+
+A case is drawn in four steps:
+
+1. the number of instances, then a context :class:`~pmverify.GraphCase` (from ``context``; none at
+   all, the simplest, when there is at least one instance);
+2. per instance: inputs from ``inputs``, a trace of the pattern on them (Inductor's ``fwd_only``, as
+   ``register_replacement`` traces its search function), and a kind: a plain instance or a near miss
+   (:mod:`._near_miss`);
+3. per instance input: a placeholder used directly, or a placeholder turned into the input by a
+   *late producer* (``clone``, or ``view`` of a flat input) placed right before the input's first
+   use inside the instance; per instance output: returned directly, or through a *consumer*
+   (``neg``) placed right after it, so a replacement inserted at the wrong place breaks the graph;
+4. a layout: each instance's steps are inserted, in order, at random positions among the context
+   nodes and earlier instances (offsets shrink to 0: contiguous, at the start).
+
+Instances share no value with the context or each other, so every interleaving is a topological
+order and the case is valid by construction: the strategy never filters (0 % rejections in
+Hypothesis statistics, e.g. ``pytest tests/strategies/test_planted.py --hypothesis-show-statistics``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from .._apply import propagate_fake
+from .._case import GraphCase, PlantedInstance
+from ._near_miss import NEAR_MISS_KINDS, Traced, flat_nodes, trace, variants
+from ._validation import check_choices, check_int, check_order, check_strategy
+
+__all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
+
+#: How an instance input reaches the instance, simplest first.
+PRODUCERS = (None, "clone", "view")
+_DEFAULT_MAX_INSTANCES = 3
+
+
+@dataclasses.dataclass
+class _Step:
+    """One node to create in the spliced graph: ``source`` is the node's graph ("ctx" or an
+    instance index), ``node`` the node to copy (or None for producers/consumers/extra users)."""
+
+    source: Any
+    node: torch.fx.Node | None
+    kind: str = "copy"  # copy | producer | consumer | extra_user
+    arg: Any = None  # producer: (placeholder node, how); consumer/extra user: the node it reads
+
+
+def _pattern_name(pattern: Callable[..., Any]) -> str:
+    name = getattr(pattern, "__name__", type(pattern).__name__)
+    return name.removesuffix("_pattern") if name != "_pattern" else name
+
+
+def _instance_steps(draw: Any, i: int, inst: Traced) -> tuple[list[_Step], list[torch.fx.Node]]:
+    """The steps of instance ``i`` in order, and its output nodes (before splicing)."""
+    graph = inst.gm.graph
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    how = {
+        ph: draw(st.sampled_from(PRODUCERS))
+        for ph, value in zip(placeholders, inst.args, strict=True)
+        if isinstance(value, torch.Tensor) and ph.users
+    }
+    output = next(iter(graph.find_nodes(op="output")))
+    outputs = list(dict.fromkeys(n for n in flat_nodes(output.args[0]) if n.op != "placeholder"))
+    consumed = {} if inst.unused else {out: draw(st.booleans()) for out in outputs}
+    steps: list[_Step] = []
+    produced: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        for ph in node.all_input_nodes:
+            if how.get(ph) and ph not in produced:
+                produced.add(ph)
+                steps.append(_Step(i, None, "producer", (ph, how[ph])))
+        steps.append(_Step(i, node))
+        if node.name == inst.extra_user:
+            steps.append(_Step(i, None, "extra_user", node))
+        if consumed.get(node):
+            steps.append(_Step(i, None, "consumer", node))
+    return steps, ([] if inst.unused else outputs)
+
+
+def _layout(draw: Any, context_steps: list[_Step], sequences: list[list[_Step]]) -> list[_Step]:
+    """Insert each sequence, in order, among the steps placed so far; offsets shrink to 0."""
+    merged = list(context_steps)
+    for seq in sequences:
+        pos = draw(st.integers(0, len(merged))) if merged else 0
+        for step in seq:
+            merged.insert(pos, step)
+            pos += 1
+            if pos < len(merged):
+                pos += draw(st.integers(0, len(merged) - pos))
+    return merged
+
+
+def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Traced]) -> tuple[Any, ...]:
+    """Build the spliced graph: returns (graph module, inputs, planted records)."""
+    graph = torch.fx.Graph()
+    env: dict[Any, dict[torch.fx.Node, Any]] = {}
+    values: list[Any] = []
+    ctx_out: list[torch.fx.Node] = []
+    context_steps: list[_Step] = []
+    if context is not None:
+        env["ctx"] = {}
+        for ph, value in zip(context.gm.graph.find_nodes(op="placeholder"), context.inputs[0], strict=True):
+            env["ctx"][ph] = graph.placeholder(ph.name)
+            values.append(value)
+        for node in context.gm.graph.nodes:
+            if node.op == "output":
+                ctx_out = flat_nodes(node.args[0])
+            elif node.op != "placeholder":
+                context_steps.append(_Step("ctx", node))
+
+    sequences, outputs, flat_inputs = [], [], {}
+    for i, inst in enumerate(instances):
+        env[i] = {}
+        steps, outs = _instance_steps(draw, i, inst)
+        for ph, value in zip(inst.gm.graph.find_nodes(op="placeholder"), inst.args, strict=True):
+            if not isinstance(value, torch.Tensor):
+                env[i][ph] = value
+                continue
+            if not ph.users:
+                continue
+            env[i][ph] = graph.placeholder(f"{name}{i}_{ph.name}")
+            flat = any(s.kind == "producer" and s.arg == (ph, "view") for s in steps)
+            flat_inputs[env[i][ph]] = flat
+            values.append(value.reshape(-1).clone() if flat else value)
+        sequences.append(steps)
+        outputs.append(outs)
+
+    new_names: dict[Any, dict[torch.fx.Node, torch.fx.Node]] = {i: {} for i in range(len(instances))}
+    finals: dict[tuple[int, torch.fx.Node], torch.fx.Node] = {}
+    extra_outputs: list[torch.fx.Node] = []
+    for step in _layout(draw, context_steps, sequences):
+        local = env[step.source]
+        if step.kind == "copy":
+            new = graph.node_copy(step.node, lambda n, local=local: local[n])
+            local[step.node] = new
+            if step.source != "ctx":
+                new_names[step.source][step.node] = new
+                finals[(step.source, step.node)] = new
+        elif step.kind == "producer":
+            ph, how = step.arg
+            source = local[ph]
+            shape = list(instances[step.source].args[_index(instances[step.source], ph)].shape)
+            target = torch.ops.aten.view.default if how == "view" else torch.ops.aten.clone.default
+            local[ph] = graph.call_function(target, (source, shape) if how == "view" else (source,))
+        elif step.kind == "consumer":
+            finals[(step.source, step.arg)] = graph.call_function(torch.ops.aten.neg.default, (local[step.arg],))
+        else:  # extra_user
+            extra_outputs.append(graph.call_function(torch.ops.aten.clone.default, (local[step.arg],)))
+
+    returned = [env["ctx"][n] for n in ctx_out] if context is not None else []
+    for i, outs in enumerate(outputs):
+        returned += [finals[(i, out)] for out in outs]
+    returned += extra_outputs
+    graph.output(tuple(returned))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+
+    records = []
+    if context is not None:
+        rename = {node.name: env["ctx"][node].name for node in env["ctx"]}
+        records += [dataclasses.replace(p, nodes=tuple(rename[n] for n in p.nodes)) for p in context.planted]
+    for i, inst in enumerate(instances):
+        names = tuple(new_names[i][n].name for n in inst.gm.graph.nodes if n in new_names[i])
+        records.append(PlantedInstance(name, names, inst.must_match, inst.reason))
+    return gm, tuple(values), tuple(records)
+
+
+def _index(inst: Traced, ph: torch.fx.Node) -> int:
+    return list(inst.gm.graph.find_nodes(op="placeholder")).index(ph)
+
+
+@st.composite
+def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
+    pattern, trace_fn, name = spec["pattern"], spec["trace_fn"], spec["name"]
+    count = draw(st.integers(spec["min_instances"], spec["max_instances"]))
+    context = None
+    if count == 0 or draw(st.booleans()):
+        context = draw(spec["context"])
+        if not isinstance(context, GraphCase) or context.tp_world != 1 or context.form != "functional":
+            raise InvalidArgument(f"context drew {context!r}; it must draw functional GraphCases with tp_world=1")
+    instances = []
+    for _ in range(count):
+        args = tuple(draw(spec["inputs"]))
+        try:
+            base = Traced(trace(pattern, args, trace_fn), args)
+        except Exception as exc:
+            raise InvalidArgument(f"pattern={pattern!r} does not trace on inputs {_describe(args)}: {exc}") from exc
+        if not any(n.op == "call_function" for n in base.gm.graph.nodes):
+            raise InvalidArgument(f"pattern={pattern!r} traces to a graph without ops on inputs {_describe(args)}")
+        # Half the instances are plain (False shrinks first), the others one near-miss kind each.
+        kind = draw(st.sampled_from(spec["kinds"])) if spec["kinds"] and draw(st.booleans()) else None
+        chosen = base
+        if kind is not None:
+            start = spec["kinds"].index(kind)
+            for k in spec["kinds"][start:] + spec["kinds"][:start]:  # fall through to the next kind
+                variant = variants(pattern, base, k, trace_fn, lambda n: draw(st.integers(0, n - 1)))
+                if variant is not None:
+                    chosen = variant
+                    break
+        instances.append(chosen)
+    gm, inputs, records = _splice(draw, name, context, instances)
+    propagate_fake(gm, inputs)
+    kinds = [inst.reason or "plain" for inst in instances]
+    label = f"planted {name} x{count} ({', '.join(kinds) or 'none'})"
+    if context is not None:
+        label += f" in {sum(1 for n in context.gm.graph.nodes if n.op == 'call_function')}-op context"
+    pass_config = spec["pass_config"] if spec["pass_config"] is not None else getattr(context, "pass_config", None)
+    return GraphCase(gm, [inputs], tp_world=1, form="functional", planted=records, pass_config=pass_config, label=label)
+
+
+def _describe(args: Sequence[Any]) -> str:
+    return (
+        "("
+        + ", ".join(
+            f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}" if isinstance(a, torch.Tensor) else repr(a)
+            for a in args
+        )
+        + ")"
+    )
+
+
+def planted(
+    pattern: Callable[..., Any],
+    inputs: st.SearchStrategy[Sequence[Any]],
+    *,
+    context: st.SearchStrategy[GraphCase] | None = None,
+    min_instances: int = 0,
+    max_instances: int = _DEFAULT_MAX_INSTANCES,
+    near_misses: bool | Sequence[str] = True,
+    trace_fn: Callable[..., Any] | None = None,
+    pass_config: Any = None,
+    name: str | None = None,
+) -> st.SearchStrategy[GraphCase]:
+    """Return a strategy for :class:`~pmverify.GraphCase` graphs with instances of ``pattern``
+    spliced into random context graphs, and the ground truth of each instance.
+
+    - ``pattern``: a plain function of tensors (and Python scalars), as given to Inductor's
+      ``register_replacement`` as its search function. It is traced on every drawn input tuple.
+    - ``inputs``: a strategy of input tuples for ``pattern`` (e.g. :func:`like` of the example
+      inputs given to ``register_replacement``). A correct pass must match ``pattern`` on every
+      tuple it draws: restrict it to the shapes and dtypes the pass claims.
+    - ``context``: a strategy of functional, single-rank cases to splice into; default
+      :func:`fx_graphs`. Its planted instances, if any, are kept (renamed). A case with at least one
+      instance may have no context at all (the simplest).
+    - ``min_instances`` / ``max_instances``: bounds on the instances per case (default 0..3); a case
+      with none is a context graph only (a pass must not match anything there).
+    - ``near_misses``: True (all of :data:`NEAR_MISS_KINDS`), False (none), or a sequence of kinds
+      to draw from: ``"constant"``, ``"dim"``, ``"split_sizes"`` and ``"extra_user"`` near misses
+      must not match (``must_match=False``); a ``"dtype"`` instance (the pattern on another float
+      dtype) and an ``"unused"`` one (dead code) may match or not (``must_match=None``): the
+      semantics oracle judges a pass that rewrites them. Drop a kind your pass does not compare literally (e.g.
+      ``"constant"`` for a scalar given through ``scalar_workaround``). A kind a pattern has no valid
+      near miss of falls through to the next kind, then to a plain instance.
+    - ``trace_fn``: how to trace ``pattern`` (default ``torch._inductor.pattern_matcher.fwd_only``,
+      as ``register_replacement``).
+    - ``pass_config``: set as every case's ``pass_config`` (what ``verify(PassClass, ...)`` builds
+      the pass with); default the context case's.
+    - ``name``: the pattern name in the ground truth (default ``pattern.__name__`` without a
+      ``_pattern`` suffix).
+
+    Each instance's nodes are interleaved with context nodes at random positions; an instance input
+    may be computed late (``clone`` or ``view`` right before its first use) and an output may be
+    consumed (``neg``) right after it is computed, so a replacement inserted before its inputs or
+    after its users' breaks the graph. ``GraphCase.planted`` holds, per instance, its node names
+    (placeholders, producers and consumers excluded), ``must_match`` and the near-miss ``reason``.
+
+    Shrinks toward one plain instance in no context, inputs used directly, outputs returned.
+
+    Raises ``hypothesis.errors.InvalidArgument`` for a ``pattern`` that is not callable, ``inputs``
+    or ``context`` not a strategy, non-int or negative bounds, ``min_instances > max_instances``,
+    unknown near-miss kinds; when drawing, for a pattern that does not trace or traces to no op,
+    and a context that is not a functional single-rank case.
+
+    Example::
+
+        def rms_pattern(x, w):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+        cases = planted(rms_pattern, like((torch.empty(8, 16), torch.empty(16)),
+                                          vary={"tokens": [(0, 0)]}), min_instances=1)
+
+        @given(cases)
+        def test_my_pass(case):
+            assert pmverify.check_case(MyPass(), case).ok
+    """
+    if not callable(pattern):
+        raise InvalidArgument(f"pattern={pattern!r} must be a function, as given to register_replacement")
+    check_strategy("inputs", inputs)
+    if context is not None:
+        check_strategy("context", context)
+    check_int("min_instances", min_instances, 0)
+    check_int("max_instances", max_instances, 0)
+    check_order("min_instances", min_instances, "max_instances", max_instances)
+    if isinstance(near_misses, bool):
+        kinds = NEAR_MISS_KINDS if near_misses else ()
+    else:
+        kinds = check_choices("near_misses", near_misses, NEAR_MISS_KINDS)
+    if trace_fn is not None and not callable(trace_fn):
+        raise InvalidArgument(f"trace_fn={trace_fn!r} must be callable")
+    if name is not None and not isinstance(name, str):
+        raise InvalidArgument(f"name={name!r} must be a str")
+    if context is None:
+        from ._graphs import fx_graphs
+
+        context = fx_graphs()
+    spec = {
+        "pattern": pattern,
+        "inputs": inputs,
+        "context": context,
+        "min_instances": min_instances,
+        "max_instances": max_instances,
+        "kinds": tuple(k for k in NEAR_MISS_KINDS if k in kinds),
+        "trace_fn": trace_fn,
+        "pass_config": pass_config,
+        "name": name or _pattern_name(pattern),
+    }
+    return _cases(spec)

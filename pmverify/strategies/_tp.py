@@ -1,0 +1,134 @@
+"""``tp_cases``: a single-rank case spread over a tensor-parallel world, one input tuple per rank.
+
+Tensor parallelism runs the same per-rank graph on every rank (SPMD); only the values differ. Each
+graph input gets a placement from ``torch.distributed.tensor`` (``Replicate()``: the same values on
+every rank, as activations entering a column-parallel layer; ``Shard(dim)``: each rank holds its
+own slice of a full tensor along ``dim``, as sharded weights or split activations). Rank 0 keeps the
+drawn case's inputs; a sharded input gets fresh values of the same shape and dtype on every other
+rank, so the full tensor is the concatenation of the rank slices along ``dim``. Nothing is filtered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from torch.distributed.tensor import Replicate, Shard
+
+from .._case import GraphCase
+from ._tensors import tensors, tp_sizes
+from ._validation import check_strategy
+
+__all__ = ["tp_cases", "Replicate", "Shard"]
+
+Placements = Sequence[Replicate | Shard]
+
+
+def _check_placements(placements: Any, inputs: Sequence[Any], where: str) -> tuple[Any, ...]:
+    if isinstance(placements, (str, bytes)) or not isinstance(placements, Sequence):
+        raise InvalidArgument(f"placements={placements!r} must be a sequence of Replicate() / Shard(dim)")
+    placements = tuple(placements)
+    if len(placements) != len(inputs):
+        raise InvalidArgument(
+            f"placements={placements!r} holds {len(placements)} entries; {where} has {len(inputs)} inputs"
+        )
+    for i, (placement, value) in enumerate(zip(placements, inputs, strict=True)):
+        if isinstance(placement, Shard):
+            if not isinstance(value, torch.Tensor) or not -value.dim() <= placement.dim < value.dim():
+                raise InvalidArgument(f"placements[{i}]={placement!r} does not fit input {i}: {_describe(value)}")
+        elif not isinstance(placement, Replicate):
+            raise InvalidArgument(f"placements[{i}]={placement!r} must be Replicate() or Shard(dim)")
+    return placements
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor {tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    return repr(value)
+
+
+def _drawn_placement(draw: Any, value: Any) -> Any:
+    """Replicate (simplest) or Shard along a drawn dim, for a floating tensor input."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.dim() == 0:
+        return Replicate()
+    if not draw(st.booleans()):
+        return Replicate()
+    return Shard(draw(st.integers(0, value.dim() - 1)))
+
+
+@st.composite
+def _tp_cases(draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy) -> GraphCase:
+    case = draw(cases)
+    if not isinstance(case, GraphCase) or case.tp_world != 1:
+        raise InvalidArgument(f"cases drew {case!r}; it must draw GraphCases with tp_world=1")
+    world = draw(tp_world)
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise InvalidArgument(f"tp_world drew {world!r}; it must draw positive ints")
+    rank0 = case.inputs[0]
+    if placements is None:
+        chosen = tuple(_drawn_placement(draw, value) for value in rank0)
+    else:
+        given = placements(case) if callable(placements) else placements
+        chosen = _check_placements(given, rank0, f"case {case.label!r}")
+    ranks = [tuple(rank0)]
+    for _ in range(1, world):
+        ranks.append(
+            tuple(
+                draw(tensors(value.dtype, tuple(value.shape)))
+                if isinstance(placement, Shard)
+                else (value.clone() if isinstance(value, torch.Tensor) else value)
+                for value, placement in zip(rank0, chosen, strict=True)
+            )
+        )
+    shown = ", ".join(repr(p) for p in chosen)
+    return dataclasses.replace(
+        case, inputs=ranks, tp_world=world, placements=chosen, label=f"{case.label} tp_world={world} [{shown}]"
+    )
+
+
+def tp_cases(
+    cases: st.SearchStrategy[GraphCase],
+    *,
+    placements: Placements | Callable[[GraphCase], Placements] | None = None,
+    tp_world: st.SearchStrategy[int] | None = None,
+) -> st.SearchStrategy[GraphCase]:
+    """Return a strategy for :class:`~pmverify.GraphCase` cases run by a tensor-parallel world:
+    the drawn single-rank case's graph is the per-rank graph, with one input tuple per rank.
+
+    - ``cases``: a strategy of cases with ``tp_world=1`` whose input shapes are per-rank shapes
+      (e.g. ``planted(pattern, like(per_rank_example_inputs))``); rank 0 keeps its inputs.
+    - ``placements``: one ``torch.distributed.tensor`` placement per graph input: ``Replicate()``
+      (same values on every rank) or ``Shard(dim)`` (each rank its own slice of the full tensor
+      along ``dim``, fresh values from :func:`tensors`); or a function of the drawn case returning
+      them (cases with context inputs vary in length). Default: drawn per input, ``Replicate()``
+      first; only floating tensors are sharded (index tensors keep their in-range values).
+    - ``tp_world``: a strategy of world sizes (ranks), default :func:`tp_sizes` (1, 2, 4, 8).
+
+    The result keeps the graph, ground truth and ``pass_config`` of the drawn case and records the
+    placements in ``GraphCase.placements``. Shrinks toward tp_world 1 and every input replicated.
+
+    Raises ``hypothesis.errors.InvalidArgument`` for ``cases`` or ``tp_world`` not a strategy, or
+    ``placements`` neither None, a sequence nor callable; when drawing, for a case with
+    ``tp_world != 1``, a world size below 1, and placements that do not fit the case's inputs
+    (wrong count, ``Shard`` of a dim the input lacks, or of a non-tensor).
+
+    Example::
+
+        per_rank = planted(qk_norm_pattern, like((qkv, q_weight, k_weight), vary={"tokens": [(0, 0)]}))
+        cases = tp_cases(per_rank, placements=lambda case: [Replicate()] * len(case.inputs[0]))
+    """
+    check_strategy("cases", cases)
+    if tp_world is None:
+        tp_world = tp_sizes()
+    check_strategy("tp_world", tp_world)
+    if placements is not None and not callable(placements):
+        if isinstance(placements, (str, bytes)) or not isinstance(placements, Sequence):
+            raise InvalidArgument(f"placements={placements!r} must be None, a sequence or a function of the case")
+        for i, placement in enumerate(placements):
+            if not isinstance(placement, (Replicate, Shard)):
+                raise InvalidArgument(f"placements[{i}]={placement!r} must be Replicate() or Shard(dim)")
+    return _tp_cases(cases, placements, tp_world)

@@ -1,0 +1,295 @@
+"""``planted``: validity, ground truth checked against Inductor's own pattern matcher, shrinking,
+coverage of near misses and layouts, and argument validation."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from _minimal import minimal, rejections
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+import pmverify
+from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.fusions.qk_norm.patterns import rewrites
+from pmverify.strategies import NEAR_MISS_KINDS, fx_graphs, like, planted
+
+# ------------------------------------------------------------------------------------ patterns
+
+
+def rms_pattern(x, w):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)
+
+
+def split_pattern(x):
+    a, b = torch.split(x, [4, 4], dim=-1)
+    return torch.cat([torch.tanh(a) * 2.0, torch.sigmoid(b)], dim=-1)
+
+
+def two_output_pattern(x, y):
+    s = x + y
+    return torch.relu(s), s * 0.5
+
+
+RMS_EXAMPLE = (torch.empty(4, 8, dtype=torch.bfloat16), torch.empty(8, dtype=torch.bfloat16))
+RMS_INPUTS = like(RMS_EXAMPLE, vary={"tokens": [(0, 0)], "hidden": [(0, 1), (1, 0)]})
+SPLIT_INPUTS = like((torch.empty(4, 8),), vary={"tokens": [(0, 0)]})
+TWO_INPUTS = like((torch.empty(4, 8), torch.empty(4, 8)), vary={"tokens": [(0, 0), (1, 0)]})
+PATTERNS = {
+    "rms": (rms_pattern, RMS_INPUTS, RMS_EXAMPLE),
+    "split": (split_pattern, SPLIT_INPUTS, (torch.empty(4, 8),)),
+    "two_output": (two_output_pattern, TWO_INPUTS, (torch.empty(4, 8), torch.empty(4, 8))),
+}
+
+
+@functools.cache
+def inductor_pass(name: str):
+    """A ``PatternMatcherPass`` with the pattern registered as ``register_replacement`` does it;
+    the replacement is the pattern itself (new nodes, same values)."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    pattern, _, example = PATTERNS[name]
+    matcher = PatternMatcherPass(pass_name=f"test_{name}")
+    register_replacement(pattern, pattern, list(example), fwd_only, matcher)
+    return matcher
+
+
+def cases(name: str, **kwargs):
+    pattern, inputs, _ = PATTERNS[name]
+    return planted(pattern, inputs, **kwargs)
+
+
+# ------------------------------------------------------------------------------------ validity
+
+
+def _check_valid(case: pmverify.GraphCase) -> None:
+    case.gm.graph.lint()
+    outputs = case.gm(*[x.clone() for x in case.inputs[0]])
+    assert all(bool(t.isfinite().all()) for t in outputs if t.is_floating_point())
+    FakeTensorProp(case.gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*case.inputs[0])
+    names = {node.name: node for node in case.gm.graph.nodes}
+    for instance in case.planted:
+        assert instance.nodes, instance
+        assert all(names[n].op == "call_function" for n in instance.nodes)
+        assert (instance.must_match is True) == (instance.reason is None)
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+@given(data=st.data())
+def test_cases_are_valid(name, data):
+    _check_valid(data.draw(cases(name, max_instances=2)))
+
+
+def _rewritten(result) -> int:
+    """Instances the pass rewrote: every must-match one (``result.ok``) and any dead one it took."""
+    return sum(
+        matched for p, matched in zip(result.case.planted, result.matched, strict=True) if p.must_match is not False
+    )
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+@given(data=st.data())
+def test_ground_truth_agrees_with_inductor(name, data):
+    """Inductor's matcher, with the pattern registered by ``register_replacement``, rewrites
+    exactly the must-match instances and no must-not-match one, wherever they are spliced."""
+    case = data.draw(cases(name, max_instances=3))
+    result = pmverify.check_case(inductor_pass(name), case)
+    assert result.ok, result.violations
+    assert result.matches == _rewritten(result)
+
+
+@pytest.mark.parametrize("rewrite", ["rms_norm", "qk_norm", "qk_norm_split3"])
+@given(data=st.data())
+def test_shipped_pass_on_its_own_patterns(rewrite, data):
+    config = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16)
+    found = {r.name: r for r in rewrites(config)}[rewrite]
+    inputs = like(found.example_inputs, vary={"tokens": [(0, 0)]})
+    case = data.draw(planted(found.search_fn, inputs, pass_config=config, name=rewrite, max_instances=2))
+    result = pmverify.check_case(QKNormFusionPass, case)
+    assert result.ok, result.violations
+    assert result.matches == _rewritten(result)
+
+
+def test_no_draw_is_rejected():
+    """Valid by construction: no filter or ``assume`` (the module docstring states 0 %)."""
+    rejected, valid = rejections(cases("two_output", max_instances=2), 50)
+    assert valid == 50 and rejected / valid < 0.01, (rejected, valid)
+
+
+# ------------------------------------------------------------------------------------ shrinking
+
+
+def test_minimal_case_is_one_instance_in_no_context():
+    case = minimal(cases("rms"), lambda c: len(c.planted) >= 1)
+    (instance,) = case.planted
+    assert instance.must_match and instance.reason is None
+    ops = [n for n in case.gm.graph.nodes if n.op == "call_function"]
+    assert [n.name for n in ops] == list(instance.nodes)  # no context, producer or consumer
+    assert len(case.inputs[0]) == 2 and case.inputs[0][0].shape[0] == 1
+
+
+def test_minimal_near_miss_is_the_first_kind():
+    case = minimal(cases("rms"), lambda c: any(p.reason is not None for p in c.planted))
+    assert [p.reason for p in case.planted] == ["constant"]
+
+
+# ------------------------------------------------------------------------------------ coverage
+
+
+def _seen(strategy, describe, examples: int = 100) -> set:
+    """What ``describe`` finds over ``examples`` draws (derandomized: coverage must not flake)."""
+    seen: set = set()
+
+    @settings(max_examples=examples, database=None, derandomize=True)
+    @given(strategy)
+    def collect(case):
+        seen.update(describe(case))
+
+    collect()
+    return seen
+
+
+def test_every_near_miss_kind_is_drawn():
+    kinds = _seen(cases("rms"), lambda c: {p.reason for p in c.planted}) | _seen(
+        cases("split"), lambda c: {p.reason for p in c.planted}
+    )
+    assert kinds >= {None, *NEAR_MISS_KINDS}
+
+
+def _layout(case: pmverify.GraphCase) -> set[str]:
+    """What the layout of a case exercises: interleaved instances, late inputs, consumers."""
+    order = {node.name: i for i, node in enumerate(case.gm.graph.nodes)}
+    seen = set()
+    for instance in case.planted:
+        first, last = order[instance.nodes[0]], order[instance.nodes[-1]]
+        if last - first + 1 > len(instance.nodes):
+            seen.add("interleaved")
+    for node in case.gm.graph.nodes:
+        if node.target is torch.ops.aten.clone.default and node.args[0].op == "placeholder":
+            seen.add("late clone")
+        if node.target is torch.ops.aten.view.default and node.args[0].op == "placeholder":
+            seen.add("late view")
+        if node.target is torch.ops.aten.neg.default:
+            seen.add("consumer")
+    return seen
+
+
+def test_layouts_are_drawn():
+    assert _seen(cases("two_output", context=fx_graphs(max_nodes=4)), _layout) >= {
+        "interleaved",
+        "late clone",
+        "late view",
+        "consumer",
+    }
+
+
+def test_context_instances_are_kept_and_renamed():
+    inner = cases("split", min_instances=1, max_instances=1, near_misses=False)
+    outer = planted(rms_pattern, RMS_INPUTS, context=inner, min_instances=1, max_instances=1, near_misses=False)
+    seen = []
+
+    @settings(max_examples=10, database=None)
+    @given(outer)
+    def check(case):
+        _check_valid(case)
+        patterns = [p.pattern for p in case.planted]
+        assert patterns in (["rms"], ["split", "rms"])  # the context is optional with an instance
+        if "split" in patterns:
+            seen.append(case)
+            assert pmverify.check_case(inductor_pass("split"), case).matched == [True, False]
+
+    check()
+    assert seen
+
+
+# ------------------------------------------------------------------------------------ findings
+
+
+def test_a_pass_matching_near_misses_is_caught(finding_only):
+    """A matcher registered without the eps literal (eps as a wildcard) also rewrites eps near
+    misses: the expectations oracle reports it."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    def any_eps(x, w, eps):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+
+    sloppy = PatternMatcherPass(pass_name="sloppy_eps")
+    example = [*RMS_EXAMPLE, 1e-6]
+    register_replacement(any_eps, any_eps, example, fwd_only, sloppy, scalar_workaround={"eps": 1e-6})
+    with finding_only(), pytest.raises(pmverify.PassVerificationError, match="near miss"):
+        pmverify.verify(sloppy, cases("rms", near_misses=["constant"], min_instances=1), seed=0)
+
+
+# ------------------------------------------------------------------------------------ arguments
+
+
+def _pattern(x):
+    return x + 1
+
+
+ARGS = {"pattern": _pattern, "inputs": SPLIT_INPUTS}
+BAD = [
+    ({"pattern": 3}, "pattern=3"),
+    ({"inputs": (torch.ones(2),)}, "inputs="),
+    ({"context": "graphs"}, "context='graphs'"),
+    ({"min_instances": -1}, "min_instances=-1"),
+    ({"max_instances": 1.5}, "max_instances=1.5"),
+    ({"min_instances": 3, "max_instances": 2}, "min_instances=3 is larger than max_instances=2"),
+    ({"near_misses": ["eps"]}, "near_misses=\\['eps'\\]"),
+    ({"near_misses": "constant"}, "near_misses='constant'"),
+    ({"trace_fn": 1}, "trace_fn=1"),
+    ({"name": 7}, "name=7"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), BAD)
+def test_bad_arguments(kwargs, message):
+    args = {**ARGS, **kwargs}
+    with pytest.raises(InvalidArgument, match=message):
+        planted(args.pop("pattern"), args.pop("inputs"), **args)
+
+
+def test_untraceable_pattern_is_reported_when_drawing():
+    def broken(x):
+        raise RuntimeError("boom")
+
+    with pytest.raises(InvalidArgument, match="does not trace"):
+        find(planted(broken, SPLIT_INPUTS, min_instances=1), lambda c: True, settings=settings(database=None))
+
+
+def test_no_op_pattern_is_reported_when_drawing():
+    with pytest.raises(InvalidArgument, match="without ops"):
+        find(planted(lambda x: x, SPLIT_INPUTS, min_instances=1), lambda c: True, settings=settings(database=None))
+
+
+def test_examples_replacement_ahead_of_a_late_input():
+    """Regression: Inductor inserts a multi-output replacement before the match's first output
+    (v's getitem, right after the split), ahead of a weight computed late; direct mode sorts the
+    graph afterwards as post_grad does, so the shipped pass is correct there, and the run records
+    that the pass left the graph unsorted."""
+    from torch._inductor.pattern_matcher import fwd_only
+
+    config = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16)
+    found = {r.name: r for r in rewrites(config)}["qk_norm"]
+    inputs = tuple(torch.rand_like(x, dtype=torch.float32).to(x.dtype) for x in found.example_inputs)
+    gm = fwd_only(found.search_fn, inputs)
+    q_weight = list(gm.graph.find_nodes(op="placeholder"))[1]
+    (first_use,) = q_weight.users
+    with gm.graph.inserting_before(first_use):
+        late = gm.graph.call_function(torch.ops.aten.clone.default, (q_weight,))
+    first_use.replace_input_with(q_weight, late)
+    gm.recompile()
+    names = tuple(n.name for n in gm.graph.nodes if n.op == "call_function" and n is not late)
+    case = pmverify.GraphCase(
+        gm, [inputs], planted=(pmverify.PlantedInstance("qk_norm", names, True),), pass_config=config
+    )
+    result = pmverify.check_case(QKNormFusionPass, case)
+    assert result.pair.resorted
+    assert result.ok and result.matches == 1, result.violations
