@@ -1,0 +1,260 @@
+"""``with_mutating_custom_ops``: mutating custom ops in a case, in the functional form Inductor's
+post-grad passes see: ``auto_functionalized`` (v1) or ``auto_functionalized_v2`` nodes with
+``getitem`` users, and a ``copy_`` into each mutated graph input.
+
+Each call is traced on its own, as a small snippet, by ``make_fx`` under a ``FunctionalTensorMode``
+(the Python functionalization AOTAutograd runs; ``torch._inductor.config.enable_auto_functionalized_v2``
+picks v1 or v2 there), dead code eliminated, and its nodes spliced into the case's graph before the
+drawn position: v2 nodes carry ``_<arg>_base_index``, ``_all_bases`` and the view metadata of a view
+arg (``_<arg>_slice_dim``... or ``_<arg>_size`` / ``_stride`` / ``_storage_offset``); v1 nodes take
+the view itself and write it back with ``slice_scatter`` / ``select_scatter``. The result tuple is
+the op's outputs then the new values of the mutated bases. Later readers of a mutated tensor that
+are not planted-instance nodes are rewired to its new value; a mutated graph input gets
+``aten.copy_.default(input, new value)``, at the end of the graph (where AOTAutograd puts it) or
+right after the op; results nobody reads are returned, so every mutation is observable.
+
+Planted instances are never rewired; an instance becomes ``must_match=False,
+reason="mutation_inside"`` only when a node inside its span is a mutation for Inductor's
+``is_mutation_op``: of the nodes added here only ``copy_`` is (``auto_functionalized`` is excluded by
+type, ``auto_functionalized_v2`` has no ``out`` kwarg: a mutated arg named ``out`` becomes
+``_out_base_index``; in v1 ``out=`` stays a kwarg but the type check returns first).
+
+Every choice is drawn from what applies at the drawn position: the rejection rate is 0%.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from .._case import GraphCase, MutationSite
+from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
+from ._mutations import _Editor, _val, apply_view
+from ._validation import check_choices, check_strategy
+
+__all__ = ["with_mutating_custom_ops", "VERSIONS"]
+
+#: auto_functionalized versions: 1 (``auto_functionalized``) and 2 (``auto_functionalized_v2``).
+VERSIONS = (1, 2)
+_MAX_OPS = 2
+_SCALES = (0.5, -1.0, 2.0)
+_SPECS = {spec.name: spec for spec in CUSTOM_OPS}
+
+_Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One traced call: the op, the version, the layout of each snippet input (the mutated bases,
+    then the read-only operands), the view taken of the first base, the scalar args."""
+
+    op: str
+    version: int
+    bases: tuple[_Layout, ...]
+    operands: tuple[_Layout, ...]
+    view: tuple[Any, ...] | None
+    scalars: tuple[float, ...]
+
+
+def _layout(value: torch.Tensor) -> _Layout:
+    return tuple(value.shape), tuple(value.stride()), value.dtype
+
+
+def _functionalized(program: Any, n_bases: int) -> Any:
+    """``program`` run under a fresh ``FunctionalTensorMode``, returning its outputs then the new
+    values of its first ``n_bases`` inputs (what AOTAutograd does for mutated inputs)."""
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        guard = torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
+        with guard, FunctionalTensorMode():
+            wrapped = [FunctionalTensor.to_functional(t) for t in tensors]
+            out = program(*wrapped)
+            results = ([] if out is None else [out]) + wrapped[:n_bases]
+            unwrapped = []
+            for result in results:
+                torch._sync(result)
+                unwrapped.append(torch._from_functional_tensor(result.elem))
+        return tuple(unwrapped)
+
+    return run
+
+
+@functools.lru_cache(maxsize=256)
+def _snippet(call: _Call) -> torch.fx.GraphModule:
+    """The functional graph of ``call``: placeholders = bases then operands; output = op outputs
+    then new bases. Cached: splicing only reads it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    spec = _SPECS[call.op]
+    overload = op(call.op)
+    n_bases = len(call.bases)
+
+    def program(*tensors: torch.Tensor) -> Any:
+        mutated = list(tensors[:n_bases])
+        if call.view is not None:
+            mutated[0] = apply_view(mutated[0], call.view)
+        by_name = dict(zip(spec.mutated, mutated, strict=True))
+        by_name.update(zip(spec.operands, tensors[n_bases:], strict=True))
+        by_name.update(zip(spec.scalars, call.scalars, strict=True))
+        return overload(*(by_name[name] for name in spec.args))
+
+    examples = [torch.empty_strided(shape, stride, dtype=dtype) for shape, stride, dtype in call.bases + call.operands]
+    with torch._inductor.config.patch(enable_auto_functionalized_v2=call.version == 2):
+        gm = make_fx(_functionalized(program, n_bases), tracing_mode="fake")(*examples)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+def _splice(editor: _Editor, slot: torch.fx.Node, call: _Call, actual: Sequence[torch.fx.Node]):
+    """Copy the nodes of ``call``'s snippet before ``slot``, its placeholders bound to ``actual``;
+    return (the new nodes, the nodes standing for the snippet's outputs)."""
+    snippet = _snippet(call)
+    env: dict[torch.fx.Node, torch.fx.Node] = dict(zip(snippet.graph.find_nodes(op="placeholder"), actual, strict=True))
+    added = []
+    with editor.graph.inserting_before(slot):
+        for node in snippet.graph.nodes:
+            if node.op == "call_function":
+                env[node] = editor.graph.node_copy(node, lambda arg: env[arg])
+                added.append(node)
+    (output,) = snippet.graph.find_nodes(op="output")
+    return [env[n] for n in added], [env[n] for n in output.args[0]]
+
+
+def _rewire(editor: _Editor, base: torch.fx.Node, new: torch.fx.Node, slot: torch.fx.Node, added: set) -> None:
+    """Readers of ``base`` at or after ``slot`` read ``new`` instead, except planted-instance nodes
+    (their structure is ground truth) and the nodes just added."""
+    order = editor.order()
+    for user in list(base.users):
+        if user not in editor.instance_nodes and user not in added and order[user] >= order[slot]:
+            user.replace_input_with(base, new)
+
+
+def _return(editor: _Editor, nodes: Sequence[torch.fx.Node]) -> None:
+    output = editor.graph.output_node()
+    result = output.args[0]
+    if isinstance(result, (tuple, list)):
+        output.args = (type(result)([*result, *nodes]),)
+    else:
+        output.args = ((result, *nodes),)
+
+
+def _add_custom_op(draw: Any, editor: _Editor, versions: tuple[int, ...], copies: list) -> None:
+    spec: CustomOpSpec = draw(st.sampled_from(CUSTOM_OPS))
+    version = draw(st.sampled_from(versions))
+    placement, index, slot = editor.draw_slot(draw)
+    kind, base, view, target = editor.draw_target(draw, slot, read_later=False, instance=index)
+    shape, dtype = tuple(target.shape), target.dtype
+    bases = [base]
+    for _ in spec.mutated[1:]:  # further mutated args: same shape and dtype, whole tensors
+        choices = [None, *editor.same_like(slot, target, set(bases))]
+        other = draw(st.sampled_from(choices))
+        bases.append(editor.new_input("act", shape, dtype) if other is None else other)
+    operands = []
+    for _ in spec.operands:
+        choices = [None, *editor.same_like(slot, target, set(bases))]
+        other = draw(st.sampled_from(choices))
+        operands.append(editor.new_input("act", shape, dtype) if other is None else other)
+    scalars = tuple(draw(st.sampled_from(_SCALES)) for _ in spec.scalars)
+    layouts = tuple(_layout(_val(node)) for node in bases)
+    call = _Call(spec.name, version, layouts, tuple(_layout(_val(n)) for n in operands), view, scalars)
+
+    added, results = _splice(editor, slot, call, bases + operands)
+    hop = next(n for n in added if isinstance(n.target, torch._ops.HigherOrderOperator))
+    outputs, new_bases = results[: len(results) - len(bases)], results[len(results) - len(bases) :]
+    added_set = set(added)
+    early = any(b.op == "placeholder" for b in bases) and draw(st.booleans())
+    returned = list(outputs)
+    for old, new in zip(bases, new_bases, strict=True):
+        editor.mutated.add(old)
+        editor.mutations.append(MutationSite(hop.name, f"{hop.target.name()}({spec.name})", old.name))
+        _rewire(editor, old, new, slot, added_set)
+        if old.op == "placeholder":
+            if early:
+                with editor.graph.inserting_before(slot):
+                    node = editor.graph.create_node(
+                        "call_function", torch.ops.aten.copy_.default, (old, new), name="copy_"
+                    )
+                editor.mutations.append(MutationSite(node.name, "aten.copy_.default", old.name))
+            else:
+                copies.append((old, new))
+        elif not new.users:
+            returned.append(new)
+    _return(editor, [n for n in returned if not n.users])
+    where = f"{kind if view is None else view[0] + ' of ' + base.op}"
+    editor.tags.append(f"{spec.name}@v{version}:{placement}({where}{', early copy_' if early else ''})")
+
+
+@st.composite
+def _functional_cases(draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...]) -> GraphCase:
+    case = draw(cases)
+    editor = _Editor(case, draw(st.integers(0, 2**32 - 1)))
+    copies: list[tuple[torch.fx.Node, torch.fx.Node]] = []
+    _add_custom_op(draw, editor, versions, copies)
+    count = 1
+    while count < _MAX_OPS and draw(st.booleans()):
+        _add_custom_op(draw, editor, versions, copies)
+        count += 1
+    order = editor.order()
+    with editor.graph.inserting_before(editor.graph.output_node()):
+        for old, new in sorted(copies, key=lambda pair: order[pair[0]]):  # in input order, as AOTAutograd
+            node = editor.graph.create_node("call_function", torch.ops.aten.copy_.default, (old, new), name="copy_")
+            editor.mutations.append(MutationSite(node.name, "aten.copy_.default", old.name))
+    return editor.finish(case.form)
+
+
+def with_mutating_custom_ops(
+    cases: st.SearchStrategy[GraphCase], *, versions: Sequence[int] = VERSIONS
+) -> st.SearchStrategy[GraphCase]:
+    """Return a strategy for cases drawn from ``cases`` with 1..2 mutating custom ops inserted in
+    the functional form of Inductor's post-grad graphs (``auto_functionalized`` /
+    ``auto_functionalized_v2`` nodes, ``getitem`` users, a ``copy_`` into each mutated input).
+
+    The ops are those of :mod:`pmverify.strategies._custom_ops` (``pmverify_testing::add_into``:
+    one mutated arg and a tensor output; ``scale_shift`` / ``mix3``: two / three mutated args and
+    no output; ``tanh_out``: a mutated arg named ``out``). The first mutated arg is a graph input, a
+    buffer (a node outside every planted instance computing a fresh floating tensor) or a view of
+    either (``slice``, ``select``, ``view(-1)``; views of instance inputs first); further mutated
+    args and read-only operands have its shape and dtype and are new inputs (values in [-2, 2), the
+    same on every rank: ``Replicate()`` in a tensor-parallel case's ``placements``) or other inputs
+    and buffers. Each op goes before, inside (strictly between the first
+    and last node) or after a planted instance; a mutated input is copied back at the end of the
+    graph or right after the op. Readers of a mutated tensor after the op read its new value,
+    except planted-instance nodes, which are never changed. Every case runs eagerly, lints and
+    re-propagates under FakeTensorProp; ``form`` stays the drawn case's.
+
+    Ground truth: ``case.mutations`` gains a :class:`~pmverify.MutationSite` per mutated base of
+    each ``auto_functionalized`` node (``target`` like ``"auto_functionalized_v2(mix3)"``) and per
+    ``copy_``; a must-match instance with an Inductor mutation op (only a ``copy_`` here) inside its
+    span becomes ``must_match=False, reason="mutation_inside"``. Shrinks toward one v1 (or the first
+    of ``versions``) ``add_into`` of a graph input before the first instance, copied at the end.
+
+    - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
+      :func:`~pmverify.strategies.qk_norm_cases`.
+    - ``versions``: the auto_functionalized versions to draw from, a non-empty subset of (1, 2),
+      first preferred when shrinking; default both.
+
+    Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy, or
+    ``versions`` that is not a non-empty sequence of 1 and 2.
+
+    Example::
+
+        @given(with_mutating_custom_ops(qk_norm_cases(), versions=[2]))
+        def test_pass_on_post_grad_graphs(case):
+            result = pmverify.check_case(QKNormFusionPass, case)
+            assert result.ok and result.matches == case.expected_matches, result.violations
+    """
+    check_strategy("cases", cases)
+    if isinstance(versions, (Sequence, set, frozenset)) and not isinstance(versions, (str, bytes)):
+        for version in versions:
+            if not isinstance(version, int) or isinstance(version, bool):
+                raise InvalidArgument(f"versions={versions!r} holds {version!r}, not one of {VERSIONS}")
+    versions = check_choices("versions", versions, VERSIONS)
+    return _functional_cases(cases, tuple(versions))

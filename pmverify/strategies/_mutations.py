@@ -1,0 +1,409 @@
+"""``with_mutations``: the in-place form of a case, as ``torch.fx.symbolic_trace`` and pre-grad
+graphs have it.
+
+A drawn case is extended by 1..``max_mutations`` in-place aten ops (``add_``, ``mul_``, ``copy_``,
+``index_put_``) on graph inputs, on buffers (nodes computing fresh tensors) and on views of either
+(``slice`` / ``select`` / ``view`` made just before the op), placed before, inside or after planted
+instances. Later uses read the mutated tensor through the *same node*: nothing but graph order tells
+a reader that it sees the new value (the missing data edge that ``auto_functionalized`` exists to
+add). Ground truth: each op is a :class:`~pmverify.MutationSite`; a must-match instance whose span
+(from its first to its last node, in graph order) holds a node that Inductor's ``is_mutation_op``
+calls a mutation becomes ``must_match=False, reason="mutation_inside"``: ``PatternMatcherPass.apply``
+discards a match whose nodes lie in two mutation regions.
+
+Every choice is drawn from what applies at the drawn position (shapes, dtypes, which nodes are
+defined there and read later), so no draw is rejected: the rejection rate is 0%. The helpers here
+(:class:`_Editor`, :func:`mark_mutations_inside`) are shared with
+:func:`~pmverify.strategies.with_mutating_custom_ops`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+from .._apply import propagate_fake
+from .._case import GraphCase, MutationSite, PlantedInstance
+from ._validation import check_int, check_strategy
+
+__all__ = ["with_mutations", "mark_mutations_inside", "INPLACE_OPS", "POSITIONS", "TARGET_KINDS", "MUTATION_INSIDE"]
+
+aten = torch.ops.aten
+
+#: Where a mutation goes relative to a planted instance, simplest first.
+POSITIONS = ("before", "inside", "after")
+#: What a mutation writes to, simplest first.
+TARGET_KINDS = ("input", "buffer", "view")
+#: Views made of an input or buffer for a mutation to write through.
+VIEW_KINDS = ("slice", "select", "flatten")
+#: In-place aten ops drawn by :func:`with_mutations`, simplest first.
+INPLACE_OPS = ("add_.Scalar", "add_.Tensor", "mul_.Scalar", "mul_.Tensor", "copy_", "index_put_")
+#: ``PlantedInstance.reason`` of an instance with a mutation inside its span.
+MUTATION_INSIDE = "mutation_inside"
+
+_ADDENDS = (1.0, -0.5, 0.25, -2.0)
+_FACTORS = (-1.0, 0.5, -0.5, 0.75)  # |factor| <= 1: values never grow by multiplication
+_OP = {
+    "add_.Scalar": aten.add_.Scalar,
+    "add_.Tensor": aten.add_.Tensor,
+    "mul_.Scalar": aten.mul_.Scalar,
+    "mul_.Tensor": aten.mul_.Tensor,
+    "copy_": aten.copy_.default,
+    "index_put_": aten.index_put_.default,
+}
+#: Ops whose output may share storage with an input although their schema does not say so.
+_HIDDEN_ALIASES = frozenset({"aten::_unsafe_view", "aten::_reshape_alias", "aten::lift_fresh"})
+
+
+# ------------------------------------------------------------------------------------ ground truth
+
+
+def mark_mutations_inside(graph: torch.fx.Graph, planted: Sequence[PlantedInstance]) -> tuple[PlantedInstance, ...]:
+    """``planted`` with each must-match instance (``must_match is True``; others are kept) that has a mutation op (Inductor's
+    ``is_mutation_op``) strictly between its first and last node turned into
+    ``must_match=False, reason="mutation_inside"``. Writes nothing to the graph's node meta (a
+    stale ``mutation_region_id`` there would mislead ``PatternMatcherPass.apply``)."""
+    from torch._inductor.pattern_matcher import is_mutation_op
+
+    order = {node.name: i for i, node in enumerate(graph.nodes)}
+    barriers = [i for i, node in enumerate(graph.nodes) if is_mutation_op(node)]
+    result = []
+    for instance in planted:
+        positions = [order[name] for name in instance.nodes if name in order]
+        if instance.must_match is True and positions:
+            first, last = min(positions), max(positions)
+            if any(first < b < last for b in barriers):
+                instance = dataclasses.replace(instance, must_match=False, reason=MUTATION_INSIDE)
+        result.append(instance)
+    return tuple(result)
+
+
+# ------------------------------------------------------------------------------------------ editor
+
+
+def _val(node: torch.fx.Node) -> Any:
+    return node.meta.get("val")
+
+
+def _writable(value: Any) -> bool:
+    """A floating tensor of at least one dim and element that an in-place op can write."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+        and value.dim() >= 1
+        and value.numel() > 0
+        and is_non_overlapping_and_dense_or_false(value)
+    )
+
+
+def _meta_like(value: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+
+
+def apply_view(tensor: torch.Tensor, view: tuple[Any, ...]) -> torch.Tensor:
+    """``tensor`` seen through ``view`` = ``(kind, *args)`` (see :data:`VIEW_KINDS`)."""
+    kind, *args = view
+    if kind == "slice":
+        dim, start, end = args
+        return tensor[(slice(None),) * dim + (slice(start, end),)]
+    if kind == "select":
+        return tensor.select(*args)
+    return tensor.view(-1)
+
+
+def _view_node(graph: torch.fx.Graph, base: torch.fx.Node, view: tuple[Any, ...]) -> torch.fx.Node:
+    kind, *args = view
+    if kind == "slice":
+        return graph.call_function(aten.slice.Tensor, (base, *args))
+    if kind == "select":
+        return graph.call_function(aten.select.int, (base, *args))
+    return graph.call_function(aten.view.default, (base, [-1]))
+
+
+class _Editor:
+    """A drawn case being extended: a copy of its graph (fake-propagated in one mode), its inputs
+    per rank, and what the mutations added so far."""
+
+    def __init__(self, case: GraphCase, seed: int) -> None:
+        self.case = case
+        self.gm = copy.deepcopy(case.gm)
+        self.graph = self.gm.graph
+        if type(self.graph._codegen) is not torch.fx.graph.CodeGen:
+            self.graph.set_codegen(torch.fx.graph.CodeGen())  # flat inputs, as GraphCase holds them
+        propagate_fake(self.gm, case.inputs[0])
+        self.inputs = [list(rank) for rank in case.inputs]
+        self.placements = None if case.placements is None else list(case.placements)
+        self.generator = torch.Generator().manual_seed(seed)
+        by_name = {node.name: node for node in self.graph.nodes}
+        self.instances = [[by_name[n] for n in inst.nodes if n in by_name] for inst in case.planted]
+        self.instance_nodes = {node for nodes in self.instances for node in nodes}
+        self.instance_inputs = {
+            arg for node in self.instance_nodes for arg in node.all_input_nodes if arg not in self.instance_nodes
+        }
+        self.original = list(self.graph.nodes)
+        self.mutations: list[MutationSite] = []
+        self.mutated: set[torch.fx.Node] = set()  # bases a functional op already rewrote
+        self.tags: list[str] = []
+
+    def order(self) -> dict[torch.fx.Node, int]:
+        return {node: i for i, node in enumerate(self.graph.nodes)}
+
+    # -- where
+
+    def slot_options(self) -> dict[str, list[tuple[int, list[torch.fx.Node]]]]:
+        """For each placement with room: ``(instance index, slots)`` pairs, where a slot is the node
+        of the case the mutation is inserted before. Without planted instances: ``{"anywhere": ...}``."""
+        order = self.order()
+        # Slots are the case's own nodes: what an earlier mutation added stays in one piece.
+        original = set(self.original)
+        body = [node for node in self.graph.nodes if node.op != "placeholder" and node in original]
+        spans = [(i, [order[n] for n in nodes]) for i, nodes in enumerate(self.instances) if nodes]
+        if not spans:
+            return {"anywhere": [(-1, body)]}
+        options: dict[str, list[tuple[int, list[torch.fx.Node]]]] = {p: [] for p in POSITIONS}
+        for i, positions in spans:
+            first, last = min(positions), max(positions)
+            options["before"].append((i, [n for n in body if order[n] <= first]))
+            inside = [n for n in body if first < order[n] <= last]
+            if inside:
+                options["inside"].append((i, inside))
+            options["after"].append((i, [n for n in body if order[n] > last]))
+        return {p: v for p, v in options.items() if v}
+
+    def draw_slot(self, draw: Any) -> tuple[str, int, torch.fx.Node]:
+        """(placement, instance index or -1, slot)."""
+        options = self.slot_options()
+        placement = draw(st.sampled_from(list(options)))
+        index, slots = draw(st.sampled_from(options[placement]))
+        return placement, index, draw(st.sampled_from(slots))
+
+    # -- what
+
+    def inputs_at(self) -> list[torch.fx.Node]:
+        """Graph inputs an op may write (any position is after them)."""
+        return [n for n in self.original if n.op == "placeholder" and n not in self.mutated and _writable(_val(n))]
+
+    def buffers_at(self, slot: torch.fx.Node, *, read_later: bool) -> list[torch.fx.Node]:
+        """Nodes defined before ``slot`` that compute a fresh tensor, outside every planted
+        instance (a new user of an instance's intermediate would itself block the match); with
+        ``read_later``, only those read at or after ``slot`` (or returned)."""
+        order = self.order()
+        at = order[slot]
+        found = []
+        for node in self.original:
+            target = node.target
+            if (
+                node.op != "call_function"
+                or node in self.instance_nodes
+                or node in self.mutated
+                or order[node] >= at
+                or not isinstance(target, torch._ops.OpOverload)
+                or target.is_view
+                or target._schema.is_mutable
+                or target._schema.name in _HIDDEN_ALIASES
+                or not _writable(_val(node))
+            ):
+                continue
+            if read_later and not any(order[user] >= at for user in node.users):
+                continue
+            found.append(node)
+        return found
+
+    def draw_target(
+        self, draw: Any, slot: torch.fx.Node, *, read_later: bool, instance: int = -1
+    ) -> tuple[str, torch.fx.Node, tuple[Any, ...] | None, torch.Tensor]:
+        """``(kind, base, view or None, meta tensor of what is written)`` for a mutation at ``slot``;
+        a new graph input when nothing else is writable there. What the placed-at ``instance``
+        reads comes first, then what other instances read: writes to what a pattern reads."""
+        own = set()
+        if instance >= 0:
+            nodes = set(self.instances[instance])
+            own = {arg for node in nodes for arg in node.all_input_nodes if arg not in nodes}
+
+        def first_read(candidates: list[torch.fx.Node]) -> list[torch.fx.Node]:
+            return sorted(candidates, key=lambda n: (n not in own, n not in self.instance_inputs))
+
+        inputs, buffers = first_read(self.inputs_at()), first_read(self.buffers_at(slot, read_later=read_later))
+        pools = {"input": inputs, "buffer": buffers, "view": first_read(inputs + buffers)}
+        kinds = [kind for kind in TARGET_KINDS if pools[kind]]
+        if not kinds:
+            base = self.new_input("act", (1, 4), torch.float32)
+            return "input", base, None, torch.empty(1, 4, device="meta")
+        kind = draw(st.sampled_from(kinds))
+        base = draw(st.sampled_from(pools[kind]))
+        value = _meta_like(_val(base))
+        if kind != "view":
+            return kind, base, None, value
+        view = draw(_views(value))
+        return kind, base, view, apply_view(value, view)
+
+    def same_like(self, slot: torch.fx.Node, like: torch.Tensor, exclude: set[torch.fx.Node]) -> list[torch.fx.Node]:
+        """Inputs and buffers defined before ``slot`` with ``like``'s shape and dtype, for operands."""
+        return [
+            n
+            for n in self.inputs_at() + self.buffers_at(slot, read_later=False)
+            if n not in exclude and _val(n).shape == like.shape and _val(n).dtype == like.dtype
+        ]
+
+    # -- new graph inputs
+
+    def new_input(self, kind: str, shape: Sequence[int], dtype: torch.dtype, *, high: int = 0) -> torch.fx.Node:
+        """Append a placeholder and its value, the same on every rank (``Replicate()`` in
+        ``placements`` of a tensor-parallel case): ``"act"`` uniform in [-2, 2), ``"factor"`` in
+        [0.5, 1), ``"index"`` distinct int64 indices in [0, ``high``)."""
+        names = {node.name for node in self.graph.nodes} | {str(node.target) for node in self.graph.nodes}
+        name = next(f"mut_{kind}{i}" for i in range(len(names) + 1) if f"mut_{kind}{i}" not in names)
+        placeholders = self.graph.find_nodes(op="placeholder")
+        where = (
+            self.graph.inserting_after(placeholders[-1])
+            if placeholders
+            else self.graph.inserting_before(next(iter(self.graph.nodes)))
+        )
+        with where:
+            node = self.graph.placeholder(name)
+        if kind == "index":
+            value = torch.randperm(high, generator=self.generator)[: shape[0]]
+        else:
+            noise = torch.rand(tuple(shape), generator=self.generator)
+            value = (noise * 4 - 2 if kind == "act" else noise * 0.5 + 0.5).to(dtype)
+        for rank in self.inputs:
+            rank.append(value.clone())
+        if self.placements is not None:
+            from torch.distributed.tensor import Replicate
+
+            self.placements.append(Replicate())
+        node.meta["val"] = value
+        return node
+
+    # -- done
+
+    def finish(self, form: str) -> GraphCase:
+        """The extended case: graph linted, recompiled and re-propagated under FakeTensorProp."""
+        self.graph.lint()
+        self.gm.recompile()
+        propagate_fake(self.gm, tuple(self.inputs[0]))
+        planted = mark_mutations_inside(self.graph, self.case.planted)
+        label = f"{self.case.label} + {', '.join(self.tags)}" if self.case.label else ", ".join(self.tags)
+        return dataclasses.replace(
+            self.case,
+            gm=self.gm,
+            inputs=[tuple(rank) for rank in self.inputs],
+            form=form,
+            planted=planted,
+            mutations=tuple(self.case.mutations) + tuple(self.mutations),
+            label=label,
+            **({} if self.placements is None else {"placements": tuple(self.placements)}),
+        )
+
+
+@st.composite
+def _views(draw: Any, value: torch.Tensor) -> tuple[Any, ...]:
+    """A view of ``value`` (a meta tensor) that keeps at least one dim and element."""
+    kinds = ["slice"]
+    if value.dim() >= 2:
+        kinds.append("select")
+        if value.is_contiguous():
+            kinds.append("flatten")
+    kind = draw(st.sampled_from(kinds))
+    if kind == "flatten":
+        return ("flatten",)
+    dim = draw(st.integers(0, value.dim() - 1))
+    size = value.shape[dim]
+    if kind == "select":
+        return ("select", dim, draw(st.integers(0, size - 1)))
+    start = draw(st.integers(0, size - 1))
+    return ("slice", dim, start, draw(st.integers(start + 1, size)))
+
+
+# ------------------------------------------------------------------------------------------ in-place
+
+
+def _operands(draw: Any, editor: _Editor, name: str, slot: torch.fx.Node, base: torch.fx.Node, target: torch.Tensor):
+    """The args after ``self`` of in-place op ``name`` writing ``target`` (a meta tensor)."""
+    shape, dtype = tuple(target.shape), target.dtype
+    if name == "add_.Scalar":
+        return (draw(st.sampled_from(_ADDENDS)),)
+    if name == "mul_.Scalar":
+        return (draw(st.sampled_from(_FACTORS)),)
+    if name == "add_.Tensor":
+        broadcast = draw(st.booleans())
+        return (editor.new_input("act", shape[-1:] if broadcast else shape, dtype),)
+    if name == "mul_.Tensor":
+        return (editor.new_input("factor", shape, dtype),)
+    if name == "copy_":
+        sources = [None, *editor.same_like(slot, target, {base})]
+        source = draw(st.sampled_from(sources))
+        return (editor.new_input("act", shape, dtype) if source is None else source,)
+    rows = draw(st.integers(1, shape[0]))  # index_put_: distinct rows, so the write order is moot
+    index = editor.new_input("index", (rows,), torch.int64, high=shape[0])
+    return ([index], editor.new_input("act", (rows, *shape[1:]), dtype), False)
+
+
+def _add_inplace(draw: Any, editor: _Editor) -> None:
+    placement, index, slot = editor.draw_slot(draw)
+    kind, base, view, target = editor.draw_target(draw, slot, read_later=True, instance=index)
+    name = draw(st.sampled_from(INPLACE_OPS))
+    operands = _operands(draw, editor, name, slot, base, target)
+    with editor.graph.inserting_before(slot):
+        written = base if view is None else _view_node(editor.graph, base, view)
+        node = editor.graph.create_node("call_function", _OP[name], (written, *operands), name=name.split(".")[0])
+    editor.mutations.append(MutationSite(node.name, str(_OP[name]), base.name))
+    editor.tags.append(f"{name}@{placement}({kind if view is None else view[0] + ' of ' + base.op})")
+
+
+@st.composite
+def _inplace_cases(draw: Any, cases: st.SearchStrategy, max_mutations: int) -> GraphCase:
+    case = draw(cases)
+    editor = _Editor(case, draw(st.integers(0, 2**32 - 1)))
+    _add_inplace(draw, editor)
+    while len(editor.mutations) < max_mutations and draw(st.booleans()):
+        _add_inplace(draw, editor)
+    return editor.finish("inplace")
+
+
+def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 2) -> st.SearchStrategy[GraphCase]:
+    """Return a strategy for the in-place form (``form="inplace"``) of cases drawn from ``cases``.
+
+    Each case gets 1..``max_mutations`` in-place aten ops: ``add_`` (a scalar in {1, -0.5, 0.25,
+    -2}, or a new input in [-2, 2) of the written shape or its last dim), ``mul_`` (a scalar in
+    {-1, 0.5, -0.5, 0.75}, or a new input in [0.5, 1)), ``copy_`` (from a new input in [-2, 2) or
+    from an input or buffer of the same shape and dtype) and ``index_put_`` (distinct int64 row
+    indices and values in [-2, 2), both new inputs): no op makes a value grow by more than 2, so
+    values stay finite for any ``max_mutations``. An op writes a graph input, a buffer (a node
+    outside every planted instance that computes a fresh floating tensor and is read later or
+    returned) or a view (``slice``, ``select``, ``view(-1)``) of either; what the instance it is
+    placed at reads comes first. It is placed before, inside (strictly between the first and last
+    node) or after a planted instance (anywhere when there is none). Later readers keep reading
+    the written node. New inputs are appended, with the same value on every rank (``Replicate()``
+    in ``placements`` of a tensor-parallel case). Every case runs eagerly, lints and re-propagates
+    under FakeTensorProp.
+
+    Ground truth: ``case.mutations`` gains a :class:`~pmverify.MutationSite` per op (``mutated`` is
+    the written input or buffer, not the view); a must-match instance with a mutation inside its
+    span becomes ``must_match=False, reason="mutation_inside"`` (see
+    :func:`mark_mutations_inside`). Shrinks toward one ``add_`` of a scalar to a graph input,
+    before the first instance.
+
+    - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
+      :func:`~pmverify.strategies.qk_norm_cases`; its instance nodes may be interleaved with context.
+    - ``max_mutations``: most in-place ops per case (an int >= 1; default 2).
+
+    Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy or a
+    ``max_mutations`` that is not an int >= 1.
+
+    Example::
+
+        @given(with_mutations(qk_norm_cases()))
+        def test_pass_respects_mutation_regions(case):
+            result = pmverify.check_case(QKNormFusionPass, case)
+            assert result.ok and result.matches == case.expected_matches, result.violations
+    """
+    check_strategy("cases", cases)
+    check_int("max_mutations", max_mutations, 1)
+    return _inplace_cases(cases, max_mutations)
