@@ -51,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
         "fuzz",
         help="verify a pass on random cases, then on a real model",
         description="Verify the shipped QK-norm fusion pass (or a fault) on random graphs from "
-        "qk_norm_cases() in direct mode, then on a tiny MiniMax-M2 model compiled by torch.compile.",
+        "qk_norm_cases() (plain, in-place with_mutations, and with_mutating_custom_ops, a batch of each in turn) "
+        "in direct mode, then on a tiny MiniMax-M2 model compiled by torch.compile.",
     )
     fuzz.add_argument(
         "--budget",
@@ -88,10 +89,23 @@ class _Stats:
         self.events.update(label for label in case_events(result) if not label.startswith("matches"))
 
 
+def _families() -> list[tuple[str, Any]]:
+    """The case families the random phase rotates through, one per batch: plain graphs, their
+    in-place form, and their functional form with mutating custom ops (auto_functionalized)."""
+    from .strategies import qk_norm_cases, with_mutating_custom_ops, with_mutations
+
+    return [
+        ("qk_norm_cases", qk_norm_cases()),
+        ("with_mutations", with_mutations(qk_norm_cases())),
+        ("with_mutating_custom_ops", with_mutating_custom_ops(qk_norm_cases())),
+    ]
+
+
 def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> dict[str, Any]:
     from ._verify import PassVerificationError, verify
-    from .strategies import qk_norm_cases
 
+    families = _families()
+    family_cases = collections.Counter()
     stats = _Stats()
     violations: list[dict[str, Any]] = []
     start = time.monotonic()
@@ -100,7 +114,8 @@ def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> d
         todo = BATCH if args.max_examples is None else min(BATCH, args.max_examples - stats.cases)
         if todo <= 0:
             break
-        cases = qk_norm_cases()
+        family, cases = families[batch % len(families)]
+        before = stats.cases
         try:
             verify(
                 pass_,
@@ -124,10 +139,11 @@ def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> d
             for v in error.violations:
                 print(f"  - {v}", file=out)
             print(f"  reproducer: {error.reproducer or 'not written'}", file=out)
+        family_cases[family] += stats.cases - before
         batch += 1
         elapsed = time.monotonic() - start
         print(
-            f"[{elapsed:6.1f}s] {name}: {stats.cases} cases, {stats.matches} matches, "
+            f"[{elapsed:6.1f}s] {name} ({family}): {stats.cases} cases, {stats.matches} matches, "
             f"{len(violations)} violations ({60 * stats.cases / max(elapsed, 1e-9):.0f} cases/min)",
             file=out,
             flush=True,
@@ -139,6 +155,7 @@ def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> d
         "matches": stats.matches,
         "elapsed_s": round(elapsed, 3),
         "cases_per_min": round(60 * stats.cases / max(elapsed, 1e-9), 1),
+        "families": dict(family_cases),
         "events": dict(sorted(stats.events.items())),
         "violations": violations,
     }

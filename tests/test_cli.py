@@ -9,12 +9,14 @@ from pmverify.cli import main
 
 def test_fuzz_clean_run_writes_report(tmp_path, capsys):
     report = tmp_path / "r.json"
-    code = main(["fuzz", "--max-examples", "30", "--seed", "1", "--no-real-model", "--report", str(report)])
+    code = main(["fuzz", "--max-examples", "60", "--seed", "1", "--no-real-model", "--report", str(report)])
     assert code == 0
     data = json.loads(report.read_text())
     assert data["seed"] == 1 and data["pmverify"]
     (target,) = data["targets"]
-    assert target["name"] == "qk_norm" and target["cases"] == 30 and target["matches"] > 0
+    assert target["name"] == "qk_norm" and target["cases"] == 60 and target["matches"] > 0
+    # batches of 25 rotate through the case families
+    assert target["families"] == {"qk_norm_cases": 25, "with_mutations": 25, "with_mutating_custom_ops": 10}
     assert target["violations"] == [] and target["cases_per_min"] > 0
     assert data["real_models"] == []
     out = capsys.readouterr().out
