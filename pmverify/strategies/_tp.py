@@ -5,7 +5,8 @@ graph input gets a placement from ``torch.distributed.tensor`` (``Replicate()``:
 every rank, as activations entering a column-parallel layer; ``Shard(dim)``: each rank holds its
 own slice of a full tensor along ``dim``, as sharded weights or split activations). Rank 0 keeps the
 drawn case's inputs; a sharded input gets fresh values of the same shape and dtype on every other
-rank, so the full tensor is the concatenation of the rank slices along ``dim``. Nothing is filtered.
+rank, so the full tensor is the concatenation of the rank slices along ``dim``. Nothing is filtered:
+0 % of draws are rejected (tests/strategies/test_rejections.py).
 """
 
 from __future__ import annotations
