@@ -293,3 +293,26 @@ def test_examples_replacement_ahead_of_a_late_input():
     result = pmverify.check_case(QKNormFusionPass, case)
     assert result.pair.resorted
     assert result.ok and result.matches == 1, result.violations
+
+
+def test_examples_another_dtype_may_match():
+    """Regression: ``register_replacement`` re-traces its search function on the matched inputs,
+    so the pattern traced on float16 inputs is matched by a pass registered with bfloat16 example
+    inputs; the "dtype" kind is therefore ``must_match=None``, not a near miss."""
+    from pmverify.strategies._near_miss import Traced, trace, variants
+
+    args = (torch.rand(2, 8).to(torch.bfloat16), torch.ones(8, dtype=torch.bfloat16))
+    base = Traced(trace(rms_pattern, args), args)
+    variant = variants(rms_pattern, base, "dtype", None, lambda n: 0)
+    assert variant.must_match is None and variant.reason == "dtype"
+    assert {a.dtype for a in variant.args} == {torch.float32}  # the first other float dtype
+    case = pmverify.GraphCase(
+        variant.gm,
+        [variant.args],
+        planted=(
+            pmverify.PlantedInstance(
+                "rms", tuple(n.name for n in variant.gm.graph.nodes if n.op == "call_function"), None, "dtype"
+            ),
+        ),
+    )
+    assert pmverify.check_case(inductor_pass("rms"), case).ok
