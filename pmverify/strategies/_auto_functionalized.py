@@ -36,7 +36,7 @@ from hypothesis.errors import InvalidArgument
 from .._case import GraphCase, MutationSite
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
 from ._mutations import _Editor, _val, apply_view
-from ._validation import check_choices, check_strategy
+from ._validation import check_choices, check_drawn_case, check_strategy
 
 __all__ = ["with_mutating_custom_ops", "VERSIONS"]
 
@@ -170,7 +170,13 @@ def _add_custom_op(draw: Any, editor: _Editor, versions: tuple[int, ...], copies
     hop = next(n for n in added if isinstance(n.target, torch._ops.HigherOrderOperator))
     outputs, new_bases = results[: len(results) - len(bases)], results[len(results) - len(bases) :]
     added_set = set(added)
-    early = any(b.op == "placeholder" for b in bases) and draw(st.booleans())
+    # An early copy_ (right after the op) is only drawn where no view of the input is read later:
+    # AOTAutograd puts copy_ last, so no view read after it exists in real post-grad graphs.
+    early = (
+        any(b.op == "placeholder" for b in bases)
+        and not any(editor.views_read_from(b, slot) for b in bases if b.op == "placeholder")
+        and draw(st.booleans())
+    )
     returned = list(outputs)
     for old, new in zip(bases, new_bases, strict=True):
         editor.mutated.add(old)
@@ -195,7 +201,16 @@ def _add_custom_op(draw: Any, editor: _Editor, versions: tuple[int, ...], copies
 @st.composite
 def _functional_cases(draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...]) -> GraphCase:
     case = draw(cases)
+    check_drawn_case("cases", case)
+    if case.form != "functional":
+        raise InvalidArgument(
+            f"cases drew a case of form={case.form!r}; with_mutating_custom_ops takes functional cases "
+            "(compose as with_mutations(with_mutating_custom_ops(...)))"
+        )
     editor = _Editor(case, draw(st.integers(0, 2**32 - 1)))
+    # AOTAutograd never returns a view of an input it copies into: such an output would see the
+    # copy_ at the end of the graph, which a correct rewrite of the view (e.g. into a copy) need not.
+    editor.protected = editor.aliased_inputs()
     copies: list[tuple[torch.fx.Node, torch.fx.Node]] = []
     _add_custom_op(draw, editor, versions, copies)
     count = 1

@@ -11,7 +11,8 @@ The ops (every tensor argument of an op has the same shape and dtype; values sta
 inputs are in [-2, 2]):
 
 - ``add_into(x!, y) -> Tensor``: ``x += y``; returns ``tanh(x)`` (new x). One mutated arg, one output.
-- ``scale_shift(a!, b!, scale) -> None``: ``a *= scale``; ``b += scale``. Two mutated args.
+- ``scale_shift(a!, b!, scale) -> None``: ``a = a * scale + 0.5`` (affine: a scale-invariant pattern
+  such as a norm still sees it); ``b += scale``. Two mutated args.
 - ``mix3(a!, b!, c!) -> None``: ``a, b, c = a + b, b - c, tanh(a)``. Three mutated args.
 - ``tanh_out(x, out!) -> None``: ``out = tanh(x)``. The mutated arg is named ``out``.
 """
@@ -95,7 +96,7 @@ def _define_scale_shift() -> None:
     @torch.library.custom_op(f"{NAMESPACE}::scale_shift", mutates_args=("a", "b"))
     def scale_shift(a: Tensor, b: Tensor, scale: float) -> None:
         _same("scale_shift", a, b)
-        a.mul_(scale)
+        a.mul_(scale).add_(0.5)
         b.add_(scale)
 
     @scale_shift.register_fake

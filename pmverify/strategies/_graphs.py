@@ -200,8 +200,9 @@ def fx_graphs(
       and ``div`` 3, ``matmul`` 3, ``where`` and ``reshape`` 2). Default 1..8 (``max_nodes=None``:
       8, or ``min_nodes`` if larger). Past ``min_nodes`` the graph grows by one more op with
       probability k / (k + 1), k = max(1, (max_nodes - min_nodes) // 2).
-    - ``dtypes``: the dtypes of inputs, simplest first (default float32, float16, bfloat16);
-      ``convert_element_type`` may still cast to any of the three.
+    - ``dtypes``: the dtypes inputs are drawn in, simplest first (default float32, float16,
+      bfloat16). ``convert_element_type`` may still cast to any of the three, and a binary op on a
+      cast value that takes a new input takes it in the cast's dtype (no mixed-dtype ops).
     - ``ops``: names from :data:`GRAPH_OPS` to draw from, simplest first in the caller's order
       (default all). Any single op can make a graph: an op that fits no value gets a new input.
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from ._tensors import TENSOR_DTYPES, tensors
-from ._validation import check_int, check_optional_int, check_order
+from ._validation import check_int, check_optional_int, check_order, short_repr
 
 __all__ = ["like", "Dim"]
 
@@ -55,14 +55,15 @@ class _Symbol:
     positions: tuple[tuple[int, int], ...]  # (input index, non-negative dim)
 
 
-def _duck(example: Sequence[Any]) -> dict[str, list[tuple[int, int]]]:
-    """Duck sizing, as torch.compile's ``ShapeEnv``: one symbol per distinct size above 1."""
-    vary: dict[str, list[tuple[int, int]]] = {}
+def _duck(example: Sequence[Any]) -> dict[Dim, list[tuple[int, int]]]:
+    """Duck sizing, as torch.compile's ``ShapeEnv``: one symbol per distinct size above 1, drawn
+    from 2 up (ShapeEnv specialises sizes 0 and 1, and a trace may change shape there)."""
+    vary: dict[Dim, list[tuple[int, int]]] = {}
     for i, item in enumerate(example):
         if isinstance(item, torch.Tensor):
             for d, size in enumerate(item.shape):
                 if size > 1:
-                    vary.setdefault(f"s{size}", []).append((i, d))
+                    vary.setdefault(Dim(f"s{size}", min=2), []).append((i, d))
     return vary
 
 
@@ -79,7 +80,7 @@ def _positions(name: str, value: Any, example: Sequence[Any]) -> tuple[tuple[int
         check_int(f"{where}: input index", index, 0, len(example) - 1)
         item = example[index]
         if not isinstance(item, torch.Tensor):
-            raise InvalidArgument(f"{where}: example_inputs[{index}]={item!r} is not a tensor")
+            raise InvalidArgument(f"{where}: example_inputs[{index}]={short_repr(item)} is not a tensor")
         check_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
         positions.append((index, dim % item.dim()))
     sizes = {example[i].shape[d] for i, d in positions}
@@ -117,15 +118,35 @@ def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) ->
     return tuple(symbols)
 
 
+@dataclasses.dataclass(frozen=True)
+class _TensorLike:
+    """What :func:`like` keeps of an example tensor: its shape and dtype, never its values (the
+    strategy's repr keys the example database: ``torch.empty`` garbage must not enter it)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def __repr__(self) -> str:
+        return f"tensor{list(self.shape)}:{str(self.dtype).removeprefix('torch.')}"
+
+    @classmethod
+    def of(cls, value: Any) -> Any:
+        """The description of a tensor; any other value as it is."""
+        return cls(tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else value
+
+    def zeros(self) -> torch.Tensor:
+        return torch.zeros(self.shape, dtype=self.dtype)
+
+
 @st.composite
 def _inputs(draw: Any, example: tuple[Any, ...], symbols: tuple[_Symbol, ...]) -> tuple[Any, ...]:
-    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, torch.Tensor)}
+    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, _TensorLike)}
     for symbol in symbols:
         size = draw(st.integers(symbol.low, symbol.high))
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     return tuple(
-        draw(tensors(item.dtype, tuple(shapes[i]))) if isinstance(item, torch.Tensor) else item
+        draw(tensors(item.dtype, tuple(shapes[i]))) if isinstance(item, _TensorLike) else item
         for i, item in enumerate(example)
     )
 
@@ -151,9 +172,11 @@ def like(
         (negative dims count from the end). A symbol is a name (sizes ``min_side`` .. ``max_side``)
         or a :class:`Dim` with its own bounds. All positions of one symbol get the same drawn size.
       * ``"duck"``: duck sizing, as torch.compile's ``ShapeEnv`` does it: every dim of size above 1
-        varies, dims with equal example sizes together; sizes 0 and 1 stay.
+        varies (from 2 to ``max_side``), dims with equal example sizes together; sizes 0 and 1 stay.
 
     - ``min_side`` / ``max_side``: default bounds on a symbol's size, in elements (default 1..16).
+      At size 1 (or 0) Inductor's tracer may emit another graph (``x @ w`` with a contracted size of
+      1 traces as a broadcasting ``mul``); :func:`planted` marks such instances ``must_match=None``.
 
     Shrinks toward every symbol at its lower bound and all-zero tensors.
 
@@ -171,7 +194,7 @@ def like(
     draws ``(x[T, H], weight[H], 1e-6)`` with T in 1..16 and H in 4..64.
     """
     if not isinstance(example_inputs, (tuple, list)):
-        raise InvalidArgument(f"example_inputs={example_inputs!r} must be a tuple or list")
+        raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
     example = tuple(example_inputs)
     for i, item in enumerate(example):
         if isinstance(item, torch.Tensor) and item.dtype not in TENSOR_DTYPES:
@@ -179,4 +202,8 @@ def like(
     check_int("min_side", min_side, minimum=0)
     check_int("max_side", max_side, minimum=0)
     check_order("min_side", min_side, "max_side", max_side)
-    return _inputs(example, _symbols(example, vary, min_side, max_side))
+    symbols = _symbols(example, vary, min_side, max_side)
+    strategy = _inputs(tuple(map(_TensorLike.of, example)), symbols)
+    # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
+    strategy.pmverify_example_inputs = example
+    return strategy

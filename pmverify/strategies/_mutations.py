@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +31,8 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .._apply import propagate_fake
 from .._case import GraphCase, MutationSite, PlantedInstance
-from ._validation import check_int, check_strategy
+from ._near_miss import flat_nodes
+from ._validation import check_drawn_case, check_int, check_strategy
 
 __all__ = ["with_mutations", "mark_mutations_inside", "INPLACE_OPS", "POSITIONS", "TARGET_KINDS", "MUTATION_INSIDE"]
 
@@ -48,7 +50,7 @@ INPLACE_OPS = ("add_.Scalar", "add_.Tensor", "mul_.Scalar", "mul_.Tensor", "copy
 MUTATION_INSIDE = "mutation_inside"
 
 _ADDENDS = (1.0, -0.5, 0.25, -2.0)
-_FACTORS = (-1.0, 0.5, -0.5, 0.75)  # |factor| <= 1: values never grow by multiplication
+_FACTORS = (-1.0, -0.5, -0.75)  # |factor| <= 1: values never grow; negative: a norm sees the sign
 _OP = {
     "add_.Scalar": aten.add_.Scalar,
     "add_.Tensor": aten.add_.Tensor,
@@ -149,6 +151,7 @@ class _Editor:
         self.original = list(self.graph.nodes)
         self.mutations: list[MutationSite] = []
         self.mutated: set[torch.fx.Node] = set()  # bases a functional op already rewrote
+        self.protected: set[torch.fx.Node] = set()  # inputs no op may write
         self.tags: list[str] = []
 
     def order(self) -> dict[torch.fx.Node, int]:
@@ -187,7 +190,43 @@ class _Editor:
 
     def inputs_at(self) -> list[torch.fx.Node]:
         """Graph inputs an op may write (any position is after them)."""
-        return [n for n in self.original if n.op == "placeholder" and n not in self.mutated and _writable(_val(n))]
+        return [
+            n
+            for n in self.original
+            if n.op == "placeholder" and n not in self.mutated and n not in self.protected and _writable(_val(n))
+        ]
+
+    def views_read_from(self, base: torch.fx.Node, slot: torch.fx.Node) -> bool:
+        """Whether a view of ``base`` (through aten view ops and getitem) is read at or after
+        ``slot``: a write there would show through it."""
+        order = self.order()
+        pending, seen = [base], set()
+        while pending:
+            node = pending.pop()
+            for user in node.users:
+                if user in seen or user.op != "call_function":
+                    continue
+                seen.add(user)
+                if user.target is operator.getitem or (
+                    isinstance(user.target, torch._ops.OpOverload) and user.target.is_view
+                ):
+                    if any(order[reader] >= order[slot] for reader in user.users):
+                        return True
+                    pending.append(user)
+        return False
+
+    def aliased_inputs(self) -> set[torch.fx.Node]:
+        """Graph inputs a graph output is a view of (through aten view ops and getitem)."""
+        found = set()
+        for node in flat_nodes(self.graph.output_node().args[0]):
+            while node.op == "call_function" and (
+                node.target is operator.getitem
+                or (isinstance(node.target, torch._ops.OpOverload) and node.target.is_view)
+            ):
+                node = node.args[0]
+            if node.op == "placeholder":
+                found.add(node)
+        return found
 
     def buffers_at(self, slot: torch.fx.Node, *, read_later: bool) -> list[torch.fx.Node]:
         """Nodes defined before ``slot`` that compute a fresh tensor, outside every planted
@@ -360,6 +399,7 @@ def _add_inplace(draw: Any, editor: _Editor) -> None:
 @st.composite
 def _inplace_cases(draw: Any, cases: st.SearchStrategy, max_mutations: int) -> GraphCase:
     case = draw(cases)
+    check_drawn_case("cases", case)
     editor = _Editor(case, draw(st.integers(0, 2**32 - 1)))
     _add_inplace(draw, editor)
     while len(editor.mutations) < max_mutations and draw(st.booleans()):
@@ -372,7 +412,7 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
 
     Each case gets 1..``max_mutations`` in-place aten ops: ``add_`` (a scalar in {1, -0.5, 0.25,
     -2}, or a new input in [-2, 2) of the written shape or its last dim), ``mul_`` (a scalar in
-    {-1, 0.5, -0.5, 0.75}, or a new input in [0.5, 1)), ``copy_`` (from a new input in [-2, 2) or
+    {-1, -0.5, -0.75}, or a new input in [0.5, 1)), ``copy_`` (from a new input in [-2, 2) or
     from an input or buffer of the same shape and dtype) and ``index_put_`` (distinct int64 row
     indices and values in [-2, 2), both new inputs): no op makes a value grow by more than 2, so
     values stay finite for any ``max_mutations``. An op writes a graph input, a buffer (a node

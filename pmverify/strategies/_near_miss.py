@@ -36,7 +36,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._validation import FLOAT_DTYPES
 
-__all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants", "flat_nodes"]
+__all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "loose_signature", "variants", "flat_nodes"]
 
 #: Near-miss kinds, in the order shrinking prefers them.
 NEAR_MISS_KINDS = ("constant", "dim", "split_sizes", "dtype", "extra_user", "unused")
@@ -115,6 +115,34 @@ def signature(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
     index = {node: i for i, node in enumerate(gm.graph.nodes)}
     return tuple(
         (node.op, str(node.target), _normalise(node.args, index), _normalise(node.kwargs, index))
+        for node in gm.graph.nodes
+        if node.op != "placeholder"
+    )
+
+
+#: Literal types Inductor's first, structural match ignores (``gen_pattern_and_search_gm``); its
+#: check then re-traces the search function on the matched inputs and compares them exactly.
+_LOOSE_TYPES = (int, float, list, torch.device, torch.dtype)
+
+
+def _loose(value: Any, index: dict[torch.fx.Node, int]) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return ("node", index.get(value))
+    if type(value) in _LOOSE_TYPES and not (isinstance(value, list) and flat_nodes(value)):
+        return "_"
+    if isinstance(value, (list, tuple)):
+        return tuple(_loose(v, index) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _loose(v, index)) for k, v in value.items()))
+    return (type(value).__name__, repr(value))
+
+
+def loose_signature(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
+    """What Inductor's first, structural match compares: op targets and wiring, with int, float,
+    list, device and dtype literals ignored (sizes burnt into a trace do not count)."""
+    index = {node: i for i, node in enumerate(gm.graph.nodes)}
+    return tuple(
+        (node.op, str(node.target), _loose(node.args, index), _loose(node.kwargs, index))
         for node in gm.graph.nodes
         if node.op != "placeholder"
     )

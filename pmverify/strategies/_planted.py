@@ -22,6 +22,7 @@ Hypothesis statistics, e.g. ``pytest tests/strategies/test_planted.py --hypothes
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,8 +32,9 @@ from hypothesis.errors import InvalidArgument
 
 from .._apply import propagate_fake
 from .._case import GraphCase, PlantedInstance
-from ._near_miss import NEAR_MISS_KINDS, Traced, flat_nodes, trace, variants
-from ._validation import check_choices, check_int, check_order, check_strategy
+from ._like import _TensorLike
+from ._near_miss import NEAR_MISS_KINDS, Traced, flat_nodes, loose_signature, trace, variants
+from ._validation import check_choices, check_int, check_order, check_strategy, short_repr
 
 __all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
 
@@ -52,9 +54,16 @@ class _Step:
     arg: Any = None  # producer: (placeholder node, how); consumer/extra user: the node it reads
 
 
+def _identifier(name: str) -> str:
+    """``name`` made a Python identifier (it prefixes node names): a lambda is ``lambda``."""
+    name = re.sub(r"\W+", "_", name).strip("_") or "pattern"
+    return f"p{name}" if name[0].isdigit() else name
+
+
 def _pattern_name(pattern: Callable[..., Any]) -> str:
+    """The function's name without a ``_pattern`` suffix, as an identifier."""
     name = getattr(pattern, "__name__", type(pattern).__name__)
-    return name.removesuffix("_pattern") if name != "_pattern" else name
+    return _identifier(name.removesuffix("_pattern") if name != "_pattern" else name)
 
 
 def _instance_steps(draw: Any, i: int, inst: Traced) -> tuple[list[_Step], list[torch.fx.Node]]:
@@ -152,7 +161,10 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
             target = torch.ops.aten.view.default if how == "view" else torch.ops.aten.clone.default
             local[ph] = graph.call_function(target, (source, shape) if how == "view" else (source,))
         elif step.kind == "consumer":
-            finals[(step.source, step.arg)] = graph.call_function(torch.ops.aten.neg.default, (local[step.arg],))
+            val = step.arg.meta.get("val")
+            boolean = isinstance(val, torch.Tensor) and val.dtype == torch.bool
+            consumer = torch.ops.aten.logical_not.default if boolean else torch.ops.aten.neg.default
+            finals[(step.source, step.arg)] = graph.call_function(consumer, (local[step.arg],))
         else:  # extra_user
             extra_outputs.append(graph.call_function(torch.ops.aten.clone.default, (local[step.arg],)))
 
@@ -188,13 +200,11 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
             raise InvalidArgument(f"context drew {context!r}; it must draw functional GraphCases with tp_world=1")
     instances = []
     for _ in range(count):
-        args = tuple(draw(spec["inputs"]))
-        try:
-            base = Traced(trace(pattern, args, trace_fn), args)
-        except Exception as exc:
-            raise InvalidArgument(f"pattern={pattern!r} does not trace on inputs {_describe(args)}: {exc}") from exc
-        if not any(n.op == "call_function" for n in base.gm.graph.nodes):
-            raise InvalidArgument(f"pattern={pattern!r} traces to a graph without ops on inputs {_describe(args)}")
+        args = draw(spec["inputs"])
+        if not isinstance(args, (tuple, list)):
+            raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
+        args = tuple(args)
+        base = Traced(_trace_checked(pattern, args, trace_fn), args)
         # Half the instances are plain (False shrinks first), the others one near-miss kind each.
         kind = draw(st.sampled_from(spec["kinds"])) if spec["kinds"] and draw(st.booleans()) else None
         chosen = base
@@ -205,6 +215,10 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
                 if variant is not None:
                     chosen = variant
                     break
+        if chosen.must_match is True and _reference(spec) not in (None, loose_signature(chosen.gm)):
+            # Another graph than the pass registered (e.g. a matmul traced as a broadcasting mul at a
+            # contracted size of 1): Inductor cannot match it, a hand-written pass may.
+            chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
         instances.append(chosen)
     gm, inputs, records = _splice(draw, name, context, instances)
     propagate_fake(gm, inputs)
@@ -216,15 +230,43 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
     return GraphCase(gm, [inputs], tp_world=1, form="functional", planted=records, pass_config=pass_config, label=label)
 
 
-def _describe(args: Sequence[Any]) -> str:
-    return (
-        "("
-        + ", ".join(
-            f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}" if isinstance(a, torch.Tensor) else repr(a)
-            for a in args
+def _trace_checked(pattern: Callable[..., Any], args: tuple[Any, ...], trace_fn: Any) -> torch.fx.GraphModule:
+    """Trace ``pattern`` on ``args``; InvalidArgument when it does not trace, has no op, or holds an
+    in-place op (a register_replacement pattern is functional; Inductor's matcher never matches
+    across the mutation region an in-place op starts)."""
+    from torch._inductor.pattern_matcher import is_mutation_op
+
+    try:
+        gm = trace(pattern, args, trace_fn)
+    except Exception as exc:
+        raise InvalidArgument(f"pattern={_name(pattern)} does not trace on inputs {_describe(args)}: {exc}") from exc
+    if not any(n.op == "call_function" for n in gm.graph.nodes):
+        raise InvalidArgument(f"pattern={_name(pattern)} traces to a graph without ops on inputs {_describe(args)}")
+    mutating = [n.format_node() for n in gm.graph.nodes if n.op == "call_function" and is_mutation_op(n)]
+    if mutating:
+        raise InvalidArgument(
+            f"pattern={_name(pattern)} traces to in-place ops ({'; '.join(mutating)}); planted instances must be "
+            "functional, as register_replacement patterns are (use with_mutations for in-place graphs)"
         )
-        + ")"
-    )
+    return gm
+
+
+def _name(pattern: Any) -> str:
+    return getattr(pattern, "__qualname__", None) or repr(pattern)
+
+
+def _reference(spec: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The structure of the pattern traced on the pass's example inputs (memoised in ``spec``)."""
+    if spec["example_inputs"] is None:
+        return None
+    if "reference" not in spec:
+        example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in spec["example_inputs"])
+        spec["reference"] = loose_signature(_trace_checked(spec["pattern"], example, spec["trace_fn"]))
+    return spec["reference"]
+
+
+def _describe(args: Sequence[Any]) -> str:
+    return short_repr(tuple(args))
 
 
 def planted(
@@ -236,6 +278,7 @@ def planted(
     max_instances: int = _DEFAULT_MAX_INSTANCES,
     near_misses: bool | Sequence[str] = True,
     trace_fn: Callable[..., Any] | None = None,
+    example_inputs: Sequence[Any] | None = None,
     pass_config: Any = None,
     name: str | None = None,
 ) -> st.SearchStrategy[GraphCase]:
@@ -261,10 +304,15 @@ def planted(
       near miss of falls through to the next kind, then to a plain instance.
     - ``trace_fn``: how to trace ``pattern`` (default ``torch._inductor.pattern_matcher.fwd_only``,
       as ``register_replacement``).
+    - ``example_inputs``: the example inputs the pass registers ``pattern`` with (default: those of
+      ``inputs`` when it is a :func:`like` strategy). A plain instance whose trace has another
+      structure than the pattern traced on them (ops and wiring; sizes and other literals aside, as
+      Inductor's first match) is recorded ``must_match=None, reason="trace_differs"``: e.g. ``x @ w``
+      traces as a broadcasting ``mul`` when the contracted size is 1.
     - ``pass_config``: set as every case's ``pass_config`` (what ``verify(PassClass, ...)`` builds
       the pass with); default the context case's.
-    - ``name``: the pattern name in the ground truth (default ``pattern.__name__`` without a
-      ``_pattern`` suffix).
+    - ``name``: the pattern name in the ground truth and in node names (default
+      ``pattern.__name__`` without a ``_pattern`` suffix; made an identifier: a lambda is ``lambda``).
 
     Each instance's nodes are interleaved with context nodes at random positions; an instance input
     may be computed late (``clone`` or ``view`` right before its first use) and an output may be
@@ -276,8 +324,9 @@ def planted(
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``pattern`` that is not callable, ``inputs``
     or ``context`` not a strategy, non-int or negative bounds, ``min_instances > max_instances``,
-    unknown near-miss kinds; when drawing, for a pattern that does not trace or traces to no op,
-    and a context that is not a functional single-rank case.
+    unknown near-miss kinds, ``example_inputs`` not a tuple or list; when drawing, for ``inputs``
+    drawing something other than a tuple or list, a pattern that does not trace, traces to no op
+    or to an in-place op, and a context that is not a functional single-rank case.
 
     Example::
 
@@ -292,7 +341,7 @@ def planted(
             assert pmverify.check_case(MyPass(), case).ok
     """
     if not callable(pattern):
-        raise InvalidArgument(f"pattern={pattern!r} must be a function, as given to register_replacement")
+        raise InvalidArgument(f"pattern={_name(pattern)} must be a function, as given to register_replacement")
     check_strategy("inputs", inputs)
     if context is not None:
         check_strategy("context", context)
@@ -307,6 +356,10 @@ def planted(
         raise InvalidArgument(f"trace_fn={trace_fn!r} must be callable")
     if name is not None and not isinstance(name, str):
         raise InvalidArgument(f"name={name!r} must be a str")
+    if example_inputs is None:
+        example_inputs = getattr(inputs, "pmverify_example_inputs", None)
+    elif isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
+        raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
     if context is None:
         from ._graphs import fx_graphs
 
@@ -320,6 +373,8 @@ def planted(
         "kinds": tuple(k for k in NEAR_MISS_KINDS if k in kinds),
         "trace_fn": trace_fn,
         "pass_config": pass_config,
-        "name": name or _pattern_name(pattern),
+        "name": _pattern_name(pattern) if name is None else _identifier(name),
+        # shapes and dtypes only: the strategy's repr keys the example database
+        "example_inputs": None if example_inputs is None else tuple(map(_TensorLike.of, example_inputs)),
     }
     return _cases(spec)

@@ -22,7 +22,7 @@ from torch.distributed.tensor import Replicate, Shard
 
 from .._case import GraphCase
 from ._tensors import tensors, tp_sizes
-from ._validation import check_strategy
+from ._validation import check_drawn_case, check_strategy
 
 __all__ = ["tp_cases", "Replicate", "Shard"]
 
@@ -64,7 +64,8 @@ def _drawn_placement(draw: Any, value: Any) -> Any:
 @st.composite
 def _tp_cases(draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy) -> GraphCase:
     case = draw(cases)
-    if not isinstance(case, GraphCase) or case.tp_world != 1:
+    check_drawn_case("cases", case)
+    if case.tp_world != 1:
         raise InvalidArgument(f"cases drew {case!r}; it must draw GraphCases with tp_world=1")
     world = draw(tp_world)
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:

@@ -19,6 +19,8 @@ __all__ = [
     "check_choices",
     "check_dtypes",
     "FLOAT_DTYPES",
+    "short_repr",
+    "check_drawn_case",
 ]
 
 #: Floating dtypes the strategies draw, simplest first.
@@ -51,9 +53,29 @@ def check_order(low_name: str, low: Any, high_name: str, high: Any) -> None:
         raise InvalidArgument(f"{low_name}={low!r} is larger than {high_name}={high!r}")
 
 
+def short_repr(value: Any) -> str:
+    """``repr`` with tensors shown by shape and dtype, not by their values."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor{list(value.shape)}:{str(value.dtype).removeprefix('torch.')}"
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(short_repr(v) for v in value)
+        return f"({inner}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) else f"[{inner}]"
+    return repr(value)
+
+
 def check_strategy(name: str, value: Any) -> None:
     if not isinstance(value, st.SearchStrategy):
-        raise InvalidArgument(f"{name}={value!r} must be a Hypothesis strategy")
+        raise InvalidArgument(f"{name}={short_repr(value)} must be a Hypothesis strategy")
+
+
+def check_drawn_case(name: str, value: Any, *, form: str | None = None) -> None:
+    """A value drawn from the ``name`` strategy must be a ``GraphCase`` (of ``form`` when given)."""
+    from .._case import GraphCase
+
+    if not isinstance(value, GraphCase):
+        raise InvalidArgument(f"{name} drew {short_repr(value)}; it must draw pmverify.GraphCase values")
+    if form is not None and value.form != form:
+        raise InvalidArgument(f"{name} drew a case of form={value.form!r}; it must draw {form} cases")
 
 
 def check_choices(name: str, value: Any, allowed: Iterable[Any]) -> tuple[Any, ...]:

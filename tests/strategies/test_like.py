@@ -124,3 +124,17 @@ def test_sizes_vary():
 def test_bad_arguments(build, message):
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         build()
+
+
+def test_examples_repr_holds_no_tensor_values():
+    """The strategy's repr keys the example database: ``torch.empty`` garbage must not enter it, or a
+    saved failure is never replayed."""
+    first = like((torch.empty(4, 8), torch.empty(8)), vary={"tokens": [(0, 0)]})
+    second = like((torch.full((4, 8), 7.0), torch.full((8,), 7.0)), vary={"tokens": [(0, 0)]})
+    assert repr(first) == repr(second)
+    assert "shape=(4, 8), dtype=torch.float32" in repr(first)
+
+
+def test_examples_duck_sizes_start_at_two():
+    symbols = like((torch.empty(4, 8), torch.empty(8)), vary="duck")
+    assert minimal(symbols)[0].shape == (2, 2)

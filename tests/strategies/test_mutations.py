@@ -187,3 +187,8 @@ def test_bad_arguments(kwargs, message):
     cases = args.pop("cases")
     with pytest.raises(InvalidArgument, match=message.replace("(", r"\(")):
         with_mutations(cases, **args)
+
+
+def test_examples_drawn_values_are_checked():
+    with pytest.raises(InvalidArgument, match="cases drew 1"):
+        minimal(with_mutations(st.just(1)))

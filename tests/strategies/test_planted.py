@@ -316,3 +316,53 @@ def test_examples_another_dtype_may_match():
         ),
     )
     assert pmverify.check_case(inductor_pass("rms"), case).ok
+
+
+# ------------------------------------------------------------------------------------ regressions
+# (found by a new user trying to break the strategies)
+
+
+def matmul_pattern(x, w):
+    return torch.relu(x @ w)
+
+
+def test_examples_a_trace_of_another_structure_may_match():
+    """At a contracted size of 1, ``fwd_only`` traces ``x @ w`` as a broadcasting mul: a pass that
+    registered the pattern at size 8 cannot match it, so the ground truth says either is right."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    example = (torch.empty(4, 8), torch.empty(8, 6))
+    matcher = PatternMatcherPass(pass_name="test_matmul")
+    register_replacement(matmul_pattern, matmul_pattern, list(example), fwd_only, matcher)
+    strategy = planted(matmul_pattern, like(example, vary={"k": [(0, 1), (1, 0)]}), near_misses=False)
+    case = minimal(strategy, lambda c: any(p.reason == "trace_differs" for p in c.planted))
+    assert case.inputs[0][0].shape[1] == 1
+    assert pmverify.check_case(matcher, case).ok
+
+    @settings(max_examples=20, database=None)
+    @given(strategy)
+    def agrees(case):
+        assert pmverify.check_case(matcher, case).ok
+
+    agrees()
+
+
+def test_examples_bool_outputs_get_a_bool_consumer():
+    strategy = planted(lambda x: x > 0.5, like((torch.empty(4, 8),)), min_instances=1, near_misses=False)
+    case = minimal(strategy, lambda c: any(n.target is torch.ops.aten.logical_not.default for n in c.gm.graph.nodes))
+    _check_valid(case)
+
+
+def test_examples_in_place_patterns_are_refused():
+    def in_place(x):
+        return x.clone().add_(1)
+
+    with pytest.raises(InvalidArgument, match="traces to in-place ops"):
+        find(planted(in_place, SPLIT_INPUTS, min_instances=1), lambda c: True, settings=settings(database=None))
+
+
+def test_examples_inputs_drawing_something_else():
+    with pytest.raises(InvalidArgument, match="inputs drew tensor"):
+        find(
+            planted(_pattern, st.just(torch.ones(2)), min_instances=1), lambda c: True, settings=settings(database=None)
+        )
