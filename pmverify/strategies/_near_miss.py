@@ -100,52 +100,38 @@ def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[.
     return gm
 
 
-def _normalise(value: Any, index: dict[torch.fx.Node, int]) -> Any:
-    if isinstance(value, torch.fx.Node):
-        return ("node", index.get(value))
-    if isinstance(value, (list, tuple)):
-        return tuple(_normalise(v, index) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _normalise(v, index)) for k, v in value.items()))
-    return (type(value).__name__, repr(value))
-
-
-def signature(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
-    """What Inductor's pattern matcher compares: op targets, wiring and literal arguments."""
-    index = {node: i for i, node in enumerate(gm.graph.nodes)}
-    return tuple(
-        (node.op, str(node.target), _normalise(node.args, index), _normalise(node.kwargs, index))
-        for node in gm.graph.nodes
-        if node.op != "placeholder"
-    )
-
-
 #: Literal types Inductor's first, structural match ignores (``gen_pattern_and_search_gm``); its
 #: check then re-traces the search function on the matched inputs and compares them exactly.
 _LOOSE_TYPES = (int, float, list, torch.device, torch.dtype)
 
 
-def _loose(value: Any, index: dict[torch.fx.Node, int]) -> Any:
+def _normalise(value: Any, index: dict[torch.fx.Node, int], loose: bool) -> Any:
     if isinstance(value, torch.fx.Node):
         return ("node", index.get(value))
-    if type(value) in _LOOSE_TYPES and not (isinstance(value, list) and flat_nodes(value)):
+    if loose and type(value) in _LOOSE_TYPES and not (isinstance(value, list) and flat_nodes(value)):
         return "_"
     if isinstance(value, (list, tuple)):
-        return tuple(_loose(v, index) for v in value)
+        return tuple(_normalise(v, index, loose) for v in value)
     if isinstance(value, dict):
-        return tuple(sorted((k, _loose(v, index)) for k, v in value.items()))
+        return tuple(sorted((k, _normalise(v, index, loose)) for k, v in value.items()))
     return (type(value).__name__, repr(value))
 
 
-def loose_signature(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
-    """What Inductor's first, structural match compares: op targets and wiring, with int, float,
-    list, device and dtype literals ignored (sizes burnt into a trace do not count)."""
+def signature(gm: torch.fx.GraphModule, *, loose: bool = False) -> tuple[Any, ...]:
+    """What Inductor's pattern matcher compares: op targets, wiring and literal arguments. With
+    ``loose``, what its first, structural match compares: int, float, list, device and dtype
+    literals ignored (sizes burnt into a trace do not count)."""
     index = {node: i for i, node in enumerate(gm.graph.nodes)}
     return tuple(
-        (node.op, str(node.target), _loose(node.args, index), _loose(node.kwargs, index))
+        (node.op, str(node.target), _normalise(node.args, index, loose), _normalise(node.kwargs, index, loose))
         for node in gm.graph.nodes
         if node.op != "placeholder"
     )
+
+
+def loose_signature(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
+    """``signature(gm, loose=True)``."""
+    return signature(gm, loose=True)
 
 
 def _flat_outputs(value: Any) -> list[torch.Tensor]:
