@@ -125,9 +125,13 @@ class _Spec:
 
     min_nodes: int
     max_nodes: int
-    ops: tuple[GraphOp, ...]
+    op_names: tuple[str, ...]  # names, not GraphOps: the spec's repr shows in Hypothesis' notes
     dtypes: tuple[torch.dtype, ...]
     completable: tuple[bool, ...]
+
+    @property
+    def ops(self) -> tuple[GraphOp, ...]:
+        return tuple(_BY_NAME[name] for name in self.op_names)
 
     @property
     def patience(self) -> int:
@@ -234,4 +238,4 @@ def fx_graphs(
             f"no graph of ops={list(names)!r} (op nodes each: {costs}) has between min_nodes={min_nodes} "
             f"and max_nodes={max_nodes} op nodes"
         )
-    return _graphs(_Spec(min_nodes, max_nodes, chosen, dtypes, completable))
+    return _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable))
