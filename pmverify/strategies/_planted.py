@@ -306,7 +306,7 @@ def planted(
       as ``register_replacement``).
     - ``example_inputs``: the example inputs the pass registers ``pattern`` with (default: those of
       ``inputs`` when it is a :func:`like` strategy itself; a derived strategy such as
-      ``like(...).map(f)`` loses them, so give them here). Without them no instance is checked. A plain instance whose trace has another
+      ``like(...).map(f)`` loses them, so give them here). Without them, traces are not compared. A plain instance whose trace has another
       structure than the pattern traced on them (ops and wiring; sizes and other literals aside, as
       Inductor's first match) is recorded ``must_match=None, reason="trace_differs"``: e.g. ``x @ w``
       traces as a broadcasting ``mul`` when the contracted size is 1.
