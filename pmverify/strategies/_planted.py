@@ -306,10 +306,11 @@ def planted(
       as ``register_replacement``).
     - ``example_inputs``: the example inputs the pass registers ``pattern`` with (default: those of
       ``inputs`` when it is a :func:`like` strategy itself; a derived strategy such as
-      ``like(...).map(f)`` loses them, so give them here). Without them, traces are not compared. A plain instance whose trace has another
+      ``like(...).map(f)`` loses them, so give them here). A plain instance whose trace has another
       structure than the pattern traced on them (ops and wiring; sizes and other literals aside, as
       Inductor's first match) is recorded ``must_match=None, reason="trace_differs"``: e.g. ``x @ w``
-      traces as a broadcasting ``mul`` when the contracted size is 1.
+      traces as a broadcasting ``mul`` when the contracted size is 1. Without them, traces are not
+      compared.
     - ``pass_config``: set as every case's ``pass_config`` (what ``verify(PassClass, ...)`` builds
       the pass with); default the context case's.
     - ``name``: the pattern name in the ground truth and in node names (default
