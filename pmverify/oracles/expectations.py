@@ -2,19 +2,18 @@
 
 For each planted instance of the case (``GraphCase.planted``): a must-match instance is matched
 when none of its compute nodes is left in the rewritten graph; a must-not-match instance is
-untouched when all of them are; an instance with ``must_match=None`` (dead code) is not judged. View nodes (``getitem``, ``split``, ``slice``, ``view``... any aten
-overload whose schema aliases its input) are not judged: a correct replacement may keep or rebuild
+untouched when all of them are; an instance with ``must_match=None`` (either is correct) is not
+judged. View nodes (``getitem``, ``split``, ``slice``, ``view``... any aten overload whose schema
+aliases its input) are not judged: a correct replacement may keep or rebuild
 them (e.g. the slice that yields v). "Silently never matches" is a finding, as is a match on a near
 miss.
 """
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
-import torch
-
+from .._fx import is_view
 from ._violation import Violation
 
 __all__ = ["check", "matched_instances"]
@@ -23,10 +22,6 @@ __all__ = ["check", "matched_instances"]
 def _compute_nodes(pair: Any, instance: Any) -> list[str]:
     """The instance's nodes that compute, not view (see the module docstring)."""
     targets = {node.name: node.target for node in pair.before.graph.nodes}
-
-    def is_view(target: Any) -> bool:
-        return target is operator.getitem or (isinstance(target, torch._ops.OpOverload) and target.is_view)
-
     judged = [name for name in instance.nodes if not is_view(targets.get(name))]
     return judged or list(instance.nodes)
 

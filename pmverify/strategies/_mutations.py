@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +30,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .._apply import propagate_fake
 from .._case import GraphCase, MutationSite, PlantedInstance
-from ._near_miss import flat_nodes
+from .._fx import flat_nodes, is_view
 from ._validation import check_drawn_case, check_int, check_strategy
 
 __all__ = ["with_mutations", "mark_mutations_inside", "INPLACE_OPS", "POSITIONS", "TARGET_KINDS", "MUTATION_INSIDE"]
@@ -207,9 +206,7 @@ class _Editor:
                 if user in seen or user.op != "call_function":
                     continue
                 seen.add(user)
-                if user.target is operator.getitem or (
-                    isinstance(user.target, torch._ops.OpOverload) and user.target.is_view
-                ):
+                if is_view(user.target):
                     if any(order[reader] >= order[slot] for reader in user.users):
                         return True
                     pending.append(user)
@@ -219,10 +216,7 @@ class _Editor:
         """Graph inputs a graph output is a view of (through aten view ops and getitem)."""
         found = set()
         for node in flat_nodes(self.graph.output_node().args[0]):
-            while node.op == "call_function" and (
-                node.target is operator.getitem
-                or (isinstance(node.target, torch._ops.OpOverload) and node.target.is_view)
-            ):
+            while node.op == "call_function" and is_view(node.target):
                 node = node.args[0]
             if node.op == "placeholder":
                 found.add(node)

@@ -31,12 +31,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .._fx import flat_nodes
 from ._validation import FLOAT_DTYPES
 
-__all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "loose_signature", "variants", "flat_nodes"]
+__all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants"]
 
 #: Near-miss kinds, in the order shrinking prefers them.
 NEAR_MISS_KINDS = ("constant", "dim", "split_sizes", "dtype", "extra_user", "unused")
@@ -129,26 +131,15 @@ def signature(gm: torch.fx.GraphModule, *, loose: bool = False) -> tuple[Any, ..
     )
 
 
-def loose_signature(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
-    """``signature(gm, loose=True)``."""
-    return signature(gm, loose=True)
-
-
-def _flat_outputs(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat_outputs(v)]
-    return []
-
-
 def _runs(gm: torch.fx.GraphModule, args: Sequence[Any], finite: bool) -> bool:
     """Whether ``gm`` runs on clones of ``args`` (and stays finite when ``finite``)."""
     try:
-        out = _flat_outputs(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+        out = pytree.tree_leaves(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
     except Exception:
         return False
-    return not finite or all(bool(t.isfinite().all()) for t in out if t.is_floating_point())
+    return not finite or all(
+        bool(t.isfinite().all()) for t in out if isinstance(t, torch.Tensor) and t.is_floating_point()
+    )
 
 
 def _all_finite(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
@@ -251,21 +242,12 @@ def _other_dtype(pattern: Callable[..., Any], base: Traced, trace_fn: Any, pick:
 
 def _intermediates(gm: torch.fx.GraphModule) -> list[str]:
     output = next(iter(gm.graph.find_nodes(op="output")))
-    outputs = {n for n in flat_nodes(output.args[0])}
+    outputs = set(flat_nodes(output.args[0]))
     return [
         node.name
         for node in gm.graph.nodes
         if node.op == "call_function" and node not in outputs and isinstance(node.meta.get("val"), torch.Tensor)
     ]
-
-
-def flat_nodes(value: Any) -> list[torch.fx.Node]:
-    """The nodes in an FX argument (a node, or nested lists/tuples of them), in order."""
-    if isinstance(value, torch.fx.Node):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [n for v in value for n in flat_nodes(v)]
-    return []
 
 
 def variants(

@@ -32,8 +32,9 @@ from hypothesis.errors import InvalidArgument
 
 from .._apply import propagate_fake
 from .._case import GraphCase, PlantedInstance
+from .._fx import flat_nodes
 from ._like import _TensorLike
-from ._near_miss import NEAR_MISS_KINDS, Traced, flat_nodes, loose_signature, trace, variants
+from ._near_miss import NEAR_MISS_KINDS, Traced, signature, trace, variants
 from ._validation import check_choices, check_int, check_order, check_strategy, short_repr
 
 __all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
@@ -51,7 +52,7 @@ class _Step:
     source: Any
     node: torch.fx.Node | None
     kind: str = "copy"  # copy | producer | consumer | extra_user
-    arg: Any = None  # producer: (placeholder node, how); consumer/extra user: the node it reads
+    arg: Any = None  # producer: (placeholder node, how, shape); consumer/extra user: the node it reads
 
 
 def _identifier(name: str) -> str:
@@ -69,10 +70,10 @@ def _pattern_name(pattern: Callable[..., Any]) -> str:
 def _instance_steps(draw: Any, i: int, inst: Traced) -> tuple[list[_Step], list[torch.fx.Node]]:
     """The steps of instance ``i`` in order, and its output nodes (before splicing)."""
     graph = inst.gm.graph
-    placeholders = list(graph.find_nodes(op="placeholder"))
+    values = dict(zip(graph.find_nodes(op="placeholder"), inst.args, strict=True))
     how = {
         ph: draw(st.sampled_from(PRODUCERS))
-        for ph, value in zip(placeholders, inst.args, strict=True)
+        for ph, value in values.items()
         if isinstance(value, torch.Tensor) and ph.users
     }
     output = next(iter(graph.find_nodes(op="output")))
@@ -86,7 +87,7 @@ def _instance_steps(draw: Any, i: int, inst: Traced) -> tuple[list[_Step], list[
         for ph in node.all_input_nodes:
             if how.get(ph) and ph not in produced:
                 produced.add(ph)
-                steps.append(_Step(i, None, "producer", (ph, how[ph])))
+                steps.append(_Step(i, None, "producer", (ph, how[ph], list(values[ph].shape))))
         steps.append(_Step(i, node))
         if node.name == inst.extra_user:
             steps.append(_Step(i, None, "extra_user", node))
@@ -126,10 +127,11 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
             elif node.op != "placeholder":
                 context_steps.append(_Step("ctx", node))
 
-    sequences, outputs, flat_inputs = [], [], {}
+    sequences, outputs = [], []
     for i, inst in enumerate(instances):
         env[i] = {}
         steps, outs = _instance_steps(draw, i, inst)
+        flat = {s.arg[0] for s in steps if s.kind == "producer" and s.arg[1] == "view"}
         for ph, value in zip(inst.gm.graph.find_nodes(op="placeholder"), inst.args, strict=True):
             if not isinstance(value, torch.Tensor):
                 env[i][ph] = value
@@ -137,13 +139,10 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
             if not ph.users:
                 continue
             env[i][ph] = graph.placeholder(f"{name}{i}_{ph.name}")
-            flat = any(s.kind == "producer" and s.arg == (ph, "view") for s in steps)
-            flat_inputs[env[i][ph]] = flat
-            values.append(value.reshape(-1).clone() if flat else value)
+            values.append(value.reshape(-1).clone() if ph in flat else value)
         sequences.append(steps)
         outputs.append(outs)
 
-    new_names: dict[Any, dict[torch.fx.Node, torch.fx.Node]] = {i: {} for i in range(len(instances))}
     finals: dict[tuple[int, torch.fx.Node], torch.fx.Node] = {}
     extra_outputs: list[torch.fx.Node] = []
     for step in _layout(draw, context_steps, sequences):
@@ -152,12 +151,10 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
             new = graph.node_copy(step.node, lambda n, local=local: local[n])
             local[step.node] = new
             if step.source != "ctx":
-                new_names[step.source][step.node] = new
                 finals[(step.source, step.node)] = new
         elif step.kind == "producer":
-            ph, how = step.arg
+            ph, how, shape = step.arg
             source = local[ph]
-            shape = list(instances[step.source].args[_index(instances[step.source], ph)].shape)
             target = torch.ops.aten.view.default if how == "view" else torch.ops.aten.clone.default
             local[ph] = graph.call_function(target, (source, shape) if how == "view" else (source,))
         elif step.kind == "consumer":
@@ -180,13 +177,9 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
         rename = {node.name: env["ctx"][node].name for node in env["ctx"]}
         records += [dataclasses.replace(p, nodes=tuple(rename[n] for n in p.nodes)) for p in context.planted]
     for i, inst in enumerate(instances):
-        names = tuple(new_names[i][n].name for n in inst.gm.graph.nodes if n in new_names[i])
+        names = tuple(env[i][n].name for n in inst.gm.graph.nodes if n.op == "call_function")
         records.append(PlantedInstance(name, names, inst.must_match, inst.reason))
     return gm, tuple(values), tuple(records)
-
-
-def _index(inst: Traced, ph: torch.fx.Node) -> int:
-    return list(inst.gm.graph.find_nodes(op="placeholder")).index(ph)
 
 
 @st.composite
@@ -215,7 +208,7 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
                 if variant is not None:
                     chosen = variant
                     break
-        if chosen.must_match is True and _reference(spec) not in (None, loose_signature(chosen.gm)):
+        if chosen.must_match is True and _reference(spec) not in (None, signature(chosen.gm, loose=True)):
             # Another graph than the pass registered (e.g. a matmul traced as a broadcasting mul at a
             # contracted size of 1): Inductor cannot match it, a hand-written pass may.
             chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
@@ -261,7 +254,7 @@ def _reference(spec: dict[str, Any]) -> tuple[Any, ...] | None:
         return None
     if "reference" not in spec:
         example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in spec["example_inputs"])
-        spec["reference"] = loose_signature(_trace_checked(spec["pattern"], example, spec["trace_fn"]))
+        spec["reference"] = signature(_trace_checked(spec["pattern"], example, spec["trace_fn"]), loose=True)
     return spec["reference"]
 
 

@@ -22,34 +22,36 @@ from torch.distributed.tensor import Replicate, Shard
 
 from .._case import GraphCase
 from ._tensors import tensors, tp_sizes
-from ._validation import check_drawn_case, check_strategy
+from ._validation import check_drawn_case, check_strategy, short_repr
 
 __all__ = ["tp_cases", "Replicate", "Shard"]
 
 Placements = Sequence[Replicate | Shard]
 
 
-def _check_placements(placements: Any, inputs: Sequence[Any], where: str) -> tuple[Any, ...]:
+def _check_kinds(placements: Any) -> tuple[Any, ...]:
+    """``placements`` must be a sequence of ``Replicate()`` / ``Shard(dim)``."""
     if isinstance(placements, (str, bytes)) or not isinstance(placements, Sequence):
-        raise InvalidArgument(f"placements={placements!r} must be a sequence of Replicate() / Shard(dim)")
-    placements = tuple(placements)
+        raise InvalidArgument(f"placements={placements!r} must be None, a sequence or a function of the case")
+    for i, placement in enumerate(placements):
+        if not isinstance(placement, (Replicate, Shard)):
+            raise InvalidArgument(f"placements[{i}]={placement!r} must be Replicate() or Shard(dim)")
+    return tuple(placements)
+
+
+def _check_placements(placements: Any, inputs: Sequence[Any], where: str) -> tuple[Any, ...]:
+    """``placements`` must also hold one entry per input, each ``Shard`` of a dim the input has."""
+    placements = _check_kinds(placements)
     if len(placements) != len(inputs):
         raise InvalidArgument(
             f"placements={placements!r} holds {len(placements)} entries; {where} has {len(inputs)} inputs"
         )
     for i, (placement, value) in enumerate(zip(placements, inputs, strict=True)):
-        if isinstance(placement, Shard):
-            if not isinstance(value, torch.Tensor) or not -value.dim() <= placement.dim < value.dim():
-                raise InvalidArgument(f"placements[{i}]={placement!r} does not fit input {i}: {_describe(value)}")
-        elif not isinstance(placement, Replicate):
-            raise InvalidArgument(f"placements[{i}]={placement!r} must be Replicate() or Shard(dim)")
+        if isinstance(placement, Shard) and (
+            not isinstance(value, torch.Tensor) or not -value.dim() <= placement.dim < value.dim()
+        ):
+            raise InvalidArgument(f"placements[{i}]={placement!r} does not fit input {i}: {short_repr(value)}")
     return placements
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"tensor {tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-    return repr(value)
 
 
 def _drawn_placement(draw: Any, value: Any) -> Any:
@@ -128,9 +130,5 @@ def tp_cases(
         tp_world = tp_sizes()
     check_strategy("tp_world", tp_world)
     if placements is not None and not callable(placements):
-        if isinstance(placements, (str, bytes)) or not isinstance(placements, Sequence):
-            raise InvalidArgument(f"placements={placements!r} must be None, a sequence or a function of the case")
-        for i, placement in enumerate(placements):
-            if not isinstance(placement, (Replicate, Shard)):
-                raise InvalidArgument(f"placements[{i}]={placement!r} must be Replicate() or Shard(dim)")
+        _check_kinds(placements)
     return _tp_cases(cases, placements, tp_world)

@@ -1,0 +1,22 @@
+"""Small facts about FX nodes that the oracles and the strategies share."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+__all__ = ["is_view", "flat_nodes"]
+
+
+def is_view(target: Any) -> bool:
+    """Whether a node with this target returns a view of its first input: ``getitem`` (of a
+    ``split``...) or any aten overload whose schema aliases its input."""
+    return target is operator.getitem or (isinstance(target, torch._ops.OpOverload) and target.is_view)
+
+
+def flat_nodes(value: Any) -> list[torch.fx.Node]:
+    """The nodes in an FX argument (a node, or nested lists, tuples and dicts of them), in order."""
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.fx.Node)]
