@@ -30,7 +30,31 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ._case import GraphCase
 
-__all__ = ["RunPair", "apply_direct", "build_pass", "run_pass", "propagate_fake", "sort_like_inductor"]
+__all__ = [
+    "MatchRecord",
+    "RunPair",
+    "apply_direct",
+    "build_pass",
+    "run_pass",
+    "propagate_fake",
+    "sort_like_inductor",
+    "recording_matches",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchRecord:
+    """One rewrite made through an Inductor pattern entry (``PatternMatcherPass``).
+
+    - ``entry``: the entry's kind (``"ReplacementPatternEntry"``, ``"GraphPatternEntry"``...) and
+      the target of the node it was anchored at.
+    - ``nodes``: names of the matched nodes (``Match.nodes``), as in the graph before the rewrite.
+    - ``replacement``: names of the nodes the entry inserted.
+    """
+
+    entry: str
+    nodes: tuple[str, ...]
+    replacement: tuple[str, ...]
 
 
 @dataclasses.dataclass
@@ -47,6 +71,13 @@ class RunPair:
     - ``error_summary``: the exception the pass raised, whole, with where it was raised; else None.
     - ``resorted``: whether the pass left the graph out of topological order (sorted afterwards as
       Inductor does, when it has no cycle).
+    - ``matches``: every rewrite made through an Inductor pattern entry, in order (empty for a pass
+      that rewrites by hand).
+    - ``unsorted``: ``(node, input)`` name pairs where the pass left ``node`` before the definition
+      of its ``input``, leaving out nodes an Inductor pattern entry inserted (Inductor puts a
+      multi-output replacement before the first output, relying on the sort that follows).
+    - ``mode``: ``"direct"`` or ``"compiled"``; ``compiled``: what the compiled mode measured.
+    - ``cache``: values the oracles share (the float64 reference run, node values...).
     """
 
     case: GraphCase
@@ -58,15 +89,53 @@ class RunPair:
     elapsed_s: float
     error_summary: str | None = None
     resorted: bool = False
+    matches: list[MatchRecord] = dataclasses.field(default_factory=list)
+    unsorted: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    mode: str = "direct"
+    compiled: Any = None
+    cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
 
-def _out_of_order(graph: torch.fx.Graph) -> bool:
+def _out_of_order(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
+    """``(node, input)`` pairs where ``node`` comes before its ``input`` (or uses an erased one)."""
     seen: set[torch.fx.Node] = set()
+    pairs = []
     for node in graph.nodes:
-        if any(arg not in seen for arg in node.all_input_nodes):
-            return True
+        pairs += [(node, arg) for arg in node.all_input_nodes if arg not in seen]
         seen.add(node)
-    return False
+    return pairs
+
+
+@contextlib.contextmanager
+def recording_matches():
+    """Record every rewrite an Inductor pattern entry makes while the block runs; yields the list
+    of :class:`MatchRecord` it fills. Wraps ``apply`` of the entry classes of
+    ``torch._inductor.pattern_matcher`` (what ``PatternMatcherPass.apply`` calls once a match passed
+    its mutation-region and ``extra_check`` tests) and restores them on exit."""
+    from torch._inductor import pattern_matcher as pm
+
+    records: list[MatchRecord] = []
+    classes = [pm.ReplacementPatternEntry, pm.GraphPatternEntry, pm.LoweringPatternEntry]
+    originals = {cls: cls.__dict__["apply"] for cls in classes}
+
+    def wrap(original: Any) -> Any:
+        def apply(self: Any, match: Any, graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+            matched = tuple(n.name for n in match.nodes)
+            present = set(graph.nodes)
+            target = getattr(node.target, "__name__", str(node.target))
+            original(self, match, graph, node)
+            inserted = tuple(n.name for n in graph.nodes if n not in present)
+            records.append(MatchRecord(f"{type(self).__name__} at {target}", matched, inserted))
+
+        return apply
+
+    for cls, original in originals.items():
+        cls.apply = wrap(original)
+    try:
+        yield records
+    finally:
+        for cls, original in originals.items():
+            cls.apply = original
 
 
 def _acyclic(graph: torch.fx.Graph) -> bool:
@@ -85,16 +154,16 @@ def _acyclic(graph: torch.fx.Graph) -> bool:
     return done == len(pending)
 
 
-def sort_like_inductor(graph: torch.fx.Graph) -> bool:
-    """Sort ``graph`` as Inductor does after custom post-grad passes; return whether the pass had
-    left it out of topological order. A graph with a cycle is left unchanged."""
-    if not _out_of_order(graph):
-        return False
-    if _acyclic(graph):
+def sort_like_inductor(graph: torch.fx.Graph) -> list[tuple[str, str]]:
+    """Sort ``graph`` as Inductor does after custom post-grad passes; return the ``(node, input)``
+    name pairs the pass had left out of order (empty when sorted). A graph with a cycle is left
+    unchanged."""
+    pairs = [(node.name, arg.name) for node, arg in _out_of_order(graph)]
+    if pairs and _acyclic(graph):
         from torch._inductor.pattern_matcher import stable_topological_sort
 
         stable_topological_sort(graph)
-    return True
+    return pairs
 
 
 def build_pass(pass_: Any, case: GraphCase) -> Any:
@@ -154,9 +223,10 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
     propagate_fake(after, case.inputs[0])
     start = time.perf_counter()
     try:
-        with quiet_fake_tensor_errors():
+        with quiet_fake_tensor_errors(), recording_matches() as matches:
             count = run_pass(pass_obj, after.graph)
-        resorted = sort_like_inductor(after.graph)
+        pairs = sort_like_inductor(after.graph)
+        inserted = {name for record in matches for name in record.replacement}
         after.recompile()
     except Exception as exc:  # noqa: BLE001 - a raising pass is a finding, reported by check_case
         frame = traceback.extract_tb(exc.__traceback__)[-1]
@@ -164,4 +234,15 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
         return RunPair(
             case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start, summary
         )
-    return RunPair(case, case.gm, after, pass_obj, count, None, time.perf_counter() - start, resorted=resorted)
+    return RunPair(
+        case,
+        case.gm,
+        after,
+        pass_obj,
+        count,
+        None,
+        time.perf_counter() - start,
+        resorted=bool(pairs),
+        matches=matches,
+        unsorted=[(node, arg) for node, arg in pairs if node not in inserted],
+    )

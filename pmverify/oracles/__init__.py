@@ -1,13 +1,25 @@
 """Oracles: each takes a ``RunPair`` and returns a list of :class:`Violation`; none raises on a
-finding. ``ORACLES`` maps each name to its check."""
+finding. ``ORACLES`` maps each name to its check, in the order ``check_case`` asks them."""
 
-from . import expectations, semantics, structure
+from . import cache_key, expectations, functionalization, mutation_barriers, semantics, structure
 from ._violation import Violation
 
 ORACLES = {
     "structure": structure.check,
     "semantics": semantics.check,
+    "mutation_barriers": mutation_barriers.check,
+    "functionalization": functionalization.check,
     "expectations": expectations.check,
+    "cache_key": cache_key.check,
 }
 
-__all__ = ["ORACLES", "Violation", "expectations", "semantics", "structure"]
+__all__ = [
+    "ORACLES",
+    "Violation",
+    "cache_key",
+    "expectations",
+    "functionalization",
+    "mutation_barriers",
+    "semantics",
+    "structure",
+]
