@@ -9,7 +9,7 @@ from typing import Any
 
 from ._apply import RunPair, apply_direct
 from ._case import GraphCase
-from .oracles import ORACLES, Violation
+from .oracles import ORACLES, Violation, semantics
 from .oracles.expectations import matched_instances
 
 __all__ = ["CaseResult", "check_case", "MODES"]
@@ -29,6 +29,9 @@ class CaseResult:
       planted instances it rewrote.
     - ``matched``: for each planted instance, whether it was rewritten.
     - ``elapsed_s``: seconds for apply + oracles.
+    - ``void``: why the case says nothing about semantics (its float64 reference is NaN/Inf, see
+      :mod:`pmverify.oracles.semantics`), else None. A void case is neither a pass nor a
+      violation of semantics; the other oracles still judge it.
     """
 
     case: GraphCase
@@ -37,6 +40,7 @@ class CaseResult:
     matches: int
     matched: list[bool]
     elapsed_s: float
+    void: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -91,6 +95,12 @@ def check_case(
                 violations.extend(oracle(pair))
             except Exception as exc:  # noqa: BLE001 - a graph the oracle cannot even read is a finding
                 violations.append(Violation(name, f"could not check the rewritten graph: {exc!r}"))
+    void = None
+    if pair.error is None and any(oracle is ORACLES["semantics"] for _, oracle in checks):
+        try:
+            void = semantics.void_reason(pair)
+        except Exception:  # noqa: BLE001 - the semantics oracle has reported why it cannot run
+            void = None
     matched = matched_instances(pair)
     matches = pair.matched_count if pair.matched_count is not None else sum(matched)
-    return CaseResult(case, pair, violations, matches, matched, time.perf_counter() - start)
+    return CaseResult(case, pair, violations, matches, matched, time.perf_counter() - start, void)

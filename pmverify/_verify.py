@@ -64,6 +64,10 @@ def case_events(result: CaseResult) -> list[str]:
             labels.append(f"near miss {instance.reason}: {'wrongly matched' if matched else 'rejected'}")
     if result.pair.resorted:
         labels.append("pass left the graph unsorted (stable_topological_sort ran after it)")
+    if result.case.mutations:
+        labels.append(f"mutations: {len(result.case.mutations)}")
+    if result.void:
+        labels.append("void: non-finite reference (semantics not judged)")
     labels += [f"violation: {v.oracle}" for v in result.violations]
     return labels
 
