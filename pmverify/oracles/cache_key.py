@@ -1,13 +1,133 @@
-"""cache_key oracle (being written)."""
+"""Cache-key oracle: a pass's ``uuid()`` tells its configurations apart, and only them.
+
+Inductor's FX graph cache keys a compiled graph on, among others, the ``uuid()`` of the custom
+passes installed (``CustomGraphPass``, ``torch/_inductor/custom_graph_pass.py``). Two passes built
+with different configurations (another eps, dtype, width, tensor-parallel size) rewrite the same
+graph differently; if their uuids are equal, a later compile under one config silently reuses the
+graph compiled under the other (vLLM's MiniMax QK-norm pass hashes its source only). Equal
+configurations must give equal uuids, or the cache never hits.
+
+The pass under test is rebuilt as ``type(pass_)(config)`` from its configuration (``pass_.config``,
+else ``case.pass_config``) and from variants of it that differ in one field each:
+
+- a dataclass or a dict config: each field in turn; ``bool`` flipped, ``int`` + 1, ``float`` × 2
+  (1.0 for 0), ``torch.dtype`` another floating dtype, ``str`` suffixed, an ``Enum`` another member;
+  variants the config or the pass refuses (``ValueError``, ``TypeError``) are skipped;
+- an equal copy (``copy.deepcopy``).
+
+Not judged: a pass without ``uuid()`` or whose ``uuid()`` is None (Inductor bypasses its cache),
+one without a configuration, one that cannot be rebuilt from it. Results are cached per pass class
+and configuration, so the oracle costs one ``uuid()`` per new configuration.
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import enum
+from collections.abc import Iterator
 from typing import Any
+
+import torch
 
 from ._violation import Violation
 
-__all__ = ["check"]
+__all__ = ["check", "config_variants", "uuid_violations"]
+
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_CACHE: dict[tuple[type, str], tuple[Violation, ...]] = {}
+
+
+def _changed(value: Any) -> Any:
+    """A value of the same kind as ``value`` that differs from it, or ``...`` when none is known."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 2 if value else 1.0
+    if isinstance(value, torch.dtype):
+        return next(d for d in _FLOAT_DTYPES if d != value)
+    if isinstance(value, str):
+        return value + "_changed"
+    if isinstance(value, enum.Enum):
+        return next((member for member in type(value) if member != value), ...)
+    return ...
+
+
+def config_variants(config: Any) -> Iterator[tuple[str, Any, Any, Any]]:
+    """``(field, value, changed value, config with that field changed)`` for each field of a
+    dataclass or dict ``config`` that :func:`_changed` knows how to change."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    elif isinstance(config, dict):
+        fields = dict(config)
+    else:
+        return
+    for name, value in fields.items():
+        changed = _changed(value)
+        if changed is ...:
+            continue
+        try:
+            if isinstance(config, dict):
+                variant = {**config, name: changed}
+            else:
+                variant = dataclasses.replace(config, **{name: changed})
+        except (ValueError, TypeError):
+            continue
+        yield name, value, changed, variant
+
+
+def _uuid_of(cls: type, config: Any) -> Any:
+    try:
+        return cls(config).uuid()
+    except (ValueError, TypeError):
+        return ...
+
+
+def uuid_violations(cls: type, config: Any) -> list[Violation]:
+    """The cache-key violations of pass class ``cls`` built with ``config`` (uncached)."""
+    uuid = _uuid_of(cls, config)
+    if uuid is ... or uuid is None:
+        return []
+    violations = []
+    again = _uuid_of(cls, copy.deepcopy(config))
+    if again != uuid:
+        violations.append(
+            Violation(
+                "cache_key",
+                f"{cls.__name__}.uuid() differs for equal configs ({uuid!r} vs {again!r}): Inductor's FX graph "
+                "cache never hits",
+            )
+        )
+    same = [
+        f"{name} ({value!r} vs {changed!r})"
+        for name, value, changed, variant in config_variants(config)
+        if _uuid_of(cls, variant) == uuid
+    ]
+    if same:
+        violations.append(
+            Violation(
+                "cache_key",
+                f"{cls.__name__}.uuid() is the same for configs differing only in {', '.join(same)}: Inductor's "
+                "FX graph cache would reuse a graph compiled under another config",
+            )
+        )
+    return violations
 
 
 def check(pair: Any) -> list[Violation]:
-    return []
+    """Return the cache-key violations of the pass of ``pair`` (a ``RunPair``)."""
+    pass_ = pair.pass_
+    if not callable(getattr(pass_, "uuid", None)) or isinstance(pass_, type):
+        return []
+    config = getattr(pass_, "config", None)
+    if config is None:
+        config = pair.case.pass_config
+    if config is None:
+        return []
+    cls = type(pass_)
+    key = (cls, f"{type(config).__qualname__}:{config!r}")
+    if key not in _CACHE:
+        _CACHE[key] = tuple(uuid_violations(cls, config))
+    return list(_CACHE[key])

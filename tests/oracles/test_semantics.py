@@ -1,7 +1,9 @@
-"""The semantics oracle's rule: float64 reference, half-ulp excess, NaN/Inf, integer equality."""
+"""The semantics oracle's rule: float64 reference, k·err + half-ulp excess, NaN/Inf and void cases,
+uninitialised memory, integer equality."""
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from pmverify.oracles.semantics import compare, float64_reference
 
@@ -72,3 +74,61 @@ def test_float64_reference_rewrites_casts():
     (out,), _ = float64_reference(gm, (x, w))
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, _reference(x, w))
+
+
+def _graph_case(fn, *inputs):
+    from pmverify import GraphCase
+
+    return GraphCase(make_fx(fn)(*inputs), [tuple(inputs)])
+
+
+def test_nonfinite_reference_makes_the_case_void():
+    from pmverify import check_case
+
+    case = _graph_case(lambda x: torch.log(x) * 2, torch.tensor([1.0, -1.0, 2.0]))
+    result = check_case(lambda graph: None, case, oracles=["semantics"])
+    assert result.ok and result.void is not None
+    assert "float64 reference is nan at [1]" in result.void
+    wrong = check_case(_scale_muls(3.0), case, oracles=["semantics"])
+    assert wrong.ok and wrong.void  # a NaN hides any error: void, not a pass
+    finite = _graph_case(lambda x: torch.log(x) * 2, torch.tensor([1.0, 3.0, 2.0]))
+    assert check_case(lambda graph: None, finite).void is None
+    assert not check_case(_scale_muls(3.0), finite, oracles=["semantics"]).ok
+
+
+def _scale_muls(factor):
+    def rewrite(graph):
+        for node in graph.nodes:
+            if node.target is torch.ops.aten.mul.Tensor:
+                node.args = (node.args[0], factor)
+
+    return rewrite
+
+
+def test_uninitialised_buffer_shows_on_every_run():
+    """A rewrite accumulating into ``empty_like`` reads NaN, not whatever memory held."""
+    from pmverify import check_case
+
+    case = _graph_case(lambda x: x.pow(2).sum(-1, keepdim=True), torch.randn(4, 3))
+
+    def accumulate_into_empty(graph):
+        total = next(n for n in graph.nodes if n.target is torch.ops.aten.sum.dim_IntList)
+        with graph.inserting_before(total):
+            buffer = graph.call_function(torch.ops.aten.empty_like.default, (total.args[0],))
+            acc = graph.call_function(torch.ops.aten.add.Tensor, (buffer, total.args[0]))
+            new = graph.call_function(torch.ops.aten.sum.dim_IntList, (acc, [-1], True))
+        total.replace_all_uses_with(new)
+        graph.erase_node(total)
+
+    for _ in range(3):
+        result = check_case(accumulate_into_empty, case, oracles=["semantics"])
+        assert [v.oracle for v in result.violations] == ["semantics"] and result.void is None
+        assert "nan after it" in result.violations[0].message
+    assert not torch.are_deterministic_algorithms_enabled()  # settings restored
+
+
+def test_k_scales_the_error_before():
+    x, w = _inputs(2)
+    before, after = _bf16_norm(x, w, False), _bf16_norm(x, w, True)
+    assert compare("out", before, after, _reference(x, w)) is not None
+    assert compare("out", before, after, _reference(x, w), k=8.0, ulps=1.0) is None

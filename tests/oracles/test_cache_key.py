@@ -1,0 +1,73 @@
+"""The cache-key oracle: uuids tell configs apart, equal configs share one, untestable passes are
+left alone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from pmverify import check_case
+from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.oracles.cache_key import config_variants, uuid_violations
+from pmverify.strategies._qk_norm import _build_case, _layer
+
+CONFIG = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.float32, max_tokens=4)
+
+
+class SourceOnlyUuid(QKNormFusionPass):
+    def uuid(self):
+        return "hash of the source only"
+
+
+class RandomUuid(QKNormFusionPass):
+    _count = 0
+
+    def uuid(self):
+        RandomUuid._count += 1
+        return f"call {RandomUuid._count}"
+
+
+class NoCache(QKNormFusionPass):
+    def uuid(self):
+        return None
+
+
+def test_shipped_pass_tells_every_field_apart():
+    assert uuid_violations(QKNormFusionPass, CONFIG) == []
+
+
+def test_uuid_ignoring_config_is_reported_once_with_every_field():
+    (violation,) = uuid_violations(SourceOnlyUuid, CONFIG)
+    assert violation.oracle == "cache_key"
+    for field in ("q_size (8 vs 9)", "eps (1e-06 vs 2e-06)", "dtype (torch.float32 vs torch.float16)", "tp_world"):
+        assert field in violation.message
+    assert "tp_rank" not in violation.message  # tp_rank=1 with tp_world=1 is refused: skipped
+
+
+def test_unstable_uuid_is_reported():
+    (violation,) = uuid_violations(RandomUuid, CONFIG)
+    assert "differs for equal configs" in violation.message
+
+
+def test_passes_without_a_cache_key_are_not_judged():
+    assert uuid_violations(NoCache, CONFIG) == []
+    assert uuid_violations(QKNormFusionPass, None) == []  # TypeError building it: not judged
+
+
+def test_variants_change_one_field_each():
+    variants = list(config_variants(CONFIG))
+    assert [name for name, *_ in variants] == ["q_size", "kv_size", "eps", "dtype", "max_tokens", "tp_world"]
+    for name, value, changed, variant in variants:
+        assert getattr(variant, name) == changed != value
+        assert {f.name for f in dataclasses.fields(CONFIG) if getattr(variant, f.name) != getattr(CONFIG, f.name)} == {
+            name
+        }
+    assert [name for name, *_ in config_variants({"eps": 1e-6, "fused": True, "op": object()})] == ["eps", "fused"]
+
+
+def test_through_check_case():
+    case = _build_case(CONFIG, [_layer(CONFIG, "qk_norm", tokens=2)])
+    assert check_case(QKNormFusionPass, case, oracles=["cache_key"]).ok
+    result = check_case(SourceOnlyUuid, case, oracles=["cache_key"])
+    assert [v.oracle for v in result.violations] == ["cache_key"]

@@ -1,0 +1,142 @@
+"""The mutation-barrier oracle: rewrites through Inductor's entries and by hand, across and within
+mutation regions; dead code is not judged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from pmverify import GraphCase, check_case
+from pmverify.faults import HandRMSNormIgnoresMutations
+from pmverify.fusions.qk_norm import QKNormFusionPass
+from pmverify.oracles.mutation_barriers import mutation_regions
+from pmverify.strategies import qk_norm_cases, with_mutating_custom_ops, with_mutations
+
+aten = torch.ops.aten
+
+
+def _inplace_case():
+    def fn(x, w):
+        a = x * w  # region 0
+        x.add_(1.0)  # the barrier: region 1 starts here
+        b = a + 3.0  # region 1
+        return b * 2.0
+
+    x, w = torch.randn(4, 3), torch.randn(3)
+    gm = make_fx(fn)(x.clone(), w)
+    return GraphCase(gm, [(x, w)], form="inplace")
+
+
+def _node(graph, target):
+    return next(n for n in graph.nodes if n.target is target)
+
+
+def _fuse_mul_add(graph):
+    """Replace ``(x * w) + 3`` by one ``addcmul``-like node placed at the add: the mul reads x before
+    ``add_``, the fused node after it."""
+    mul, add = _node(graph, aten.mul.Tensor), _node(graph, aten.add.Tensor)
+    with graph.inserting_before(add):
+        fused = graph.call_function(aten.add.Tensor, (graph.call_function(aten.mul.Tensor, mul.args), 3.0))
+    add.replace_all_uses_with(fused)
+    graph.erase_node(add)
+    graph.erase_node(mul)
+
+
+def _rewrite_add_only(graph):
+    add = _node(graph, aten.add.Tensor)
+    with graph.inserting_before(add):
+        new = graph.call_function(aten.sub.Tensor, (add.args[0], -3.0))
+    add.replace_all_uses_with(new)
+    graph.erase_node(add)
+
+
+def test_regions_are_numbered_like_inductor():
+    regions, mutators = mutation_regions(_inplace_case().gm.graph)
+    assert [m.target for m in mutators] == [aten.add_.Tensor]
+    assert regions[_node(_inplace_case().gm.graph, aten.mul.Tensor).name] == 0
+
+
+def test_hand_rewrite_across_a_mutation_is_reported():
+    result = check_case(_fuse_mul_add, _inplace_case(), oracles=["mutation_barriers"])
+    (violation,) = result.violations
+    assert violation.oracle == "mutation_barriers"
+    assert "spans mutation regions 0..1" in violation.message
+    assert "crosses add_ (add_.Tensor writes x_1)" in violation.message
+    assert violation.nodes == ("mul", "add")
+
+
+def test_hand_rewrite_within_a_region_holds():
+    result = check_case(_rewrite_add_only, _inplace_case(), oracles=["mutation_barriers", "semantics"])
+    assert result.ok, result.violations
+
+
+def test_dead_code_removed_across_a_mutation_is_not_a_rewrite():
+    def fn(x):
+        a = x * 2.0
+        x.add_(1.0)
+        _dead = a + x  # noqa: F841 - removed by the pass
+        return x * 3.0
+
+    x = torch.randn(3)
+    gm = make_fx(fn)(x.clone())
+    case = GraphCase(gm, [(x,)], form="inplace")
+
+    def dce(graph):
+        graph.eliminate_dead_code()
+
+    assert check_case(dce, case, oracles=["mutation_barriers"]).ok
+
+
+def test_stale_region_ids_let_inductor_match_across_a_mutation():
+    """A pass that runs a PatternMatcherPass on a graph whose first node carries a stale
+    ``mutation_region_id`` (Inductor then does not recompute the regions): the recorded match spans
+    the barrier."""
+    from torch._inductor import pattern_matcher as pm
+
+    patterns = pm.PatternMatcherPass()
+
+    def search(x, w):
+        return (x * w) + 3.0
+
+    def replace(x, w):
+        return torch.addcmul(torch.full_like(x, 3.0), x, w)
+
+    pm.register_replacement(search, replace, [torch.empty(2, 3), torch.empty(3)], pm.fwd_only, patterns)
+
+    def stale(graph):
+        for node in graph.nodes:
+            node.meta["mutation_region_id"] = 0
+        patterns.apply(graph)
+
+    def honest(graph):
+        patterns.apply(graph)
+
+    case = _inplace_case()
+    result = check_case(stale, case, oracles=["mutation_barriers"])
+    assert len(result.pair.matches) == 1
+    assert [v.oracle for v in result.violations] == ["mutation_barriers"]
+    assert "match (ReplacementPatternEntry" in result.violations[0].message
+    honest_result = check_case(honest, case, oracles=["mutation_barriers"])
+    assert honest_result.ok and not honest_result.pair.matches  # Inductor discards the match itself
+
+
+def test_hand_matcher_fault_is_caught_by_this_oracle(finding_only):
+    from pmverify import PassVerificationError, verify
+
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        verify(
+            HandRMSNormIgnoresMutations,
+            with_mutations(qk_norm_cases(forms=["rms_norm"])),
+            seed=0,
+            oracles=["mutation_barriers"],
+        )
+    assert "crosses" in info.value.violations[0].message
+
+
+@settings(max_examples=10)
+@given(with_mutations(qk_norm_cases()) | with_mutating_custom_ops(qk_norm_cases()))
+def test_shipped_pass_never_crosses(case):
+    result = check_case(QKNormFusionPass, case, oracles=["mutation_barriers"])
+    assert result.ok, result.violations
