@@ -1,14 +1,19 @@
 """pmverify: property-based verification of TorchInductor pattern-matcher passes.
 
 Strategies (``pmverify.strategies``) draw random FX graphs with planted pattern instances; a pass
-is applied to them and oracles check that semantics are preserved, the graph stays well formed,
-and planted instances are rewritten exactly when they must be.
+is applied to them and oracles check that semantics are preserved, no rewrite crosses a mutation
+barrier, auto_functionalized tuples are routed right, the graph stays well formed, planted
+instances are rewritten exactly when they must be, and ``uuid()`` tells configs apart.
+``record_patterns`` captures a pass's ``register_replacement`` calls; ``check_rewrite`` checks one
+in isolation.
 """
 
 __version__ = "0.1.0"
 
 from ._case import GraphCase, MutationSite, PlantedInstance
 from ._check import CaseResult, check_case
+from ._record import RecordedRewrite, record_patterns
+from ._rewrite import RewriteNeverMatched, RewriteResult, check_rewrite
 from ._verify import PassVerificationError, verify
 from .oracles import Violation
 
@@ -18,8 +23,13 @@ __all__ = [
     "MutationSite",
     "PassVerificationError",
     "PlantedInstance",
+    "RecordedRewrite",
+    "RewriteNeverMatched",
+    "RewriteResult",
     "Violation",
     "__version__",
     "check_case",
+    "check_rewrite",
+    "record_patterns",
     "verify",
 ]

@@ -21,6 +21,7 @@ Hypothesis statistics, e.g. ``pytest tests/strategies/test_planted.py --hypothes
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
@@ -30,11 +31,12 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .._apply import propagate_fake
+from .._apply import propagate_fake, quiet_fake_tensor_errors
 from .._case import GraphCase, PlantedInstance
 from .._fx import flat_nodes
-from ._like import _TensorLike
-from ._near_miss import NEAR_MISS_KINDS, Traced, signature, trace, variants
+from .._record import RecordedRewrite
+from ._like import _TensorLike, like
+from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, signature, trace, variants
 from ._validation import check_choices, check_int, check_order, check_strategy, short_repr
 
 __all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
@@ -42,6 +44,7 @@ __all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
 #: How an instance input reaches the instance, simplest first.
 PRODUCERS = (None, "clone", "view")
 _DEFAULT_MAX_INSTANCES = 3
+_OUTCOME_CACHE_SIZE = 1024
 
 
 @dataclasses.dataclass
@@ -182,12 +185,66 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
     return gm, tuple(values), tuple(records)
 
 
+class _Rewrite:
+    """A recorded rewrite in a strategy's spec: Hypothesis prints a dataclass field by field (the
+    example tensors' values would enter the example database key); this prints its repr."""
+
+    def __init__(self, rewrite: RecordedRewrite) -> None:
+        self.rewrite = rewrite
+
+    def __repr__(self) -> str:
+        return repr(self.rewrite)
+
+
+def _isolated_truth(rewrite: RecordedRewrite, inst: Traced) -> Traced:
+    """The ground truth of a self-contained instance (plain, or a near miss edited in its graph)
+    from Inductor's matcher holding ``rewrite`` alone, run on the instance's graph:
+
+    - a plain instance it rewrites stays ``must_match=True``; one its ``extra_check`` rejects is
+      ``must_match=False, reason="extra_check"``; one it cannot match at all (another trace than the
+      registered pattern, a failed re-trace) is ``must_match=None, reason="trace_differs"``;
+    - a near miss it rewrites (e.g. a ``"constant"`` a ``scalar_workaround`` makes a wildcard) is
+      ``must_match=None``, its reason kept; one it leaves alone stays ``must_match=False``;
+    - where the matcher raises (an ``extra_check`` that raises), ``must_match=None`` (reason
+      ``"matcher_raised"`` for a plain instance): the pass under test raises there too, a crash.
+
+    Memoised per rewrite on the instance's exact trace and its inputs' shapes, strides and dtypes
+    (what ``extra_check`` sees: fake tensors, no values)."""
+    isolated = rewrite._isolated_pass()
+    key = (tuple(_arg_key(a) for a in inst.args), signature(inst.gm))
+    outcome = isolated.outcomes.get(key)
+    if outcome is None:
+        gm = copy.deepcopy(inst.gm)
+        propagate_fake(gm, inst.args)
+        isolated.checks.clear()
+        try:
+            with quiet_fake_tensor_errors():
+                matched = isolated.pass_.apply(gm.graph) > 0
+        except Exception:  # noqa: BLE001 - e.g. a raising extra_check: the pass under test shows it
+            outcome = "matcher_raised"
+        else:
+            outcome = "matched" if matched else ("extra_check" if False in isolated.checks else "no_match")
+        if len(isolated.outcomes) >= _OUTCOME_CACHE_SIZE:
+            isolated.outcomes.clear()
+        isolated.outcomes[key] = outcome
+    if outcome == "matcher_raised":
+        return dataclasses.replace(inst, must_match=None, reason=inst.reason or outcome)
+    if inst.must_match is True:
+        if outcome == "extra_check":
+            return dataclasses.replace(inst, must_match=False, reason="extra_check")
+        if outcome == "no_match":
+            return dataclasses.replace(inst, must_match=None, reason="trace_differs")
+    elif outcome == "matched":
+        return dataclasses.replace(inst, must_match=None)
+    return inst
+
+
 @st.composite
 def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
     pattern, trace_fn, name = spec["pattern"], spec["trace_fn"], spec["name"]
     count = draw(st.integers(spec["min_instances"], spec["max_instances"]))
     context = None
-    if count == 0 or draw(st.booleans()):
+    if count == 0 or (spec["context"] is not None and draw(st.booleans())):
         context = draw(spec["context"])
         if not isinstance(context, GraphCase) or context.tp_world != 1 or context.form != "functional":
             raise InvalidArgument(f"context drew {context!r}; it must draw functional GraphCases with tp_world=1")
@@ -212,6 +269,8 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
             # Another graph than the pass registered (e.g. a matmul traced as a broadcasting mul at a
             # contracted size of 1): Inductor cannot match it, a hand-written pass may.
             chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
+        if "rewrite" in spec and chosen.must_match is not None and not chosen.extra_user:
+            chosen = _isolated_truth(spec["rewrite"].rewrite, chosen)
         instances.append(chosen)
     gm, inputs, records = _splice(draw, name, context, instances)
     propagate_fake(gm, inputs)
@@ -263,8 +322,8 @@ def _describe(args: Sequence[Any]) -> str:
 
 
 def planted(
-    pattern: Callable[..., Any],
-    inputs: st.SearchStrategy[Sequence[Any]],
+    pattern: Callable[..., Any] | RecordedRewrite,
+    inputs: st.SearchStrategy[Sequence[Any]] | None = None,
     *,
     context: st.SearchStrategy[GraphCase] | None = None,
     min_instances: int = 0,
@@ -279,13 +338,16 @@ def planted(
     spliced into random context graphs, and the ground truth of each instance.
 
     - ``pattern``: a plain function of tensors (and Python scalars), as given to Inductor's
-      ``register_replacement`` as its search function. It is traced on every drawn input tuple.
+      ``register_replacement`` as its search function, or a :class:`~pmverify.RecordedRewrite`
+      (see below). It is traced on every drawn input tuple.
     - ``inputs``: a strategy of input tuples for ``pattern`` (e.g. :func:`like` of the example
       inputs given to ``register_replacement``). A correct pass must match ``pattern`` on every
-      tuple it draws: restrict it to the shapes and dtypes the pass claims.
+      tuple it draws: restrict it to the shapes and dtypes the pass claims. Required for a plain
+      function; for a recorded rewrite, default ``like(rewrite.search_args)``.
     - ``context``: a strategy of functional, single-rank cases to splice into; default
       :func:`fx_graphs`. Its planted instances, if any, are kept (renamed). A case with at least one
-      instance may have no context at all (the simplest).
+      instance may have no context at all (the simplest); ``st.nothing()`` means never a context
+      (then ``min_instances`` must be at least 1).
     - ``min_instances`` / ``max_instances``: bounds on the instances per case (default 0..3); a case
       with none is a context graph only (a pass must not match anything there).
     - ``near_misses``: True (all of :data:`NEAR_MISS_KINDS`), False (none), or a sequence of kinds
@@ -309,6 +371,19 @@ def planted(
     - ``name``: the pattern name in the ground truth and in node names (default
       ``pattern.__name__`` without a ``_pattern`` suffix; made an identifier: a lambda is ``lambda``).
 
+    A :class:`~pmverify.RecordedRewrite` (from :func:`pmverify.record_patterns`) gives the search
+    function, ``trace_fn``, ``example_inputs`` and the name (its ``pattern_name``, else the search
+    function's): do not give ``trace_fn`` or ``example_inputs`` with it. ``inputs`` then draws the
+    search function's arguments, ``scalar_workaround`` values included (as
+    :attr:`~pmverify.RecordedRewrite.search_args` holds them). Its ground truth comes from Inductor's
+    matcher holding that rewrite alone (:meth:`~pmverify.RecordedRewrite.pattern_pass`), run on each
+    instance's own graph: a plain instance whose inputs the ``extra_check`` rejects is
+    ``must_match=False, reason="extra_check"`` (so a pass that registers the same search function
+    twice, with complementary checks, must be checked rewrite by rewrite); one the matcher cannot
+    match at all is ``must_match=None, reason="trace_differs"``; a near miss it matches anyway (a
+    ``"constant"`` that ``scalar_workaround`` makes a wildcard) is ``must_match=None``. This costs one
+    matcher run (a re-trace of the search function, 25-50 ms) per instance of new shapes.
+
     Each instance's nodes are interleaved with context nodes at random positions; an instance input
     may be computed late (``clone`` or ``view`` right before its first use) and an output may be
     consumed (``neg``) right after it is computed, so a replacement inserted before its inputs or
@@ -318,8 +393,11 @@ def planted(
     Shrinks toward one plain instance in no context, inputs used directly, outputs returned.
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``pattern`` that is not callable, ``inputs``
-    or ``context`` not a strategy, non-int or negative bounds, ``min_instances > max_instances``,
-    unknown near-miss kinds, ``example_inputs`` not a tuple or list; when drawing, for ``inputs``
+    or ``context`` not a strategy (``inputs`` missing for a plain function), non-int or negative
+    bounds, ``min_instances > max_instances``, ``min_instances=0`` with ``context=st.nothing()``,
+    unknown near-miss kinds, ``example_inputs`` not a tuple or list, ``trace_fn`` or
+    ``example_inputs`` given with a recorded rewrite, a recorded rewrite whose example inputs
+    :func:`like` cannot draw; when drawing, for ``inputs``
     drawing something other than a tuple or list, a pattern that does not trace, traces to no op
     or to an in-place op, and a context that is not a functional single-rank case.
 
@@ -335,14 +413,45 @@ def planted(
         def test_my_pass(case):
             assert pmverify.check_case(MyPass(), case).ok
     """
+    rewrite = pattern if isinstance(pattern, RecordedRewrite) else None
+    if rewrite is not None:
+        for arg, value in (("trace_fn", trace_fn), ("example_inputs", example_inputs)):
+            if value is not None:
+                raise InvalidArgument(
+                    f"{arg}={short_repr(value)} is given by the recorded rewrite {rewrite!r}; leave it None"
+                )
+        try:
+            example_inputs = rewrite.search_args
+        except ValueError as exc:
+            raise InvalidArgument(f"pattern={rewrite!r}: {exc}") from exc
+        pattern, trace_fn = rewrite.search_fn, rewrite.trace_fn
+        if name is None:
+            name = rewrite.pattern_name
+        if inputs is None:
+            inputs = like(example_inputs)
     if not callable(pattern):
         raise InvalidArgument(f"pattern={_name(pattern)} must be a function, as given to register_replacement")
+    if inputs is None:
+        raise InvalidArgument(
+            f"inputs=None: give a strategy of input tuples for pattern={_name(pattern)} (only a recorded "
+            "rewrite has default inputs)"
+        )
     check_strategy("inputs", inputs)
     if context is not None:
         check_strategy("context", context)
     check_int("min_instances", min_instances, 0)
     check_int("max_instances", max_instances, 0)
     check_order("min_instances", min_instances, "max_instances", max_instances)
+    if context is not None and context.is_empty:
+        if min_instances < 1:
+            raise InvalidArgument(
+                f"min_instances={min_instances!r} must be at least 1 with context={context!r} (no context)"
+            )
+        context = None
+    elif context is None:
+        from ._graphs import fx_graphs
+
+        context = fx_graphs()
     if isinstance(near_misses, bool):
         kinds = NEAR_MISS_KINDS if near_misses else ()
     else:
@@ -355,10 +464,6 @@ def planted(
         example_inputs = getattr(inputs, "pmverify_example_inputs", None)
     elif isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
         raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
-    if context is None:
-        from ._graphs import fx_graphs
-
-        context = fx_graphs()
     spec = {
         "pattern": pattern,
         "inputs": inputs,
@@ -372,4 +477,6 @@ def planted(
         # shapes and dtypes only: the strategy's repr keys the example database
         "example_inputs": None if example_inputs is None else tuple(map(_TensorLike.of, example_inputs)),
     }
+    if rewrite is not None:  # only then: the spec's repr keys the example database of other cases
+        spec["rewrite"] = _Rewrite(rewrite)
     return _cases(spec)

@@ -3,6 +3,7 @@ coverage of near misses and layouts, and argument validation."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -366,3 +367,122 @@ def test_examples_inputs_drawing_something_else():
         find(
             planted(_pattern, st.just(torch.ones(2)), min_instances=1), lambda c: True, settings=settings(database=None)
         )
+
+
+# ------------------------------------------------------------------------------------ recorded rewrites
+
+
+@functools.cache
+def recorded_qk_norm(config: QKNormConfig) -> dict:
+    """The shipped pass's rewrites for ``config`` as ``record_patterns`` records them, by name
+    (registered afresh: the pass caches its own registration per config)."""
+    from pmverify._record import record_patterns
+    from pmverify.fusions.qk_norm.fusion_pass import _pattern_pass
+
+    with record_patterns() as recorded:
+        _pattern_pass.__wrapped__(QKNormFusionPass, config)
+    return {r.name.removesuffix("_pattern"): r for r in recorded}
+
+
+QK_CONFIG = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("rewrite", ["rms_norm", "qk_norm", "qk_norm_split3"])
+@settings(deadline=None, max_examples=10)
+@given(data=st.data())
+def test_recorded_rewrite_cases(rewrite, data):
+    """planted(recorded): pattern, trace_fn, example inputs and name from the recording; the shipped
+    pass and the rewrite's own one-rewrite matcher both agree with the ground truth."""
+    recorded = recorded_qk_norm(QK_CONFIG)[rewrite]
+    case = data.draw(planted(recorded, pass_config=QK_CONFIG, max_instances=2))
+    _check_valid(case)
+    assert {p.pattern for p in case.planted} <= {rewrite}
+    result = pmverify.check_case(QKNormFusionPass, case)
+    assert result.ok, result.violations
+    assert result.matches == _rewritten(result)
+    assert pmverify.check_case(recorded.pattern_pass(), case).ok
+
+
+def _tokens(case: pmverify.GraphCase) -> int:
+    x = case.inputs[0][0]  # the instance's x, possibly flat (a "view" producer)
+    return x.numel() // QK_CONFIG.q_size
+
+
+def test_recorded_ground_truth_respects_extra_check():
+    """max_tokens=2: the rewrite's extra_check rejects 3 or more tokens; such an instance must not
+    match (reason "extra_check"), where a plain function's ground truth wrongly says it must."""
+    config = dataclasses.replace(QK_CONFIG, max_tokens=2)
+    recorded = recorded_qk_norm(config)["rms_norm"]
+    inputs = like(recorded.search_args, vary={"tokens": [(0, 0)]}, max_side=4)
+    kwargs = {"pass_config": config, "context": st.nothing(), "min_instances": 1, "max_instances": 1}
+    seen = set()
+
+    @settings(max_examples=20, database=None, deadline=None)
+    @given(planted(recorded, inputs, near_misses=False, **kwargs))
+    def check(case):
+        (instance,) = case.planted
+        expected = (True, None) if _tokens(case) <= 2 else (False, "extra_check")
+        assert (instance.must_match, instance.reason) == expected
+        seen.add(expected)
+        result = pmverify.check_case(QKNormFusionPass, case)
+        assert result.ok and result.matched == [expected[0]], result.violations
+
+    check()
+    assert seen == {(True, None), (False, "extra_check")}
+    plain = minimal(planted(recorded.search_fn, inputs, near_misses=False, **kwargs), lambda c: _tokens(c) > 2)
+    assert plain.planted[0].must_match is True
+    assert "was not rewritten" in str(pmverify.check_case(QKNormFusionPass, plain).violations)
+
+
+def test_recorded_scalar_workaround_makes_constant_near_misses_optional():
+    """eps given through scalar_workaround is a wildcard: Inductor's matcher rewrites an instance
+    with another eps, so that near miss is must_match=None; another constant stays a near miss."""
+    from torch._inductor import pattern_matcher as pm
+
+    from pmverify._record import record_patterns
+
+    def any_eps(x, w, eps):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+
+    sloppy = pm.PatternMatcherPass(pass_name="recorded_sloppy_eps")
+    with record_patterns() as recorded:
+        pm.register_replacement(
+            any_eps, any_eps, list(RMS_EXAMPLE), pm.fwd_only, sloppy, scalar_workaround={"eps": 1e-6}
+        )
+    strategy = planted(recorded[0], near_misses=["constant"], context=st.nothing(), min_instances=1)
+    seen = set()
+
+    @settings(max_examples=25, database=None, deadline=None, derandomize=True)
+    @given(strategy)
+    def check(case):
+        seen.update((p.must_match, p.reason) for p in case.planted)
+        assert pmverify.check_case(sloppy, case).ok
+
+    check()
+    assert {(None, "constant"), (False, "constant")} <= seen
+
+
+def test_no_context():
+    strategy = planted(rms_pattern, RMS_INPUTS, context=st.nothing(), min_instances=1, max_instances=2)
+    assert not _seen(strategy, lambda c: {"context" in c.label}, examples=20) - {False}
+
+
+RECORDED_BAD = [
+    ({"trace_fn": print}, "trace_fn=.* is given by the recorded rewrite"),
+    ({"example_inputs": RMS_EXAMPLE}, "example_inputs=.* is given by the recorded rewrite"),
+    ({"inputs": (torch.ones(2),)}, "inputs="),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), RECORDED_BAD)
+def test_bad_arguments_with_a_recorded_rewrite(kwargs, message):
+    with pytest.raises(InvalidArgument, match=message):
+        planted(recorded_qk_norm(QK_CONFIG)["rms_norm"], **kwargs)
+
+
+def test_bad_arguments_inputs_missing_or_no_context_for_no_instance():
+    with pytest.raises(InvalidArgument, match="inputs=None"):
+        planted(_pattern)
+    with pytest.raises(InvalidArgument, match="min_instances=0 must be at least 1 with context=nothing"):
+        planted(_pattern, SPLIT_INPUTS, context=st.nothing())

@@ -1,0 +1,157 @@
+"""``check_rewrite``: one recorded rewrite checked alone, as Alive checks an LLVM peephole.
+
+The rewrite is registered again, alone, into a fresh ``PatternMatcherPass``
+(:meth:`RecordedRewrite.pattern_pass`); cases hold one instance of its search function, in no
+context, on inputs drawn like its example inputs; the pass rewrites the instances its matcher
+accepts (pattern structure, literals, ``extra_check``) and the oracles compare the search function
+with the replacement there: semantics against a float64 reference, structure, and whether the
+matcher rewrote what Inductor's own matcher says it matches (:func:`pmverify.strategies.planted`).
+The search is :func:`pmverify.verify`'s: a failure is shrunk, saved to the example database and
+raised as :class:`PassVerificationError` with a reproducer script.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import SearchStrategy
+
+from ._check import CaseResult
+from ._record import RecordedRewrite
+from ._verify import PassVerificationError, verify
+
+__all__ = ["RewriteResult", "RewriteNeverMatched", "check_rewrite"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteResult:
+    """What :func:`check_rewrite` checked.
+
+    - ``rewrite``: the :class:`RecordedRewrite`.
+    - ``examples``: cases run (each one instance of the search function).
+    - ``matched``: cases in which the rewrite fired (the semantics and structure of those were
+      compared; the others pass trivially).
+    - ``outcomes``: the ground truth of the instances, counted: ``"must match"``, or the reason it
+      need not (``"extra_check"``: the rewrite's ``extra_check`` rejected the inputs;
+      ``"trace_differs"``, ``"dtype"``...).
+    """
+
+    rewrite: RecordedRewrite
+    examples: int
+    matched: int
+    outcomes: dict[str, int]
+
+
+class RewriteNeverMatched(AssertionError):
+    """:func:`check_rewrite` drew no input on which the rewrite matches: nothing was compared.
+
+    - ``result``: the :class:`RewriteResult` (``matched == 0``; ``outcomes`` says why).
+    """
+
+    def __init__(self, result: RewriteResult) -> None:
+        self.result = result
+        why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
+        super().__init__(
+            f"rewrite {result.rewrite.name} never matched: Inductor's matcher holding only "
+            f"{result.rewrite!r} rewrote none of {result.examples} cases drawn like its example inputs "
+            f"(ground truth of the instances: {why or 'none'}); nothing was compared. Give check_rewrite "
+            "inputs= drawing inputs its extra_check accepts, or fix the pattern or extra_check"
+        )
+
+
+def _outcome(instance: Any) -> str:
+    return "must match" if instance.must_match is True else (instance.reason or "may match")
+
+
+def check_rewrite(
+    recorded: RecordedRewrite,
+    *,
+    max_examples: int | None = None,
+    seed: int | None = None,
+    inputs: SearchStrategy[Sequence[Any]] | None = None,
+    repro_dir: str | os.PathLike[str] | None = None,
+    pass_source: str | None = None,
+) -> RewriteResult:
+    """Check one recorded rewrite alone: its replacement computes what its search function
+    computes on every input Inductor's matcher rewrites; return a :class:`RewriteResult`.
+
+    - ``recorded``: a :class:`RecordedRewrite` from :func:`record_patterns`.
+    - ``max_examples``: cases to try; default the active Hypothesis profile's ``max_examples``.
+    - ``seed``: seed of the search; default random (the example database stays in use).
+    - ``inputs``: a strategy of argument tuples for the search function (``scalar_workaround``
+      values included, as :attr:`RecordedRewrite.search_args` holds them); default
+      ``like(recorded.search_args)``: the example inputs' shapes and dtypes, random values.
+    - ``repro_dir``: where a reproducer script is written (as for :func:`verify`).
+    - ``pass_source``: Python code defining ``PASS`` for the reproducer (pmverify cannot rebuild a
+      one-rewrite ``PatternMatcherPass`` from outside), e.g. code that records the pass's rewrites
+      and sets ``PASS = rewrites[i].pattern_pass()``.
+
+    Each case holds one instance of the search function in no context, traced with the rewrite's
+    ``trace_fn``: the inputs as drawn, or (half the cases) cast to another float dtype, which
+    Inductor's matcher also matches unless ``extra_check`` refuses it. The pass under test is
+    :meth:`RecordedRewrite.pattern_pass`; ``extra_check`` decides where it fires (instances it
+    rejects are left alone, and pass trivially), and every oracle of :func:`check_case` judges the
+    result. Runs under the active Hypothesis settings profile, as :func:`verify`.
+
+    Raises :class:`PassVerificationError` (shrunk case, reproducer) when the replacement breaks a
+    property (``violations`` name the oracle: ``semantics``, ``structure``...);
+    :class:`RewriteNeverMatched` when no case was rewritten (e.g. ``extra_check`` rejected every
+    input: the rewrite was not checked at all); ``InvalidArgument`` for a ``recorded`` that is not a
+    :class:`RecordedRewrite`, an ``inputs`` that is not a strategy, or example inputs
+    :func:`~pmverify.strategies.like` cannot draw; ``ValueError`` when the rewrite cannot be
+    registered again.
+
+    Example::
+
+        with pmverify.record_patterns() as rewrites:
+            MyFusionPass(config).patterns  # build the pass inside the block
+        for rewrite in rewrites:
+            print(pmverify.check_rewrite(rewrite, max_examples=50))
+    """
+    from .strategies import planted
+
+    if not isinstance(recorded, RecordedRewrite):
+        raise InvalidArgument(f"recorded={recorded!r} must be a RecordedRewrite (from pmverify.record_patterns())")
+    recorded.pattern_pass()  # ValueError now, not inside the search, when it registers nothing
+    cases = planted(
+        recorded,
+        inputs,
+        context=st.nothing(),
+        min_instances=1,
+        max_instances=1,
+        near_misses=("dtype",),
+    )
+    outcomes: collections.Counter[str] = collections.Counter()
+    counts = {"examples": 0, "matched": 0}
+
+    def count(result: CaseResult) -> None:
+        counts["examples"] += 1
+        counts["matched"] += result.matches > 0
+        outcomes.update(_outcome(instance) for instance in result.case.planted)
+
+    try:
+        verify(
+            recorded.pattern_pass(),
+            cases,
+            max_examples=max_examples,
+            seed=seed,
+            repro_dir=repro_dir,
+            pass_source=pass_source,
+            on_result=count,
+        )
+    except PassVerificationError as error:
+        note = (
+            str(error).partition("\nnote: ")[2].replace("give verify() pass_source", "give check_rewrite() pass_source")
+        )
+        notes = [f"the pass is {recorded!r} alone (check_rewrite)", *([note] if note else [])]
+        raise PassVerificationError(error.result, error.reproducer, "; ".join(notes)) from None
+    result = RewriteResult(recorded, counts["examples"], counts["matched"], dict(outcomes))
+    if not result.matched:
+        raise RewriteNeverMatched(result)
+    return result

@@ -1,0 +1,121 @@
+"""check_rewrite(): each rewrite of the shipped pass checks out alone; a wrong replacement is caught
+(semantics) with a runnable reproducer; a rewrite its extra_check never lets match is an error, not
+a vacuous pass; bad arguments."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from torch._inductor import pattern_matcher as pm
+
+from pmverify import PassVerificationError
+from pmverify._record import record_patterns
+from pmverify._rewrite import RewriteNeverMatched, RewriteResult, check_rewrite
+from pmverify.faults import QKNormWrongRoundingOrder
+from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.fusions.qk_norm.fusion_pass import _pattern_pass
+from pmverify.strategies import like
+
+CONFIG = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16)
+
+
+@functools.cache
+def recorded(pass_cls: type = QKNormFusionPass, config: QKNormConfig = CONFIG) -> dict:
+    """The rewrites ``pass_cls`` registers for ``config``, by name (registered afresh: the pass's
+    own registration is cached per (class, config) and may have run before)."""
+    with record_patterns() as rewrites:
+        _pattern_pass.__wrapped__(pass_cls, config)
+    return {r.name.removesuffix("_pattern"): r for r in rewrites}
+
+
+@pytest.mark.parametrize("name", ["qk_norm", "qk_norm_split3", "rms_norm"])
+def test_shipped_rewrites_check_out(name):
+    result = check_rewrite(recorded()[name], max_examples=8, seed=0)
+    assert isinstance(result, RewriteResult) and result.rewrite is recorded()[name]
+    assert result.examples == 8
+    assert result.matched >= result.outcomes["must match"] > 0  # the rest: other dtypes, which it may match
+
+
+def _rms_upcast(x, w):
+    xf = x.to(torch.float32)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(torch.bfloat16)
+
+
+def _rms_in_bf16(x, w):
+    """Wrong: drops the fp32 upcast, so the mean of squares is computed in bf16."""
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(torch.bfloat16)
+
+
+def test_a_replacement_that_drops_the_upcast_is_caught(finding_only, tmp_path):
+    patterns = pm.PatternMatcherPass(pass_name="test_no_upcast")
+    example = [torch.empty(4, 16, dtype=torch.bfloat16), torch.empty(16, dtype=torch.bfloat16)]
+    with record_patterns() as rewrites:
+        pm.register_replacement(_rms_upcast, _rms_in_bf16, example, pm.fwd_only, patterns)
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(rewrites[0], max_examples=20, repro_dir=tmp_path)
+    assert {v.oracle for v in info.value.violations} == {"semantics"}
+    assert "_rms_upcast" in str(info.value) and "check_rewrite" in str(info.value)
+    assert info.value.reproducer is not None and info.value.reproducer.parent == tmp_path
+
+
+PASS_SOURCE = """
+from pmverify._record import record_patterns
+from pmverify.faults import QKNormWrongRoundingOrder
+from pmverify.fusions.qk_norm import QKNormConfig
+from pmverify.fusions.qk_norm.fusion_pass import _pattern_pass
+
+with record_patterns() as REWRITES:
+    _pattern_pass.__wrapped__(QKNormWrongRoundingOrder, QKNormConfig(q_size=8, kv_size=4, eps=1e-6))
+PASS = REWRITES[0].pattern_pass()
+"""
+
+
+def test_a_wrong_rounding_order_is_caught_with_a_runnable_reproducer(finding_only, tmp_path):
+    """The weight applied after the cast to bf16 instead of before: a fault from pmverify.faults,
+    found in the rewrite alone; the reproducer rebuilds the one-rewrite pass from pass_source."""
+    wrong = recorded(QKNormWrongRoundingOrder)["qk_norm"]
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(wrong, max_examples=20, repro_dir=tmp_path, pass_source=PASS_SOURCE)
+    assert {v.oracle for v in info.value.violations} == {"semantics"}
+    run = subprocess.run([sys.executable, str(info.value.reproducer)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "VIOLATION semantics:" in run.stdout
+
+
+def test_a_rewrite_that_never_matches_is_an_error():
+    """max_tokens=1: the extra_check rejects the 4-token inputs drawn like the example inputs."""
+    never = recorded(config=QKNormConfig(q_size=8, kv_size=4, eps=1e-6, max_tokens=1))["rms_norm"]
+    with pytest.raises(RewriteNeverMatched, match="rewrite rms_norm_pattern never matched") as info:
+        check_rewrite(never, max_examples=6, seed=0)
+    assert info.value.result.matched == 0 and info.value.result.examples == 6
+    assert info.value.result.outcomes.get("extra_check", 0) > 0
+    assert "extra_check: " in str(info.value)
+
+
+def test_inputs_the_extra_check_rejects_in_part():
+    """max_tokens=2 and 1..4 tokens drawn: only the instances within the limit are compared."""
+    rewrite = recorded(config=QKNormConfig(q_size=8, kv_size=4, eps=1e-6, max_tokens=2))["rms_norm"]
+    inputs = like(rewrite.search_args, vary={"tokens": [(0, 0)]}, max_side=4)
+    result = check_rewrite(rewrite, inputs=inputs, max_examples=20, seed=1)
+    assert result.outcomes.get("extra_check", 0) > 0 and result.outcomes.get("must match", 0) > 0
+    assert result.matched >= result.outcomes["must match"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"recorded": "qk_norm"}, "recorded='qk_norm' must be a RecordedRewrite"),
+        ({"inputs": (torch.ones(2),)}, "inputs="),
+        ({"inputs": st.just(1), "max_examples": 0}, "max_examples=0"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    args = {"recorded": recorded()["rms_norm"], **kwargs}
+    with pytest.raises(InvalidArgument, match=message):
+        check_rewrite(args.pop("recorded"), **args)
