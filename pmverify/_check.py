@@ -9,12 +9,14 @@ from typing import Any
 
 from ._apply import RunPair, apply_direct
 from ._case import GraphCase
+from ._compiled import apply_compiled
 from .oracles import ORACLES, Violation, semantics
 from .oracles.expectations import matched_instances
 
 __all__ = ["CaseResult", "check_case", "MODES"]
 
-MODES = ("direct",)
+#: Apply modes: ``"direct"`` (no compile, the fast path) and ``"compiled"`` (``torch.compile``).
+MODES = ("direct", "compiled")
 
 OracleSpec = str | Callable[[RunPair], list[Violation]]
 
@@ -74,10 +76,16 @@ def check_case(
       class built per case as ``pass_(case.pass_config)``.
     - ``oracles``: names from ``pmverify.oracles.ORACLES`` or callables ``RunPair -> [Violation]``;
       default all.
-    - ``mode``: ``"direct"`` (copy, fake-propagate, run the pass, recompile; no torch.compile).
+    - ``mode``: ``"direct"`` (default: copy, fake-propagate, run the pass, recompile; no
+      torch.compile) or ``"compiled"`` (``torch.compile`` the case's graph with Inductor twice,
+      without and with the pass installed as ``post_grad_custom_post_pass``, and compare the two on
+      every rank; see :mod:`pmverify._compiled`). Compiled mode takes seconds a case, not
+      milliseconds; ``pair.before`` / ``pair.after`` are then Inductor's post-grad graphs, and the
+      expectations oracle judges the pass's match count, not node names.
 
     Raises ``ValueError`` for an unknown mode or oracle, ``TypeError`` when ``case`` is not a
-    ``GraphCase``.
+    ``GraphCase``; in compiled mode, ``RuntimeError`` when the case does not compile or run even
+    without the pass.
     """
     if not isinstance(case, GraphCase):
         raise TypeError(f"case={case!r} is not a GraphCase")
@@ -85,7 +93,7 @@ def check_case(
         raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
     checks = _resolve_oracles(oracles)
     start = time.perf_counter()
-    pair = apply_direct(pass_, case)
+    pair = apply_compiled(pass_, case) if mode == "compiled" else apply_direct(pass_, case)
     violations: list[Violation] = []
     if pair.error is not None:
         violations.append(Violation("crash", f"the pass raised {pair.error_summary}"))

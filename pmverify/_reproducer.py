@@ -184,11 +184,13 @@ def render(
     *,
     oracles: Sequence[Any] | None = None,
     pass_source: str | None = None,
+    mode: str = "direct",
 ) -> str:
     """Return the source of a standalone script reproducing ``violations`` of ``pass_`` on ``case``.
 
     ``pass_source``, when given, is Python code that defines ``PASS``; it replaces the recipe
-    pmverify derives (see :func:`pass_recipe`). Raises ``ValueError`` when the graph holds an
+    pmverify derives (see :func:`pass_recipe`). ``mode`` is the apply mode the script's
+    ``check_case`` call uses (``"direct"`` or ``"compiled"``). Raises ``ValueError`` when the graph holds an
     argument that cannot be written as Python.
     """
     from . import __version__
@@ -260,7 +262,7 @@ def render(
         'if __name__ == "__main__":',
         "    if PASS is None:",
         '        sys.exit("edit PASS in this script: pmverify could not rebuild the pass")',
-        f"    result = check_case(PASS, CASE, oracles={oracle_expr})",
+        f"    result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r})",
         '    print("graph before the pass:", CASE.gm.code, sep="\\n")',
         "    if result.pair.after is not None:",
         '        print("graph after the pass:", result.pair.after.code, sep="\\n")',
@@ -282,10 +284,11 @@ def write(
     *,
     oracles: Sequence[Any] | None = None,
     pass_source: str | None = None,
+    mode: str = "direct",
 ) -> pathlib.Path:
     """Write the reproducer of :func:`render` under ``directory`` (default
     :func:`default_repro_dir`) and return its path; the file name carries the oracle and a hash."""
-    source = render(case, pass_, violations, oracles=oracles, pass_source=pass_source)
+    source = render(case, pass_, violations, oracles=oracles, pass_source=pass_source, mode=mode)
     directory = pathlib.Path(directory) if directory is not None else default_repro_dir()
     directory.mkdir(parents=True, exist_ok=True)
     oracle = getattr(violations[0], "oracle", "case") if violations else "case"

@@ -18,7 +18,7 @@ from hypothesis.errors import FlakyFailure, InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
-from ._check import CaseResult, OracleSpec, check_case
+from ._check import MODES, CaseResult, OracleSpec, check_case
 
 __all__ = ["PassVerificationError", "verify", "case_events"]
 
@@ -89,6 +89,7 @@ def verify(
     repro_dir: str | os.PathLike[str] | None = None,
     pass_source: str | None = None,
     on_result: Any = None,
+    mode: str = "direct",
 ) -> None:
     """Search ``cases`` for a case on which ``pass_`` breaks a property; return None when none is
     found, else raise :class:`PassVerificationError` for the shrunk case.
@@ -104,11 +105,14 @@ def verify(
     - ``pass_source``: Python code defining ``PASS`` for the reproducer, when pmverify cannot
       rebuild the pass from its class and config.
     - ``on_result``: called with every :class:`CaseResult` (statistics, progress).
+    - ``mode``: how each case is applied, as for :func:`check_case`: ``"direct"`` (default) or
+      ``"compiled"`` (two ``torch.compile`` runs a case: seconds each, so keep ``max_examples``
+      small); the reproducer runs the same mode.
 
     Runs under the active Hypothesis settings profile (``deadline`` is always None: torch code
     trips it at random). The failing case is saved to the Hypothesis example database before this
     raises, and replayed first on the next run. Raises ``InvalidArgument`` for a ``cases`` that is
-    not a strategy or a ``max_examples`` below 1.
+    not a strategy or a ``max_examples`` below 1, ``ValueError`` for an unknown ``mode``.
     """
     if not isinstance(cases, SearchStrategy):
         raise InvalidArgument(f"cases={cases!r} must be a Hypothesis strategy of GraphCase")
@@ -116,6 +120,8 @@ def verify(
         not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1
     ):
         raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
     overrides: dict[str, Any] = {
         "deadline": None,
         "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -126,7 +132,7 @@ def verify(
     @settings(**overrides)
     @given(cases)
     def run_case(case: Any) -> None:
-        result = check_case(pass_, case, oracles=oracles)
+        result = check_case(pass_, case, oracles=oracles, mode=mode)
         for label in case_events(result):
             event(label)
         if on_result is not None:
@@ -138,7 +144,7 @@ def verify(
         # What ``hypothesis.seed`` sets, without the ``database=None`` it also sets: a seeded search
         # must still save its failures (tests/test_verify.py checks this against Hypothesis).
         run_case._hypothesis_internal_use_seed = seed
-    key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}"
+    key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}" + ("" if mode == "direct" else f":{mode}")
     run_case.hypothesis.inner_test._hypothesis_internal_add_digest = hashlib.sha256(key.encode()).digest()
     try:
         run_case()
@@ -154,7 +160,7 @@ def verify(
             notes.append("Hypothesis found the failure flaky: the pass did not fail every time on this case")
         try:
             path = _reproducer.write(
-                result.case, pass_, result.violations, repro_dir, oracles=oracles, pass_source=pass_source
+                result.case, pass_, result.violations, repro_dir, oracles=oracles, pass_source=pass_source, mode=mode
             )
         except (OSError, ValueError) as exc:
             path = None

@@ -7,6 +7,16 @@ judged. View nodes (``getitem``, ``split``, ``slice``, ``view``... any aten over
 aliases its input) are not judged: a correct replacement may keep or rebuild
 them (e.g. the slice that yields v). "Silently never matches" is a finding, as is a match on a near
 miss.
+
+In compiled mode (``pair.mode == "compiled"``) the graphs are Inductor's post-grad graphs,
+re-traced by dynamo and AOT autograd: the planted node names no longer apply, so the oracle judges
+the pass's own match count (``pair.matched_count``) instead. Fewer rewrites than the case's
+must-match instances is a violation (the pass silently never matches under torch.compile); more
+than its must-match plus may-match (``must_match=None``) instances is one too (it matched a near
+miss, or matched twice). A near miss whose reason is ``"mutation_inside"`` counts as may-match
+there: functionalization turns the in-place op into a functional one plus a trailing ``copy_``,
+so the mutation barrier that made it a near miss is gone. A pass that reports no count is not
+judged in compiled mode.
 """
 
 from __future__ import annotations
@@ -26,10 +36,43 @@ def _compute_nodes(pair: Any, instance: Any) -> list[str]:
     return judged or list(instance.nodes)
 
 
+#: Near misses of the in-place form only (see the module docstring), by ``PlantedInstance.reason``.
+_INPLACE_ONLY = ("mutation_inside",)
+
+
+def _compiled_expectation(instance: Any) -> bool | None:
+    """``must_match`` of ``instance`` under torch.compile."""
+    if instance.must_match is False and instance.reason in _INPLACE_ONLY:
+        return None
+    return instance.must_match
+
+
+def _compiled_guess(pair: Any) -> list[bool]:
+    """Compiled mode: a guess from the count alone. The first ``matched_count`` rewrites are
+    credited to the must-match instances, then to the may-match ones (``mutation_inside`` near
+    misses included), then to the near misses, each group in planted order; all False when the
+    pass reports no count."""
+    planted = pair.case.planted
+    left = pair.matched_count or 0
+    matched = [False] * len(planted)
+    for group in (True, None, False):
+        for i, instance in enumerate(planted):
+            if _compiled_expectation(instance) is group and left > 0:
+                matched[i], left = True, left - 1
+    return matched
+
+
 def matched_instances(pair: Any) -> list[bool]:
-    """For each planted instance, whether the pass rewrote it (no compute node of it left)."""
+    """For each planted instance, whether the pass rewrote it (no compute node of it left).
+
+    In compiled mode node names do not survive re-tracing: this is a best effort from the pass's
+    match count (see :func:`_compiled_guess`), exact when the count equals the must-match
+    instances and there is no may-match instance; all False when the pass reports no count.
+    """
     if pair.after is None:
         return [False] * len(pair.case.planted)
+    if getattr(pair, "mode", "direct") == "compiled":
+        return _compiled_guess(pair)
     left = {node.name for node in pair.after.graph.nodes}
     return [not (set(_compute_nodes(pair, instance)) & left) for instance in pair.case.planted]
 
@@ -38,6 +81,8 @@ def check(pair: Any) -> list[Violation]:
     """Return the expectation violations of ``pair`` (a ``RunPair``)."""
     if pair.after is None:
         return []
+    if getattr(pair, "mode", "direct") == "compiled":
+        return _check_count(pair)
     left = {node.name for node in pair.after.graph.nodes}
     violations = []
     for instance in pair.case.planted:
@@ -62,3 +107,32 @@ def check(pair: Any) -> list[Violation]:
                 )
             )
     return violations
+
+
+def _check_count(pair: Any) -> list[Violation]:
+    """Compiled mode: judge the pass's match count against the planted instances (module docstring)."""
+    if pair.matched_count is None:
+        return []
+    planted = pair.case.planted
+    must = pair.case.expected_matches
+    may = sum(_compiled_expectation(instance) is None for instance in planted)
+    if pair.matched_count < must:
+        patterns = ", ".join(sorted({p.pattern for p in planted if p.must_match is True}))
+        return [
+            Violation(
+                "expectations",
+                f"the pass made {pair.matched_count} rewrite(s) under torch.compile where {must} planted "
+                f"instance(s) of {patterns} must match: it silently never matches under torch.compile",
+            )
+        ]
+    if pair.matched_count > must + may:
+        misses = sorted({p.reason or "?" for p in planted if _compiled_expectation(p) is False})
+        near = f"; near misses: {', '.join(misses)}" if misses else ""
+        return [
+            Violation(
+                "expectations",
+                f"the pass made {pair.matched_count} rewrite(s) under torch.compile where at most "
+                f"{must + may} planted instance(s) may match ({must} must, {may} may{near})",
+            )
+        ]
+    return []

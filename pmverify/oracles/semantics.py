@@ -194,8 +194,10 @@ def compare(
 def rank_results(pair: Any, rank: int) -> dict[str, Any]:
     """What rank ``rank`` computes, cached in ``pair.cache``: ``before`` and ``after`` (each
     ``(flat outputs, final inputs)``; ``after`` is the exception when the rewritten graph raised)
-    and ``reference`` (the float64 run, or None). In compiled mode, ``pair.compiled.before[rank]``
-    and ``.after[rank]`` (what the compiled functions returned) replace the graph runs."""
+    and ``reference`` (the float64 run of the case's own graph, ``pair.case.gm``, or None). In
+    compiled mode, ``pair.compiled.before[rank]`` and ``.after[rank]`` (what the compiled functions
+    returned, which line up with the case's graph, not with Inductor's post-grad graphs) replace the
+    graph runs."""
     key = ("semantics", rank)
     if key in pair.cache:
         return pair.cache[key]
@@ -208,14 +210,14 @@ def rank_results(pair: Any, rank: int) -> dict[str, Any]:
             after = run_graph(pair.after, inputs)
         except Exception as exc:  # noqa: BLE001 - a graph that no longer runs is a finding
             after = exc
-    reference = float64_reference(pair.before, inputs)
+    reference = float64_reference(pair.case.gm, inputs)
     pair.cache[key] = {"before": before, "after": after, "reference": reference}
     return pair.cache[key]
 
 
 def _named(pair: Any, results: tuple[list[Any], list[Any]]) -> list[tuple[str, Any]]:
     outputs, final_inputs = results
-    names = [n.name for n in pair.before.graph.find_nodes(op="placeholder")]
+    names = [n.name for n in pair.case.gm.graph.find_nodes(op="placeholder")]
     return [(f"output {i}", value) for i, value in enumerate(outputs)] + [
         (f"input {names[i] if i < len(names) else i} (final value)", value)
         for i, value in enumerate(final_inputs)

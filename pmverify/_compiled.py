@@ -1,0 +1,417 @@
+"""Applying a pass under test to a :class:`GraphCase` through ``torch.compile``: the compiled mode.
+
+The case's graph (``case.gm``, called as a function of the case's inputs) is compiled twice with
+``torch.compile(backend="inductor", fullgraph=True, dynamic=False)``: once without the pass, once
+with it installed as ``torch._inductor.config.post_grad_custom_post_pass``. Both compiled functions
+run every rank's inputs (on clones: the final values of mutated inputs are results too), and the
+oracles compare the two; Inductor's own codegen noise cancels out.
+
+What is installed is a recorder (a ``CustomGraphPass`` whose ``uuid()`` is None, so that the FX
+graph cache would be bypassed even if it were on) that, on the post-grad graph:
+
+- copies the graph before the pass;
+- runs the pass (``PatternMatcherPass`` through ``.apply``, anything else called on the graph)
+  inside :func:`~pmverify._apply.recording_matches`, so ``RunPair.matches`` fills;
+- copies the graph right after it, and sorts the *copy* as Inductor sorts the real graph right
+  after the pass, recording the ``(node, input)`` pairs the pass left out of order;
+- records an exception of the pass and re-raises it, so the compile fails; the failure becomes
+  ``RunPair.error`` (a ``"crash"``) as in the direct mode.
+
+Isolation: each compile gets a fresh function object with a fresh code object (dynamo's cache
+lives on the code object, so neither compile can reuse the other's), and runs with every cache
+that could serve a compiled graph off: the FX graph cache and AOT autograd cache (local and remote)
+and dynamo's PGO profiles. Inductor's kernel cache stays on: it is keyed by the generated kernel's
+source, so it can only reuse a kernel both compiles generate identically, and it keeps a compiled
+case at seconds. (``force_disable_caches=True`` would also turn it off, and leaves a temporary
+cache directory behind for every compile.) Dynamo's ``suppress_errors`` is off: a failing compile
+must fail, not fall back to eager. The rest of dynamo's state, and whatever the caller compiled,
+is left alone. Both compiles set Inductor's ``emulate_precision_casts=True``: without it Inductor
+drops the rounding of bf16/fp16 casts inside fused code, so the compiled graph without the pass
+would round differently from eager, and from a fused op that keeps eager's rounding order (see
+:mod:`pmverify.real_models`).
+
+The captured graphs are Inductor's post-grad graphs, whose placeholders are the inputs dynamo
+lifted: in the order of their first use, without the unused ones. So that the oracles can run and
+fake-propagate them with ``case.inputs``, the copies in ``RunPair.before`` / ``.after`` get the
+case's placeholders back: one per case input, in the case's order and with the case's names (an
+input the compile dropped gets an unused placeholder). The mapping comes from a no-op
+``pre_grad_custom_pass`` that reads dynamo's graph inputs (the very tensors passed in). Their
+outputs stay the post-grad graph's (dynamo returns duplicated outputs and inputs returned as they
+are outside the graph), so the float64 reference of the semantics oracle is computed from the
+case's own graph, whose outputs line up with what the compiled functions return.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+import traceback
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes
+
+from ._apply import RunPair, build_pass, quiet_fake_tensor_errors, recording_matches, run_pass, sort_like_inductor
+from ._case import GraphCase
+from .oracles import semantics
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CompiledRun", "apply_compiled", "COMPILE_OPTIONS"]
+
+#: The ``torch.compile`` arguments of both compiles.
+COMPILE_OPTIONS: dict[str, Any] = {"backend": "inductor", "fullgraph": True, "dynamic": False}
+
+Results = tuple[list[Any], list[Any]]
+
+
+@dataclasses.dataclass
+class CompiledRun:
+    """What the compiled mode measured (``RunPair.compiled``).
+
+    - ``before``: per rank, ``(flat outputs, final values of the inputs)`` of the compile *without*
+      the pass (as :func:`pmverify.oracles.semantics.run_graph` returns them for a graph).
+    - ``after``: per rank, the same for the compile *with* the pass, or the exception that compile
+      (or its run on that rank) raised.
+    - ``timings_s``: seconds per phase: ``compile_without_pass`` / ``compile_with_pass`` (the first
+      call: compile plus rank 0's run), ``run_without_pass`` / ``run_with_pass`` (the other ranks'
+      runs).
+    - ``graphs``: post-grad graphs the pass was called on (1 with ``fullgraph=True``; more after a
+      recompile, of which only the first is recorded; 0 when Inductor never ran it).
+    - ``aligned``: whether the captured graphs got the case's placeholders back (see the module
+      docstring); False when dynamo's inputs could not be mapped to the case's.
+    """
+
+    before: list[Results]
+    after: list[Results | BaseException]
+    timings_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    graphs: int = 0
+    aligned: bool = False
+
+
+def _summary(exc: BaseException) -> str:
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (at {frame.filename}:{frame.lineno} in {frame.name})" if frame else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+@dataclasses.dataclass
+class _Alignment:
+    """How to give a captured graph the case's placeholders: ``names`` / ``metas`` of the case's
+    placeholders, ``index`` the case input of each captured placeholder (None: a lifted constant,
+    whose value is in ``constants``)."""
+
+    names: list[str]
+    metas: list[dict[str, Any]]
+    index: list[int | None]
+    constants: dict[int, Any]
+
+
+def _fetch_attr(module: Any, target: str) -> Any:
+    for atom in target.split("."):
+        module = getattr(module, atom)
+    return module
+
+
+def _copy_graph_module(gm: torch.fx.GraphModule, align: _Alignment | None = None) -> torch.fx.GraphModule:
+    """Copy ``gm`` node by node, in its order even when it is not topologically sorted (forward
+    references are filled in afterwards; ``deepcopy`` cannot copy such a graph); a use of a node
+    that is no longer in the graph becomes None. Attributes are shared with ``gm``, node metas
+    copied shallowly. With ``align``, the placeholders are replaced as it says."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    attrs: dict[str, Any] = {}
+    if align is not None:
+        fresh = []
+        for name, meta in zip(align.names, align.metas, strict=True):
+            node = graph.placeholder(name)
+            node.meta = dict(meta)
+            fresh.append(node)
+        old = list(gm.graph.find_nodes(op="placeholder"))
+        for k, node in enumerate(old):
+            if align.index[k] is not None:
+                env[node] = fresh[align.index[k]]
+                env[node].meta = dict(node.meta)
+        for k, node in enumerate(old):
+            if align.index[k] is None:
+                target = f"_pmverify_lifted_{k}"
+                attrs[target] = align.constants[k]
+                env[node] = graph.get_attr(target)
+                env[node].meta = dict(node.meta)
+    forward: list[tuple[torch.fx.Node, torch.fx.Node]] = []
+    for node in gm.graph.nodes:
+        if node in env:
+            continue
+        if node.op in ("get_attr", "call_module"):
+            attrs[node.target] = _fetch_attr(gm, node.target)
+        if node.op == "output":
+            new = graph.output(torch.fx.map_arg(node.args[0], env.get), type_expr=node.type)
+            new.meta = dict(node.meta)
+        else:
+            new = env[node] = graph.node_copy(node, env.get)
+        if any(arg not in env for arg in node.all_input_nodes):
+            forward.append((node, new))
+    for node, new in forward:
+        new.args = torch.fx.map_arg(node.args, env.get)
+        new.kwargs = torch.fx.map_arg(node.kwargs, env.get)
+    copied = torch.fx.GraphModule(attrs, graph, class_name=type(gm).__name__)
+    with contextlib.suppress(Exception):  # a graph with a cycle cannot be compiled: kept for the oracles
+        copied.recompile()
+    return copied
+
+
+class _PostGradRecorder(CustomGraphPass):
+    """Installed as ``post_grad_custom_post_pass``: runs the pass under test and records the
+    graph before and after it (see the module docstring)."""
+
+    def __init__(self, pass_obj: Any) -> None:
+        self.pass_obj = pass_obj
+        self.calls = 0
+        self.before: torch.fx.GraphModule | None = None
+        self.after: torch.fx.GraphModule | None = None
+        self.count: int | None = None
+        self.matches: list[Any] = []
+        self.pairs: list[tuple[str, str]] = []
+        self.error: str | None = None
+        self.error_summary: str | None = None
+        self.internal_error: Exception | None = None
+        self.elapsed_s = 0.0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.calls += 1
+        if self.calls > 1:  # a recompile: the pass runs as Inductor would run it, unrecorded
+            logger.debug("post-grad graph %d of one compiled case: pass run, not recorded", self.calls)
+            with quiet_fake_tensor_errors():
+                run_pass(self.pass_obj, graph)
+            return
+        gm = graph.owning_module
+        if gm is None:
+            gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+        try:
+            self.before = _copy_graph_module(gm)
+        except Exception as exc:  # noqa: BLE001 - pmverify's own failure: not blamed on the pass
+            self.internal_error = exc
+            return
+        start = time.perf_counter()
+        try:
+            with quiet_fake_tensor_errors(), recording_matches() as matches:
+                self.count = run_pass(self.pass_obj, graph)
+        except Exception as exc:  # re-raised: the compile must fail as it would for a user
+            self.elapsed_s = time.perf_counter() - start
+            self.error = traceback.format_exc()
+            self.error_summary = _summary(exc)
+            raise
+        self.elapsed_s = time.perf_counter() - start
+        self.matches = matches
+        try:
+            self.after = _copy_graph_module(gm)
+            self.pairs = sort_like_inductor(self.after.graph)  # the copy only: Inductor sorts the real graph
+        except Exception as exc:  # noqa: BLE001 - pmverify's own failure: not blamed on the pass
+            self.internal_error = exc
+            return
+        with contextlib.suppress(Exception):
+            self.after.recompile()
+
+    def uuid(self) -> None:
+        return None  # no cache key: with caches on, Inductor bypasses the FX graph cache
+
+
+class _InputRecorder(CustomGraphPass):
+    """Installed in front of ``pre_grad_custom_pass``: records the example value (the tensor the
+    compiled function was called with) of each of dynamo's graph inputs, in graph order; changes
+    nothing."""
+
+    def __init__(self) -> None:
+        self.examples: list[Any] | None = None
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if self.examples is not None:
+            return
+        examples = []
+        for node in graph.find_nodes(op="placeholder"):
+            grapharg = node.meta.get("grapharg")
+            try:
+                examples.append(grapharg.example if grapharg is not None else None)
+            except Exception:  # noqa: BLE001 - an example dynamo no longer holds
+                examples.append(None)
+        self.examples = examples
+
+    def uuid(self) -> str:
+        return f"pmverify-input-recorder-{id(self)}"  # never matches a cache entry
+
+
+def _fresh_function(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    """``gm`` as a function of its inputs, with a code object of its own (dynamo caches compiled
+    code per code object: two compiles of one code object would share their cache entries)."""
+
+    def call(*args: Any) -> Any:
+        return gm(*args)
+
+    code = call.__code__.replace()
+    return types.FunctionType(code, call.__globals__, call.__name__, None, call.__closure__)
+
+
+def _clones(inputs: Sequence[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+@contextlib.contextmanager
+def _compile_config(post_pass: Any, pre_pass: Any):
+    """The configuration of both compiles (see the module docstring); restored on exit."""
+    import torch._dynamo
+    import torch._functorch.config
+    import torch._inductor.config as inductor_config
+
+    pre_passes = get_custom_graph_passes(inductor_config.pre_grad_custom_pass)
+    with (
+        inductor_config.patch(
+            fx_graph_cache=False,
+            fx_graph_remote_cache=False,
+            emulate_precision_casts=True,
+            post_grad_custom_post_pass=post_pass,
+            pre_grad_custom_pass=(pre_pass, *pre_passes)
+            if pre_pass is not None
+            else inductor_config.pre_grad_custom_pass,
+        ),
+        torch._functorch.config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=False),
+        torch._dynamo.config.patch(
+            suppress_errors=False, automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False
+        ),
+        torch.no_grad(),
+        semantics.deterministic_fill(),
+    ):
+        yield
+
+
+def _compile_and_run(
+    case: GraphCase, post_pass: Any, pre_pass: Any, first_args: list[Any]
+) -> tuple[list[Results | BaseException], float, float]:
+    """Compile ``case.gm`` afresh and run it on every rank (rank 0 on ``first_args``, the others on
+    clones). Returns per rank the results or the exception, the seconds of the first call and of
+    the others. An exception of the first call (the compile) stands for every rank."""
+    results: list[Results | BaseException] = []
+    with _compile_config(post_pass, pre_pass):
+        compiled = torch.compile(_fresh_function(case.gm), **COMPILE_OPTIONS)
+        start = time.perf_counter()
+        try:
+            results.append((pytree.tree_leaves(compiled(*first_args)), first_args))
+        except Exception as exc:  # noqa: BLE001 - the caller decides whose fault it is
+            return [exc] * case.tp_world, time.perf_counter() - start, 0.0
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        for rank_inputs in case.inputs[1:]:
+            args = _clones(rank_inputs)
+            try:
+                results.append((pytree.tree_leaves(compiled(*args)), args))
+            except Exception as exc:  # noqa: BLE001
+                results.append(exc)
+    return results, first, time.perf_counter() - start
+
+
+def _alignment(case: GraphCase, captured: torch.fx.GraphModule, examples: Any, args: list[Any]) -> _Alignment | None:
+    """How the captured graph's placeholders map to the case's inputs; None when dynamo's graph
+    inputs and the post-grad graph's do not line up one to one."""
+    placeholders = list(captured.graph.find_nodes(op="placeholder"))
+    if examples is None or len(examples) != len(placeholders):
+        return None
+    index: list[int | None] = []
+    constants: dict[int, Any] = {}
+    for k, (example, node) in enumerate(zip(examples, placeholders, strict=True)):
+        j = next((i for i, arg in enumerate(args) if arg is example), None)
+        val = node.meta.get("val")
+        if not isinstance(example, torch.Tensor) or (
+            isinstance(val, torch.Tensor) and (val.shape != example.shape or val.dtype != example.dtype)
+        ):
+            return None
+        if j is None:
+            constants[k] = example
+        index.append(j)
+    names = [node.name for node in case.gm.graph.find_nodes(op="placeholder")]
+    metas = [dict(node.meta) for node in case.gm.graph.find_nodes(op="placeholder")]
+    return _Alignment(names, metas, index, constants)
+
+
+def apply_compiled(pass_: Any, case: GraphCase) -> RunPair:
+    """Apply ``pass_`` to ``case`` through ``torch.compile``, compared with the compile without it.
+
+    Returns a :class:`~pmverify._apply.RunPair` with ``mode="compiled"``: ``before`` / ``after``
+    the post-grad graph before / right after the pass (``after`` None when the pass raised),
+    ``matched_count``, ``matches`` and ``unsorted`` from the pass's run in the compile, and
+    ``compiled`` a :class:`CompiledRun` (the semantics oracle compares its runs, against the
+    float64 reference of ``case.gm``, whose outputs line up with the compiled functions').
+    Never raises for the pass's own errors: one raised by the pass lands in
+    ``RunPair.error``; a compile (or run) with the pass that fails after the pass returned lands in
+    ``compiled.after`` for the semantics oracle to report.
+
+    Raises ``RuntimeError`` when the case does not compile or run *without* the pass (nothing to
+    compare with) or pmverify cannot copy the post-grad graph; ``ValueError`` when a pass class is
+    given and the case has no ``pass_config``.
+    """
+    pass_obj = build_pass(pass_, case)
+    timings: dict[str, float] = {}
+    baseline, timings["compile_without_pass"], timings["run_without_pass"] = _compile_and_run(
+        case, None, None, _clones(case.inputs[0])
+    )
+    failed = next((r for r in baseline if isinstance(r, BaseException)), None)
+    if failed is not None:
+        raise RuntimeError(
+            f"torch.compile of the case without the pass failed ({_summary(failed)}); the compiled mode "
+            f"has nothing to compare with on {case!r}"
+        ) from failed
+    recorder, inputs = _PostGradRecorder(pass_obj), _InputRecorder()
+    first_args = _clones(case.inputs[0])
+    after_runs, timings["compile_with_pass"], timings["run_with_pass"] = _compile_and_run(
+        case, recorder, inputs, first_args
+    )
+    if recorder.internal_error is not None:
+        raise RuntimeError(
+            f"pmverify could not copy the post-grad graph of {case!r}: {_summary(recorder.internal_error)}"
+        ) from recorder.internal_error
+    before_gm, after_gm = recorder.before, recorder.after
+    align = _alignment(case, before_gm, inputs.examples, first_args) if before_gm is not None else None
+    if before_gm is None:  # Inductor never called the pass (no graph to compile)
+        before_gm, after_gm, recorder.count = case.gm, _copy_graph_module(case.gm), 0
+    elif align is not None:
+        before_gm = _copy_graph_module(before_gm, align)
+        after_gm = _copy_graph_module(after_gm, align) if after_gm is not None else None
+    run = CompiledRun(baseline, after_runs, timings, recorder.calls, align is not None)
+    logger.debug(
+        "compiled case: %s matches over %d graph(s); %s",
+        recorder.count,
+        recorder.calls,
+        ", ".join(f"{key} {value:.2f}s" for key, value in timings.items()),
+    )
+    if recorder.error is not None:
+        return RunPair(
+            case,
+            before_gm,
+            None,
+            pass_obj,
+            None,
+            recorder.error,
+            recorder.elapsed_s,
+            recorder.error_summary,
+            mode="compiled",
+            compiled=run,
+        )
+    inserted = {name for record in recorder.matches for name in record.replacement}
+    pair = RunPair(
+        case,
+        before_gm,
+        after_gm,
+        pass_obj,
+        recorder.count,
+        None,
+        recorder.elapsed_s,
+        resorted=bool(recorder.pairs),
+        matches=recorder.matches,
+        unsorted=[(node, arg) for node, arg in recorder.pairs if node not in inserted],
+        mode="compiled",
+        compiled=run,
+    )
+    return pair

@@ -1,0 +1,180 @@
+"""The compiled mode: a pass installed as Inductor's post_grad_custom_post_pass, compared with the
+same torch.compile without it. Each compile costs seconds here (the first of a session ~20 s), so
+there are few tests, each on one small case."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import pmverify
+from pmverify import GraphCase, PassVerificationError, check_case, verify
+from pmverify._compiled import CompiledRun
+from pmverify.faults import QKNormWrongRoundingOrder
+from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.strategies import qk_norm_cases
+from pmverify.strategies._qk_norm import _build_case, _layer
+
+CONFIG = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def case():
+    # bf16 weights (the activation dtype): the fault's other rounding order keeps the output dtype,
+    # so only the semantics oracle can see it
+    return _build_case(CONFIG, [_layer(CONFIG, "qk_norm", tokens=8, weight_in_act_dtype=True)], seed=1)
+
+
+def _compile_config():
+    """What check_case patches for its compiles; must be as before once it returns."""
+    import torch._dynamo
+    import torch._functorch.config
+    import torch._inductor.config as inductor_config
+
+    names = ["post_grad_custom_post_pass", "pre_grad_custom_pass", "fx_graph_cache", "emulate_precision_casts"]
+    snapshot = {name: getattr(inductor_config, name) for name in names}
+    snapshot["autograd_cache"] = torch._functorch.config.enable_autograd_cache
+    snapshot["suppress_errors"] = torch._dynamo.config.suppress_errors
+    snapshot["pgo"] = torch._dynamo.config.automatic_dynamic_local_pgo
+    snapshot["grad"] = torch.is_grad_enabled()
+    return snapshot
+
+
+def test_shipped_pass_compiled(case):
+    config = _compile_config()
+    result = check_case(QKNormFusionPass, case, mode="compiled")
+    assert result.ok, result.violations
+    pair = result.pair
+    assert pair.mode == "compiled" and isinstance(pair.compiled, CompiledRun)
+    assert pair.matched_count == 1 and result.matched == [True]
+    assert len(pair.matches) == 1 and pair.matches[0].entry.startswith("ReplacementPatternEntry")
+    assert pair.compiled.graphs == 1 and pair.compiled.aligned
+    fused = torch.ops.pmverify.qk_norm.default
+    assert not any(n.target is fused for n in pair.before.graph.nodes)
+    assert any(n.target is fused for n in pair.after.graph.nodes)
+    names = [n.name for n in case.gm.graph.find_nodes(op="placeholder")]
+    assert [n.name for n in pair.after.graph.find_nodes(op="placeholder")] == names
+    assert len(pair.compiled.before) == len(pair.compiled.after) == 1
+    assert set(pair.compiled.timings_s) >= {"compile_without_pass", "compile_with_pass"}
+    assert _compile_config() == config  # the pass is uninstalled, the caches as they were
+
+
+def test_pattern_matcher_pass_given_directly(case):
+    # The same case compiled again, with another pass object: a compile reused from the previous
+    # test (dynamo's cache, the FX graph cache) would not run the pass, and match nothing.
+    result = check_case(QKNormFusionPass(CONFIG).patterns, case, mode="compiled")
+    assert result.ok, result.violations
+    assert result.pair.matched_count == 1 and result.pair.compiled.graphs == 1
+
+
+def test_wrong_rounding_order_is_caught_by_semantics(case):
+    result = check_case(QKNormWrongRoundingOrder, case, mode="compiled")
+    assert result.violations and {v.oracle for v in result.violations} == {"semantics"}, result.violations
+    assert "ulp of torch.bfloat16" in result.violations[0].message
+    assert result.pair.matched_count == 1
+
+
+def _f(a, b, c, d):
+    x = c * 2
+    a.add_(1)
+    return x + a, b, x, x
+
+
+def test_inputs_reordered_dropped_and_mutated_line_up():
+    # dynamo lifts c before a, drops d, returns b and the duplicate x outside the graph; the
+    # captured graphs get the case's placeholders back, and mutated inputs' final values count.
+    ranks = [
+        tuple(torch.randn(3, 3, generator=torch.Generator().manual_seed(r * 4 + i)) for i in range(4)) for r in (0, 1)
+    ]
+    case = GraphCase(make_fx(_f)(*ranks[0]), ranks, tp_world=2, form="inplace")
+
+    def add_two(graph):  # a wrong pass: the in-place add_(1) becomes add(2)
+        for node in graph.nodes:
+            if node.target is torch.ops.aten.add.Tensor and node.args[1] == 1:
+                node.args = (node.args[0], 2)
+
+    result = check_case(add_two, case, mode="compiled")
+    assert result.pair.compiled.aligned
+    names = [n.name for n in case.gm.graph.find_nodes(op="placeholder")]
+    assert [n.name for n in result.pair.before.graph.find_nodes(op="placeholder")] == names
+    assert {v.oracle for v in result.violations} == {"semantics"}, result.violations
+    messages = " ".join(v.message for v in result.violations)
+    assert "rank 0 output 0" in messages and "rank 1 output 0" in messages
+    assert f"rank 1 input {names[0]} (final value)" in messages
+    assert "output 2" not in messages and "output 1" not in messages
+
+
+def test_raising_pass_is_a_crash_and_the_reproducer_carries_the_mode(case, tmp_path, finding_only):
+    config = _compile_config()
+    calls = []
+
+    def raising(graph):
+        calls.append(len(graph.nodes))
+        raise RuntimeError("boom from the pass")
+
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        verify(raising, qk_norm_cases(CONFIG), mode="compiled", max_examples=1, repro_dir=tmp_path)
+    error = info.value
+    assert [v.oracle for v in error.violations] == ["crash"]
+    assert "RuntimeError: boom from the pass" in error.violations[0].message
+    assert error.result.pair.after is None and "boom from the pass" in error.result.pair.error
+    assert len(calls) == 2  # the case and Hypothesis' replay of it; never in the compiles without the pass
+    assert "mode='compiled')" in error.reproducer.read_text()
+    assert _compile_config() == config
+    # the failed compile poisons nothing: the next compiled check runs the pass and passes
+    assert check_case(QKNormFusionPass, case, mode="compiled").ok
+
+
+def test_verify_compiled():
+    results = []
+    verify(QKNormFusionPass, qk_norm_cases(CONFIG), mode="compiled", max_examples=2, on_result=results.append)
+    assert len(results) == 2 and all(r.pair.mode == "compiled" for r in results)
+
+
+def test_unknown_mode():
+    with pytest.raises(ValueError, match="mode='eager' is not supported"):
+        verify(QKNormFusionPass, qk_norm_cases(CONFIG), mode="eager")
+    case = _build_case(CONFIG, [_layer(CONFIG, "qk_norm")])
+    with pytest.raises(ValueError, match="mode='eager' is not supported"):
+        pmverify.check_case(QKNormFusionPass, case, mode="eager")
+
+
+def _counted(count, *expectations):
+    """A compiled-mode RunPair stand-in: the expectations oracle reads only these fields."""
+    from types import SimpleNamespace
+
+    from pmverify import PlantedInstance
+
+    planted = tuple(PlantedInstance("qk_norm", ("n",), must, reason) for must, reason in expectations)
+    case = SimpleNamespace(planted=planted, expected_matches=sum(must is True for must, _ in expectations))
+    return SimpleNamespace(mode="compiled", matched_count=count, case=case, after=object())
+
+
+@pytest.mark.parametrize(
+    "count, expectations, found",
+    [
+        (1, [(True, None)], None),
+        (0, [(True, None)], "silently never matches under torch.compile"),
+        (2, [(True, None), (None, "unused")], None),
+        (2, [(True, None), (False, "eps")], "at most 1 planted instance(s) may match"),
+        (2, [(True, None), (False, "mutation_inside")], None),  # functionalization lifts the barrier
+        (None, [(True, None)], None),  # a pass that reports no count is not judged
+    ],
+)
+def test_expectations_judge_the_count_in_compiled_mode(count, expectations, found):
+    from pmverify.oracles import expectations as oracle
+
+    violations = oracle.check(_counted(count, *expectations))
+    if found is None:
+        assert violations == []
+    else:
+        assert len(violations) == 1 and found in violations[0].message
+
+
+def test_matched_instances_in_compiled_mode_are_guessed_from_the_count():
+    from pmverify.oracles.expectations import matched_instances
+
+    pair = _counted(2, (False, "eps"), (True, None), (None, "unused"))
+    assert matched_instances(pair) == [False, True, True]
+    assert matched_instances(_counted(None, (True, None))) == [False]
