@@ -1,13 +1,458 @@
-"""functionalization oracle (being written)."""
+"""Functionalization oracle: ``auto_functionalized`` tuples are routed correctly.
+
+Inductor's post-grad graphs call a mutating op as ``auto_functionalized(op, x=..., ...)`` (v1) or
+``auto_functionalized_v2(op, ..., _x_base_index=i, _all_bases=[...])`` (v2); the node returns the
+tuple ``(op outputs..., new values...)``: one slot per op return (a single ``None`` slot for an op
+that returns nothing), then the new value of each mutated arg in schema order (v1) or of each base
+in ``_all_bases`` order (v2). Its users read it through ``getitem`` nodes. A pass that rebuilds such
+a node (vLLM's fusions of ``fused_add_rms_norm``, quantization ops...) must remap every ``getitem``
+by hand; this oracle checks that it did, on the rewritten graph:
+
+(a) **Indices and meta**: every ``getitem`` of an auto_functionalized node indexes a real element
+    of the tuple (in range, not the ``None`` slot of an op that returns nothing), and the
+    ``meta["val"]`` the pass left on it has the element's shape and dtype. The true tuple comes from
+    running the node in fake tensors on the rewritten graph's own fake values (re-propagated, the
+    graph's ancestors of auto_functionalized nodes only).
+(b) **Inductor still lowers it**: ``decompose_auto_functionalized`` (what ``post_grad_passes``
+    runs once custom passes are done) applies to a copy of the rewritten graph (fake values
+    re-propagated first), the result lints and computes exactly what the rewritten graph computes
+    (outputs and final input values) on the case's rank-0 inputs. A pass that marks
+    ``only_clone_these_tensors`` wrongly, or leaves a node the decomposition cannot trace, fails here.
+(c) **A stand-in carries the new value**: every node present (same name, op and target) in both
+    graphs that, before the pass, read an element of an auto_functionalized node must read the
+    same value after it, at the same argument position, within the semantics oracle's fallback
+    tolerance (``torch.testing`` defaults, no reference). Values are captured, cloned, at the moment
+    the node runs (an ``torch.fx.Interpreter`` run of each graph on clones of the rank-0 inputs), so a
+    later ``copy_`` into an input does not change what was read. A swapped ``getitem`` that keeps
+    shapes right is caught here, naming the element read now and the one read before.
+
+A graph with no auto_functionalized node before or after the pass is not looked at beyond that
+test. An index out of range, or one that reads the ``None`` slot, stops (b) and (c) (the graph
+cannot run); every finding is a :class:`Violation`, nothing raises.
+"""
 
 from __future__ import annotations
 
+import copy
+import logging
+import operator
+from collections.abc import Iterator
 from typing import Any
 
-from ._violation import Violation
+import torch
 
-__all__ = ["check"]
+from ._violation import Violation
+from .semantics import compare, run_graph
+
+__all__ = ["check", "AUTO_FUNCTIONALIZED", "element_descriptions"]
+
+logger = logging.getLogger(__name__)
+
+#: The auto_functionalized higher-order ops, v1 then v2.
+AUTO_FUNCTIONALIZED = (torch.ops.higher_order.auto_functionalized, torch.ops.higher_order.auto_functionalized_v2)
+
+_FAILED = object()  # a node whose fake value could not be computed
+_SKIPPED = object()  # a node the fake run does not need
+
+
+def _af_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The auto_functionalized nodes of ``graph`` in graph order (two index look-ups when none)."""
+    if not any(graph.find_nodes(op="call_function", target=target) for target in AUTO_FUNCTIONALIZED):
+        return []
+    return [node for node in graph.nodes if _is_af(node)]
+
+
+def _is_af(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in AUTO_FUNCTIONALIZED
+
+
+def _af_getitem(node: Any) -> tuple[torch.fx.Node, Any] | None:
+    """``(af node, index)`` when ``node`` is a getitem of an auto_functionalized node."""
+    if (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and node.target is operator.getitem
+        and len(node.args) == 2
+        and _is_af(node.args[0])
+    ):
+        return node.args[0], node.args[1]
+    return None
+
+
+def _op_name(af: torch.fx.Node) -> str:
+    op = af.args[0] if af.args else af.kwargs.get("_mutable_op")
+    return getattr(op, "_name", None) or getattr(op, "__name__", None) or str(op)
+
+
+def element_descriptions(af: torch.fx.Node) -> list[str] | None:
+    """What each element of ``af``'s result tuple is, from the op's schema and the node's kwargs
+    (``["output 0", "new value of base 0, `x_1` (arg `x`)"]``); None for an op without a schema."""
+    from torch._higher_order_ops.auto_functionalize import get_mutable_args_from_schema
+
+    op = af.args[0] if af.args else af.kwargs.get("_mutable_op")
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    schema = op._schema
+    mutable, _ = get_mutable_args_from_schema(schema)
+    returns = schema.returns
+    if not returns:
+        outs = ["output 0, None: the op returns nothing"]
+    else:
+        outs = [f"output {i}" + (f" `{r.name}`" if r.name else "") for i, r in enumerate(returns)]
+    if af.target is torch.ops.higher_order.auto_functionalized:
+        news = []
+        for name in mutable:
+            value = af.kwargs.get(name)
+            news.append(f"new value of `{name}`" + (f" (`{value.name}`)" if isinstance(value, torch.fx.Node) else ""))
+        return outs + news
+    if torch._library.utils.is_out(op):
+        return [f"out argument `{name}`" for name in mutable]
+    bases = af.kwargs.get("_all_bases") or []
+    news = []
+    for k, base in enumerate(bases):
+        users = [
+            key[1 : -len("_base_index")]
+            for key, value in af.kwargs.items()
+            if key.endswith("_base_index") and (value == k or (isinstance(value, (list, tuple)) and k in value))
+        ]
+        text = f"new value of base {k}" + (f", `{base.name}`" if isinstance(base, torch.fx.Node) else "")
+        news.append(text + (f" (arg {', '.join(f'`{u}`' for u in users)})" if users else ""))
+    return outs + news
+
+
+def _describe_element(af: torch.fx.Node, index: Any) -> str:
+    names = element_descriptions(af)
+    if isinstance(index, int) and names is not None and -len(names) <= index < len(names):
+        return f"element {index} of `{af.name}` ({names[index]})"
+    return f"element {index!r} of `{af.name}` ({_op_name(af)})"
+
+
+# --- (a) indices and meta -------------------------------------------------------------------
+
+
+class _FakeRun(torch.fx.Interpreter):
+    """Fake-tensor run of the ancestors of ``wanted`` nodes; a node that fails (or whose inputs
+    failed) gets ``_FAILED`` instead of raising; ``values`` keeps each wanted node's result."""
+
+    def __init__(self, gm: torch.fx.GraphModule, wanted: list[torch.fx.Node]) -> None:
+        super().__init__(gm)
+        self.wanted = set(wanted)
+        self.needed: set[torch.fx.Node] = set()
+        stack = list(wanted)
+        while stack:
+            node = stack.pop()
+            if node not in self.needed:
+                self.needed.add(node)
+                stack.extend(node.all_input_nodes)
+        self.values: dict[torch.fx.Node, Any] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op == "placeholder":
+            return super().run_node(n)
+        if n not in self.needed:
+            return _SKIPPED
+        if any(self.env.get(arg, _FAILED) is _FAILED or self.env.get(arg) is _SKIPPED for arg in n.all_input_nodes):
+            return _FAILED
+        try:
+            result = super().run_node(n)
+        except Exception as exc:  # noqa: BLE001 - the value is unknown; other oracles report why
+            logger.debug("fake run of %s failed: %r", n.name, exc)
+            return _FAILED
+        if n in self.wanted:
+            self.values[n] = result
+        return result
+
+
+def _true_tuples(gm: torch.fx.GraphModule, inputs: tuple[Any, ...], afs: list[torch.fx.Node]) -> dict:
+    """Each auto_functionalized node's result tuple, in fake tensors (absent where unknown)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+        run = _FakeRun(gm, afs)
+        try:
+            run.run(*fake)
+        except Exception as exc:  # noqa: BLE001 - placeholders or the output node failed
+            logger.debug("fake run failed: %r", exc)
+    return run.values
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)} {value.dtype}"
+    return repr(value)
+
+
+def _check_getitems(pair: Any, afs: list[torch.fx.Node]) -> tuple[list[Violation], bool]:
+    """Violations of (a); and whether some index is out of range (the graph cannot run)."""
+    tuples = _true_tuples(pair.after, pair.case.inputs[0], afs)
+    violations, broken = [], False
+    for af in afs:
+        names = element_descriptions(af)
+        value = tuples.get(af)
+        size = len(value) if isinstance(value, (tuple, list)) else (len(names) if names is not None else None)
+        for user in af.users:
+            if user.target is not operator.getitem or len(user.args) != 2 or user.args[0] is not af:
+                continue
+            index = user.args[1]
+            layout = f"its tuple has {size} elements" if size is not None else "its tuple has an unknown length"
+            if names is not None:
+                layout += ": " + "; ".join(f"{i}: {name}" for i, name in enumerate(names))
+            if not isinstance(index, int) or (size is not None and not -size <= index < size):
+                broken = True
+                violations.append(
+                    Violation(
+                        "functionalization",
+                        f"`{user.name}` reads element {index!r} of `{af.name}` ({_op_name(af)}), which does not "
+                        f"exist; {layout}",
+                        (user.name, af.name),
+                    )
+                )
+                continue
+            if not isinstance(value, (tuple, list)):
+                continue
+            element = value[index]
+            if element is None:
+                broken = True
+                violations.append(
+                    Violation(
+                        "functionalization",
+                        f"`{user.name}` reads {_describe_element(af, index)}, which is None; {layout}",
+                        (user.name, af.name),
+                    )
+                )
+                continue
+            left = user.meta.get("val")
+            if left is None or not isinstance(element, torch.Tensor):
+                continue
+            same = (
+                isinstance(left, torch.Tensor)
+                and tuple(left.shape) == tuple(element.shape)
+                and left.dtype == element.dtype
+            )
+            if not same:
+                violations.append(
+                    Violation(
+                        "functionalization",
+                        f"`{user.name}` reads {_describe_element(af, index)}, which is {_describe_value(element)}, "
+                        f"but the pass left meta['val'] {_describe_value(left)} on it (stale meta misleads later "
+                        "passes)",
+                        (user.name, af.name),
+                    )
+                )
+    return violations, broken
+
+
+# --- (b) Inductor's decomposition -----------------------------------------------------------
+
+
+def _exact_difference(name: str, before: Any, after: Any) -> str | None:
+    """None when ``after`` is ``before`` bit for bit (NaN equal to NaN), else what differs."""
+    if isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor):
+        if before.shape != after.shape or before.dtype != after.dtype:
+            return f"{name}: {_describe_value(before)} undecomposed, {_describe_value(after)} decomposed"
+        if torch.equal(before, after) or (before.is_floating_point() and torch.allclose(before, after, 0, 0, True)):
+            return None
+        bad = before != after
+        if before.is_floating_point():
+            bad &= ~(torch.isnan(before) & torch.isnan(after))
+        idx = tuple(bad.nonzero()[0].tolist())
+        worst = ""
+        if before.is_floating_point() or before.is_complex():
+            diff = (after.double() - before.double()).abs()
+            worst = f"; max |decomposed - undecomposed| = {diff.nan_to_num(float('inf')).max().item():.3g}"
+        return (
+            f"{name}: {int(bad.sum())} of {before.numel()} elements differ; first at {list(idx)}: "
+            f"{before[idx].item()!r} undecomposed, {after[idx].item()!r} decomposed{worst}"
+        )
+    if type(before) is type(after) and before == after:
+        return None
+    return f"{name}: {before!r} undecomposed, {after!r} decomposed"
+
+
+def _check_decomposition(pair: Any) -> list[Violation]:
+    from torch._inductor.fx_passes.post_grad import decompose_auto_functionalized
+
+    from .._apply import propagate_fake
+
+    inputs = pair.case.inputs[0]
+    decomposed = copy.deepcopy(pair.after)
+    try:
+        propagate_fake(decomposed, inputs)
+    except Exception as exc:  # noqa: BLE001 - the structure oracle reports it; decompose with the meta left
+        logger.debug("re-propagation failed, decomposing with the meta the pass left: %r", exc)
+        decomposed = copy.deepcopy(pair.after)
+    what = "Inductor's decompose_auto_functionalized (post_grad_passes)"
+    try:
+        decompose_auto_functionalized(decomposed.graph)
+        decomposed.graph.lint()
+        decomposed.recompile()
+    except Exception as exc:  # noqa: BLE001 - a graph Inductor cannot lower is a finding
+        return [Violation("functionalization", f"{what} fails on the rewritten graph: {exc!r}")]
+    left = [n.name for n in decomposed.graph.nodes if _is_af(n)]
+    if left:
+        return [Violation("functionalization", f"{what} left {', '.join(left)} in the graph", tuple(left))]
+    try:
+        expected_out, expected_in = run_graph(pair.after, inputs)
+    except Exception as exc:  # noqa: BLE001 - the semantics oracle reports a graph that does not run
+        logger.debug("the rewritten graph does not run: %r", exc)
+        return []
+    try:
+        got_out, got_in = run_graph(decomposed, inputs)
+    except Exception as exc:  # noqa: BLE001
+        return [Violation("functionalization", f"the rewritten graph runs, but raises after {what}: {exc!r}")]
+    if len(expected_out) != len(got_out):
+        return [Violation("functionalization", f"{what} changed the number of outputs")]
+    names = [n.name for n in pair.after.graph.find_nodes(op="placeholder")]
+    results = [(f"output {i}", b, a) for i, (b, a) in enumerate(zip(expected_out, got_out, strict=True))]
+    results += [
+        (f"input {names[i] if i < len(names) else i} (final value)", b, a)
+        for i, (b, a) in enumerate(zip(expected_in, got_in, strict=True))
+        if isinstance(b, torch.Tensor)
+    ]
+    violations = []
+    for name, b, a in results:
+        message = _exact_difference(name, b, a)
+        if message:
+            violations.append(
+                Violation("functionalization", f"after {what} the rewritten graph computes otherwise: {message}")
+            )
+    return violations
+
+
+# --- (c) stand-ins carry the new value ------------------------------------------------------
+
+
+def _paths(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """``(path, leaf)`` for each leaf of an FX argument structure; a path is a tuple of indices and
+    keys from ``(args, kwargs)``."""
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.fx.Node):
+        for i, item in enumerate(value):
+            yield from _paths(item, (*path, i))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*path, key))
+    else:
+        yield path, value
+
+
+def _label(node: torch.fx.Node, path: tuple) -> str:
+    where, first, *rest = path
+    if node.op == "output" and where == 0 and first == 0 and rest:
+        return f"graph output {rest[0]}" + "".join(f"[{p!r}]" for p in rest[1:])
+    text = f"`{node.name}` argument {first}" if where == 0 else f"`{node.name}` argument `{first}`"
+    return text + "".join(f"[{p!r}]" for p in rest)
+
+
+def _lookup(structure: Any, path: tuple) -> Any:
+    for key in path:
+        structure = structure[key]
+    return structure
+
+
+class _Capture(torch.fx.Interpreter):
+    """Runs a graph and keeps a clone of the value each wanted node reads at each wanted path, as
+    it is when the node runs."""
+
+    def __init__(self, gm: torch.fx.GraphModule, wanted: dict[torch.fx.Node, list[tuple]]) -> None:
+        super().__init__(gm)
+        self.wanted = wanted
+        self.read: dict[tuple[str, tuple], Any] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n in self.wanted:
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            for path in self.wanted[n]:
+                try:
+                    value = _lookup((args, kwargs), path)
+                except (IndexError, KeyError, TypeError):
+                    continue
+                self.read[(n.name, path)] = value.clone() if isinstance(value, torch.Tensor) else value
+        return super().run_node(n)
+
+
+def _capture(gm: torch.fx.GraphModule, inputs: tuple[Any, ...], wanted: dict) -> dict:
+    run = _Capture(gm, wanted)
+    args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    try:
+        with torch.no_grad():
+            run.run(*args)
+    except Exception as exc:  # noqa: BLE001 - what was read up to the failure still counts
+        logger.debug("interpreter run failed: %r", exc)
+    return run.read
+
+
+def _reads(node: Any) -> str:
+    found = _af_getitem(node)
+    if found is not None:
+        af, index = found
+        return f"{_describe_element(af, index)} through `{node.name}`"
+    if isinstance(node, torch.fx.Node):
+        return f"`{node.name}` (not an element of an auto_functionalized node)"
+    return f"the constant {node!r}"
+
+
+def _check_stand_ins(pair: Any) -> list[Violation]:
+    after_nodes = {node.name: node for node in pair.after.graph.nodes}
+    wanted_before: dict[torch.fx.Node, list[tuple]] = {}
+    wanted_after: dict[torch.fx.Node, list[tuple]] = {}
+    for node in pair.before.graph.nodes:
+        paths = [path for path, leaf in _paths((node.args, node.kwargs)) if _af_getitem(leaf) is not None]
+        twin = after_nodes.get(node.name)
+        if not paths or twin is None or twin.op != node.op or twin.target != node.target:
+            continue
+        wanted_before[node] = paths
+        wanted_after[twin] = paths
+    if not wanted_before:
+        return []
+    inputs = pair.case.inputs[0]
+    before, after = _capture(pair.before, inputs, wanted_before), _capture(pair.after, inputs, wanted_after)
+    violations = []
+    for node, paths in wanted_before.items():
+        twin = after_nodes[node.name]
+        for path in paths:
+            key = (node.name, path)
+            if key not in before or key not in after:
+                continue
+            difference = compare("the value", before[key], after[key])
+            if difference is None:
+                continue
+            then = _lookup((node.args, node.kwargs), path)
+            try:
+                now = _lookup((twin.args, twin.kwargs), path)
+            except (IndexError, KeyError, TypeError):
+                continue
+            violations.append(
+                Violation(
+                    "functionalization",
+                    f"{_label(node, path)} now reads {_reads(now)}, where it read {_reads(then)}; {difference}",
+                    tuple(dict.fromkeys(n.name for n in (node, now, then) if isinstance(n, torch.fx.Node))),
+                )
+            )
+    return violations
 
 
 def check(pair: Any) -> list[Violation]:
-    return []
+    """Return the functionalization violations of ``pair`` (a ``RunPair``): (a) getitems of
+    auto_functionalized nodes that index no element or carry meta of another shape/dtype, (b) a
+    rewritten graph Inductor's ``decompose_auto_functionalized`` cannot lower or lowers to other
+    values, (c) nodes that read an auto_functionalized element before the pass and another value
+    after it. Returns [] when the pass raised or no graph holds an auto_functionalized node; never
+    raises on a finding."""
+    if pair.after is None:
+        return []
+    afs = _af_nodes(pair.after.graph)
+    if not afs and not _af_nodes(pair.before.graph):
+        return []
+    violations: list[Violation] = []
+    broken = False
+    if afs:
+        found, broken = _check_getitems(pair, afs)
+        violations += found
+    if broken:
+        return violations
+    if afs:
+        violations += _check_decomposition(pair)
+    violations += _check_stand_ins(pair)
+    return violations

@@ -1,8 +1,21 @@
 """Structure oracle: the rewritten graph is a well-formed graph with the same interface.
 
-Checked: ``Graph.lint()`` passes (topological order, no use of erased
-nodes, targets exist); fake tensors re-propagate through the rewritten graph; every output keeps
-its shape and dtype.
+Checked, on the graph the pass left:
+
+- it has one output node and ``Graph.lint()`` passes (topological order, no use of erased nodes,
+  targets exist);
+- the pass left no node before the definition of one of its inputs (``RunPair.unsorted``; nodes an
+  Inductor pattern entry inserted are left out, since the pattern matcher itself puts a
+  multi-output replacement before its first output and relies on the sort that follows).
+  ``apply_direct`` sorts the graph as Inductor does after ``post_grad_custom_post_pass``, so lint
+  passes anyway; but a pass that runs before others (vLLM's pass manager,
+  ``post_grad_custom_pre_pass``) hands them a graph that does not lint. A use of a node the pass
+  erased is reported as such;
+- fake tensors re-propagate through it (on a copy, in one fresh ``FakeTensorMode``);
+- every ``meta["val"]`` the pass left (tensors, and tensors in tuples/lists) has the shape and dtype
+  re-propagation gives: stale meta misleads later passes, which read shapes and dtypes from it;
+- every output keeps its shape and dtype and, for tensors with static strides, its strides (dims of
+  size 1 and empty tensors aside: their strides mean nothing), both from re-propagation.
 """
 
 from __future__ import annotations
@@ -15,7 +28,10 @@ import torch.utils._pytree as pytree
 
 from ._violation import Violation
 
-__all__ = ["check"]
+__all__ = ["check", "MAX_STALE_REPORTED"]
+
+#: Stale-meta nodes reported one by one; more are summed up in one violation.
+MAX_STALE_REPORTED = 8
 
 
 def _output_metas(gm: torch.fx.GraphModule) -> list[Any]:
@@ -29,28 +45,85 @@ def _output_metas(gm: torch.fx.GraphModule) -> list[Any]:
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"{tuple(value.shape)} {value.dtype}"
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(_describe(v) for v in value)
+        return f"({inner},)" if isinstance(value, tuple) and len(value) == 1 else f"({inner})"
     return repr(value)
 
 
-def check(pair: Any) -> list[Violation]:
-    """Return the structural violations of ``pair`` (a ``RunPair``)."""
-    from .._apply import propagate_fake
+def _unsorted(pair: Any) -> tuple[list[Violation], list[Violation]]:
+    """Violations for the ``(node, input)`` pairs the pass left out of order: (inputs defined
+    later, inputs the pass erased)."""
+    names = {node.name for node in pair.after.graph.nodes}
+    later, erased = [], []
+    for node, arg in getattr(pair, "unsorted", None) or []:
+        if arg not in names:
+            erased.append(Violation("structure", f"the pass left `{node}` using `{arg}`, which it erased", (node, arg)))
+        else:
+            message = (
+                f"the pass inserted `{node}` before its input `{arg}` is defined; Inductor's stable_topological_sort "
+                "hides it after post_grad_custom_post_pass but a pass running before others (vLLM's pass manager, "
+                "post_grad_custom_pre_pass) hands them a graph that does not lint"
+            )
+            later.append(Violation("structure", message, (node, arg)))
+    return later, erased
 
-    if pair.after is None:  # the pass raised: check_case reports that as a crash
-        return []
-    outputs = pair.after.graph.find_nodes(op="output")
-    if len(outputs) != 1:
-        return [Violation("structure", f"the rewritten graph has {len(outputs)} output nodes; expected 1")]
+
+def _same_layout(left: Any, true: Any) -> bool:
+    """Whether the tensors of ``left`` (a meta value the pass left) have the shapes and dtypes of
+    those of ``true`` (re-propagated); non-tensor leaves are not judged."""
+    left_leaves, true_leaves = pytree.tree_leaves(left), pytree.tree_leaves(true)
+    if not any(isinstance(v, torch.Tensor) for v in left_leaves):
+        return True
+    if len(left_leaves) != len(true_leaves):
+        return False
+    for a, b in zip(left_leaves, true_leaves, strict=True):
+        if isinstance(a, torch.Tensor):
+            if not isinstance(b, torch.Tensor) or a.dtype != b.dtype:
+                return False
+            try:
+                if tuple(a.shape) != tuple(b.shape):
+                    return False
+            except Exception:  # noqa: BLE001 - symbolic sizes that cannot be compared: not judged
+                continue
+    return True
+
+
+def _stale_meta(left: dict[str, Any], checked: torch.fx.GraphModule) -> list[Violation]:
+    stale = []
+    for node in checked.graph.nodes:
+        value = left.get(node.name)
+        if value is None or "val" not in node.meta or node.op == "output":  # outputs: judged by _outputs
+            continue
+        if not _same_layout(value, node.meta["val"]):
+            stale.append((node.name, value, node.meta["val"]))
+    violations = [
+        Violation(
+            "structure",
+            f"`{name}` carries meta['val'] {_describe(value)} left by the pass, but re-propagation gives "
+            f"{_describe(true)}; stale meta misleads later passes",
+            (name,),
+        )
+        for name, value, true in stale[:MAX_STALE_REPORTED]
+    ]
+    if len(stale) > MAX_STALE_REPORTED:
+        rest = tuple(name for name, _, _ in stale[MAX_STALE_REPORTED:])
+        violations.append(Violation("structure", f"{len(rest)} more nodes carry stale meta['val']", rest))
+    return violations
+
+
+def _static_strides(value: torch.Tensor) -> tuple[int, ...] | None:
+    """The strides of the dims of size > 1; None when a size or stride is symbolic."""
     try:
-        pair.after.graph.lint()
-    except Exception as exc:  # noqa: BLE001 - lint failures are findings
-        return [Violation("structure", f"graph lint failed after the pass: {exc}")]
-    checked, reference = copy.deepcopy(pair.after), copy.deepcopy(pair.before)
-    try:
-        propagate_fake(checked, pair.case.inputs[0])
-    except Exception as exc:  # noqa: BLE001
-        return [Violation("structure", f"fake tensors do not propagate through the rewritten graph: {exc!r}")]
-    propagate_fake(reference, pair.case.inputs[0])
+        sizes, strides = tuple(value.shape), tuple(value.stride())
+    except Exception:  # noqa: BLE001 - sparse or otherwise strideless
+        return None
+    if not all(isinstance(v, int) for v in sizes + strides):
+        return None
+    return tuple(stride for size, stride in zip(sizes, strides, strict=True) if size > 1)
+
+
+def _outputs(reference: torch.fx.GraphModule, checked: torch.fx.GraphModule) -> list[Violation]:
     before, after = _output_metas(reference), _output_metas(checked)
     if len(before) != len(after):
         return [Violation("structure", f"{len(before)} outputs before the pass, {len(after)} after")]
@@ -64,4 +137,44 @@ def check(pair: Any) -> list[Violation]:
             violations.append(
                 Violation("structure", f"output {i} was {_describe(b)} before the pass, {_describe(a)} after")
             )
+        elif isinstance(b, torch.Tensor) and b.numel() > 0:
+            sb, sa = _static_strides(b), _static_strides(a)
+            if sb is not None and sa is not None and sb != sa:
+                violations.append(
+                    Violation(
+                        "structure",
+                        f"output {i} ({_describe(b)}) had strides {tuple(b.stride())} before the pass, "
+                        f"{tuple(a.stride())} after",
+                    )
+                )
     return violations
+
+
+def check(pair: Any) -> list[Violation]:
+    """Return the structural violations of ``pair`` (a ``RunPair``): output node count, lint,
+    nodes left before their inputs, re-propagation, stale meta, output shapes/dtypes/strides (see the
+    module docstring). Returns [] when the pass raised; never raises on a finding."""
+    from .._apply import propagate_fake
+
+    if pair.after is None:  # the pass raised: check_case reports that as a crash
+        return []
+    outputs = pair.after.graph.find_nodes(op="output")
+    if len(outputs) != 1:
+        return [Violation("structure", f"the rewritten graph has {len(outputs)} output nodes; expected 1")]
+    later, erased = _unsorted(pair)
+    try:
+        pair.after.graph.lint()
+    except Exception as exc:  # noqa: BLE001 - lint failures are findings (a cycle, an erased input...)
+        return [Violation("structure", f"graph lint failed after the pass: {exc}"), *erased]
+    unsorted = later + erased
+    left = {node.name: node.meta.get("val") for node in pair.after.graph.nodes}
+    checked, reference = copy.deepcopy(pair.after), copy.deepcopy(pair.before)
+    try:
+        propagate_fake(checked, pair.case.inputs[0])
+    except Exception as exc:  # noqa: BLE001
+        return [
+            *unsorted,
+            Violation("structure", f"fake tensors do not propagate through the rewritten graph: {exc!r}"),
+        ]
+    propagate_fake(reference, pair.case.inputs[0])
+    return unsorted + _stale_meta(left, checked) + _outputs(reference, checked)

@@ -4,8 +4,10 @@ import operator
 
 import pytest
 import torch
+from hypothesis import given, settings
 
 from pmverify import GraphCase, PlantedInstance, check_case
+from pmverify.strategies import qk_norm_cases, with_mutating_custom_ops, with_mutations
 
 
 def _case(planted_must_match=True, with_view=False):
@@ -84,9 +86,10 @@ def test_a_cycle_fails_lint():
     assert result.violations and "lint" in result.violations[0].message
 
 
-def test_use_before_definition_is_sorted_as_inductor_does():
-    """Inductor runs ``stable_topological_sort`` after custom post-grad passes, so a node inserted
-    ahead of its input (as the pattern matcher does for multi-output replacements) is moved."""
+def test_use_before_definition_is_sorted_but_reported():
+    """Inductor runs ``stable_topological_sort`` after custom post-grad passes, so a node a hand-written
+    pass inserts ahead of its input is moved and the graph lints; but a pass run before others hands
+    them a graph that does not lint, so the structure oracle reports it."""
 
     def misplaced(graph):
         nodes = list(graph.nodes)
@@ -96,7 +99,145 @@ def test_use_before_definition_is_sorted_as_inductor_does():
             graph.call_function(operator.add, (last_op, 1))
 
     result = check_case(misplaced, _case(), oracles=["structure"])
-    assert result.pair.resorted and not result.violations
+    assert result.pair.resorted and result.pair.unsorted == [("add_1", "add")]
+    assert [v.message for v in result.violations] == [
+        "the pass inserted `add_1` before its input `add` is defined; Inductor's stable_topological_sort hides it "
+        "after post_grad_custom_post_pass but a pass running before others (vLLM's pass manager, "
+        "post_grad_custom_pre_pass) hands them a graph that does not lint"
+    ]
+    assert result.violations[0].nodes == ("add_1", "add")
+
+
+def test_pattern_matcher_multi_output_replacement_out_of_order_is_not_reported():
+    """The pattern matcher puts a multi-output replacement before the match's first output, ahead
+    of ``mul`` (an input defined later), and relies on the sort: not the pass's fault."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    def search(a, b):
+        s = a.sin()
+        return s, (s * b).cos()
+
+    def replace(a, b):
+        s = a.sin() + 0.0
+        return s, (s * b).cos()
+
+    pass_ = PatternMatcherPass()
+    register_replacement(search, replace, [torch.randn(4), torch.randn(4)], fwd_only, pass_)
+
+    def fn(x):
+        s = x.sin()
+        return s, (s * (x * 2)).cos()
+
+    x = torch.randn(4)
+    result = check_case(pass_, GraphCase(fwd_only(fn, [x]), [(x,)]), oracles=["structure", "semantics"])
+    assert result.matches == 1 and result.pair.resorted and result.pair.unsorted == []
+    assert result.ok, result.violations
+
+
+def test_use_of_an_erased_node_is_reported():
+    def use_erased(graph):
+        mul = next(n for n in graph.nodes if n.target is torch.ops.aten.mul.Tensor)
+        with graph.inserting_before(mul):
+            extra = graph.call_function(torch.ops.aten.neg.default, (mul.args[0],))
+        mul.replace_input_with(mul.args[0], extra)
+        extra.users.clear()  # what a pass that edits users by hand leaves behind
+        graph.erase_node(extra)
+
+    result = check_case(use_erased, _case(), oracles=["structure"])
+    messages = [v.message for v in result.violations]
+    assert messages[0].startswith("graph lint failed after the pass:")
+    assert messages[1:] == ["the pass left `mul` using `neg_default`, which it erased"]
+
+
+def _to_half_inside(graph):
+    """Computes exp(y) * 2 in float16 and casts back, keeping the float32 meta exp and mul had."""
+    mul = next(n for n in graph.nodes if n.target is torch.ops.aten.mul.Tensor)
+    exp = mul.args[0]
+    with graph.inserting_before(exp):
+        half = graph.call_function(torch.ops.prims.convert_element_type.default, (exp.args[0], torch.float16))
+    exp.replace_input_with(exp.args[0], half)
+    with graph.inserting_after(mul):
+        back = graph.call_function(torch.ops.prims.convert_element_type.default, (mul, torch.float32))
+    mul.replace_all_uses_with(back, delete_user_cb=lambda user: user is not back)
+
+
+def test_stale_meta_is_reported():
+    result = check_case(_to_half_inside, _case(), oracles=["structure"])
+    assert [v.message for v in result.violations] == [
+        "`exp` carries meta['val'] (4, 3) torch.float32 left by the pass, but re-propagation gives "
+        "(4, 3) torch.float16; stale meta misleads later passes",
+        "`mul` carries meta['val'] (4, 3) torch.float32 left by the pass, but re-propagation gives "
+        "(4, 3) torch.float16; stale meta misleads later passes",
+    ]
+    assert [v.nodes for v in result.violations] == [("exp",), ("mul",)]
+
+
+def test_updated_meta_is_quiet():
+    from pmverify._apply import propagate_fake
+
+    def to_half_and_update(graph):
+        _to_half_inside(graph)
+        propagate_fake(graph.owning_module, tuple(torch.randn(4, 3) for _ in graph.find_nodes(op="placeholder")))
+
+    result = check_case(to_half_and_update, _case(), oracles=["structure"])
+    assert result.ok, result.violations
+
+
+def test_many_stale_nodes_are_summed_up():
+    from pmverify.oracles.structure import MAX_STALE_REPORTED
+
+    def stale_everywhere(graph):
+        for node in graph.nodes:
+            if node.op == "call_function":
+                node.meta["val"] = torch.empty(1, dtype=torch.int8)
+
+    result = check_case(stale_everywhere, _case(), oracles=["structure"])
+    assert len(result.violations) == 4 <= MAX_STALE_REPORTED  # sin, exp, mul, add
+    assert all("stale meta" in v.message for v in result.violations)
+
+
+def test_output_strides_change_is_reported():
+    def transposed_output(graph):
+        (output,) = graph.find_nodes(op="output")
+        (value,) = pytree_leaves(output.args[0])
+        aten = torch.ops.aten
+        with graph.inserting_before(output):
+            t = graph.call_function(aten.t.default, (value,))
+            copy = graph.call_function(aten.clone.default, (t,), {"memory_format": torch.contiguous_format})
+            back = graph.call_function(aten.t.default, (copy,))
+        output.replace_input_with(value, back)
+
+    result = check_case(transposed_output, _case(), oracles=["structure", "semantics"])
+    assert [v.message for v in result.violations] == [
+        "output 0 ((4, 3) torch.float32) had strides (3, 1) before the pass, (1, 4) after"
+    ]
+
+
+def test_strides_of_size_one_dims_are_not_judged():
+    def unsqueezed(x):
+        return (x.sin() + 1).unsqueeze(1)
+
+    from torch._inductor.pattern_matcher import fwd_only
+
+    x = torch.randn(4, 3)
+    case = GraphCase(fwd_only(unsqueezed, [x]), [(x,)])
+
+    def restride(graph):
+        (output,) = graph.find_nodes(op="output")
+        (value,) = pytree_leaves(output.args[0])
+        aten = torch.ops.aten
+        with graph.inserting_before(output):  # (4, 1, 3) with strides (3, 1, 1) -> (3, 12, 1)
+            strided = graph.call_function(aten.as_strided.default, (value, [4, 1, 3], [3, 12, 1]))
+        output.replace_input_with(value, strided)
+
+    result = check_case(restride, case, oracles=["structure", "semantics"])
+    assert result.ok, result.violations
+
+
+def pytree_leaves(value):
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_leaves(value)
 
 
 def test_raising_pass_is_a_crash_finding():
@@ -110,8 +251,8 @@ def test_raising_pass_is_a_crash_finding():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="mode='compiled'"):
-        check_case(lambda g: None, _case(), mode="compiled")
+    with pytest.raises(ValueError, match="mode='eager' is not supported"):
+        check_case(lambda g: None, _case(), mode="eager")
     with pytest.raises(ValueError, match="unknown oracle 'nope'"):
         check_case(lambda g: None, _case(), oracles=["nope"])
     with pytest.raises(TypeError, match="is not a GraphCase"):
@@ -145,3 +286,28 @@ def test_unlinked_output_is_a_structure_violation():
     result = check_case(unlink_output, _case())
     assert any(v.oracle == "structure" and "0 output nodes" in v.message for v in result.violations)
     assert all(v.oracle != "crash" for v in result.violations)
+
+
+def _shipped_pass_is_quiet(case):
+    from pmverify.fusions.qk_norm import QKNormFusionPass
+
+    result = check_case(QKNormFusionPass, case, oracles=["structure"])
+    assert result.ok, result.violations
+
+
+@settings(max_examples=5, deadline=None)
+@given(qk_norm_cases())
+def test_shipped_pass_is_structurally_quiet(case):
+    _shipped_pass_is_quiet(case)
+
+
+@settings(max_examples=5, deadline=None)
+@given(with_mutations(qk_norm_cases()))
+def test_shipped_pass_is_structurally_quiet_with_mutations(case):
+    _shipped_pass_is_quiet(case)
+
+
+@settings(max_examples=5, deadline=None)
+@given(with_mutating_custom_ops(qk_norm_cases()))
+def test_shipped_pass_is_structurally_quiet_with_mutating_custom_ops(case):
+    _shipped_pass_is_quiet(case)
