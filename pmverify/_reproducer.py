@@ -24,7 +24,7 @@ import torch
 
 from ._case import GraphCase
 
-__all__ = ["render", "write", "pass_recipe", "default_repro_dir"]
+__all__ = ["render", "write", "write_picture", "pass_recipe", "default_repro_dir"]
 
 
 def default_repro_dir() -> pathlib.Path:
@@ -296,3 +296,20 @@ def write(
     path = directory / f"repro_{oracle}_{digest}.py"
     path.write_text(source)
     return path
+
+
+def write_picture(pair: Any, reproducer: str | os.PathLike[str]) -> list[pathlib.Path]:
+    """Write the before/after picture of ``pair`` (a ``RunPair``) next to ``reproducer``: the
+    replaced nodes (erased by the pass or matched by an Inductor pattern entry) marked in the graph
+    before, the nodes the pass inserted marked in the graph after. Always a Graphviz ``.dot`` file,
+    and an ``.svg`` when Graphviz's ``dot`` is installed; returns the paths written. Raises
+    ``OSError`` when the ``.dot`` file cannot be written."""
+    from ._graphviz import render_dot
+    from ._graphviz import write_picture as write_dot
+
+    before = {node.name for node in pair.before.graph.nodes}
+    after = {node.name for node in pair.after.graph.nodes} if pair.after is not None else set()
+    matched = {name for name in before - after} | {name for record in pair.matches for name in record.nodes}
+    inserted = (after - before) | ({name for record in pair.matches for name in record.replacement} & after)
+    dot = render_dot(pair.before, pair.after, sorted(matched & before), sorted(inserted))
+    return write_dot(dot, pathlib.Path(reproducer).with_suffix(""))

@@ -29,16 +29,27 @@ class PassVerificationError(AssertionError):
     - ``case``: the shrunk :class:`GraphCase`; ``violations``: what broke;
     - ``result``: the full :class:`CaseResult`; ``reproducer``: path of a standalone script that
       shows the violation when run (None if it could not be written).
+    - ``pictures``: the before/after picture of the graph next to the reproducer, replaced and
+      inserted nodes marked: a Graphviz ``.dot`` file, and an ``.svg`` when Graphviz is installed.
     """
 
-    def __init__(self, result: CaseResult, reproducer: pathlib.Path | None, note: str = "") -> None:
+    def __init__(
+        self,
+        result: CaseResult,
+        reproducer: pathlib.Path | None,
+        note: str = "",
+        pictures: Sequence[pathlib.Path] = (),
+    ) -> None:
         self.result = result
         self.case = result.case
         self.violations = list(result.violations)
         self.reproducer = reproducer
+        self.pictures = list(pictures)
         lines = [f"{type(result.pair.pass_).__name__} broke {len(self.violations)} propert(y/ies) on {self.case!r}"]
         lines += [f"  - {violation}" for violation in self.violations]
         lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
+        if self.pictures:
+            lines.append(f"picture: {', '.join(str(path) for path in self.pictures)}")
         if note:
             lines.append(f"note: {note}")
         super().__init__("\n".join(lines))
@@ -165,7 +176,13 @@ def verify(
         except (OSError, ValueError) as exc:
             path = None
             notes.insert(0, str(exc))
-        raise PassVerificationError(result, path, "; ".join(notes)) from None
+        pictures: list[pathlib.Path] = []
+        if path is not None:
+            try:
+                pictures = _reproducer.write_picture(result.pair, path)
+            except OSError as exc:
+                notes.append(f"the picture was not written: {exc}")
+        raise PassVerificationError(result, path, "; ".join(notes), pictures) from None
 
 
 def _case_failure(error: BaseException) -> _CaseFailed | None:

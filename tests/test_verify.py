@@ -43,6 +43,11 @@ def test_wrong_rounding_order_is_found_with_runnable_reproducer(tmp_path):
     assert "VIOLATION" in run.stdout
     first = error.violations[0]
     assert f"VIOLATION {first.oracle}:" in run.stdout
+    dot = error.reproducer.with_suffix(".dot")
+    assert dot in error.pictures and f"picture: {dot}" in str(error)
+    text = dot.read_text()
+    assert "cluster_before" in text and "cluster_after" in text
+    assert "qk_norm" in text  # the fused op inserted, marked in the graph after the pass
 
 
 def test_reproducer_exits_zero_once_the_pass_is_fixed(tmp_path):
