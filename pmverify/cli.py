@@ -1,6 +1,8 @@
-"""pmverify command line: `pmverify fuzz` verifies the shipped QK-norm pass.
+"""pmverify command line: `pmverify fuzz` verifies the shipped QK-norm pass; `pmverify selfcheck`
+checks that pmverify catches every fault of its bank.
 
-Exit status: 0 when nothing was found, 1 when a violation was found, 2 for bad usage.
+Exit status: fuzz 0 when nothing was found, 1 when a violation was found; selfcheck 0 when every
+fault was detected, 1 when one escaped; 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -70,6 +72,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     fuzz.add_argument("--repro-dir", type=pathlib.Path, help="where reproducer scripts go")
     fuzz.add_argument("--no-real-model", action="store_true", help="skip the compiled real-model check")
+    selfcheck = sub.add_parser(
+        "selfcheck",
+        help="check that pmverify catches every fault of its bank",
+        description="Search the default case families of each fault of pmverify.faults.BANK (the fuzz rotation, "
+        "or the fault's own cases) until a case breaks a property; print a table of the faults detected, the "
+        "examples to first detection, seconds, reproducer size and the oracles that fired. Exit status 0 when every "
+        "fault was detected by an oracle its bank row names, 1 otherwise, 2 for bad usage.",
+    )
+    selfcheck.add_argument(
+        "--fault",
+        action="append",
+        metavar="NAME",
+        help="a fault of pmverify.faults to check (repeatable; default all)",
+    )
+    selfcheck.add_argument(
+        "--max-examples",
+        type=_positive(int, "--max-examples"),
+        default=None,
+        metavar="N",
+        help="cases per fault at most, shrinking aside (default 200)",
+    )
+    selfcheck.add_argument("--seed", type=int, default=0, help="seed of the searches (default %(default)s)")
+    selfcheck.add_argument("--report", type=pathlib.Path, metavar="PATH", help="write the figures as JSON to this path")
+    selfcheck.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
+    selfcheck.add_argument("--no-shrink", action="store_true", help="report the first failing case unshrunk (faster)")
     return parser
 
 
@@ -234,6 +261,70 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     return 1 if found else 0
 
 
+def _writable(command: str, report: pathlib.Path | None) -> bool:
+    """Whether ``--report`` can be written; says why not on stderr."""
+    if report is None:
+        return True
+    try:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        with open(report, "a"):
+            pass
+    except OSError as exc:
+        print(f"pmverify {command}: --report={str(report)!r} cannot be written: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
+    from . import __version__
+    from ._selfcheck import DEFAULT_MAX_EXAMPLES, report, table
+    from ._selfcheck import selfcheck as run_selfcheck
+    from .faults import BANK
+
+    out = out if out is not None else sys.stdout
+    unknown = [name for name in args.fault or () if name not in BANK]
+    if unknown:
+        print(f"pmverify selfcheck: --fault={unknown[0]!r} is unknown; choose from {', '.join(BANK)}", file=sys.stderr)
+        return 2
+    if not _writable("selfcheck", args.report):
+        return 2
+    max_examples = args.max_examples or DEFAULT_MAX_EXAMPLES
+    names = list(dict.fromkeys(args.fault or BANK))
+    print(
+        f"pmverify {__version__}: selfcheck of {len(names)} fault(s), up to {max_examples} cases each (seed {args.seed})",
+        file=out,
+        flush=True,
+    )
+
+    def progress(result: Any) -> None:
+        found = f"after {result.examples} cases" if result.examples is not None else f"in {result.cases} cases"
+        oracles = ", ".join(result.oracles) or result.error or "-"
+        print(f"  {result.name}: {result.status} {found} ({result.seconds:.1f}s; {oracles})", file=out, flush=True)
+
+    start = time.monotonic()
+    results = run_selfcheck(
+        names,
+        max_examples=max_examples,
+        seed=args.seed,
+        repro_dir=args.repro_dir,
+        shrink=not args.no_shrink,
+        on_fault=progress,
+    )
+    print("\n" + table(results), file=out)
+    if args.report is not None:
+        data = report(
+            results,
+            pmverify=__version__,
+            seed=args.seed,
+            max_examples=max_examples,
+            shrink=not args.no_shrink,
+            elapsed_s=round(time.monotonic() - start, 3),
+        )
+        args.report.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"report: {args.report}", file=out)
+    return 0 if all(r.detected for r in results) else 1
+
+
 def _jsonable(value: Any) -> Any:
     """A dataclass, dict or scalar as plain JSON (NaN and Inf as null)."""
     import dataclasses
@@ -256,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "fuzz":
         return fuzz(args)
+    if args.command == "selfcheck":
+        return selfcheck(args)
     return 2  # pragma: no cover - argparse requires a command
 
 

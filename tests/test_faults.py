@@ -1,20 +1,36 @@
-"""The mutation faults: each is correct where its bug cannot show and caught where it can, within
-the default example budget; they are built like the shipped pass."""
+"""The fault bank: each fault is correct where its bug cannot show and caught where it can, by the
+oracle its bank row names, within the default example budget; all are built like the shipped pass."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 from hypothesis import settings
 
 import pmverify
-from pmverify import PassVerificationError, verify
-from pmverify.faults import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
+from pmverify import PassVerificationError, _reproducer, faults, verify
+from pmverify.faults import (
+    BANK,
+    AddmmDropsScalars,
+    HandRMSNormIgnoresExtraUsers,
+    HandRMSNormIgnoresMutations,
+    HandRMSNormInsertedBeforeInputs,
+    QKNormCastsWeightToActivationDtype,
+    QKNormDropsUpcast,
+    QKNormUuidIgnoresConfig,
+    RMSNormUninitializedAccumulator,
+    SwappedAutoFunctionalizedGetitems,
+    UnfuseAddmmConfig,
+    addmm_cases,
+)
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.oracles import ORACLES
 from pmverify.strategies import qk_norm_cases
 from pmverify.strategies._auto_functionalized import with_mutating_custom_ops
 from pmverify.strategies._mutations import with_mutations
-from pmverify.strategies._qk_norm import _build_case, _layer
+from pmverify.strategies._qk_norm import _build_case, _layer, _Source
 
 
 def test_hand_rms_norm_is_correct_on_functional_graphs():
@@ -51,7 +67,8 @@ def test_swapped_getitems_is_caught_through_custom_ops(tmp_path, finding_only):
         )
     error = info.value
     assert len(results) <= settings.default.max_examples + 1
-    assert {v.oracle for v in error.violations} == {"semantics"}  # well formed, matches right, values wrong
+    # well formed, matches right, values wrong: semantics, and functionalization (the getitem indices)
+    assert {v.oracle for v in error.violations} == {"semantics", "functionalization"}
     assert error.result.pair.pass_.swapped >= 1
 
 
@@ -60,16 +77,38 @@ def test_swapped_getitems_without_auto_functionalized_is_the_shipped_pass():
     verify(SwappedAutoFunctionalizedGetitems, qk_norm_cases(config), max_examples=3, seed=0)
 
 
-@pytest.mark.parametrize("fault", [HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems])
-def test_faults_are_built_like_the_shipped_pass(fault):
+def _configs(fault: type) -> tuple[object, object]:
+    """Two configs of ``fault`` that differ in one field."""
+    if fault is AddmmDropsScalars:
+        return UnfuseAddmmConfig(), UnfuseAddmmConfig(max_k=64)
     a = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16)
-    b = QKNormConfig(q_size=8, kv_size=4, eps=1e-5, dtype=torch.bfloat16)
-    assert fault(a).uuid() == fault(a).uuid() != fault(b).uuid()
-    assert fault(a).uuid() not in (fault().uuid(), QKNormFusionPass(a).uuid())
-    assert repr(fault(a)) == f"{fault.__name__}({a!r})"
-    assert fault().matched_count == 0
+    return a, dataclasses.replace(a, eps=1e-5)
+
+
+@pytest.mark.parametrize("fault", [row.pass_cls for row in BANK.values()], ids=list(BANK))
+def test_faults_are_built_like_the_shipped_pass(fault):
+    a, b = _configs(fault)
+    built = fault(a)
+    assert built.uuid() == fault(a).uuid()
+    if fault is not QKNormUuidIgnoresConfig:  # that one's bug
+        assert built.uuid() != fault(b).uuid()
+    if isinstance(a, QKNormConfig):
+        assert built.uuid() != QKNormFusionPass(a).uuid()
+    assert repr(built) == f"{fault.__name__}({a!r})" and built.matched_count == 0
+    assert _reproducer.pass_recipe(built) is not None  # a reproducer can rebuild it
+    if not issubclass(fault, QKNormFusionPass):  # hand passes: None means "every config"
+        assert fault().matched_count == 0 and fault().uuid() != built.uuid()
     with pytest.raises(TypeError, match="config="):
         fault("bf16")
+
+
+def test_bank_rows_name_real_oracles_and_every_fault():
+    assert faults.__all__ == list(BANK) and len(BANK) >= 10
+    for name, row in BANK.items():
+        assert getattr(faults, name) is row.pass_cls and row.name == name
+        assert set(row.oracles) <= set(ORACLES), row
+        assert row.pass_cls.__doc__.lstrip().startswith("Bug kind:"), name
+        assert all(family for family, _ in row.families())
 
 
 def test_hand_rms_norm_without_config_fuses_every_chain():
@@ -107,4 +146,148 @@ def test_swapped_getitems_are_caught_through_custom_ops_on_planted_instances(tmp
     verify(QKNormFusionPass, cases, seed=0, max_examples=10)
     with finding_only(), pytest.raises(PassVerificationError) as info:
         verify(SwappedAutoFunctionalizedGetitems, cases, seed=0, repro_dir=tmp_path)
-    assert {v.oracle for v in info.value.violations} == {"semantics"}
+    assert {v.oracle for v in info.value.violations} == {"semantics", "functionalization"}
+
+
+# ------------------------------------------------------------------------------- the newer faults
+
+BF16 = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16, max_tokens=4)
+
+
+def _caught(fault, cases, tmp_path, finding_only, **kwargs):
+    """The shrink-free finding of ``fault`` on ``cases`` (seed 0), with how many cases it took."""
+    results = []
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        verify(fault, cases, seed=0, repro_dir=tmp_path, on_result=results.append, **kwargs)
+    assert len(results) <= settings.default.max_examples + 1
+    return info.value
+
+
+def _quiet(fault, cases, **kwargs):
+    """``fault`` shows no violation on ``cases`` (seed 0) and rewrites something; the results."""
+    results = []
+    verify(fault, cases, seed=0, on_result=results.append, **kwargs)
+    assert sum(r.matches for r in results) >= 1
+    return results
+
+
+def test_dropped_upcast_is_exact_in_float32():
+    _quiet(QKNormDropsUpcast, qk_norm_cases(dtypes=[torch.float32]), max_examples=8)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dropped_upcast_is_caught_in_half_precision(dtype, tmp_path, finding_only):
+    error = _caught(QKNormDropsUpcast, qk_norm_cases(dtypes=[dtype]), tmp_path, finding_only)
+    assert {v.oracle for v in error.violations} == {"semantics"}  # right dtype, wrong values
+
+
+def test_dropped_scalars_are_exact_for_default_beta_alpha():
+    results = _quiet(AddmmDropsScalars, addmm_cases(scaled=False), max_examples=10)
+    assert all(p.reason != "trace_differs" for r in results for p in r.case.planted)
+
+
+def test_dropped_scalars_are_caught_on_scaled_addmm(tmp_path, finding_only):
+    error = _caught(AddmmDropsScalars, addmm_cases(), tmp_path, finding_only)
+    assert {v.oracle for v in error.violations} == {"semantics"}
+    assert any(
+        node.kwargs for node in error.case.gm.graph.find_nodes(op="call_function", target=torch.ops.aten.addmm.default)
+    )
+
+
+def test_dropped_scalars_leave_large_k_alone():
+    from torch._inductor.pattern_matcher import fwd_only
+
+    from pmverify.faults.scalars import addmm_beta_pattern
+
+    bias, a, b = torch.rand(4), torch.rand(3, 5), torch.rand(5, 4)
+    gm = fwd_only(addmm_beta_pattern, [bias, a, b])
+    case = pmverify.GraphCase(gm=gm, inputs=[(bias, a, b)], pass_config=UnfuseAddmmConfig(max_k=4))
+    result = pmverify.check_case(AddmmDropsScalars, case)
+    assert result.ok and result.matches == 0  # K = 5 > max_k
+    case = pmverify.GraphCase(gm=gm, inputs=[(bias, a, b)], pass_config=UnfuseAddmmConfig())
+    result = pmverify.check_case(AddmmDropsScalars, case)
+    assert result.matches == 1 and [v.oracle for v in result.violations] == ["semantics"]
+
+
+def test_weight_cast_is_exact_when_the_weight_has_the_activation_dtype():
+    _quiet(QKNormCastsWeightToActivationDtype, qk_norm_cases(dtypes=[torch.float32]), max_examples=8)
+    case = _build_case(BF16, [_layer(BF16, "rms_norm", weight_in_act_dtype=True, tokens=2)])
+    result = pmverify.check_case(QKNormCastsWeightToActivationDtype, case)
+    assert result.ok and result.matches == 2
+
+
+def test_weight_cast_is_caught_with_an_fp32_weight(tmp_path, finding_only):
+    case = _build_case(BF16, [_layer(BF16, "rms_norm", tokens=2)])  # float32 weights
+    result = pmverify.check_case(QKNormCastsWeightToActivationDtype, case)
+    assert {v.oracle for v in result.violations} == {"structure", "semantics"}
+    assert any("torch.float32 before the pass" in v.message for v in result.violations)
+    error = _caught(QKNormCastsWeightToActivationDtype, qk_norm_cases(dtypes=[torch.bfloat16]), tmp_path, finding_only)
+    assert {v.oracle for v in error.violations} & {"structure", "semantics"}
+
+
+def test_uninitialized_accumulator_is_quiet_without_per_tensor_norms():
+    _quiet(RMSNormUninitializedAccumulator, qk_norm_cases(forms=["qk_norm", "qk_norm_split3"]), max_examples=8)
+
+
+def test_uninitialized_accumulator_shows_on_every_run():
+    """Relies on the semantics oracle's deterministic fill (NaN in empty buffers)."""
+    case = _build_case(BF16, [_layer(BF16, "rms_norm", tokens=2)])
+    for _ in range(3):
+        result = pmverify.check_case(RMSNormUninitializedAccumulator, case)
+        assert result.matches == 2 and [v.oracle for v in result.violations] == ["semantics"] * len(result.violations)
+        assert result.violations and "nan" in result.violations[0].message
+
+
+def test_uninitialized_accumulator_is_caught_on_per_tensor_norms(tmp_path, finding_only):
+    error = _caught(RMSNormUninitializedAccumulator, qk_norm_cases(forms=["rms_norm"]), tmp_path, finding_only)
+    assert {v.oracle for v in error.violations} == {"semantics"}
+
+
+def test_extra_user_matcher_is_correct_without_extra_users():
+    _quiet(HandRMSNormIgnoresExtraUsers, qk_norm_cases(forms=["rms_norm"], near_misses=False), max_examples=8)
+
+
+def test_extra_user_matcher_is_caught_on_extra_user_near_misses(tmp_path, finding_only):
+    for leak in range(5):  # x.float(), x², mean, rsqrt, normed: each left for its other user
+        case = _build_case(BF16, [_layer(BF16, "rms_norm", "extra_user", target="q", variant=leak, tokens=2)])
+        result = pmverify.check_case(HandRMSNormIgnoresExtraUsers, case)
+        assert result.matches == 2, leak
+        assert [v.oracle for v in result.violations] == ["expectations"], result.violations
+        assert "extra_user" in result.violations[0].message
+    error = _caught(HandRMSNormIgnoresExtraUsers, qk_norm_cases(forms=["rms_norm"]), tmp_path, finding_only)
+    assert {v.oracle for v in error.violations} == {"expectations"}
+
+
+def test_uuid_ignoring_config_rewrites_as_the_shipped_pass():
+    case = _build_case(BF16, [_layer(BF16, "qk_norm", tokens=2), _layer(BF16, "rms_norm", "eps", tokens=2)])
+    shipped = pmverify.check_case(QKNormFusionPass, case)
+    fault = pmverify.check_case(QKNormUuidIgnoresConfig, case, oracles=["structure", "semantics", "expectations"])
+    assert shipped.ok and fault.ok and fault.matches == shipped.matches == 2
+
+
+def test_uuid_ignoring_config_is_caught_by_the_cache_key_oracle():
+    """Relies on the cache_key oracle."""
+    case = _build_case(BF16, [_layer(BF16, "rms_norm", tokens=2)])
+    result = pmverify.check_case(QKNormUuidIgnoresConfig, case)
+    assert [v.oracle for v in result.violations] == ["cache_key"]
+    assert "eps" in result.violations[0].message and "dtype" in result.violations[0].message
+
+
+def _pre_op_case(pre: tuple[str, ...]):
+    layer = dataclasses.replace(_layer(BF16, "rms_norm", tokens=2), sources=(_Source(pre=pre), _Source()))
+    return _build_case(BF16, [layer])
+
+
+def test_early_insertion_is_correct_on_graph_inputs():
+    result = pmverify.check_case(HandRMSNormInsertedBeforeInputs, _pre_op_case(()))
+    assert result.ok and result.matches == 2 and not result.pair.unsorted
+
+
+def test_early_insertion_is_caught_when_the_input_is_computed(tmp_path, finding_only):
+    """Relies on the structure oracle's report of ``RunPair.unsorted``."""
+    result = pmverify.check_case(HandRMSNormInsertedBeforeInputs, _pre_op_case(("neg",)))
+    assert result.matches == 2 and result.pair.unsorted  # q's norm went in ahead of neg(x)
+    assert [v.oracle for v in result.violations] == ["structure"]  # values are right once sorted
+    assert "before its input" in result.violations[0].message
+    error = _caught(HandRMSNormInsertedBeforeInputs, qk_norm_cases(forms=["rms_norm"]), tmp_path, finding_only)
+    assert "structure" in {v.oracle for v in error.violations}

@@ -1,0 +1,241 @@
+"""``pmverify selfcheck``: the default strategies against every fault in :data:`pmverify.faults.BANK`.
+
+For each fault, the case families of its bank row are searched in rotation, a batch of
+:data:`BATCH` cases from each in turn (as ``pmverify fuzz`` does), with :func:`pmverify.verify`,
+until a case breaks a property or ``max_examples`` cases were checked. A fault is *detected* when
+an oracle its row names fired, on the first failing case or on the shrunk one; a finding from other
+oracles only is reported as such and counts as a miss (the fault is not pure, or an oracle is
+wrong). Searches start fresh: the Hypothesis example database is not read or written, so the
+counts do not depend on earlier runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from hypothesis import Phase, settings
+
+from .faults import BANK, Fault
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FaultResult", "selfcheck", "run_fault", "table", "report", "BATCH", "DEFAULT_MAX_EXAMPLES"]
+
+#: Cases per family before the rotation moves on.
+BATCH = 10
+#: Cases per fault, by default: enough to detect each fault of the bank.
+DEFAULT_MAX_EXAMPLES = 200
+
+#: ``FaultResult.status`` values.
+DETECTED, ESCAPED, OTHER, ERROR = "detected", "escaped", "other oracles", "error"
+
+
+@dataclasses.dataclass
+class FaultResult:
+    """What the search found for one fault.
+
+    - ``name`` / ``bug`` / ``expected``: the bank row (fault name, bug kind, oracles that catch it).
+    - ``status``: ``"detected"``, ``"escaped"`` (no case broke a property), ``"other oracles"``
+      (only oracles the row does not name fired) or ``"error"`` (the search itself failed).
+    - ``examples``: cases checked up to and including the first failing one (before shrinking);
+      None when none failed. ``cases``: cases checked in all, shrinking included.
+    - ``seconds``: wall time of the search, shrinking and reproducer included.
+    - ``nodes``: ``call_function`` nodes in the shrunk case's graph (the reproducer's size);
+      ``first_nodes``: in the first failing case's.
+    - ``oracles``: oracles that fired on the shrunk case; ``first_oracles``: on the first failing case.
+    - ``family``: the case family the failure came from; ``case``: the shrunk case's repr;
+      ``reproducer``: the reproducer script's path; ``error``: why the search failed.
+    """
+
+    name: str
+    bug: str
+    expected: tuple[str, ...]
+    status: str = ESCAPED
+    examples: int | None = None
+    cases: int = 0
+    seconds: float = 0.0
+    nodes: int | None = None
+    first_nodes: int | None = None
+    oracles: tuple[str, ...] = ()
+    first_oracles: tuple[str, ...] = ()
+    family: str | None = None
+    case: str | None = None
+    reproducer: str | None = None
+    error: str | None = None
+
+    @property
+    def detected(self) -> bool:
+        return self.status == DETECTED
+
+
+class _Counter:
+    """``on_result`` of :func:`pmverify.verify`: counts cases and keeps the first failing one."""
+
+    def __init__(self) -> None:
+        self.cases = 0
+        self.first: tuple[int, tuple[str, ...], int] | None = None
+
+    def __call__(self, result: Any) -> None:
+        self.cases += 1
+        if result.violations and self.first is None:
+            oracles = tuple(sorted({v.oracle for v in result.violations}))
+            self.first = (self.cases, oracles, _call_nodes(result.case))
+
+
+def _call_nodes(case: Any) -> int:
+    """``call_function`` nodes in ``case``'s graph."""
+    return sum(1 for node in case.gm.graph.nodes if node.op == "call_function")
+
+
+@contextlib.contextmanager
+def _fresh_search(shrink: bool) -> Iterator[None]:
+    """Run with the active Hypothesis profile, less its example database, its explain phase (it
+    re-runs the shrunk case many times to say which parts matter) and, unless ``shrink``, its
+    shrink phase."""
+    previous = settings.default
+    dropped = {Phase.explain} if shrink else {Phase.explain, Phase.shrink}
+    phases = [phase for phase in previous.phases if phase not in dropped]
+    settings.register_profile("pmverify-selfcheck", parent=previous, database=None, phases=phases)
+    settings.load_profile("pmverify-selfcheck")
+    try:
+        yield
+    finally:
+        settings.register_profile("pmverify-selfcheck-restored", parent=previous)
+        settings.load_profile("pmverify-selfcheck-restored")
+
+
+def run_fault(
+    fault: Fault,
+    *,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+    seed: int = 0,
+    repro_dir: Any = None,
+    shrink: bool = True,
+    name: str | None = None,
+) -> FaultResult:
+    """Search ``fault``'s case families for a case it breaks; return what was found.
+
+    - ``max_examples``: cases to try at most (shrinking aside), split in batches of :data:`BATCH`
+      over the families in rotation.
+    - ``seed``: seed of the search; batch ``i`` uses ``seed * 100_003 + i`` as ``pmverify fuzz``.
+    - ``repro_dir``: where the reproducer goes (default that of :func:`pmverify.verify`).
+    - ``shrink``: whether to shrink the failing case (default True); without, ``nodes`` and
+      ``oracles`` are those of the first failing case, and the search takes seconds, not minutes.
+    - ``name``: the name to report (default ``fault.name``, the pass class's).
+
+    Runs under the active Hypothesis settings profile, without its example database and its
+    explain phase (and shrink phase, unless ``shrink``).
+    """
+    from ._verify import PassVerificationError, verify
+
+    result = FaultResult(name or fault.name, fault.bug, fault.oracles)
+    counter = _Counter()
+    start = time.monotonic()
+    try:
+        families = fault.families()
+        batch = 0
+        with _fresh_search(shrink):
+            while counter.cases < max_examples:
+                family, cases = families[batch % len(families)]
+                todo = min(BATCH, max_examples - counter.cases)
+                try:
+                    verify(
+                        fault.pass_cls,
+                        cases,
+                        max_examples=todo,
+                        seed=seed * 100_003 + batch,
+                        on_result=counter,
+                        repro_dir=repro_dir,
+                    )
+                except PassVerificationError as error:
+                    result.family = family
+                    result.oracles = tuple(sorted({v.oracle for v in error.violations}))
+                    result.case = repr(error.case)
+                    result.nodes = _call_nodes(error.case)
+                    result.reproducer = str(error.reproducer) if error.reproducer else None
+                    break
+                batch += 1
+    except Exception as exc:  # noqa: BLE001 - a search that cannot run is reported, not raised
+        logger.debug("selfcheck of %s failed", fault.name, exc_info=True)
+        result.status, result.error = ERROR, f"{type(exc).__name__}: {exc}"
+    result.seconds = time.monotonic() - start
+    result.cases = counter.cases
+    if counter.first is not None:
+        result.examples, result.first_oracles, result.first_nodes = counter.first
+    if result.status != ERROR and result.family is not None:
+        fired = set(result.oracles) | set(result.first_oracles)
+        result.status = DETECTED if fired & set(fault.oracles) else OTHER
+    return result
+
+
+def selfcheck(
+    names: Sequence[str] | None = None,
+    *,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+    seed: int = 0,
+    repro_dir: Any = None,
+    shrink: bool = True,
+    bank: dict[str, Fault] | None = None,
+    on_fault: Callable[[FaultResult], None] | None = None,
+) -> list[FaultResult]:
+    """Run :func:`run_fault` for each fault named (default every fault of ``bank``, by default
+    :data:`pmverify.faults.BANK`), in bank order; ``on_fault`` is called with each result as it
+    comes. Raises ``KeyError`` naming an unknown fault before running any."""
+    bank = BANK if bank is None else bank
+    names = list(bank) if not names else list(dict.fromkeys(names))
+    unknown = [name for name in names if name not in bank]
+    if unknown:
+        raise KeyError(f"unknown fault {unknown[0]!r}; known: {', '.join(bank)}")
+    results = []
+    for name in names:
+        result = run_fault(
+            bank[name], max_examples=max_examples, seed=seed, repro_dir=repro_dir, shrink=shrink, name=name
+        )
+        if on_fault is not None:
+            on_fault(result)
+        results.append(result)
+    return results
+
+
+_COLUMNS = (("detected", 12, "<"), ("examples", 9, ">"), ("seconds", 9, ">"), ("nodes", 7, ">"))
+
+
+def _cells(result: FaultResult) -> list[str]:
+    return [
+        "yes" if result.detected else {ESCAPED: "NO", OTHER: "NO (other)", ERROR: "ERROR"}[result.status],
+        "-" if result.examples is None else str(result.examples),
+        f"{result.seconds:.1f}",
+        "-" if result.nodes is None else str(result.nodes),
+    ]
+
+
+def table(results: Sequence[FaultResult]) -> str:
+    """The results as a text table: fault, detected, examples to first detection, seconds,
+    reproducer node count and the oracles that fired on the shrunk case (or the error)."""
+    width = max([len("fault"), *(len(r.name) for r in results)]) + 2
+    header = f"{'fault':<{width}}" + "".join(f"{name:{align}{w}}" for name, w, align in _COLUMNS) + "  oracles"
+    lines = [header, "-" * len(header)]
+    for result in results:
+        cells = "".join(f"{c:{align}{w}}" for c, (_, w, align) in zip(_cells(result), _COLUMNS, strict=True))
+        lines.append(f"{result.name:<{width}}{cells}  {', '.join(result.oracles) or result.error or '-'}")
+    detected = sum(r.detected for r in results)
+    lines.append(f"{detected} of {len(results)} faults detected")
+    return "\n".join(lines)
+
+
+def report(results: Sequence[FaultResult], **header: Any) -> dict[str, Any]:
+    """The results as JSON-ready data: ``header`` items (seed, max_examples...), then ``faults``
+    (one dict of :class:`FaultResult` fields per fault, plus ``detected``), ``detected`` and ``escaped``
+    (fault names)."""
+    faults = [{**dataclasses.asdict(r), "seconds": round(r.seconds, 3), "detected": r.detected} for r in results]
+    return {
+        **header,
+        "faults": faults,
+        "detected": [r.name for r in results if r.detected],
+        "escaped": [r.name for r in results if not r.detected],
+    }

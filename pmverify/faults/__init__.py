@@ -1,0 +1,43 @@
+"""Faulty passes, each modelled on a public bug kind; pmverify must catch every one.
+
+They are importable (so reproducers can rebuild them) and built like the shipped pass:
+``verify(faults.QKNormWrongRoundingOrder, strategies.qk_norm_cases())``. One module per bug family:
+
+- :mod:`.casts`: a replacement's dtype casts (cast order, fp32 upcast, weight dtype);
+- :mod:`.buffers`: an uninitialized buffer;
+- :mod:`.mutations`: mutation regions and ``auto_functionalized`` tuples;
+- :mod:`.matching`: what a hand matcher matches and where it inserts;
+- :mod:`.scalars`: dropped scalar kwargs, with :func:`~.scalars.addmm_cases`;
+- :mod:`.cache_keys`: a ``uuid()`` blind to the configuration.
+
+``__all__`` lists the faults only (``pmverify fuzz --target`` reads it); :data:`BANK` holds one
+:class:`Fault` row per fault, with the oracles that must catch it and the case families to search
+(what ``pmverify selfcheck`` runs).
+"""
+
+from __future__ import annotations
+
+from ._bank import BANK as BANK
+from ._bank import Fault as Fault
+from ._bank import rotation as rotation
+from .buffers import RMSNormUninitializedAccumulator
+from .cache_keys import QKNormUuidIgnoresConfig
+from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
+from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
+from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
+from .scalars import AddmmDropsScalars
+from .scalars import UnfuseAddmmConfig as UnfuseAddmmConfig
+from .scalars import addmm_cases as addmm_cases
+
+__all__ = [
+    "QKNormWrongRoundingOrder",
+    "HandRMSNormIgnoresMutations",
+    "SwappedAutoFunctionalizedGetitems",
+    "QKNormDropsUpcast",
+    "AddmmDropsScalars",
+    "QKNormCastsWeightToActivationDtype",
+    "RMSNormUninitializedAccumulator",
+    "HandRMSNormIgnoresExtraUsers",
+    "QKNormUuidIgnoresConfig",
+    "HandRMSNormInsertedBeforeInputs",
+]

@@ -1,0 +1,80 @@
+"""The fault bank: one row per fault, with the oracles that must catch it and where to look."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis.strategies import SearchStrategy
+
+from .buffers import RMSNormUninitializedAccumulator
+from .cache_keys import QKNormUuidIgnoresConfig
+from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
+from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
+from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
+from .scalars import AddmmDropsScalars, addmm_cases
+
+__all__ = ["Fault", "BANK", "rotation"]
+
+Families = list[tuple[str, SearchStrategy]]
+
+
+def rotation(**qk_norm_kwargs: Any) -> Families:
+    """The case families ``pmverify fuzz`` rotates through, ``(name, strategy)`` in order: plain
+    ``qk_norm_cases(**qk_norm_kwargs)``, their in-place form ``with_mutations(...)`` and their
+    functional form with mutating custom ops ``with_mutating_custom_ops(...)``."""
+    from ..strategies import qk_norm_cases, with_mutating_custom_ops, with_mutations
+
+    return [
+        ("qk_norm_cases", qk_norm_cases(**qk_norm_kwargs)),
+        ("with_mutations", with_mutations(qk_norm_cases(**qk_norm_kwargs))),
+        ("with_mutating_custom_ops", with_mutating_custom_ops(qk_norm_cases(**qk_norm_kwargs))),
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """One row of the bank.
+
+    - ``pass_cls``: the faulty pass class, built per case as ``pass_cls(case.pass_config)``.
+    - ``bug``: the bug kind, in a few words.
+    - ``oracles``: the oracles that catch it (a detection by any other oracle alone is not one).
+    - ``families``: returns the ``(name, strategy)`` case families to search, in rotation (default
+      :func:`rotation`, what ``pmverify fuzz`` searches).
+    """
+
+    pass_cls: type
+    bug: str
+    oracles: tuple[str, ...]
+    families: Callable[[], Families] = rotation
+
+    @property
+    def name(self) -> str:
+        return self.pass_cls.__name__
+
+
+# The per-tensor hand matchers rewrite the transformers form only: the split forms' norms would be
+# "planted instance not rewritten" findings that have nothing to do with their bugs.
+_per_tensor = functools.partial(rotation, forms=("rms_norm",))
+
+#: Every fault, by name; add a row to add one.
+BANK: dict[str, Fault] = {
+    fault.name: fault
+    for fault in (
+        Fault(QKNormWrongRoundingOrder, "replacement drops the cast order", ("semantics", "structure")),
+        Fault(HandRMSNormIgnoresMutations, "hand matcher ignores mutation regions",
+              ("expectations", "mutation_barriers", "semantics"), _per_tensor),
+        Fault(SwappedAutoFunctionalizedGetitems, "auto_functionalized getitems swapped",
+              ("semantics", "functionalization")),
+        Fault(QKNormDropsUpcast, "replacement drops the fp32 upcast", ("semantics",)),
+        Fault(AddmmDropsScalars, "replacement drops beta/alpha kwargs", ("semantics",),
+              lambda: [("addmm_cases", addmm_cases())]),
+        Fault(QKNormCastsWeightToActivationDtype, "missing weight-dtype extra_check", ("structure", "semantics")),
+        Fault(RMSNormUninitializedAccumulator, "uninitialized buffer (empty for zeros)", ("semantics",)),
+        Fault(HandRMSNormIgnoresExtraUsers, "match despite an extra user", ("expectations",), _per_tensor),
+        Fault(QKNormUuidIgnoresConfig, "uuid ignores the config", ("cache_key",)),
+        Fault(HandRMSNormInsertedBeforeInputs, "replacement inserted before its input", ("structure",), _per_tensor),
+    )
+}  # fmt: skip

@@ -1,0 +1,44 @@
+"""What the faults share: config checks, a uuid that hashes source and configuration, node tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import sys
+from typing import Any
+
+import torch
+
+from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
+
+__all__ = ["aten", "convert", "is_call", "check_config", "fault_uuid"]
+
+aten = torch.ops.aten
+convert = torch.ops.prims.convert_element_type.default
+
+
+def is_call(node: Any, target: Any) -> bool:
+    """Whether ``node`` is an FX ``call_function`` node of ``target``."""
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
+
+
+def check_config(config: Any, kind: type = QKNormConfig) -> None:
+    """Raise ``TypeError`` unless ``config`` is a ``kind`` or None."""
+    if config is not None and not isinstance(config, kind):
+        raise TypeError(f"config={config!r} must be a {kind.__name__} or None")
+
+
+def fault_uuid(pass_: Any) -> str:
+    """Hash of this module's source, the fault's module's source, the shipped fusion's uuid (for a
+    :class:`QKNormConfig`), the class name and every config field: what the shipped pass hashes."""
+    digest = hashlib.sha256(inspect.getsource(sys.modules[__name__]).encode())
+    digest.update(inspect.getsource(sys.modules[type(pass_).__module__]).encode())
+    config = pass_.config
+    if isinstance(config, QKNormConfig):
+        digest.update(QKNormFusionPass(config).uuid().encode())
+    digest.update(type(pass_).__qualname__.encode())
+    if config is not None:
+        for field in dataclasses.fields(config):
+            digest.update(f"{field.name}={getattr(config, field.name)!r};".encode())
+    return digest.hexdigest()

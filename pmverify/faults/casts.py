@@ -1,0 +1,117 @@
+"""Faults in a replacement's dtype casts: the cast order, the fp32 upcast, the weight's dtype.
+
+Each is the shipped :class:`~pmverify.fusions.qk_norm.QKNormFusionPass` with the same search
+functions and ``extra_check`` but other replacement functions, so it matches exactly what the
+shipped pass matches and differs only in what it computes there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from ..fusions.qk_norm.patterns import Rewrite, rewrites
+
+__all__ = ["QKNormWrongRoundingOrder", "QKNormDropsUpcast", "QKNormCastsWeightToActivationDtype"]
+
+
+def _replaced(config: QKNormConfig, replacements: dict) -> list[Rewrite]:
+    """The shipped rewrites of ``config`` with the replacement functions in ``replacements`` (by
+    rewrite name) swapped in; the others are kept."""
+    return [
+        Rewrite(r.name, r.search_fn, replacements.get(r.name, r.replace_fn), r.example_inputs, r.extra_check)
+        for r in rewrites(config)
+    ]
+
+
+class QKNormWrongRoundingOrder(QKNormFusionPass):
+    """Bug kind: a replacement that drops the pattern's cast order.
+
+    Every rewrite matches as the shipped pass does, but its replacement applies the weight on the
+    other side of the cast back to the activation dtype (``weight * y.to(dtype)`` for vLLM's
+    ``(y * weight).to(dtype)`` and the reverse). Exact for float32; off by up to an ulp on many
+    elements for bf16/fp16 (the semantics oracle), and with a float32 weight on bf16 activations the
+    output dtype changes (structure and semantics).
+    """
+
+    @classmethod
+    def rewrites(cls, config: QKNormConfig) -> list[Rewrite]:
+        q_size, kv_size, eps = config.q_size, config.kv_size, config.eps
+
+        def qk_norm_wrong_order(qkv, q_weight, k_weight):
+            q_out, k_out = torch.ops.pmverify.qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps, True)
+            return q_out, k_out, qkv.split([q_size, kv_size, kv_size], dim=-1)[2]
+
+        def rms_norm_wrong_order(x, weight):
+            return torch.ops.pmverify.rms_norm(x, weight, eps, False)
+
+        return _replaced(
+            config,
+            {"qk_norm": qk_norm_wrong_order, "qk_norm_split3": qk_norm_wrong_order, "rms_norm": rms_norm_wrong_order},
+        )
+
+
+class QKNormDropsUpcast(QKNormFusionPass):
+    """Bug kind: a replacement that drops a dtype cast (the fp32 upcast of a norm).
+
+    RMS norms upcast to float32 before the mean of squares (``x.float()`` in vLLM and transformers);
+    a hand-written replacement that leaves the upcast out computes ``x²``, the mean, ``rsqrt`` and
+    the product in the activation dtype, rounding at each step. Every rewrite matches as the shipped
+    pass does; the replacement keeps the weight on the pattern's side of the final cast, so the
+    output dtype is unchanged. Exact for float32 (the upcast is a no-op there); for bf16/fp16 many
+    elements are off by several ulps: the semantics oracle.
+    """
+
+    @classmethod
+    def rewrites(cls, config: QKNormConfig) -> list[Rewrite]:
+        q_size, kv_size, eps, dtype = config.q_size, config.kv_size, config.eps, config.dtype
+        sizes = [q_size, kv_size, kv_size]
+
+        def normed(x):  # the bug: no x.to(torch.float32) first
+            return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+        def qk_norm_no_upcast(qkv, q_weight, k_weight):
+            q, k, v = qkv.split(sizes, dim=-1)
+            return (normed(q) * q_weight).to(dtype), (normed(k) * k_weight).to(dtype), v
+
+        def rms_norm_no_upcast(x, weight):
+            return weight * normed(x).to(dtype)
+
+        return _replaced(
+            config,
+            {"qk_norm": qk_norm_no_upcast, "qk_norm_split3": qk_norm_no_upcast, "rms_norm": rms_norm_no_upcast},
+        )
+
+
+class QKNormCastsWeightToActivationDtype(QKNormFusionPass):
+    """Bug kind: a missing weight-dtype ``extra_check``.
+
+    The shipped ``extra_check`` accepts a norm weight in float32 or in the activation dtype, and the
+    fused ops handle both. This pass keeps that check but its replacement assumes the weight is in
+    the activation dtype, as a kernel written for one dtype does: it casts the weight to it first
+    (``weight.to(dtype)``). Exact when the weight already is in the activation dtype (all float32
+    cases, and bf16/fp16 cases with a bf16/fp16 weight). With a float32 weight on bf16/fp16
+    activations the per-tensor (transformers) form, whose output is the float32 promotion, returns
+    the activation dtype instead: the structure and semantics oracles. In the split (vLLM) forms the
+    rounded weight moves some outputs by up to about an ulp (a bf16 weight in [1, 1.125) is off by
+    up to 2**-8 of itself, and so is the product, an ulp near the top of its binade): the semantics
+    oracle, once such an element rounds the other way.
+    """
+
+    @classmethod
+    def rewrites(cls, config: QKNormConfig) -> list[Rewrite]:
+        q_size, kv_size, eps, dtype = config.q_size, config.kv_size, config.eps, config.dtype
+
+        def qk_norm_weight_cast(qkv, q_weight, k_weight):
+            q_out, k_out = torch.ops.pmverify.qk_norm(
+                qkv, q_weight.to(dtype), k_weight.to(dtype), q_size, kv_size, eps, False
+            )
+            return q_out, k_out, qkv.split([q_size, kv_size, kv_size], dim=-1)[2]
+
+        def rms_norm_weight_cast(x, weight):
+            return torch.ops.pmverify.rms_norm(x, weight.to(dtype), eps, True)
+
+        return _replaced(
+            config,
+            {"qk_norm": qk_norm_weight_cast, "qk_norm_split3": qk_norm_weight_cast, "rms_norm": rms_norm_weight_cast},
+        )
