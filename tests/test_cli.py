@@ -70,3 +70,16 @@ def test_unknown_target_exits_2(capsys):
 def test_unwritable_report_exits_2_before_running(tmp_path, capsys):
     assert main(["fuzz", "--report", str(tmp_path), "--no-real-model"]) == 2
     assert "cannot be written" in capsys.readouterr().err
+
+
+def test_fuzz_searches_a_fault_in_its_own_families(tmp_path, capsys):
+    """A fault outside the QK-norm domain is fuzzed on its bank row's cases; the real-model check,
+    which builds passes from a QKNormConfig, is skipped with the reason."""
+    report = tmp_path / "r.json"
+    code = main(["fuzz", "--target", "AddmmDropsScalars", "--max-examples", "30", "--report", str(report)])
+    data = json.loads(report.read_text())
+    (target,) = data["targets"]
+    assert set(target["families"]) == {"addmm_cases"}
+    assert code == 1 and target["violations"][0]["oracle"] == "semantics"
+    (model,) = data["real_models"]
+    assert "not built from a QKNormConfig" in model["skipped"]

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 from hypothesis import settings
+from hypothesis import strategies as st
 
 import pmverify
 from pmverify import PassVerificationError, _reproducer, faults, verify
@@ -20,10 +21,12 @@ from pmverify.faults import (
     QKNormCastsWeightToActivationDtype,
     QKNormDropsUpcast,
     QKNormUuidIgnoresConfig,
+    QKNormWrongTPDivisor,
     RMSNormUninitializedAccumulator,
     SwappedAutoFunctionalizedGetitems,
     UnfuseAddmmConfig,
     addmm_cases,
+    tp_world_cases,
 )
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.oracles import ORACLES
@@ -291,3 +294,22 @@ def test_early_insertion_is_caught_when_the_input_is_computed(tmp_path, finding_
     assert "before its input" in result.violations[0].message
     error = _caught(HandRMSNormInsertedBeforeInputs, qk_norm_cases(forms=["rms_norm"]), tmp_path, finding_only)
     assert "structure" in {v.oracle for v in error.violations}
+
+
+def test_wrong_tp_divisor_is_exact_at_tp_world_1():
+    from pmverify.strategies import tp_cases
+
+    results = _quiet(QKNormWrongTPDivisor, tp_cases(qk_norm_cases(), tp_world=st.just(1)), max_examples=6)
+    assert all(r.case.tp_world == 1 for r in results)
+
+
+def test_wrong_tp_divisor_is_caught_on_every_rank_of_a_larger_world(tmp_path, finding_only):
+    error = _caught(QKNormWrongTPDivisor, tp_world_cases(), tmp_path, finding_only)
+    assert {v.oracle for v in error.violations} == {"semantics"}
+    assert error.case.tp_world > 1 and error.case.pass_config.tp_world == error.case.tp_world
+    assert any(v.message.startswith(f"rank {error.case.tp_world - 1} ") for v in error.violations)
+
+
+def test_shipped_pass_is_quiet_on_tp_world_cases():
+    results = _quiet(QKNormFusionPass, tp_world_cases(), max_examples=6)
+    assert {r.case.pass_config.tp_world for r in results} == {r.case.tp_world for r in results}

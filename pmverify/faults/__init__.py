@@ -8,7 +8,8 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.mutations`: mutation regions and ``auto_functionalized`` tuples;
 - :mod:`.matching`: what a hand matcher matches and where it inserts;
 - :mod:`.scalars`: dropped scalar kwargs, with :func:`~.scalars.addmm_cases`;
-- :mod:`.cache_keys`: a ``uuid()`` blind to the configuration.
+- :mod:`.cache_keys`: a ``uuid()`` blind to the configuration;
+- :mod:`.tensor_parallel`: a wrong tensor-parallel divisor, with :func:`~.tensor_parallel.tp_world_cases`.
 
 ``__all__`` lists the faults only (``pmverify fuzz --target`` reads it); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
@@ -28,6 +29,8 @@ from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGet
 from .scalars import AddmmDropsScalars
 from .scalars import UnfuseAddmmConfig as UnfuseAddmmConfig
 from .scalars import addmm_cases as addmm_cases
+from .tensor_parallel import QKNormWrongTPDivisor
+from .tensor_parallel import tp_world_cases as tp_world_cases
 
 __all__ = [
     "QKNormWrongRoundingOrder",
@@ -40,4 +43,5 @@ __all__ = [
     "HandRMSNormIgnoresExtraUsers",
     "QKNormUuidIgnoresConfig",
     "HandRMSNormInsertedBeforeInputs",
+    "QKNormWrongTPDivisor",
 ]

@@ -15,6 +15,7 @@ from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNorm
 from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
 from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
 from .scalars import AddmmDropsScalars, addmm_cases
+from .tensor_parallel import QKNormWrongTPDivisor, tp_world_cases
 
 __all__ = ["Fault", "BANK", "rotation"]
 
@@ -76,5 +77,7 @@ BANK: dict[str, Fault] = {
         Fault(HandRMSNormIgnoresExtraUsers, "match despite an extra user", ("expectations",), _per_tensor),
         Fault(QKNormUuidIgnoresConfig, "uuid ignores the config", ("cache_key",)),
         Fault(HandRMSNormInsertedBeforeInputs, "replacement inserted before its input", ("structure",), _per_tensor),
+        Fault(QKNormWrongTPDivisor, "wrong tensor-parallel divisor", ("semantics",),
+              lambda: [("tp_world_cases", tp_world_cases())]),
     )
 }  # fmt: skip
