@@ -9,10 +9,11 @@ import sys
 from typing import Any
 
 import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
 
-__all__ = ["aten", "convert", "is_call", "check_config", "fault_uuid"]
+__all__ = ["aten", "convert", "is_call", "check_config", "fault_uuid", "HandWrittenFault"]
 
 aten = torch.ops.aten
 convert = torch.ops.prims.convert_element_type.default
@@ -42,3 +43,16 @@ def fault_uuid(pass_: Any) -> str:
         for field in dataclasses.fields(config):
             digest.update(f"{field.name}={getattr(config, field.name)!r};".encode())
     return digest.hexdigest()
+
+
+class HandWrittenFault(CustomGraphPass):
+    """Base of the faults written by hand as Inductor ``CustomGraphPass``es: a ``config``, a
+    ``uuid()`` that hashes source and configuration (:func:`fault_uuid`), a repr that rebuilds it."""
+
+    config: Any
+
+    def uuid(self) -> str:
+        return fault_uuid(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"

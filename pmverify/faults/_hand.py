@@ -12,11 +12,10 @@ at the chain's last node and erases the chain. Each fault subclass breaks one of
 from __future__ import annotations
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from ..fusions.qk_norm import QKNormConfig
 from ..fusions.qk_norm.config import SUPPORTED_DTYPES
-from ._common import aten, check_config, convert, fault_uuid, is_call
+from ._common import HandWrittenFault, aten, check_config, convert, is_call
 
 __all__ = ["HandRMSNorm"]
 
@@ -35,7 +34,7 @@ def mutation_regions(graph: torch.fx.Graph) -> dict[torch.fx.Node, int]:
     return regions
 
 
-class HandRMSNorm(CustomGraphPass):
+class HandRMSNorm(HandWrittenFault):
     """A correct hand-written RMS-norm matcher (see the module docstring); not a fault itself.
 
     - ``config``: the :class:`QKNormConfig` to fuse for; None fuses every such chain, whatever its
@@ -136,9 +135,3 @@ class HandRMSNorm(CustomGraphPass):
                     graph.erase_node(dead)
             count += 1
         self.matched_count = count
-
-    def uuid(self) -> str:
-        return fault_uuid(self)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.config!r})"

@@ -6,10 +6,9 @@ from __future__ import annotations
 import operator
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from ._common import check_config, fault_uuid
+from ._common import HandWrittenFault, check_config
 from ._hand import HandRMSNorm
 
 __all__ = ["HandRMSNormIgnoresMutations", "SwappedAutoFunctionalizedGetitems"]
@@ -37,7 +36,7 @@ class HandRMSNormIgnoresMutations(HandRMSNorm):
     respects_mutations = False
 
 
-class SwappedAutoFunctionalizedGetitems(CustomGraphPass):
+class SwappedAutoFunctionalizedGetitems(HandWrittenFault):
     """Bug kind: a replacement that routes the wrong element of an ``auto_functionalized`` tuple.
 
     Fusion passes over post-grad graphs (vLLM's, which rebuild ``auto_functionalized`` nodes and
@@ -85,9 +84,3 @@ class SwappedAutoFunctionalizedGetitems(CustomGraphPass):
                 a, b = pair
                 a.args, b.args = (node, b.args[1]), (node, a.args[1])
                 self.swapped += 1
-
-    def uuid(self) -> str:
-        return fault_uuid(self)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.config!r})"

@@ -10,10 +10,9 @@ import dataclasses
 
 import torch
 from hypothesis import strategies as st
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from .._case import GraphCase
-from ._common import aten, check_config, fault_uuid
+from ._common import HandWrittenFault, aten, check_config
 
 __all__ = ["AddmmDropsScalars", "UnfuseAddmmConfig", "addmm_cases"]
 
@@ -31,7 +30,7 @@ class UnfuseAddmmConfig:
     max_k: int = 1024
 
 
-class AddmmDropsScalars(CustomGraphPass):
+class AddmmDropsScalars(HandWrittenFault):
     """Bug kind: a replacement that drops an op's scalar keyword arguments (``beta`` / ``alpha``).
 
     Modelled on Inductor's ``unfuse_bias_add_to_pointwise`` (post_grad.py), which rewrites
@@ -69,12 +68,6 @@ class AddmmDropsScalars(CustomGraphPass):
             graph.erase_node(node)
             count += 1
         self.matched_count = count
-
-    def uuid(self) -> str:
-        return fault_uuid(self)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.config!r})"
 
 
 def addmm_pattern(bias, a, b):
