@@ -9,7 +9,6 @@ from typing import Any
 
 from ._apply import RunPair, apply_direct
 from ._case import GraphCase
-from ._compiled import apply_compiled
 from .oracles import ORACLES, Violation, semantics
 from .oracles.expectations import matched_instances
 
@@ -93,7 +92,12 @@ def check_case(
         raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
     checks = _resolve_oracles(oracles)
     start = time.perf_counter()
-    pair = apply_compiled(pass_, case) if mode == "compiled" else apply_direct(pass_, case)
+    if mode == "compiled":
+        from ._compiled import apply_compiled  # imports torch._inductor: only when asked for
+
+        pair = apply_compiled(pass_, case)
+    else:
+        pair = apply_direct(pass_, case)
     violations: list[Violation] = []
     if pair.error is not None:
         violations.append(Violation("crash", f"the pass raised {pair.error_summary}"))
