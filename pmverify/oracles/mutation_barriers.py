@@ -8,17 +8,17 @@ only: a downstream op sees a stale (or a too new) value. ``PatternMatcherPass.ap
 such matches ("pattern match crosses mutation barrier - discard"); hand-written passes must do
 the same.
 
-Regions are those of the graph *before* the pass. The replaced regions are found two ways:
+Regions are those of the graph *before* the pass. Rewrites are judged two ways:
 
 - matches made through Inductor's pattern entries (``RunPair.matches``, recorded while the pass
   ran): each match's nodes must lie in one region (this catches stale ``mutation_region_id``
   meta, which Inductor does not recompute when the first node carries one);
-- every other erased node (a hand-written pass): erased nodes are grouped into connected
-  components over the graph's data edges; a component whose value was used outside it (so
-  something else now stands in for it) must lie in one region. A dead component (all its users
-  erased with it) is dead-code elimination, not a rewrite, and is not judged.
-
-A violation names the replaced nodes and the mutating nodes crossed, with the tensor each writes.
+- any other rewrite (a hand-written pass) is seen in the graph difference: a value that erased
+  nodes read (a node kept by the pass) and that the nodes the pass inserted now read must be read
+  in the same region as before. A replacement placed on the other side of an in-place op than the
+  nodes it replaces reads the value before (or after) the mutation where the original read it
+  after (or before): a stale or too new value. Rewrites that each stay in their region (say, every
+  ``neg`` rewritten in place, on both sides of an ``add_``) and dead code removed are not judged.
 """
 
 from __future__ import annotations
@@ -74,24 +74,66 @@ def _crossing(what: str, names: list[str], regions: dict[str, int], mutators: li
     )
 
 
-def _components(nodes: list[torch.fx.Node]) -> list[list[torch.fx.Node]]:
-    """Connected components of ``nodes`` over the data edges among them, in graph order."""
-    parent = {node: node for node in nodes}
+def _after_regions(after: torch.fx.Graph, mutators: list[torch.fx.Node], before: set[str]) -> dict[str, int]:
+    """Region of each node of the graph after the pass, counting the original mutating nodes (by
+    name) and the mutating nodes the pass inserted (a rebuilt ``add_``) that precede it, so that ids
+    compare with those of the graph before the pass."""
+    from torch._inductor.pattern_matcher import is_mutation_op
 
-    def find(node: torch.fx.Node) -> torch.fx.Node:
-        while parent[node] is not node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
+    original = {m.name for m in mutators}
+    regions: dict[str, int] = {}
+    region = 0
+    for node in after.nodes:
+        if node.name in original or (
+            node.name not in before and node.op in ("call_function", "call_method") and is_mutation_op(node)
+        ):
+            region += 1
+        regions[node.name] = region
+    return regions
 
-    for node in nodes:
+
+def _moved_reads(
+    pair: Any, regions: dict[str, int], mutators: list[torch.fx.Node], covered: set[str]
+) -> list[Violation]:
+    """Values read by erased nodes and by inserted nodes in different regions (see the module docstring)."""
+    before_names = set(regions)
+    after_nodes = {node.name: node for node in pair.after.graph.nodes}
+    after_regions = _after_regions(pair.after.graph, mutators, before_names)
+    read_before: dict[str, dict[int, list[str]]] = {}
+    for node in pair.before.graph.nodes:
+        if node.name in after_nodes or node.name in covered or node.op not in ("call_function", "call_method"):
+            continue
         for arg in node.all_input_nodes:
-            if arg in parent:
-                parent[find(arg)] = find(node)
-    groups: dict[torch.fx.Node, list[torch.fx.Node]] = {}
-    for node in nodes:
-        groups.setdefault(find(node), []).append(node)
-    return list(groups.values())
+            if arg.name in after_nodes:
+                read_before.setdefault(arg.name, {}).setdefault(regions[node.name], []).append(node.name)
+    moved: dict[tuple[int, int], tuple[list[str], list[str], list[str]]] = {}  # regions -> values, old, new
+    for name, node in after_nodes.items():
+        if name in before_names or node.op not in ("call_function", "call_method"):
+            continue
+        region = after_regions[name]
+        for arg in node.all_input_nodes:
+            readers = read_before.get(arg.name)
+            if not readers or region in readers:
+                continue
+            old = min(readers, key=lambda r: abs(r - region))
+            values, replaced, inserted = moved.setdefault((old, region), ([], [], []))
+            for names, new in ((values, [arg.name]), (replaced, readers[old]), (inserted, [name])):
+                names.extend(n for n in new if n not in names)
+    violations = []
+    for (old, region), (values, replaced, inserted) in moved.items():
+        low, high = min(old, region), max(old, region)
+        crossed = [m for m in mutators if low < regions[m.name] <= high]
+        shown = ", ".join(f"{m.name} ({getattr(m.target, '__name__', m.target)} writes {_written(m)})" for m in crossed)
+        violations.append(
+            Violation(
+                "mutation_barriers",
+                f"the pass moved the read of {', '.join(f'`{v}`' for v in values)} across {shown}: the replaced "
+                f"node(s) {', '.join(replaced)} read it in mutation region {old} of the original graph, the inserted "
+                f"node(s) {', '.join(inserted)} in region {region}",
+                (*replaced, *inserted),
+            )
+        )
+    return violations
 
 
 def check(pair: Any) -> list[Violation]:
@@ -108,17 +150,4 @@ def check(pair: Any) -> list[Violation]:
         names = [name for name in record.nodes if name in regions]
         if len({regions[name] for name in names}) > 1:
             violations.append(_crossing(f"match ({record.entry})", names, regions, mutators))
-    left = {node.name for node in pair.after.graph.nodes}
-    erased = [
-        node
-        for node in pair.before.graph.nodes
-        if node.op in ("call_function", "call_method") and node.name not in left and node.name not in covered
-    ]
-    for component in _components(erased):
-        inside = set(component)
-        if not any(set(node.users) - inside for node in component):
-            continue  # dead code removed, nothing stands in for it
-        if len({regions[node.name] for node in component}) > 1:
-            names = [node.name for node in component]
-            violations.append(_crossing("replaced region", names, regions, mutators))
-    return violations
+    return violations + _moved_reads(pair, regions, mutators, covered)

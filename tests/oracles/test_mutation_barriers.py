@@ -12,7 +12,7 @@ from pmverify import GraphCase, check_case
 from pmverify.faults import HandRMSNormIgnoresMutations
 from pmverify.fusions.qk_norm import QKNormFusionPass
 from pmverify.oracles.mutation_barriers import mutation_regions
-from pmverify.strategies import qk_norm_cases, with_mutating_custom_ops, with_mutations
+from pmverify.strategies import fx_graphs, qk_norm_cases, with_mutating_custom_ops, with_mutations
 
 aten = torch.ops.aten
 
@@ -62,13 +62,36 @@ def test_hand_rewrite_across_a_mutation_is_reported():
     result = check_case(_fuse_mul_add, _inplace_case(), oracles=["mutation_barriers"])
     (violation,) = result.violations
     assert violation.oracle == "mutation_barriers"
-    assert "spans mutation regions 0..1" in violation.message
-    assert "crosses add_ (add_.Tensor writes x_1)" in violation.message
-    assert violation.nodes == ("mul", "add")
+    assert "moved the read of `x_1`, `w_1` across add_ (add_.Tensor writes x_1)" in violation.message
+    assert "mul read it in mutation region 0" in violation.message and "in region 1" in violation.message
+    assert violation.nodes == ("mul", "mul_tensor")
 
 
 def test_hand_rewrite_within_a_region_holds():
     result = check_case(_rewrite_add_only, _inplace_case(), oracles=["mutation_barriers", "semantics"])
+    assert result.ok, result.violations
+
+
+def test_rewrites_each_in_its_region_hold():
+    """Each ``neg`` rewritten in place, on both sides of an ``add_``: connected rewrites, none of
+    which moves a read across the mutation (a past false positive)."""
+
+    def neg_to_mul(graph):
+        for node in list(graph.nodes):
+            if node.target is aten.neg.default:
+                with graph.inserting_before(node):
+                    new = graph.call_function(aten.mul.Tensor, (node.args[0], -1))
+                node.replace_all_uses_with(new)
+                graph.erase_node(node)
+
+    def fn(x):
+        a = -x
+        x.add_(1.0)
+        return -a, x * 2.0
+
+    x = torch.randn(3)
+    case = GraphCase(make_fx(fn)(x.clone()), [(x,)], form="inplace")
+    result = check_case(neg_to_mul, case, oracles=["mutation_barriers", "semantics"])
     assert result.ok, result.violations
 
 
@@ -132,11 +155,29 @@ def test_hand_matcher_fault_is_caught_by_this_oracle(finding_only):
             seed=0,
             oracles=["mutation_barriers"],
         )
-    assert "crosses" in info.value.violations[0].message
+    assert "moved the read of" in info.value.violations[0].message
 
 
 @settings(max_examples=10)
 @given(with_mutations(qk_norm_cases()) | with_mutating_custom_ops(qk_norm_cases()))
 def test_shipped_pass_never_crosses(case):
     result = check_case(QKNormFusionPass, case, oracles=["mutation_barriers"])
+    assert result.ok, result.violations
+
+
+def _rebuild_every_node(graph):
+    """A correct pass: every call rebuilt in place under a new name, in-place ops included."""
+    for node in list(graph.nodes):
+        if node.op == "call_function":
+            with graph.inserting_before(node):
+                new = graph.call_function(node.target, node.args, node.kwargs)
+            new.meta.update(node.meta)
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+
+
+@settings(max_examples=10)
+@given(with_mutations(fx_graphs()))
+def test_rebuilding_nodes_in_place_holds(case):
+    result = check_case(_rebuild_every_node, case, oracles=["mutation_barriers", "semantics", "structure"])
     assert result.ok, result.violations
