@@ -10,7 +10,7 @@ from typing import Any
 from ._apply import RunPair, apply_direct
 from ._case import GraphCase
 from .oracles import ORACLES, Violation, semantics
-from .oracles.expectations import matched_instances
+from .oracles.expectations import matched_instances, rewrite_count
 
 __all__ = ["CaseResult", "check_case", "MODES"]
 
@@ -26,8 +26,8 @@ class CaseResult:
 
     - ``case``: the :class:`GraphCase`; ``pair``: the :class:`RunPair` (graphs before/after).
     - ``violations``: every :class:`Violation` found (empty when the pass is correct on the case).
-    - ``matches``: rewrites made: the pass's own count when it reports one, else the number of
-      planted instances it rewrote.
+    - ``matches``: rewrites made: the pass's own count when it reports one, else the matches
+      recorded through Inductor's pattern entries, else the number of planted instances it rewrote.
     - ``matched``: for each planted instance, whether it was rewritten.
     - ``elapsed_s``: seconds for apply + oracles.
     - ``void``: why the case says nothing about semantics (its float64 reference is NaN/Inf, see
@@ -114,5 +114,6 @@ def check_case(
         except Exception:  # noqa: BLE001 - the semantics oracle has reported why it cannot run
             void = None
     matched = matched_instances(pair)
-    matches = pair.matched_count if pair.matched_count is not None else sum(matched)
+    count = rewrite_count(pair)
+    matches = count if count is not None else sum(matched)
     return CaseResult(case, pair, violations, matches, matched, time.perf_counter() - start, void)

@@ -148,7 +148,10 @@ def _counted(count, *expectations):
 
     planted = tuple(PlantedInstance("qk_norm", ("n",), must, reason) for must, reason in expectations)
     case = SimpleNamespace(planted=planted, expected_matches=sum(must is True for must, _ in expectations))
-    return SimpleNamespace(mode="compiled", matched_count=count, case=case, after=object())
+    node = SimpleNamespace(name="n", target="t", args=(), kwargs={})
+    before = SimpleNamespace(graph=SimpleNamespace(nodes=[node]))
+    after = SimpleNamespace(graph=SimpleNamespace(nodes=[]))  # before != after: a hand rewrite
+    return SimpleNamespace(mode="compiled", matched_count=count, matches=[], case=case, before=before, after=after)
 
 
 @pytest.mark.parametrize(
@@ -159,7 +162,7 @@ def _counted(count, *expectations):
         (2, [(True, None), (None, "unused")], None),
         (2, [(True, None), (False, "eps")], "at most 1 planted instance(s) may match"),
         (2, [(True, None), (False, "mutation_inside")], None),  # functionalization lifts the barrier
-        (None, [(True, None)], None),  # a pass that reports no count is not judged
+        (None, [(True, None)], None),  # a hand rewrite reporting no count is not judged
     ],
 )
 def test_expectations_judge_the_count_in_compiled_mode(count, expectations, found):
@@ -170,6 +173,17 @@ def test_expectations_judge_the_count_in_compiled_mode(count, expectations, foun
         assert violations == []
     else:
         assert len(violations) == 1 and found in violations[0].message
+
+
+def test_a_pass_without_a_count_is_judged_by_what_it_did(case):
+    """Identity (no count, graph unchanged) counts 0 rewrites; a PatternMatcherPass wrapped in a
+    plain function (no count) counts the matches recorded through Inductor's entries."""
+    identity = check_case(lambda graph: None, case, mode="compiled")
+    assert [v.oracle for v in identity.violations] == ["expectations"] and identity.matches == 0
+    patterns = QKNormFusionPass(CONFIG).patterns
+    wrapped = check_case(lambda graph: patterns.apply(graph) and None, case, mode="compiled")
+    assert wrapped.ok, wrapped.violations
+    assert wrapped.pair.matched_count is None and wrapped.matches == 1 and wrapped.matched == [True]
 
 
 def test_matched_instances_in_compiled_mode_are_guessed_from_the_count():

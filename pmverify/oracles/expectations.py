@@ -15,8 +15,10 @@ must-match instances is a violation (the pass silently never matches under torch
 than its must-match plus may-match (``must_match=None``) instances is one too (it matched a near
 miss, or matched twice). A near miss whose reason is ``"mutation_inside"`` counts as may-match
 there: functionalization turns the in-place op into a functional one plus a trailing ``copy_``,
-so the mutation barrier that made it a near miss is gone. A pass that reports no count is not
-judged in compiled mode.
+so the mutation barrier that made it a near miss is gone. A pass that reports no count
+(``matched_count``) is counted by the matches recorded through Inductor's pattern entries, else as 0
+when it left the post-grad graph unchanged; a pass that changed the graph by hand and reports no
+count is not judged in compiled mode.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from .._fx import is_view
 from ._violation import Violation
 
-__all__ = ["check", "matched_instances"]
+__all__ = ["check", "matched_instances", "rewrite_count"]
 
 
 def _compute_nodes(pair: Any, instance: Any) -> list[str]:
@@ -47,13 +49,33 @@ def _compiled_expectation(instance: Any) -> bool | None:
     return instance.must_match
 
 
+def _unchanged(pair: Any) -> bool:
+    def signature(gm: Any) -> list[tuple[str, str, str]]:
+        return [(node.name, str(node.target), repr((node.args, node.kwargs))) for node in gm.graph.nodes]
+
+    return signature(pair.before) == signature(pair.after)
+
+
+def rewrite_count(pair: Any) -> int | None:
+    """Rewrites the pass made: its own ``matched_count``, else the matches recorded through
+    Inductor's pattern entries, else 0 in compiled mode for a graph left unchanged; None when
+    unknown (a hand-written pass reporting no count)."""
+    if pair.matched_count is not None:
+        return pair.matched_count
+    if pair.matches:
+        return len(pair.matches)
+    if pair.after is not None and getattr(pair, "mode", "direct") == "compiled" and _unchanged(pair):
+        return 0
+    return None
+
+
 def _compiled_guess(pair: Any) -> list[bool]:
     """Compiled mode: a guess from the count alone. The first ``matched_count`` rewrites are
     credited to the must-match instances, then to the may-match ones (``mutation_inside`` near
     misses included), then to the near misses, each group in planted order; all False when the
     pass reports no count."""
     planted = pair.case.planted
-    left = pair.matched_count or 0
+    left = rewrite_count(pair) or 0
     matched = [False] * len(planted)
     for group in (True, None, False):
         for i, instance in enumerate(planted):
@@ -111,27 +133,28 @@ def check(pair: Any) -> list[Violation]:
 
 def _check_count(pair: Any) -> list[Violation]:
     """Compiled mode: judge the pass's match count against the planted instances (module docstring)."""
-    if pair.matched_count is None:
+    count = rewrite_count(pair)
+    if count is None:
         return []
     planted = pair.case.planted
     must = pair.case.expected_matches
     may = sum(_compiled_expectation(instance) is None for instance in planted)
-    if pair.matched_count < must:
+    if count < must:
         patterns = ", ".join(sorted({p.pattern for p in planted if p.must_match is True}))
         return [
             Violation(
                 "expectations",
-                f"the pass made {pair.matched_count} rewrite(s) under torch.compile where {must} planted "
+                f"the pass made {count} rewrite(s) under torch.compile where {must} planted "
                 f"instance(s) of {patterns} must match: it silently never matches under torch.compile",
             )
         ]
-    if pair.matched_count > must + may:
+    if count > must + may:
         misses = sorted({p.reason or "?" for p in planted if _compiled_expectation(p) is False})
         near = f"; near misses: {', '.join(misses)}" if misses else ""
         return [
             Violation(
                 "expectations",
-                f"the pass made {pair.matched_count} rewrite(s) under torch.compile where at most "
+                f"the pass made {count} rewrite(s) under torch.compile where at most "
                 f"{must + may} planted instance(s) may match ({must} must, {may} may{near})",
             )
         ]
