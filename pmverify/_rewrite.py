@@ -86,7 +86,10 @@ def check_rewrite(
     - ``seed``: seed of the search; default random (the example database stays in use).
     - ``inputs``: a strategy of argument tuples for the search function (``scalar_workaround``
       values included, as :attr:`RecordedRewrite.search_args` holds them); default
-      ``like(recorded.search_args)``: the example inputs' shapes and dtypes, random values.
+      ``like(recorded.search_args)``: the example inputs' shapes and dtypes, random values, with
+      each ``scalar_workaround`` argument drawn around and far from its example value (Inductor
+      matches it at any value: a replacement that hard-codes the example value is caught), as
+      :func:`~pmverify.strategies.planted` draws them for a recorded rewrite.
     - ``repro_dir``: where a reproducer script is written (as for :func:`verify`).
     - ``pass_source``: Python code defining ``PASS`` for the reproducer (pmverify cannot rebuild a
       one-rewrite ``PatternMatcherPass`` from outside), e.g. code that records the pass's rewrites

@@ -64,6 +64,45 @@ def test_a_replacement_that_drops_the_upcast_is_caught(finding_only, tmp_path):
     assert info.value.reproducer is not None and info.value.reproducer.parent == tmp_path
 
 
+def rms_eps_pattern(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _rms_eps_hard_coded(x, w, eps):
+    """Wrong: ignores its eps, which Inductor's pattern matches at any value (scalar_workaround)."""
+    eps = 1e-6
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _rms_eps(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _eps_rewrite(replace_fn):
+    """``rms_eps_pattern -> replace_fn`` registered with eps as a scalar_workaround, as recorded."""
+    patterns = pm.PatternMatcherPass(pass_name=f"test_eps_{replace_fn.__name__}")
+    example = [torch.empty(4, 16), torch.empty(16)]
+    with record_patterns() as rewrites:
+        pm.register_replacement(
+            rms_eps_pattern, replace_fn, example, pm.fwd_only, patterns, scalar_workaround={"eps": 1e-6}
+        )
+    return rewrites[0]
+
+
+def test_a_replacement_hard_coding_a_scalar_workaround_is_caught(finding_only, tmp_path):
+    """The default inputs draw eps away from its example value (Inductor matches any): a
+    replacement that hard-codes the example's eps computes something else there."""
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(_eps_rewrite(_rms_eps_hard_coded), max_examples=15, seed=0, repro_dir=tmp_path)
+    assert {v.oracle for v in info.value.violations} == {"semantics"}
+    assert "rms_eps_pattern" in str(info.value)
+
+
+def test_a_replacement_using_its_scalar_workaround_checks_out():
+    result = check_rewrite(_eps_rewrite(_rms_eps), max_examples=15, seed=0)
+    assert result.matched == result.examples == 15 and result.outcomes["must match"] > 0
+
+
 PASS_SOURCE = """
 from pmverify._record import record_patterns
 from pmverify.faults import QKNormWrongRoundingOrder

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -208,8 +210,9 @@ def _isolated_truth(rewrite: RecordedRewrite, inst: Traced) -> Traced:
     - where the matcher raises (an ``extra_check`` that raises), ``must_match=None`` (reason
       ``"matcher_raised"`` for a plain instance): the pass under test raises there too, a crash.
 
-    Memoised per rewrite on the instance's exact trace and its inputs' shapes, strides and dtypes
-    (what ``extra_check`` sees: fake tensors, no values)."""
+    Memoised per rewrite on the instance's exact trace, its tensor inputs' shapes, strides and
+    dtypes (what ``extra_check`` sees: fake tensors, no values) and its other inputs' values (a
+    ``scalar_workaround`` argument's value is in ``match.kwargs``)."""
     isolated = rewrite._isolated_pass()
     key = (tuple(_arg_key(a) for a in inst.args), signature(inst.gm))
     outcome = isolated.outcomes.get(key)
@@ -239,6 +242,77 @@ def _isolated_truth(rewrite: RecordedRewrite, inst: Traced) -> Traced:
     return inst
 
 
+def _scalar_values(example: Any) -> st.SearchStrategy[Any]:
+    """Values of a ``scalar_workaround`` argument, ``example`` first (the simplest: shrinks to it).
+
+    Inductor's pattern holds such an argument as a wildcard (a ``KeywordArg``) and matches it at any
+    value, so a replacement must be checked at other values than the example: a replacement that
+    hard-codes the example value is wrong everywhere else. A float draws values of its sign around
+    and far from it (1e-2, 0.5, 1, 10x and 0.1x it, and a range from 0.1x to max(1, 10x)); an int
+    a small range of its sign around it; a bool both values; anything else only the example."""
+    if isinstance(example, bool):
+        return st.sampled_from([example, not example])
+    if isinstance(example, int):
+        low, high = (max(0, example - 4), example + 4) if example >= 0 else (example - 4, min(-1, example + 4))
+        return st.just(example) | st.integers(low, high)
+    if not isinstance(example, float) or not math.isfinite(example):
+        return st.just(example)
+    sign = -1.0 if math.copysign(1.0, example) < 0 else 1.0
+    size = abs(example)
+    far = [1e-2, 0.5, 1.0, *([10 * size, 0.1 * size] if size else [])]
+    others = [v for v in dict.fromkeys(sign * v for v in far) if v != example]
+    low, high = (0.1 * size, max(1.0, 10 * size)) if size else (0.0, 1.0)
+    low, high = (low, high) if sign > 0 else (-high, -low)
+    return st.just(example) | st.sampled_from(others) | st.floats(low, high, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def _with_scalars(
+    draw: Any, inputs: st.SearchStrategy[tuple[Any, ...]], scalars: tuple[tuple[int, st.SearchStrategy[Any]], ...]
+) -> tuple[Any, ...]:
+    """A tuple from ``inputs`` with each ``(position, strategy)`` of ``scalars`` drawn in place."""
+    args = list(draw(inputs))
+    for position, values in scalars:
+        args[position] = draw(values)
+    return tuple(args)
+
+
+def _workaround_positions(rewrite: RecordedRewrite) -> dict[int, Any]:
+    """The ``scalar_workaround`` arguments of ``rewrite``: position in the search args -> example."""
+    workaround = rewrite.scalar_workaround or {}
+    names = list(inspect.signature(rewrite.search_fn).parameters)
+    return {i: workaround[name] for i, name in enumerate(names) if name in workaround}
+
+
+def _recorded_inputs(rewrite: RecordedRewrite) -> st.SearchStrategy[tuple[Any, ...]]:
+    """The default inputs of a recorded rewrite: ``like(rewrite.search_args)`` (the example
+    tensors' shapes and dtypes, random values), with every ``scalar_workaround`` argument drawn
+    from values of its type around and far from its example value (which it shrinks to): Inductor
+    matches such an argument at any value. Raises ``ValueError`` as
+    :attr:`~pmverify.RecordedRewrite.search_args`."""
+    example = rewrite.search_args
+    positions = _workaround_positions(rewrite)
+    strategy = like(example)
+    if positions:
+        strategy = _with_scalars(strategy, tuple((i, _scalar_values(v)) for i, v in positions.items()))
+        strategy.pmverify_example_inputs = example
+    return strategy
+
+
+def _traced(spec: dict[str, Any], args: tuple[Any, ...]) -> tuple[torch.fx.GraphModule, tuple[Any, ...]]:
+    """Trace the pattern on ``args``; with default inputs of a recorded rewrite, a drawn
+    ``scalar_workaround`` value it does not trace with (e.g. a dropout probability above 1) is put
+    back to its example value, not reported as the caller's error."""
+    try:
+        return _trace_checked(spec["pattern"], args, spec["trace_fn"]), args
+    except InvalidArgument:
+        examples = spec.get("scalar_examples") or {}
+        if all(args[i] is value for i, value in examples.items()):
+            raise
+    fallback = tuple(examples.get(i, a) for i, a in enumerate(args))
+    return _trace_checked(spec["pattern"], fallback, spec["trace_fn"]), fallback
+
+
 @st.composite
 def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
     pattern, trace_fn, name = spec["pattern"], spec["trace_fn"], spec["name"]
@@ -253,8 +327,8 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
         args = draw(spec["inputs"])
         if not isinstance(args, (tuple, list)):
             raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
-        args = tuple(args)
-        base = Traced(_trace_checked(pattern, args, trace_fn), args)
+        gm, args = _traced(spec, tuple(args))
+        base = Traced(gm, args)
         # Half the instances are plain (False shrinks first), the others one near-miss kind each.
         kind = draw(st.sampled_from(spec["kinds"])) if spec["kinds"] and draw(st.booleans()) else None
         chosen = base
@@ -343,7 +417,8 @@ def planted(
     - ``inputs``: a strategy of input tuples for ``pattern`` (e.g. :func:`like` of the example
       inputs given to ``register_replacement``). A correct pass must match ``pattern`` on every
       tuple it draws: restrict it to the shapes and dtypes the pass claims. Required for a plain
-      function; for a recorded rewrite, default ``like(rewrite.search_args)``.
+      function; for a recorded rewrite, default ``like(rewrite.search_args)`` with each
+      ``scalar_workaround`` argument varying (see below).
     - ``context``: a strategy of functional, single-rank cases to splice into; default
       :func:`fx_graphs`. Its planted instances, if any, are kept (renamed). A case with at least one
       instance may have no context at all (the simplest); ``st.nothing()`` means never a context
@@ -375,8 +450,15 @@ def planted(
     function, ``trace_fn``, ``example_inputs`` and the name (its ``pattern_name``, else the search
     function's): do not give ``trace_fn`` or ``example_inputs`` with it. ``inputs`` then draws the
     search function's arguments, ``scalar_workaround`` values included (as
-    :attr:`~pmverify.RecordedRewrite.search_args` holds them). Its ground truth comes from Inductor's
-    matcher holding that rewrite alone (:meth:`~pmverify.RecordedRewrite.pattern_pass`), run on each
+    :attr:`~pmverify.RecordedRewrite.search_args` holds them). By default each ``scalar_workaround``
+    argument is drawn, not fixed at its example value: Inductor's pattern holds it as a wildcard and
+    matches it at any value, so a replacement that ignores it (hard-codes the example's ``eps``) is
+    wrong on what Inductor rewrites. A float draws its example value (the simplest, shrunk to), 1e-2,
+    0.5, 1, 10x and 0.1x the example, or a float of its sign from 0.1x to max(1, 10x); an int a
+    small range of its sign around it; a bool either value. A drawn value the search function does
+    not trace with (e.g. a probability above 1) is put back to the example value. Its ground truth
+    comes from Inductor's matcher holding that rewrite alone
+    (:meth:`~pmverify.RecordedRewrite.pattern_pass`), run on each
     instance's own graph: a plain instance whose inputs the ``extra_check`` rejects is
     ``must_match=False, reason="extra_check"`` (so a pass that registers the same search function
     twice, with complementary checks, must be checked rewrite by rewrite); one the matcher cannot
@@ -414,6 +496,7 @@ def planted(
             assert pmverify.check_case(MyPass(), case).ok
     """
     rewrite = pattern if isinstance(pattern, RecordedRewrite) else None
+    default_scalars: dict[int, Any] = {}
     if rewrite is not None:
         for arg, value in (("trace_fn", trace_fn), ("example_inputs", example_inputs)):
             if value is not None:
@@ -428,7 +511,8 @@ def planted(
         if name is None:
             name = rewrite.pattern_name
         if inputs is None:
-            inputs = like(example_inputs)
+            inputs = _recorded_inputs(rewrite)
+            default_scalars = _workaround_positions(rewrite)
     if not callable(pattern):
         raise InvalidArgument(f"pattern={_name(pattern)} must be a function, as given to register_replacement")
     if inputs is None:
@@ -479,4 +563,6 @@ def planted(
     }
     if rewrite is not None:  # only then: the spec's repr keys the example database of other cases
         spec["rewrite"] = _Rewrite(rewrite)
+    if default_scalars:
+        spec["scalar_examples"] = default_scalars
     return _cases(spec)

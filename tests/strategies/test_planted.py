@@ -463,6 +463,90 @@ def test_recorded_scalar_workaround_makes_constant_near_misses_optional():
     assert {(None, "constant"), (False, "constant")} <= seen
 
 
+def rms_eps_pattern(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _small_eps(match) -> bool:
+    return match.kwargs["eps"] <= 0.1
+
+
+def _eps(case: pmverify.GraphCase) -> float:
+    """The eps literal of the case's one instance."""
+    (add,) = case.gm.graph.find_nodes(op="call_function", target=torch.ops.aten.add.Tensor)
+    return add.args[1]
+
+
+def test_recorded_scalar_workaround_varies_by_default():
+    """planted(recorded) draws a scalar_workaround argument at other values than its example
+    (Inductor matches any); the ground truth follows Inductor's matcher there: must match where the
+    extra_check accepts the value, must not where it rejects it."""
+    from torch._inductor import pattern_matcher as pm
+
+    from pmverify._record import record_patterns
+
+    eps_pass = pm.PatternMatcherPass(pass_name="recorded_eps")
+    with record_patterns() as recorded:
+        pm.register_replacement(
+            rms_eps_pattern,
+            rms_eps_pattern,
+            [torch.empty(4, 16), torch.empty(16)],
+            pm.fwd_only,
+            eps_pass,
+            extra_check=_small_eps,
+            scalar_workaround={"eps": 1e-6},
+        )
+    strategy = planted(recorded[0], near_misses=False, context=st.nothing(), min_instances=1, max_instances=1)
+    seen = set()
+
+    @settings(max_examples=25, database=None, deadline=None, derandomize=True)
+    @given(strategy)
+    def check(case):
+        (instance,) = case.planted
+        eps = _eps(case)
+        expected = (True, None) if eps <= 0.1 else (False, "extra_check")
+        assert (instance.must_match, instance.reason) == expected, eps
+        seen.add((eps, *expected))
+        result = pmverify.check_case(eps_pass, case)  # Inductor's matcher, as registered
+        assert result.ok and result.matched == [expected[0]], result.violations
+
+    check()
+    assert len({eps for eps, *_ in seen}) > 1 and 1e-6 in {eps for eps, *_ in seen}
+    assert any(eps != 1e-6 and must for eps, must, _ in seen)  # another eps, still a must-match
+    assert any(not must for _, must, _ in seen)
+    assert minimal(strategy, lambda c: True).planted[0].must_match is True
+    assert _eps(minimal(strategy, lambda c: True)) == 1e-6  # shrinks to the example value
+
+
+def capped_pattern(x, p):
+    if not 0 <= p <= 1:
+        raise ValueError(f"p={p} is not a probability")
+    return x * p + x
+
+
+def test_recorded_scalar_workaround_values_that_do_not_trace_fall_back():
+    """A drawn scalar_workaround value the search function refuses (p above 1) is put back to the
+    example value, not raised; a value the caller's own inputs give is still an error."""
+    from torch._inductor import pattern_matcher as pm
+
+    from pmverify._record import record_patterns
+
+    with record_patterns(register=False) as recorded:
+        pm.register_replacement(
+            capped_pattern, capped_pattern, [torch.empty(4, 8)], pm.fwd_only, [], scalar_workaround={"p": 0.25}
+        )
+    strategy = planted(recorded[0], near_misses=False, context=st.nothing(), min_instances=1, max_instances=1)
+
+    def ps(case):
+        (mul,) = case.gm.graph.find_nodes(op="call_function", target=torch.ops.aten.mul.Tensor)
+        return {mul.args[1]}
+
+    seen = _seen(strategy, ps, examples=30)
+    assert len(seen) > 2 and 0.25 in seen and all(0 <= p <= 1 for p in seen)
+    with pytest.raises(InvalidArgument, match="does not trace"):
+        minimal(planted(recorded[0], st.just((torch.ones(4, 8), 2.0)), context=st.nothing(), min_instances=1))
+
+
 def test_no_context():
     strategy = planted(rms_pattern, RMS_INPUTS, context=st.nothing(), min_instances=1, max_instances=2)
     assert not _seen(strategy, lambda c: {"context" in c.label}, examples=20) - {False}
