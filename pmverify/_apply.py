@@ -35,6 +35,7 @@ __all__ = [
     "RunPair",
     "apply_direct",
     "build_pass",
+    "check_pass",
     "run_pass",
     "propagate_fake",
     "sort_like_inductor",
@@ -166,10 +167,22 @@ def sort_like_inductor(graph: torch.fx.Graph) -> list[tuple[str, str]]:
     return pairs
 
 
+def check_pass(pass_: Any) -> None:
+    """Raise ``TypeError`` naming ``pass_`` unless it is a pass class, a ``PatternMatcherPass``
+    (anything with ``apply``) or callable on a ``torch.fx.Graph``."""
+    if not (isinstance(pass_, type) or callable(pass_) or callable(getattr(pass_, "apply", None))):
+        raise TypeError(
+            f"pass_={pass_!r} is not a pass: give a class built per case from case.pass_config, a "
+            "PatternMatcherPass, or a callable on a torch.fx.Graph"
+        )
+
+
 def build_pass(pass_: Any, case: GraphCase) -> Any:
     """Return the pass object for ``case``: ``pass_`` itself, or ``pass_(case.pass_config)``
-    when ``pass_`` is a class. Raises ``ValueError`` when a class is given and the case carries
-    no ``pass_config``."""
+    when ``pass_`` is a class. Raises ``TypeError`` for something that is not a pass
+    (:func:`check_pass`), ``ValueError`` when a class is given and the case carries no
+    ``pass_config``."""
+    check_pass(pass_)
     if isinstance(pass_, type):
         if case.pass_config is None:
             raise ValueError(f"pass_={pass_.__name__} is a class but the case carries no pass_config")

@@ -3,7 +3,8 @@
 The script rebuilds the exact graph (node by node, names kept, so the ground truth of planted
 instances still applies), loads the exact inputs (embedded, base64 of ``torch.save``), rebuilds the
 pass, runs :func:`pmverify.check_case` and prints the violations. It exits 1 while the pass is
-wrong and 0 once it is fixed, in a fresh interpreter.
+wrong, 0 once it is fixed, and 2 when it cannot check anything (the pass's module does not import,
+or ``PASS`` must be edited in), in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -217,8 +218,8 @@ def render(
         *(f"#   {line}" for v in violations for line in str(v).splitlines()),
         f"# Written by pmverify {__version__} (torch {torch.__version__}) on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
-        "# Run it as a script from where the pass's module imports: it prints the violations and",
-        "# exits 1 while the pass is wrong, 0 once fixed.",
+        "# Run it as a script (the pass's module must import from here or from where it was written): it",
+        "# prints the violations and exits 1 while the pass is wrong, 0 once fixed, 2 when it cannot run.",
     ]
     expected = [str(v) for v in violations]
     body = [
@@ -228,14 +229,21 @@ def render(
         "import os",
         "import sys",
         "",
-        "sys.path.insert(0, os.getcwd())  # the pass's own module, as when verify() ran",
+        "# the pass's own module: from where this script runs, or from where verify() ran",
+        f"sys.path[:0] = [os.getcwd(), {os.getcwd()!r}]",
         "",
         "import torch",
         "",
         "from pmverify import GraphCase, check_case",
         "from pmverify._case import MutationSite, PlantedInstance",
         *(["from torch.distributed.tensor import Replicate, Shard"] if case.placements is not None else []),
-        *sorted(imports),
+        "",
+        "try:",
+        *(f"    {line}" for line in sorted(imports)),
+        "    pass",
+        "except ImportError as exc:  # exit 2: nothing was checked (1 means the violation reproduces)",
+        '    print(f"cannot import what the case and the pass need: {exc}", file=sys.stderr)',
+        "    sys.exit(2)",
         "",
         graph,
         "",
@@ -261,9 +269,10 @@ def render(
         "",
         'if __name__ == "__main__":',
         "    if PASS is None:",
-        '        sys.exit("edit PASS in this script: pmverify could not rebuild the pass")',
+        '        print("edit PASS in this script: pmverify could not rebuild the pass", file=sys.stderr)',
+        "        sys.exit(2)",
         f"    result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r})",
-        '    print("graph before the pass:", CASE.gm.code, sep="\\n")',
+        '    print("graph before the pass:", result.pair.before.code, sep="\\n")',
         "    if result.pair.after is not None:",
         '        print("graph after the pass:", result.pair.after.code, sep="\\n")',
         "    for violation in result.violations:",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import pathlib
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from hypothesis.errors import FlakyFailure, InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
+from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
 
 __all__ = ["PassVerificationError", "verify", "case_events"]
@@ -45,7 +47,10 @@ class PassVerificationError(AssertionError):
         self.violations = list(result.violations)
         self.reproducer = reproducer
         self.pictures = list(pictures)
-        lines = [f"{type(result.pair.pass_).__name__} broke {len(self.violations)} propert(y/ies) on {self.case!r}"]
+        count = len(self.violations)
+        lines = [
+            f"{_pass_name(result.pair.pass_)} broke {count} propert{'y' if count == 1 else 'ies'} on {self.case!r}"
+        ]
         lines += [f"  - {violation}" for violation in self.violations]
         lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
         if self.pictures:
@@ -81,6 +86,11 @@ def case_events(result: CaseResult) -> list[str]:
         labels.append("void: non-finite reference (semantics not judged)")
     labels += [f"violation: {v.oracle}" for v in result.violations]
     return labels
+
+
+def _pass_name(pass_: Any) -> str:
+    """A function's own name, else the pass's class name."""
+    return pass_.__qualname__ if inspect.isfunction(pass_) else type(pass_).__name__
 
 
 def _pass_identity(pass_: Any) -> str:
@@ -123,7 +133,8 @@ def verify(
     Runs under the active Hypothesis settings profile (``deadline`` is always None: torch code
     trips it at random). The failing case is saved to the Hypothesis example database before this
     raises, and replayed first on the next run. Raises ``InvalidArgument`` for a ``cases`` that is
-    not a strategy or a ``max_examples`` below 1, ``ValueError`` for an unknown ``mode``.
+    not a strategy or a ``max_examples`` below 1, ``ValueError`` for an unknown ``mode``,
+    ``TypeError`` for a ``pass_`` that is not a pass.
     """
     if not isinstance(cases, SearchStrategy):
         raise InvalidArgument(f"cases={cases!r} must be a Hypothesis strategy of GraphCase")
@@ -133,6 +144,7 @@ def verify(
         raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
+    check_pass(pass_)
     overrides: dict[str, Any] = {
         "deadline": None,
         "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],

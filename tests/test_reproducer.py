@@ -36,3 +36,28 @@ def test_unimportable_oracle_is_refused():
     with pytest.raises(ValueError, match="cannot be imported by a reproducer"):
         render(_case(), QKNormFusionPass, [], oracles=[lambda pair: []])
     assert "oracles=['semantics']" in render(_case(), QKNormFusionPass, [], oracles="semantics")
+
+
+def test_reproducer_runs_from_elsewhere_and_exits_2_when_it_cannot_import(tmp_path, monkeypatch):
+    """The folder the script was written from is on its path (the pass's module imports from any
+    folder); a pass module that cannot be imported exits 2, not 1 (1 means "still wrong")."""
+    import subprocess
+    import sys
+
+    from pmverify._reproducer import write
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_identity_pass.py").write_text("def identity(graph):\n    return None\n")
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    import my_identity_pass
+
+    path = write(_case(), my_identity_pass.identity, [], tmp_path / "repros", oracles=["semantics"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = subprocess.run([sys.executable, str(path)], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (project / "my_identity_pass.py").unlink()
+    run = subprocess.run([sys.executable, str(path)], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "cannot import" in run.stderr

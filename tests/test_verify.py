@@ -13,6 +13,9 @@ from pmverify import PassVerificationError, verify
 from pmverify.faults import QKNormWrongRoundingOrder
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.strategies import qk_norm_cases
+from pmverify.strategies._qk_norm import _build_case, _layer
+
+CONFIG_F32 = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.float32, max_tokens=4)
 
 
 def test_shipped_pass_preserves_semantics():
@@ -73,6 +76,15 @@ def test_bad_arguments(kwargs, message):
     args.update(kwargs)
     with pytest.raises(InvalidArgument, match=message):
         verify(QKNormFusionPass, **args)
+
+
+@pytest.mark.parametrize("pass_", [None, 42, "QKNormFusionPass"])
+def test_something_that_is_not_a_pass_is_refused_eagerly(pass_):
+    case = _build_case(CONFIG_F32, [_layer(CONFIG_F32, "qk_norm", tokens=2)])
+    with pytest.raises(TypeError, match="is not a pass"):
+        pmverify.check_case(pass_, case)
+    with pytest.raises(TypeError, match="is not a pass"):
+        verify(pass_, st.just(case))
 
 
 def test_failure_is_saved_and_replayed_first(tmp_path):
@@ -137,5 +149,6 @@ def test_reproducer_of_unrebuildable_pass_says_so(tmp_path):
     with pytest.raises(PassVerificationError) as info:
         verify(closure_pass, qk_norm_cases(config), max_examples=50, repro_dir=tmp_path)
     assert "pass_source" in str(info.value)
+    assert str(info.value).startswith("test_reproducer_of_unrebuildable_pass_says_so.<locals>.closure_pass broke")
     run = subprocess.run([sys.executable, str(info.value.reproducer)], capture_output=True, text=True, timeout=300)
-    assert run.returncode != 0 and "edit PASS" in run.stderr
+    assert run.returncode == 2 and "edit PASS" in run.stderr
