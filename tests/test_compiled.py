@@ -175,6 +175,18 @@ def test_expectations_judge_the_count_in_compiled_mode(count, expectations, foun
         assert len(violations) == 1 and found in violations[0].message
 
 
+def test_must_match_instances_of_inplace_cases_may_match_under_compile():
+    """Functionalization can put the copy_ back into a mutated input among a pattern's nodes."""
+    from pmverify.oracles import expectations as oracle
+
+    pair = _counted(0, (True, None))
+    pair.case.form = "inplace"
+    assert oracle.check(pair) == []
+    pair = _counted(2, (True, None))
+    pair.case.form = "inplace"
+    assert "at most 1 planted instance(s) may match (0 must, 1 may)" in oracle.check(pair)[0].message
+
+
 def test_a_pass_without_a_count_is_judged_by_what_it_did(case):
     """Identity (no count, graph unchanged) counts 0 rewrites; a PatternMatcherPass wrapped in a
     plain function (no count) counts the matches recorded through Inductor's entries."""
