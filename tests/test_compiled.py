@@ -204,3 +204,38 @@ def test_matched_instances_in_compiled_mode_are_guessed_from_the_count():
     pair = _counted(2, (False, "eps"), (True, None), (None, "unused"))
     assert matched_instances(pair) == [False, True, True]
     assert matched_instances(_counted(None, (True, None))) == [False]
+
+
+def _mutated_qkv(qkv, q_weight, k_weight):
+    qkv.add_(1.0)
+    q, k, v = qkv.split([16, 8, 8], -1)
+
+    def norm(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + CONFIG.eps) * w).to(CONFIG.dtype)
+
+    return norm(q, q_weight), norm(k, k_weight), v
+
+
+def test_mutated_qkv_input_matches_under_compile():
+    # Functionalization writes qkv back with copy_(qkv, add) between the k norm and the split that
+    # yields v: the split3 form spans it (Inductor discards that match), the q/k-only form does not.
+    from pmverify import PlantedInstance
+
+    g = torch.Generator().manual_seed(0)
+    args = (
+        torch.randn(3, 32, generator=g).to(CONFIG.dtype),
+        1 + 0.1 * torch.randn(16, generator=g),
+        1 + 0.1 * torch.randn(8, generator=g),
+    )
+    gm = make_fx(_mutated_qkv)(*[a.clone() for a in args])
+    nodes = tuple(n.name for n in gm.graph.nodes if n.op == "call_function" and "add_" not in n.name)
+    case = GraphCase(gm, [args], form="inplace", planted=(PlantedInstance("qk_norm", nodes, True),))
+    result = check_case(QKNormFusionPass(CONFIG), case, mode="compiled")
+    assert result.ok, result.violations
+    assert result.pair.matched_count == 1
+    before = [n.target for n in result.pair.before.graph.nodes]
+    split, copy = torch.ops.aten.split_with_sizes.default, torch.ops.aten.copy_.default
+    assert before.count(split) == 3 and before.index(copy) < len(before) - 1 - before[::-1].index(split)
+    after = [n.target for n in result.pair.after.graph.nodes]
+    assert torch.ops.pmverify.qk_norm.default in after and copy in after

@@ -47,7 +47,12 @@ def test_records_the_shipped_pass_rewrites():
         fusion = QKNormFusionPass(config)
         assert recorded == []  # lazy: nothing registered at construction
         patterns = fusion.patterns
-    assert [r.name for r in recorded] == ["qk_norm_pattern", "qk_norm_split3_pattern", "rms_norm_pattern"]
+    assert [r.name for r in recorded] == [
+        "qk_norm_pattern",
+        "qk_norm_split3_pattern",
+        "qk_norm_split_qk_pattern",
+        "rms_norm_pattern",
+    ]
     expected = {r.search_fn.__name__: r for r in rewrites(config)}
     for record in recorded:
         assert isinstance(record, RecordedRewrite)
@@ -74,7 +79,7 @@ def test_a_pass_registered_before_the_block_records_nothing():
     assert recorded == []
     with record_patterns() as recorded:
         _pattern_pass.__wrapped__(QKNormFusionPass, config)  # the uncached registration
-    assert len(recorded) == 3
+    assert len(recorded) == 4
 
 
 def test_records_a_module_that_imported_register_replacement_by_name():

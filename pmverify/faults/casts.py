@@ -15,9 +15,22 @@ from ..fusions.qk_norm.patterns import Rewrite, rewrites
 __all__ = ["QKNormWrongRoundingOrder", "QKNormDropsUpcast", "QKNormCastsWeightToActivationDtype"]
 
 
+def _q_and_k(replacement):
+    """The two-output replacement of the ``qk_norm_split_qk`` rewrite (no v) from a three-output one."""
+
+    def qk_only(qkv, q_weight, k_weight):
+        q_out, k_out, _ = replacement(qkv, q_weight, k_weight)
+        return q_out, k_out
+
+    return qk_only
+
+
 def _replaced(config: QKNormConfig, replacements: dict) -> list[Rewrite]:
     """The shipped rewrites of ``config`` with the replacement functions in ``replacements`` (by
-    rewrite name) swapped in; the others are kept."""
+    rewrite name) swapped in; the others are kept. The ``qk_norm`` replacement also stands, less
+    its v output, for ``qk_norm_split_qk`` unless that one is given."""
+    if "qk_norm" in replacements and "qk_norm_split_qk" not in replacements:
+        replacements = {**replacements, "qk_norm_split_qk": _q_and_k(replacements["qk_norm"])}
     return [
         Rewrite(r.name, r.search_fn, replacements.get(r.name, r.replace_fn), r.example_inputs, r.extra_check)
         for r in rewrites(config)

@@ -172,3 +172,55 @@ def test_is_applicable_for_range():
     assert pass_.is_applicable_for_range((1, 8)) and not pass_.is_applicable_for_range(1024)
     with pytest.raises(TypeError, match="compile_range"):
         pass_.is_applicable_for_range("big")
+
+
+# ------------------------------------------- a graph input mutated before the norm (post-grad form)
+
+
+def _mutated_qkv_case(config, copy_before):
+    """The post-grad form of ``qkv.add_(1.0)`` then a QK norm, as torch.compile hands it to the
+    pass: ``add = qkv + 1``, one split of ``add`` per consumer, and the write-back
+    ``copy_(qkv, add)`` placed before the split feeding ``copy_before`` ("v": where Inductor puts
+    it, "k": between the q and the k norm)."""
+    sizes = [config.q_size, config.kv_size, config.kv_size]
+
+    def norm(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + config.eps) * w).to(config.dtype)
+
+    def fn(qkv, q_weight, k_weight):
+        add = qkv + 1.0
+        q_out = norm(add.split(sizes, dim=-1)[0], q_weight)
+        k_out = norm(add.split(sizes, dim=-1)[1], k_weight)
+        return q_out, k_out, add.split(sizes, dim=-1)[2]
+
+    from torch._inductor.pattern_matcher import fwd_only
+
+    inputs = _inputs_vllm(config)
+    gm = fwd_only(fn, inputs)
+    qkv = next(iter(gm.graph.find_nodes(op="placeholder")))
+    add = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.add.Tensor)[0]  # qkv + 1
+    splits = list(gm.graph.find_nodes(op="call_function", target=torch.ops.aten.split_with_sizes.default))
+    assert len(splits) == 3
+    with gm.graph.inserting_before(splits[{"k": 1, "v": 2}[copy_before]]):
+        gm.graph.call_function(torch.ops.aten.copy_.default, (qkv, add))
+    gm.recompile()
+    return GraphCase(gm, [tuple(inputs)], form="inplace", pass_config=config)
+
+
+def test_mutated_qkv_matches_q_and_k_before_the_write_back():
+    # split3 spans the copy_ (Inductor discards it); the q/k-only form lies before it
+    config = QKNormConfig(q_size=16, kv_size=8, dtype=torch.bfloat16)
+    result = check_case(QKNormFusionPass(config), _mutated_qkv_case(config, "v"))
+    assert result.matches == 1 and result.ok, result.violations
+    order = [n.target for n in result.pair.after.graph.nodes]
+    fused, copy = torch.ops.pmverify.qk_norm.default, torch.ops.aten.copy_.default
+    split = torch.ops.aten.split_with_sizes.default
+    assert order.index(fused) < order.index(copy) < order.index(split)  # v's split stays after the copy_
+    assert order.count(split) == 1
+
+
+def test_mutated_qkv_write_back_between_q_and_k_still_blocks():
+    config = QKNormConfig(q_size=16, kv_size=8, dtype=torch.bfloat16)
+    result = check_case(QKNormFusionPass(config), _mutated_qkv_case(config, "k"))
+    assert result.matches == 0 and result.ok, result.violations

@@ -47,6 +47,17 @@ class QKNormFusionPass(CustomGraphPass):
     ``uuid()`` hashes the source of the pass, its patterns and ops, and every config field, so that
     Inductor's FX graph cache never reuses a graph compiled under another config.
 
+    A qkv activation that is a graph input mutated in place before the norms (``qkv.add_(1.0)``)
+    reaches the pass, under ``torch.compile``, as ``add = aten.add(qkv, 1.0)``, one split of
+    ``add`` per consumer, and ``copy_(qkv, add)`` between the k norm and the split that yields v.
+    ``PatternMatcherPass.apply`` discards the split3 match there (it spans two mutation regions),
+    so the ``qk_norm_split_qk`` rewrite matches the q and k norms alone, which lie in one region,
+    and leaves v's split after the ``copy_``. No barrier is moved or ignored: a ``copy_`` between the
+    q and the k norm still blocks the fusion. (Sinking the ``copy_`` to the output before matching
+    would fuse more, soundly when nothing after it reads qkv, but the rewrite would then span two
+    mutation regions of the graph the pass was given, which pmverify's mutation-barrier oracle and
+    its ``mutation_inside`` ground truth forbid.)
+
     - ``config``: a :class:`QKNormConfig`; ``TypeError`` for anything else.
     """
 

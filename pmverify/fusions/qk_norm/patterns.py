@@ -1,11 +1,17 @@
 """Search and replacement functions of the QK-norm fusion, one set per :class:`QKNormConfig`.
 
-Three search forms are recognised, each with a replacement that keeps its rounding order:
+Four search forms are recognised, each with a replacement that keeps its rounding order:
 
 - ``qk_norm_pattern``: vLLM's ``forward_qk`` at tp_world = 1: one ``split`` of qkv into q, k, v;
   ``(x.float() * rsqrt(mean(x²) + eps) * weight).to(dtype)`` for q and k.
 - ``qk_norm_split3_pattern``: the same with one split node per consumer, as Inductor leaves it when
   the qkv projection is a functional (auto_functionalized) op.
+- ``qk_norm_split_qk_pattern``: the split3 form without v (q and k each from their own split;
+  v's split is not part of the match and stays), registered after split3. When qkv is a graph
+  input mutated in place before the norms, functionalization writes it back with a ``copy_`` after
+  the norms and regenerates v from the new value after that ``copy_`` (torch 2.13): split3 would
+  span two mutation regions (``PatternMatcherPass.apply`` discards such a match), this form lies
+  in the first region only.
 - ``rms_norm_pattern``: transformers' ``MiniMaxM2RMSNorm`` applied to q or k alone:
   ``weight * (x.float() * rsqrt(mean(x²) + eps)).to(dtype)``.
 
@@ -106,6 +112,14 @@ def rewrites(config: QKNormConfig) -> list[Rewrite]:
         v = qkv.split(sizes, dim=-1)[2]
         return _norm_weight_first(q, q_weight), _norm_weight_first(k, k_weight), v
 
+    def qk_norm_split_qk_pattern(qkv, q_weight, k_weight):
+        q = qkv.split(sizes, dim=-1)[0]
+        k = qkv.split(sizes, dim=-1)[1]
+        return _norm_weight_first(q, q_weight), _norm_weight_first(k, k_weight)
+
+    def qk_norm_qk_replacement(qkv, q_weight, k_weight):
+        return torch.ops.pmverify.qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps, False)
+
     def qk_norm_replacement(qkv, q_weight, k_weight):
         q_out, k_out = torch.ops.pmverify.qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps, False)
         return q_out, k_out, qkv.split(sizes, dim=-1)[2]
@@ -138,5 +152,6 @@ def rewrites(config: QKNormConfig) -> list[Rewrite]:
     return [
         Rewrite("qk_norm", qk_norm_pattern, qk_norm_replacement, qkv_inputs, qkv_check),
         Rewrite("qk_norm_split3", qk_norm_split3_pattern, qk_norm_replacement, qkv_inputs, qkv_check),
+        Rewrite("qk_norm_split_qk", qk_norm_split_qk_pattern, qk_norm_qk_replacement, qkv_inputs, qkv_check),
         Rewrite("rms_norm", rms_norm_pattern, rms_norm_replacement, rms_inputs, rms_check),
     ]
