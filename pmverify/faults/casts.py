@@ -25,6 +25,22 @@ def _q_and_k(replacement):
     return qk_only
 
 
+def _with_norm(config: QKNormConfig, normed) -> list[Rewrite]:
+    """The shipped rewrites of ``config`` with replacements built on ``normed(x)`` (the normalised
+    rows, before the weight), keeping each pattern's rounding order."""
+    sizes, dtype = [config.q_size, config.kv_size, config.kv_size], config.dtype
+
+    def qk_norm_replacement(qkv, q_weight, k_weight):
+        q, k, v = qkv.split(sizes, dim=-1)
+        return (normed(q) * q_weight).to(dtype), (normed(k) * k_weight).to(dtype), v
+
+    def rms_norm_replacement(x, weight):
+        return weight * normed(x).to(dtype)
+
+    qk = qk_norm_replacement
+    return _replaced(config, {"qk_norm": qk, "qk_norm_split3": qk, "rms_norm": rms_norm_replacement})
+
+
 def _replaced(config: QKNormConfig, replacements: dict) -> list[Rewrite]:
     """The shipped rewrites of ``config`` with the replacement functions in ``replacements`` (by
     rewrite name) swapped in; the others are kept. The ``qk_norm`` replacement also stands, less
@@ -77,23 +93,12 @@ class QKNormDropsUpcast(QKNormFusionPass):
 
     @classmethod
     def rewrites(cls, config: QKNormConfig) -> list[Rewrite]:
-        q_size, kv_size, eps, dtype = config.q_size, config.kv_size, config.eps, config.dtype
-        sizes = [q_size, kv_size, kv_size]
+        eps = config.eps
 
         def normed(x):  # the bug: no x.to(torch.float32) first
             return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
 
-        def qk_norm_no_upcast(qkv, q_weight, k_weight):
-            q, k, v = qkv.split(sizes, dim=-1)
-            return (normed(q) * q_weight).to(dtype), (normed(k) * k_weight).to(dtype), v
-
-        def rms_norm_no_upcast(x, weight):
-            return weight * normed(x).to(dtype)
-
-        return _replaced(
-            config,
-            {"qk_norm": qk_norm_no_upcast, "qk_norm_split3": qk_norm_no_upcast, "rms_norm": rms_norm_no_upcast},
-        )
+        return _with_norm(config, normed)
 
 
 class QKNormCastsWeightToActivationDtype(QKNormFusionPass):

@@ -22,7 +22,7 @@ from hypothesis.strategies import SearchStrategy
 from .._case import GraphCase
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from ..fusions.qk_norm.patterns import Rewrite
-from .casts import _replaced
+from .casts import _with_norm
 
 __all__ = ["QKNormWrongTPDivisor", "tp_world_cases"]
 
@@ -40,24 +40,14 @@ class QKNormWrongTPDivisor(QKNormFusionPass):
 
     @classmethod
     def rewrites(cls, config: QKNormConfig) -> list[Rewrite]:
-        q_size, kv_size, eps, dtype, world = config.q_size, config.kv_size, config.eps, config.dtype, config.tp_world
-        sizes = [q_size, kv_size, kv_size]
+        eps, world = config.eps, config.tp_world
 
         def normed(x):
             xf = x.to(torch.float32)
             variance = xf.pow(2).mean(dim=-1, keepdim=True) / world  # the bug: no all-reduce to divide
             return xf * torch.rsqrt(variance + eps)
 
-        def qk_norm_divided(qkv, q_weight, k_weight):
-            q, k, v = qkv.split(sizes, dim=-1)
-            return (normed(q) * q_weight).to(dtype), (normed(k) * k_weight).to(dtype), v
-
-        def rms_norm_divided(x, weight):
-            return weight * normed(x).to(dtype)
-
-        return _replaced(
-            config, {"qk_norm": qk_norm_divided, "qk_norm_split3": qk_norm_divided, "rms_norm": rms_norm_divided}
-        )
+        return _with_norm(config, normed)
 
 
 def _with_world(case: GraphCase) -> GraphCase:
