@@ -14,11 +14,14 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   ran): each match's nodes must lie in one region (this catches stale ``mutation_region_id``
   meta, which Inductor does not recompute when the first node carries one);
 - any other rewrite (a hand-written pass) is seen in the graph difference: a value that erased
-  nodes read (a node kept by the pass) and that the nodes the pass inserted now read must be read
-  in the same region as before. A replacement placed on the other side of an in-place op than the
-  nodes it replaces reads the value before (or after) the mutation where the original read it
-  after (or before): a stale or too new value. Rewrites that each stay in their region (say, every
-  ``neg`` rewritten in place, on both sides of an ``add_``) and dead code removed are not judged.
+  nodes read (a node kept by the pass) and that the nodes the pass inserted now read must not be
+  read across an in-place op that writes its storage (the same graph input or allocation, through
+  views and in-place results). A replacement placed on the other side of such an op than the nodes
+  it replaces reads the value before (or after) the mutation where the original read it after (or
+  before): a stale or too new value. Rewrites that each stay in their region (say, every ``neg``
+  rewritten in place, on both sides of an ``add_``), reads moved across in-place ops on other
+  tensors, and dead code removed are not findings. (Graph inputs are taken not to alias each
+  other, as Inductor's post-grad graphs guarantee.)
 """
 
 from __future__ import annotations
@@ -47,19 +50,40 @@ def mutation_regions(graph: torch.fx.Graph) -> tuple[dict[str, int], list[torch.
     return regions, mutators
 
 
-def _written(node: torch.fx.Node) -> str:
-    """The name of the tensor a mutating node writes (its first written argument)."""
+def _written_node(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor a mutating node writes (its first written argument), when it is a node."""
     schema = getattr(node.target, "_schema", None)
     if schema is not None:
         for i, argument in enumerate(schema.arguments):
             if argument.alias_info is not None and argument.alias_info.is_write:
                 value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
-                if isinstance(value, torch.fx.Node):
-                    return value.name
-    if node.kwargs.get("out") is not None:
-        return str(node.kwargs["out"])
-    first = node.args[0] if node.args else None
-    return first.name if isinstance(first, torch.fx.Node) else "?"
+                return value if isinstance(value, torch.fx.Node) else None
+    value = node.kwargs.get("out", node.args[0] if node.args else None)
+    return value if isinstance(value, torch.fx.Node) else None
+
+
+def _written(node: torch.fx.Node) -> str:
+    """The name of the tensor a mutating node writes."""
+    written = _written_node(node)
+    return written.name if written is not None else "?"
+
+
+def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
+    """The node whose storage ``node`` lives in: through views (``is_view``) and in-place ops (which
+    return the tensor they write) back to a graph input or to the op that allocated it."""
+    from .._fx import is_view
+
+    while node.op == "call_function":
+        if node.name in mutating:
+            base = _written_node(node)
+        elif is_view(node.target) and node.args and isinstance(node.args[0], torch.fx.Node):
+            base = node.args[0]
+        else:
+            break
+        if base is None:
+            break
+        node = base
+    return node
 
 
 def _crossing(what: str, names: list[str], regions: dict[str, int], mutators: list[torch.fx.Node]) -> Violation:
@@ -106,30 +130,41 @@ def _moved_reads(
         for arg in node.all_input_nodes:
             if arg.name in after_nodes:
                 read_before.setdefault(arg.name, {}).setdefault(regions[node.name], []).append(node.name)
-    moved: dict[tuple[int, int], tuple[list[str], list[str], list[str]]] = {}  # regions -> values, old, new
+    read_after: dict[str, dict[int, list[str]]] = {}
     for name, node in after_nodes.items():
         if name in before_names or node.op not in ("call_function", "call_method"):
             continue
-        region = after_regions[name]
         for arg in node.all_input_nodes:
-            readers = read_before.get(arg.name)
-            if not readers or region in readers:
-                continue
-            old = min(readers, key=lambda r: abs(r - region))
-            values, replaced, inserted = moved.setdefault((old, region), ([], [], []))
-            for names, new in ((values, [arg.name]), (replaced, readers[old]), (inserted, [name])):
-                names.extend(n for n in new if n not in names)
+            if arg.name in read_before:
+                read_after.setdefault(arg.name, {}).setdefault(after_regions[name], []).append(name)
+    mutating = {m.name for m in mutators}
+    before_nodes = {node.name: node for node in pair.before.graph.nodes}
     violations = []
-    for (old, region), (values, replaced, inserted) in moved.items():
-        low, high = min(old, region), max(old, region)
-        crossed = [m for m in mutators if low < regions[m.name] <= high]
+    for value, new in read_after.items():
+        old = read_before[value]
+        if set(old) == set(new):
+            continue  # read in the same regions as before
+        spanned = [*old, *new]
+        low, high = min(spanned), max(spanned)
+        storage = _storage(before_nodes[value], mutating)
+        crossed = [
+            m
+            for m in mutators
+            if low < regions[m.name] <= high
+            and (written := _written_node(m)) is not None
+            and _storage(written, mutating) is storage
+        ]
+        if not crossed:
+            continue  # the in-place ops between write other tensors: the value read is the same
         shown = ", ".join(f"{m.name} ({getattr(m.target, '__name__', m.target)} writes {_written(m)})" for m in crossed)
+        replaced = [name for region in sorted(old) for name in old[region]]
+        inserted = [name for region in sorted(new) for name in new[region]]
         violations.append(
             Violation(
                 "mutation_barriers",
-                f"the pass moved the read of {', '.join(f'`{v}`' for v in values)} across {shown}: the replaced "
-                f"node(s) {', '.join(replaced)} read it in mutation region {old} of the original graph, the inserted "
-                f"node(s) {', '.join(inserted)} in region {region}",
+                f"the pass moved the read of `{value}` across {shown}: the replaced node(s) "
+                f"{', '.join(replaced)} read it in mutation region(s) {', '.join(map(str, sorted(old)))} of the "
+                f"original graph, the inserted node(s) {', '.join(inserted)} in {', '.join(map(str, sorted(new)))}",
                 (*replaced, *inserted),
             )
         )

@@ -3,7 +3,6 @@ mutation regions; dead code is not judged."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import given, settings
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -62,8 +61,8 @@ def test_hand_rewrite_across_a_mutation_is_reported():
     result = check_case(_fuse_mul_add, _inplace_case(), oracles=["mutation_barriers"])
     (violation,) = result.violations
     assert violation.oracle == "mutation_barriers"
-    assert "moved the read of `x_1`, `w_1` across add_ (add_.Tensor writes x_1)" in violation.message
-    assert "mul read it in mutation region 0" in violation.message and "in region 1" in violation.message
+    assert "moved the read of `x_1` across add_ (add_.Tensor writes x_1)" in violation.message  # not w_1
+    assert "mul read it in mutation region(s) 0 " in violation.message and "mul_tensor in 1" in violation.message
     assert violation.nodes == ("mul", "mul_tensor")
 
 
@@ -145,17 +144,26 @@ def test_stale_region_ids_let_inductor_match_across_a_mutation():
     assert honest_result.ok and not honest_result.pair.matches  # Inductor discards the match itself
 
 
-def test_hand_matcher_fault_is_caught_by_this_oracle(finding_only):
-    from pmverify import PassVerificationError, verify
+def test_hand_matcher_fault_is_caught_by_this_oracle():
+    """The fault fuses an RMS-norm chain whose input is written between its first and last node:
+    the fused op reads the new ``x`` where ``pow`` read the old one."""
 
-    with finding_only(), pytest.raises(PassVerificationError) as info:
-        verify(
-            HandRMSNormIgnoresMutations,
-            with_mutations(qk_norm_cases(forms=["rms_norm"])),
-            seed=0,
-            oracles=["mutation_barriers"],
-        )
-    assert "moved the read of" in info.value.violations[0].message
+    def fn(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    x, w = torch.randn(4, 8), torch.randn(8)
+    gm = make_fx(fn)(x, w)
+    x_node, mean = next(iter(gm.graph.nodes)), _node(gm.graph, aten.mean.dim)
+    with gm.graph.inserting_after(mean):  # inside the chain, on its own input, as with_mutations plants it
+        gm.graph.call_function(aten.add_.Tensor, (x_node, 1.0))
+    gm.recompile()
+    case = GraphCase(gm, [(x, w)], form="inplace")
+    result = check_case(HandRMSNormIgnoresMutations(), case, oracles=["mutation_barriers", "semantics"])
+    assert result.matches == 1
+    barriers = [v.message for v in result.violations if v.oracle == "mutation_barriers"]
+    assert barriers and "moved the read of `x_1` across add__tensor (add_.Tensor writes x_1)" in barriers[0]
+    assert "pow_1, mul read it in mutation region(s) 0, 1" in barriers[0]
+    assert any(v.oracle == "semantics" for v in result.violations)  # the stale read is real
 
 
 @settings(max_examples=10)
@@ -181,3 +189,35 @@ def _rebuild_every_node(graph):
 def test_rebuilding_nodes_in_place_holds(case):
     result = check_case(_rebuild_every_node, case, oracles=["mutation_barriers", "semantics", "structure"])
     assert result.ok, result.violations
+
+
+def test_a_read_moved_across_a_write_of_another_tensor_holds():
+    """``neg(a)`` rewritten just before its first user, past an ``add_`` on another input: the
+    value read is the same on both sides (a past false positive)."""
+
+    def sink_neg(graph):
+        neg = _node(graph, aten.neg.default)
+        (user,) = neg.users
+        with graph.inserting_before(user):
+            new = graph.call_function(aten.mul.Tensor, (neg.args[0], -1))
+        neg.replace_all_uses_with(new)
+        graph.erase_node(neg)
+
+    def fn(x, y):
+        n = -x.exp()
+        y.add_(1.0)
+        return n * 2.0
+
+    x, y = torch.randn(3), torch.randn(3)
+    case = GraphCase(make_fx(fn)(x, y.clone()), [(x, y)], form="inplace")
+    assert check_case(sink_neg, case, oracles=["mutation_barriers", "semantics"]).ok
+
+    def fn_view(x):  # the same move, past a write into a view of the value read: a finding
+        n = -x
+        x[0:2].add_(1.0)
+        return n * 2.0
+
+    case = GraphCase(make_fx(fn_view)(x.clone()), [(x,)], form="inplace")
+    result = check_case(sink_neg, case, oracles=["mutation_barriers"])
+    assert [v.oracle for v in result.violations] == ["mutation_barriers"]
+    assert "moved the read of `x_1`" in result.violations[0].message
