@@ -18,6 +18,7 @@ import math
 import operator
 import os
 import pathlib
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -241,7 +242,7 @@ def render(
         "try:",
         *(f"    {line}" for line in sorted(imports)),
         "    pass",
-        "except ImportError as exc:  # exit 2: nothing was checked (1 means the violation reproduces)",
+        "except Exception as exc:  # exit 2: nothing was checked (1 means the violation reproduces)",
         '    print(f"cannot import what the case and the pass need: {exc}", file=sys.stderr)',
         "    sys.exit(2)",
         "",
@@ -264,7 +265,11 @@ def render(
         *([f"    placements={case.placements!r},"] if case.placements is not None else []),
         ")",
         "",
-        pass_source,
+        "try:",
+        textwrap.indent(pass_source, "    "),
+        "except Exception as exc:  # exit 2, as above",
+        '    print(f"cannot build the pass: {exc!r}", file=sys.stderr)',
+        "    sys.exit(2)",
         "",
         "",
         'if __name__ == "__main__":',

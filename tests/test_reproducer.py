@@ -61,3 +61,14 @@ def test_reproducer_runs_from_elsewhere_and_exits_2_when_it_cannot_import(tmp_pa
     (project / "my_identity_pass.py").unlink()
     run = subprocess.run([sys.executable, str(path)], cwd=elsewhere, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "cannot import" in run.stderr
+
+
+def test_reproducer_exits_2_when_the_pass_cannot_be_built(tmp_path):
+    import subprocess
+    import sys
+
+    from pmverify._reproducer import write
+
+    path = write(_case(), QKNormFusionPass, [], tmp_path, pass_source="PASS = None\nraise RuntimeError('no GPU')")
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "cannot build the pass: RuntimeError('no GPU')" in run.stderr
