@@ -36,6 +36,8 @@ __all__ = [
     "apply_direct",
     "build_pass",
     "check_pass",
+    "error_summary",
+    "pass_made_unsorted",
     "run_pass",
     "propagate_fake",
     "sort_like_inductor",
@@ -167,6 +169,20 @@ def sort_like_inductor(graph: torch.fx.Graph) -> list[tuple[str, str]]:
     return pairs
 
 
+def error_summary(exc: BaseException) -> str:
+    """The exception, whole, with where it was raised (the last frame of its traceback)."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (at {frame.filename}:{frame.lineno} in {frame.name})" if frame else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def pass_made_unsorted(pairs: list[tuple[str, str]], matches: list[MatchRecord]) -> list[tuple[str, str]]:
+    """The ``(node, input)`` out-of-order pairs the pass's own code made: those of nodes an
+    Inductor pattern entry inserted left out (it relies on the sort after the custom passes)."""
+    inserted = {name for record in matches for name in record.replacement}
+    return [(node, arg) for node, arg in pairs if node not in inserted]
+
+
 def check_pass(pass_: Any) -> None:
     """Raise ``TypeError`` naming ``pass_`` unless it is a pass class, a ``PatternMatcherPass``
     (anything with ``apply``) or callable on a ``torch.fx.Graph``."""
@@ -239,13 +255,10 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
         with quiet_fake_tensor_errors(), recording_matches() as matches:
             count = run_pass(pass_obj, after.graph)
         pairs = sort_like_inductor(after.graph)
-        inserted = {name for record in matches for name in record.replacement}
         after.recompile()
     except Exception as exc:  # noqa: BLE001 - a raising pass is a finding, reported by check_case
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        summary = f"{type(exc).__name__}: {exc} (at {frame.filename}:{frame.lineno} in {frame.name})"
         return RunPair(
-            case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start, summary
+            case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start, error_summary(exc)
         )
     return RunPair(
         case,
@@ -257,5 +270,5 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
         time.perf_counter() - start,
         resorted=bool(pairs),
         matches=matches,
-        unsorted=[(node, arg) for node, arg in pairs if node not in inserted],
+        unsorted=pass_made_unsorted(pairs, matches),
     )

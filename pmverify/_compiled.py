@@ -49,14 +49,23 @@ import logging
 import time
 import traceback
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes
 
-from ._apply import RunPair, build_pass, quiet_fake_tensor_errors, recording_matches, run_pass, sort_like_inductor
+from ._apply import (
+    RunPair,
+    build_pass,
+    error_summary,
+    pass_made_unsorted,
+    quiet_fake_tensor_errors,
+    recording_matches,
+    run_pass,
+    sort_like_inductor,
+)
 from ._case import GraphCase
 from .oracles import semantics
 
@@ -92,12 +101,6 @@ class CompiledRun:
     timings_s: dict[str, float] = dataclasses.field(default_factory=dict)
     graphs: int = 0
     aligned: bool = False
-
-
-def _summary(exc: BaseException) -> str:
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" (at {frame.filename}:{frame.lineno} in {frame.name})" if frame else ""
-    return f"{type(exc).__name__}: {exc}{where}"
 
 
 @dataclasses.dataclass
@@ -204,7 +207,7 @@ class _PostGradRecorder(CustomGraphPass):
         except Exception as exc:  # re-raised: the compile must fail as it would for a user
             self.elapsed_s = time.perf_counter() - start
             self.error = traceback.format_exc()
-            self.error_summary = _summary(exc)
+            self.error_summary = error_summary(exc)
             raise
         self.elapsed_s = time.perf_counter() - start
         self.matches = matches
@@ -256,10 +259,6 @@ def _fresh_function(gm: torch.fx.GraphModule) -> Callable[..., Any]:
     return types.FunctionType(code, call.__globals__, call.__name__, None, call.__closure__)
 
 
-def _clones(inputs: Sequence[Any]) -> list[Any]:
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
 @contextlib.contextmanager
 def _compile_config(post_pass: Any, pre_pass: Any):
     """The configuration of both compiles (see the module docstring); restored on exit."""
@@ -305,7 +304,7 @@ def _compile_and_run(
         first = time.perf_counter() - start
         start = time.perf_counter()
         for rank_inputs in case.inputs[1:]:
-            args = _clones(rank_inputs)
+            args = semantics.clone_inputs(rank_inputs)
             try:
                 results.append((pytree.tree_leaves(compiled(*args)), args))
             except Exception as exc:  # noqa: BLE001
@@ -355,22 +354,22 @@ def apply_compiled(pass_: Any, case: GraphCase) -> RunPair:
     pass_obj = build_pass(pass_, case)
     timings: dict[str, float] = {}
     baseline, timings["compile_without_pass"], timings["run_without_pass"] = _compile_and_run(
-        case, None, None, _clones(case.inputs[0])
+        case, None, None, semantics.clone_inputs(case.inputs[0])
     )
     failed = next((r for r in baseline if isinstance(r, BaseException)), None)
     if failed is not None:
         raise RuntimeError(
-            f"torch.compile of the case without the pass failed ({_summary(failed)}); the compiled mode "
+            f"torch.compile of the case without the pass failed ({error_summary(failed)}); the compiled mode "
             f"has nothing to compare with on {case!r}"
         ) from failed
     recorder, inputs = _PostGradRecorder(pass_obj), _InputRecorder()
-    first_args = _clones(case.inputs[0])
+    first_args = semantics.clone_inputs(case.inputs[0])
     after_runs, timings["compile_with_pass"], timings["run_with_pass"] = _compile_and_run(
         case, recorder, inputs, first_args
     )
     if recorder.internal_error is not None:
         raise RuntimeError(
-            f"pmverify could not copy the post-grad graph of {case!r}: {_summary(recorder.internal_error)}"
+            f"pmverify could not copy the post-grad graph of {case!r}: {error_summary(recorder.internal_error)}"
         ) from recorder.internal_error
     before_gm, after_gm = recorder.before, recorder.after
     align = _alignment(case, before_gm, inputs.examples, first_args) if before_gm is not None else None
@@ -399,7 +398,6 @@ def apply_compiled(pass_: Any, case: GraphCase) -> RunPair:
             mode="compiled",
             compiled=run,
         )
-    inserted = {name for record in recorder.matches for name in record.replacement}
     pair = RunPair(
         case,
         before_gm,
@@ -410,7 +408,7 @@ def apply_compiled(pass_: Any, case: GraphCase) -> RunPair:
         recorder.elapsed_s,
         resorted=bool(recorder.pairs),
         matches=recorder.matches,
-        unsorted=[(node, arg) for node, arg in recorder.pairs if node not in inserted],
+        unsorted=pass_made_unsorted(recorder.pairs, recorder.matches),
         mode="compiled",
         compiled=run,
     )

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from ._violation import Violation
-from .semantics import compare, run_graph
+from .semantics import clone_inputs, compare, named_results, run_graph
 
 __all__ = ["check", "AUTO_FUNCTIONALIZED", "element_descriptions"]
 
@@ -294,25 +294,18 @@ def _check_decomposition(pair: Any) -> list[Violation]:
     if left:
         return [Violation("functionalization", f"{what} left {', '.join(left)} in the graph", tuple(left))]
     try:
-        expected_out, expected_in = run_graph(pair.after, inputs)
+        expected = named_results(pair.after, run_graph(pair.after, inputs))
     except Exception as exc:  # noqa: BLE001 - the semantics oracle reports a graph that does not run
         logger.debug("the rewritten graph does not run: %r", exc)
         return []
     try:
-        got_out, got_in = run_graph(decomposed, inputs)
+        got = named_results(pair.after, run_graph(decomposed, inputs))
     except Exception as exc:  # noqa: BLE001
         return [Violation("functionalization", f"the rewritten graph runs, but raises after {what}: {exc!r}")]
-    if len(expected_out) != len(got_out):
+    if len(expected) != len(got):
         return [Violation("functionalization", f"{what} changed the number of outputs")]
-    names = [n.name for n in pair.after.graph.find_nodes(op="placeholder")]
-    results = [(f"output {i}", b, a) for i, (b, a) in enumerate(zip(expected_out, got_out, strict=True))]
-    results += [
-        (f"input {names[i] if i < len(names) else i} (final value)", b, a)
-        for i, (b, a) in enumerate(zip(expected_in, got_in, strict=True))
-        if isinstance(b, torch.Tensor)
-    ]
     violations = []
-    for name, b, a in results:
+    for (name, b), (_, a) in zip(expected, got, strict=True):
         message = _exact_difference(name, b, a)
         if message:
             violations.append(
@@ -374,10 +367,9 @@ class _Capture(torch.fx.Interpreter):
 
 def _capture(gm: torch.fx.GraphModule, inputs: tuple[Any, ...], wanted: dict) -> dict:
     run = _Capture(gm, wanted)
-    args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     try:
         with torch.no_grad():
-            run.run(*args)
+            run.run(*clone_inputs(inputs))
     except Exception as exc:  # noqa: BLE001 - what was read up to the failure still counts
         logger.debug("interpreter run failed: %r", exc)
     return run.read

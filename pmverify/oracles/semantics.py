@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -48,6 +49,8 @@ __all__ = [
     "float64_reference",
     "run_graph",
     "rank_results",
+    "clone_inputs",
+    "named_results",
     "void_reason",
     "deterministic_fill",
     "K",
@@ -71,7 +74,8 @@ _FALLBACK = {  # torch.testing.assert_close defaults: (rtol, atol)
 }
 
 
-def _clone_inputs(inputs: tuple[Any, ...]) -> list[Any]:
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """``inputs`` with every tensor cloned (a graph run may write its inputs)."""
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
@@ -98,7 +102,7 @@ def deterministic_fill():
 def run_graph(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
     """Run ``gm`` on clones of ``inputs`` (under :func:`deterministic_fill`); return (flat outputs,
     inputs after the run)."""
-    args = _clone_inputs(inputs)
+    args = clone_inputs(inputs)
     with torch.no_grad(), deterministic_fill():
         out = gm(*args)
     return pytree.tree_leaves(out), args
@@ -215,9 +219,10 @@ def rank_results(pair: Any, rank: int) -> dict[str, Any]:
     return pair.cache[key]
 
 
-def _named(pair: Any, results: tuple[list[Any], list[Any]]) -> list[tuple[str, Any]]:
+def named_results(gm: torch.fx.GraphModule, results: tuple[list[Any], list[Any]]) -> list[tuple[str, Any]]:
+    """``(name, value)`` of each output and each tensor input's final value of a run of ``gm``."""
     outputs, final_inputs = results
-    names = [n.name for n in pair.case.gm.graph.find_nodes(op="placeholder")]
+    names = [n.name for n in gm.graph.find_nodes(op="placeholder")]
     return [(f"output {i}", value) for i, value in enumerate(outputs)] + [
         (f"input {names[i] if i < len(names) else i} (final value)", value)
         for i, value in enumerate(final_inputs)
@@ -235,7 +240,7 @@ def void_reason(pair: Any) -> str | None:
         reference, kind = results["reference"], "float64 reference"
         if reference is None:
             reference, kind = results["before"], "graph before the pass (no float64 run)"
-        for name, value in _named(pair, reference):
+        for name, value in named_results(pair.case.gm, reference):
             if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
                 bad = tuple((~torch.isfinite(value)).nonzero()[0].tolist())
                 where = f"rank {rank} " if pair.case.tp_world > 1 else ""
@@ -257,8 +262,8 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K) -> list[Violation]:
         if isinstance(results["after"], BaseException):
             violations.append(Violation("semantics", f"{where}graph after the pass raised {results['after']!r}"))
             continue
-        before, after = _named(pair, results["before"]), _named(pair, results["after"])
-        reference = _named(pair, results["reference"]) if results["reference"] is not None else None
+        before, after = named_results(pair.case.gm, results["before"]), named_results(pair.case.gm, results["after"])
+        reference = named_results(pair.case.gm, results["reference"]) if results["reference"] is not None else None
         if len(results["before"][0]) != len(results["after"][0]):
             violations.append(
                 Violation(
