@@ -11,14 +11,11 @@ counts do not depend on earlier runs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
-
-from hypothesis import Phase, settings
 
 from .faults import BANK, Fault
 
@@ -92,23 +89,6 @@ def _call_nodes(case: Any) -> int:
     return sum(1 for node in case.gm.graph.nodes if node.op == "call_function")
 
 
-@contextlib.contextmanager
-def _fresh_search(shrink: bool) -> Iterator[None]:
-    """Run with the active Hypothesis profile, less its example database, its explain phase (it
-    re-runs the shrunk case many times to say which parts matter) and, unless ``shrink``, its
-    shrink phase."""
-    previous = settings.default
-    dropped = {Phase.explain} if shrink else {Phase.explain, Phase.shrink}
-    phases = [phase for phase in previous.phases if phase not in dropped]
-    settings.register_profile("pmverify-selfcheck", parent=previous, database=None, phases=phases)
-    settings.load_profile("pmverify-selfcheck")
-    try:
-        yield
-    finally:
-        settings.register_profile("pmverify-selfcheck-restored", parent=previous)
-        settings.load_profile("pmverify-selfcheck-restored")
-
-
 def run_fault(
     fault: Fault,
     *,
@@ -131,35 +111,29 @@ def run_fault(
     Runs under the active Hypothesis settings profile, without its example database and its
     explain phase (and shrink phase, unless ``shrink``).
     """
-    from ._verify import PassVerificationError, verify
+    from ._verify import fresh_search, verify_in_rotation
 
     result = FaultResult(name or fault.name, fault.bug, fault.oracles)
     counter = _Counter()
     start = time.monotonic()
     try:
-        families = fault.families()
-        batch = 0
-        with _fresh_search(shrink):
-            while counter.cases < max_examples:
-                family, cases = families[batch % len(families)]
-                todo = min(BATCH, max_examples - counter.cases)
-                try:
-                    verify(
-                        fault.pass_cls,
-                        cases,
-                        max_examples=todo,
-                        seed=seed * 100_003 + batch,
-                        on_result=counter,
-                        repro_dir=repro_dir,
-                    )
-                except PassVerificationError as error:
+        with fresh_search(shrink=shrink):
+            for family, error in verify_in_rotation(
+                fault.pass_cls,
+                fault.families(),
+                batch=BATCH,
+                remaining=lambda: max_examples - counter.cases,
+                seed=seed,
+                on_result=counter,
+                repro_dir=repro_dir,
+            ):
+                if error is not None:
                     result.family = family
                     result.oracles = tuple(sorted({v.oracle for v in error.violations}))
                     result.case = repr(error.case)
                     result.nodes = _call_nodes(error.case)
                     result.reproducer = str(error.reproducer) if error.reproducer else None
                     break
-                batch += 1
     except Exception as exc:  # noqa: BLE001 - a search that cannot run is reported, not raised
         logger.debug("selfcheck of %s failed", fault.name, exc_info=True)
         result.status, result.error = ERROR, f"{type(exc).__name__}: {exc}"

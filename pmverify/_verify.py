@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 
 try:
     from builtins import BaseExceptionGroup
@@ -22,7 +23,7 @@ from . import _reproducer
 from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
 
-__all__ = ["PassVerificationError", "verify", "case_events"]
+__all__ = ["PassVerificationError", "verify", "case_events", "verify_in_rotation", "fresh_search"]
 
 
 class PassVerificationError(AssertionError):
@@ -207,3 +208,54 @@ def _case_failure(error: BaseException) -> _CaseFailed | None:
             if found is not None:
                 return found
     return None
+
+
+def verify_in_rotation(
+    pass_: Any,
+    families: Sequence[tuple[str, SearchStrategy]],
+    *,
+    batch: int,
+    remaining: Callable[[], int],
+    seed: int = 0,
+    on_result: Any = None,
+    repro_dir: str | os.PathLike[str] | None = None,
+) -> Iterator[tuple[str, PassVerificationError | None]]:
+    """Run :func:`verify` on ``families`` (``(name, strategy)`` pairs) in rotation, ``batch`` cases
+    of one family at a time, while ``remaining()`` (checked before each batch) says how many cases
+    may still be tried; yield ``(family name, the PassVerificationError or None)`` after each
+    batch. Batch ``i`` is seeded ``seed * 100_003 + i``, so a run is reproducible batch by batch.
+    What ``pmverify fuzz`` and ``pmverify selfcheck`` search with."""
+    index = 0
+    while (todo := min(batch, remaining())) > 0:
+        family, cases = families[index % len(families)]
+        try:
+            verify(
+                pass_,
+                cases,
+                max_examples=todo,
+                seed=seed * 100_003 + index,
+                on_result=on_result,
+                repro_dir=repro_dir,
+            )
+        except PassVerificationError as error:
+            yield family, error
+        else:
+            yield family, None
+        index += 1
+
+
+@contextlib.contextmanager
+def fresh_search(*, shrink: bool = True) -> Iterator[None]:
+    """Run the block under the active Hypothesis profile less its example database (nothing read
+    or saved: counts do not depend on earlier runs), its explain phase (it re-runs the shrunk case
+    many times) and, unless ``shrink``, its shrink phase; the profile is restored on exit."""
+    previous = settings.default
+    dropped = {Phase.explain} if shrink else {Phase.explain, Phase.shrink}
+    phases = [phase for phase in previous.phases if phase not in dropped]
+    settings.register_profile("pmverify-fresh-search", parent=previous, database=None, phases=phases)
+    settings.load_profile("pmverify-fresh-search")
+    try:
+        yield
+    finally:
+        settings.register_profile("pmverify-restored", parent=previous)
+        settings.load_profile("pmverify-restored")

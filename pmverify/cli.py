@@ -137,30 +137,29 @@ def _takes_qk_norm_config(pass_cls: Any) -> bool:
 
 
 def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> dict[str, Any]:
-    from ._verify import PassVerificationError, verify
+    from ._verify import verify_in_rotation
 
-    families = _families(name)
     family_cases = collections.Counter()
     stats = _Stats()
     violations: list[dict[str, Any]] = []
     start = time.monotonic()
-    batch = 0
-    while time.monotonic() - start < args.budget and not violations:
-        todo = BATCH if args.max_examples is None else min(BATCH, args.max_examples - stats.cases)
-        if todo <= 0:
-            break
-        family, cases = families[batch % len(families)]
-        before = stats.cases
-        try:
-            verify(
-                pass_,
-                cases,
-                max_examples=todo,
-                seed=args.seed * 100_003 + batch,
-                on_result=stats,
-                repro_dir=args.repro_dir,
-            )
-        except PassVerificationError as error:
+
+    def remaining() -> int:
+        if time.monotonic() - start >= args.budget or violations:
+            return 0
+        return BATCH if args.max_examples is None else args.max_examples - stats.cases
+
+    counted = 0
+    for family, error in verify_in_rotation(
+        pass_,
+        _families(name),
+        batch=BATCH,
+        remaining=remaining,
+        seed=args.seed,
+        on_result=stats,
+        repro_dir=args.repro_dir,
+    ):
+        if error is not None:
             violations += [
                 {
                     "oracle": v.oracle,
@@ -174,8 +173,8 @@ def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> d
             for v in error.violations:
                 print(f"  - {v}", file=out)
             print(f"  reproducer: {error.reproducer or 'not written'}", file=out)
-        family_cases[family] += stats.cases - before
-        batch += 1
+        family_cases[family] += stats.cases - counted
+        counted = stats.cases
         elapsed = time.monotonic() - start
         print(
             f"[{elapsed:6.1f}s] {name} ({family}): {stats.cases} cases, {stats.matches} matches, "

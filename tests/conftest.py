@@ -1,11 +1,10 @@
 """Hypothesis profiles: ``ci`` (default: few examples) and ``nightly``; torch trips deadlines at
 random, so every profile sets ``deadline=None``. Pick one with ``HYPOTHESIS_PROFILE``."""
 
-import contextlib
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci", max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -20,24 +19,12 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-@contextlib.contextmanager
-def _finding_only():
-    previous = settings.default
-    settings.register_profile(
-        "pmverify-finding-only", parent=previous, database=None, phases=[Phase.explicit, Phase.generate]
-    )
-    settings.load_profile("pmverify-finding-only")
-    try:
-        yield
-    finally:
-        settings.register_profile("pmverify-restored", parent=previous)
-        settings.load_profile("pmverify-restored")
-
-
 @pytest.fixture
 def finding_only():
     """A context manager running ``verify`` without shrinking and without the example database:
     tests that need a finding within the profile's examples, not the smallest case (shrinking
     re-traces patterns hundreds of times), and that a database entry from an earlier run must not
     let pass without searching."""
-    return _finding_only
+    from pmverify._verify import fresh_search
+
+    return lambda: fresh_search(shrink=False)
