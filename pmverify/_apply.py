@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ._case import GraphCase
+from ._fx import output_vals
 
 __all__ = [
     "MatchRecord",
@@ -250,6 +251,7 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
     pass_obj = build_pass(pass_, case)
     after = copy.deepcopy(case.gm)
     propagate_fake(after, case.inputs[0])
+    cache = {"before_outputs": output_vals(after)}  # the structure oracle's reference, propagated once
     start = time.perf_counter()
     try:
         with quiet_fake_tensor_errors(), recording_matches() as matches:
@@ -271,4 +273,5 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
         resorted=bool(pairs),
         matches=matches,
         unsorted=pass_made_unsorted(pairs, matches),
+        cache=cache,
     )

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["is_view", "flat_nodes"]
+__all__ = ["is_view", "flat_nodes", "output_vals"]
 
 
 def is_view(target: Any) -> bool:
@@ -20,3 +20,12 @@ def is_view(target: Any) -> bool:
 def flat_nodes(value: Any) -> list[torch.fx.Node]:
     """The nodes in an FX argument (a node, or nested lists, tuples and dicts of them), in order."""
     return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.fx.Node)]
+
+
+def output_vals(gm: torch.fx.GraphModule) -> list[Any]:
+    """The ``meta["val"]`` of each output of ``gm`` (flattened; a constant output as it is)."""
+    (output,) = gm.graph.find_nodes(op="output")
+    return [
+        getattr(arg, "meta", {}).get("val") if isinstance(arg, torch.fx.Node) else arg
+        for arg in pytree.tree_leaves(output.args[0])
+    ]

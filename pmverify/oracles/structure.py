@@ -26,20 +26,13 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .._fx import output_vals
 from ._violation import Violation
 
 __all__ = ["check", "MAX_STALE_REPORTED"]
 
 #: Stale-meta nodes reported one by one; more are summed up in one violation.
 MAX_STALE_REPORTED = 8
-
-
-def _output_metas(gm: torch.fx.GraphModule) -> list[Any]:
-    (output,) = gm.graph.find_nodes(op="output")
-    return [
-        getattr(arg, "meta", {}).get("val") if isinstance(arg, torch.fx.Node) else arg
-        for arg in pytree.tree_leaves(output.args[0])
-    ]
 
 
 def _describe(value: Any) -> str:
@@ -123,8 +116,8 @@ def _static_strides(value: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(stride for size, stride in zip(sizes, strides, strict=True) if size > 1)
 
 
-def _outputs(reference: torch.fx.GraphModule, checked: torch.fx.GraphModule) -> list[Violation]:
-    before, after = _output_metas(reference), _output_metas(checked)
+def _outputs(before: list[Any], checked: torch.fx.GraphModule) -> list[Violation]:
+    after = output_vals(checked)
     if len(before) != len(after):
         return [Violation("structure", f"{len(before)} outputs before the pass, {len(after)} after")]
     violations = []
@@ -168,7 +161,7 @@ def check(pair: Any) -> list[Violation]:
         return [Violation("structure", f"graph lint failed after the pass: {exc}"), *erased]
     unsorted = later + erased
     left = {node.name: node.meta.get("val") for node in pair.after.graph.nodes}
-    checked, reference = copy.deepcopy(pair.after), copy.deepcopy(pair.before)
+    checked = copy.deepcopy(pair.after)
     try:
         propagate_fake(checked, pair.case.inputs[0])
     except Exception as exc:  # noqa: BLE001
@@ -176,5 +169,9 @@ def check(pair: Any) -> list[Violation]:
             *unsorted,
             Violation("structure", f"fake tensors do not propagate through the rewritten graph: {exc!r}"),
         ]
-    propagate_fake(reference, pair.case.inputs[0])
-    return unsorted + _stale_meta(left, checked) + _outputs(reference, checked)
+    before = pair.cache.get("before_outputs")
+    if before is None:  # not recorded by the apply mode: propagate through the graph before the pass
+        reference = copy.deepcopy(pair.before)
+        propagate_fake(reference, pair.case.inputs[0])
+        before = output_vals(reference)
+    return unsorted + _stale_meta(left, checked) + _outputs(before, checked)
