@@ -57,7 +57,8 @@ def test_passes_without_a_cache_key_are_not_judged():
 
 def test_variants_change_one_field_each():
     variants = list(config_variants(CONFIG))
-    assert [name for name, *_ in variants] == ["q_size", "kv_size", "eps", "dtype", "max_tokens", "tp_world"]
+    names = ["q_size", "kv_size", "eps", "dtype", "max_tokens", "tp_world", "group_name"]  # tp_rank + 1 is refused
+    assert [name for name, *_ in variants] == names
     for name, value, changed, variant in variants:
         assert getattr(variant, name) == changed != value
         assert {f.name for f in dataclasses.fields(CONFIG) if getattr(variant, f.name) != getattr(CONFIG, f.name)} == {

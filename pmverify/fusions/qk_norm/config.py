@@ -1,4 +1,12 @@
-"""Configuration of the QK-norm fusion: geometry, numerics and tensor-parallel placement."""
+"""Configuration of the QK-norm fusion: geometry, numerics and tensor-parallel placement.
+
+Tensor-parallel geometry follows MiniMax-M2 (vLLM ``MiniMaxM2Attention``): the query heads are split
+evenly over the ``tp_world`` ranks; the key-value heads are split too while there are at least as
+many of them as ranks, and replicated once there are fewer: **kv heads per rank =
+max(1, num_kv_heads // tp_world)**, every group of ``tp_world // num_kv_heads`` consecutive ranks
+holding the same kv head. Per rank, ``q_size = num_heads // tp_world * head_dim`` and
+``kv_size = max(1, num_kv_heads // tp_world) * head_dim`` elements.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +15,46 @@ import math
 
 import torch
 
+from ...distributed import DEFAULT_GROUP_NAME
+
 #: Activation dtypes the fusion supports, simplest first.
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+__all__ = ["QKNormConfig", "SUPPORTED_DTYPES", "DEFAULT_GROUP_NAME", "kv_heads_per_rank", "kv_head_range"]
+
+
+def _positive_int(owner: str, name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{owner}: {name}={value!r} must be a positive int")
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp_world: int) -> int:
+    """Key-value heads each rank holds: ``max(1, num_kv_heads // tp_world)`` (MiniMax-M2's rule).
+
+    Raises ``ValueError`` unless one of ``num_kv_heads`` and ``tp_world`` divides the other (vLLM's
+    ``QKVParallelLinear`` condition: heads split evenly, or each head replicated on an equal number
+    of ranks)."""
+    _positive_int("kv_heads_per_rank", "num_kv_heads", num_kv_heads)
+    _positive_int("kv_heads_per_rank", "tp_world", tp_world)
+    if num_kv_heads % tp_world and tp_world % num_kv_heads:
+        raise ValueError(
+            f"num_kv_heads={num_kv_heads} and tp_world={tp_world}: one must divide the other "
+            "(kv heads split evenly over the ranks, or each replicated on tp_world // num_kv_heads ranks)"
+        )
+    return max(1, num_kv_heads // tp_world)
+
+
+def kv_head_range(num_kv_heads: int, tp_world: int, tp_rank: int) -> range:
+    """The kv heads (indices into all ``num_kv_heads``) that rank ``tp_rank`` holds: its shard, or the
+    one head it shares with ``tp_world // num_kv_heads - 1`` other ranks when heads are replicated.
+    Raises ``ValueError`` for an impossible geometry or rank."""
+    per_rank = kv_heads_per_rank(num_kv_heads, tp_world)
+    if not isinstance(tp_rank, int) or isinstance(tp_rank, bool) or not 0 <= tp_rank < tp_world:
+        raise ValueError(f"kv_head_range: tp_rank={tp_rank!r} must be in [0, tp_world={tp_world})")
+    if tp_world > num_kv_heads:
+        head = tp_rank // (tp_world // num_kv_heads)
+        return range(head, head + 1)
+    return range(tp_rank * per_rank, (tp_rank + 1) * per_rank)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +66,16 @@ class QKNormConfig:
     - ``eps``: the epsilon added to the mean of squares; a pattern with another eps does not match.
     - ``dtype``: activation dtype of qkv (float32, float16 or bfloat16).
     - ``max_tokens``: largest token count (rows of qkv) the fused path is used for.
-    - ``tp_world`` / ``tp_rank``: tensor-parallel world size (ranks) and this rank's index.
+    - ``tp_world`` / ``tp_rank``: tensor-parallel world size (ranks) and this rank's index. With
+      ``tp_world > 1`` the pass matches the all-reduce form of the norm (see
+      :mod:`~pmverify.fusions.qk_norm.tp`).
+    - ``group_name``: the process group the all-reduce runs on, by name, as
+      ``torch.ops._c10d_functional.all_reduce(x, "sum", group_name)`` takes it; default ``"0"``,
+      the default group's name. Only read when ``tp_world > 1``.
+    - ``num_heads`` / ``num_kv_heads``: total query and key-value heads over all ranks, or None.
+      When given, the geometry is checked: ``num_heads`` divisible by ``tp_world``, ``q_size`` a
+      multiple of ``num_heads // tp_world`` (that multiple is head_dim), and ``kv_size`` =
+      :func:`kv_heads_per_rank` × head_dim. :meth:`for_heads` computes q_size and kv_size from them.
 
     Raises ``ValueError`` naming the field and its value when the geometry is impossible.
     """
@@ -32,12 +87,13 @@ class QKNormConfig:
     max_tokens: int = 2048
     tp_world: int = 1
     tp_rank: int = 0
+    group_name: str = DEFAULT_GROUP_NAME
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("q_size", "kv_size", "max_tokens", "tp_world"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"QKNormConfig: {name}={value!r} must be a positive int")
+            _positive_int("QKNormConfig", name, getattr(self, name))
         if not isinstance(self.tp_rank, int) or isinstance(self.tp_rank, bool) or not 0 <= self.tp_rank < self.tp_world:
             raise ValueError(f"QKNormConfig: tp_rank={self.tp_rank!r} must be in [0, tp_world={self.tp_world})")
         if not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool) or not 0 < self.eps < math.inf:
@@ -47,6 +103,61 @@ class QKNormConfig:
             raise ValueError(
                 f"QKNormConfig: dtype={self.dtype!r} is not one of {', '.join(str(d) for d in SUPPORTED_DTYPES)}"
             )
+        if not isinstance(self.group_name, str) or not self.group_name:
+            raise ValueError(f"QKNormConfig: group_name={self.group_name!r} must be a non-empty str")
+        if (self.num_heads is None) != (self.num_kv_heads is None):
+            raise ValueError(
+                f"QKNormConfig: num_heads={self.num_heads!r} and num_kv_heads={self.num_kv_heads!r}: give both or neither"
+            )
+        if self.num_heads is not None:
+            self._check_heads()
+
+    def _check_heads(self) -> None:
+        _positive_int("QKNormConfig", "num_heads", self.num_heads)
+        _positive_int("QKNormConfig", "num_kv_heads", self.num_kv_heads)
+        if self.num_heads % self.tp_world:
+            raise ValueError(f"QKNormConfig: num_heads={self.num_heads} is not divisible by tp_world={self.tp_world}")
+        heads = self.num_heads // self.tp_world
+        if self.q_size % heads:
+            raise ValueError(
+                f"QKNormConfig: q_size={self.q_size} is not a multiple of the {heads} query heads per rank "
+                f"(num_heads={self.num_heads}, tp_world={self.tp_world})"
+            )
+        head_dim = self.q_size // heads
+        try:
+            kv_heads = kv_heads_per_rank(self.num_kv_heads, self.tp_world)
+        except ValueError as exc:
+            raise ValueError(f"QKNormConfig: {exc}") from None
+        if self.kv_size != kv_heads * head_dim:
+            raise ValueError(
+                f"QKNormConfig: kv_size={self.kv_size}; expected {kv_heads} kv heads per rank × head_dim {head_dim} "
+                f"= {kv_heads * head_dim} (num_kv_heads={self.num_kv_heads}, tp_world={self.tp_world}: "
+                "kv heads per rank = max(1, num_kv_heads // tp_world))"
+            )
+
+    @classmethod
+    def for_heads(
+        cls, num_heads: int, num_kv_heads: int, head_dim: int, *, tp_world: int = 1, tp_rank: int = 0, **fields
+    ) -> QKNormConfig:
+        """The config of rank ``tp_rank`` of a model with ``num_heads`` query and ``num_kv_heads``
+        key-value heads of ``head_dim`` elements (MiniMax-M2: 48, 8, 128), kv heads replicated when
+        ``tp_world`` exceeds their count. Other fields (eps, dtype, max_tokens, group_name) pass
+        through. Raises ``ValueError`` for an impossible geometry."""
+        _positive_int("QKNormConfig.for_heads", "num_heads", num_heads)
+        _positive_int("QKNormConfig.for_heads", "head_dim", head_dim)
+        _positive_int("QKNormConfig.for_heads", "tp_world", tp_world)
+        if num_heads % tp_world:
+            raise ValueError(f"QKNormConfig.for_heads: num_heads={num_heads} is not divisible by tp_world={tp_world}")
+        kv_heads = kv_heads_per_rank(num_kv_heads, tp_world)
+        return cls(
+            q_size=num_heads // tp_world * head_dim,
+            kv_size=kv_heads * head_dim,
+            tp_world=tp_world,
+            tp_rank=tp_rank,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            **fields,
+        )
 
     @property
     def qkv_size(self) -> int:

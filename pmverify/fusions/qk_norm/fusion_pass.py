@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -74,8 +75,11 @@ class QKNormFusionPass(CustomGraphPass):
 
     @property
     def patterns(self) -> Any:
-        """The ``PatternMatcherPass`` holding this config's rewrites (registered on first use)."""
-        return _pattern_pass(type(self), self.config)
+        """The ``PatternMatcherPass`` holding this config's rewrites (registered on first use).
+
+        The rewrites do not depend on ``tp_rank`` (the per-rank graph is the same on every rank, and
+        each rank's weight shard is a graph input), so the ranks of one world share them."""
+        return _pattern_pass(type(self), dataclasses.replace(self.config, tp_rank=0))
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         self.matched_count = self.patterns.apply(graph)

@@ -14,6 +14,10 @@ op reproduces the one of the pattern it replaces:
   ``weight.dtype`` and ``x.dtype``.
 
 For bf16/fp16 the two orders round differently: swapping them is a semantic change.
+
+``qk_norm_tp`` is the tensor-parallel form (vLLM ``MiniMaxText01RMSNormTP.forward_qk`` at
+tp_world > 1): q and k are sharded over the ranks but normalised over the whole hidden size, so the
+per-token mean of squares is ``all_reduce(sum over the rank's slice) / (width · tp_world)``.
 """
 
 from __future__ import annotations
@@ -23,16 +27,13 @@ from torch import Tensor
 
 from .config import SUPPORTED_DTYPES
 
-__all__ = ["qk_norm", "rms_norm"]
+__all__ = ["qk_norm", "qk_norm_tp", "rms_norm"]
 
 
 def _norm_rows(x: Tensor, weight: Tensor, eps: float, weight_after_cast: bool) -> Tensor:
     """RMS-normalise the last dim of ``x`` in float32, with the rounding order asked for."""
     xf = x.float()
-    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    if weight_after_cast:
-        return weight * normed.to(x.dtype)
-    return (normed * weight).to(x.dtype)
+    return _scale(xf, torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps), weight, x.dtype, weight_after_cast)
 
 
 def _out_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype, weight_after_cast: bool) -> torch.dtype:
@@ -110,6 +111,67 @@ def _qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_ca
         qkv.new_empty((tokens, q_size), dtype=_out_dtype(qkv.dtype, q_weight.dtype, weight_after_cast)),
         qkv.new_empty((tokens, kv_size), dtype=_out_dtype(qkv.dtype, k_weight.dtype, weight_after_cast)),
     )
+
+
+def _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name) -> None:
+    _check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    if tp_world < 1:
+        raise ValueError(f"tp_world={tp_world} must be positive")
+    if not group_name:
+        raise ValueError(f"group_name={group_name!r} must name a process group")
+
+
+@torch.library.custom_op("pmverify::qk_norm_tp", mutates_args=())
+def qk_norm_tp(
+    qkv: Tensor,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    q_size: int,
+    kv_size: int,
+    eps: float,
+    tp_world: int,
+    group_name: str,
+    weight_after_cast: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """RMS-normalise the rank's q and k shards of a fused qkv over the whole hidden size.
+
+    - ``qkv``: ``[T, q_size + 2*kv_size]``, this rank's columns, contiguous, float32/float16/bfloat16.
+    - ``q_weight``: ``[q_size]``; ``k_weight``: ``[kv_size]``: this rank's norm-weight shards,
+      float32 or ``qkv.dtype``.
+    - ``tp_world``: ranks in the group (the divisor of the all-reduced mean); ``group_name``: the
+      process group, by name (``ProcessGroup.group_name``), that every rank calls this op on.
+
+    Computes the float32 sums of squares of q and k per token in one pass over qkv, all-reduces
+    that one ``[T, 2]`` float32 tensor over the group (``_c10d_functional.all_reduce`` +
+    ``wait_tensor``; skipped at ``tp_world == 1``), then ``x · rsqrt(sum / (width · tp_world) + eps)
+    · weight`` cast back as the pattern does (``weight_after_cast``, see the module docstring). With
+    kv heads replicated over ranks, the ranks of one head hold the same k, so the sum still divides
+    by ``kv_size · tp_world`` to the mean over all heads. Returns ``(q_out [T, q_size], k_out
+    [T, kv_size])``. Raises ``ValueError`` as :func:`qk_norm` does, and for ``tp_world < 1``; the
+    collective raises when ``group_name`` is not a group of this process.
+    """
+    _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name)
+    q = qkv[:, :q_size].float()
+    k = qkv[:, q_size : q_size + kv_size].float()
+    sums = torch.stack([q.pow(2).sum(-1), k.pow(2).sum(-1)], dim=-1)  # [T, 2] float32
+    if tp_world > 1:
+        sums = torch.ops._c10d_functional.wait_tensor(torch.ops._c10d_functional.all_reduce(sums, "sum", group_name))
+    q_ms, k_ms = sums[:, :1] / (q_size * tp_world), sums[:, 1:] / (kv_size * tp_world)
+    return (
+        _scale(q, torch.rsqrt(q_ms + eps), q_weight, qkv.dtype, weight_after_cast),
+        _scale(k, torch.rsqrt(k_ms + eps), k_weight, qkv.dtype, weight_after_cast),
+    )
+
+
+def _scale(xf: Tensor, rstd: Tensor, weight: Tensor, dtype: torch.dtype, weight_after_cast: bool) -> Tensor:
+    normed = xf * rstd
+    return weight * normed.to(dtype) if weight_after_cast else (normed * weight).to(dtype)
+
+
+@qk_norm_tp.register_fake
+def _qk_norm_tp_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name, weight_after_cast=False):
+    _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name)
+    return _qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
 
 
 def _check_rms_norm(x: Tensor, weight: Tensor, eps: float) -> None:

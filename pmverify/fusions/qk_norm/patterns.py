@@ -15,6 +15,10 @@ Four search forms are recognised, each with a replacement that keeps its roundin
 - ``rms_norm_pattern``: transformers' ``MiniMaxM2RMSNorm`` applied to q or k alone:
   ``weight * (x.float() * rsqrt(mean(x²) + eps)).to(dtype)``.
 
+At ``tp_world > 1`` the all-reduce forms of :mod:`.tp` (``qk_norm_tp``, ``qk_norm_tp_split3``) are
+registered first; the rank-local forms above stay registered, since a rank-local norm in a
+tensor-parallel graph is still rewritten exactly.
+
 Safety (``can_fuse``: dtypes, widths, layout) is kept apart from profitability (``should_fuse``:
 token count); both are read from the fake tensors on the matched nodes and never raise.
 """
@@ -143,13 +147,20 @@ def rewrites(config: QKNormConfig) -> list[Rewrite]:
         return can_fuse_rms(config, x, _val(match, "weight")) and should_fuse(config, x.numel() // x.shape[-1])
 
     tokens = 4
+    if config.tp_world > 1:
+        from .tp import example_inputs, tp_rewrites
+
+        fake_inputs = example_inputs(config, tokens)
+        tp = [Rewrite(name, search, replace, fake_inputs, qkv_check) for name, search, replace in tp_rewrites(config)]
+    else:
+        tp = []
     qkv_inputs = (
         torch.empty(tokens, config.qkv_size, dtype=dtype),
         torch.empty(q_size, dtype=dtype),
         torch.empty(kv_size, dtype=dtype),
     )
     rms_inputs = (torch.empty(tokens, q_size, dtype=dtype), torch.empty(q_size, dtype=dtype))
-    return [
+    return tp + [
         Rewrite("qk_norm", qk_norm_pattern, qk_norm_replacement, qkv_inputs, qkv_check),
         Rewrite("qk_norm_split3", qk_norm_split3_pattern, qk_norm_replacement, qkv_inputs, qkv_check),
         Rewrite("qk_norm_split_qk", qk_norm_split_qk_pattern, qk_norm_qk_replacement, qkv_inputs, qkv_check),
