@@ -10,6 +10,7 @@ from ._mutations import with_mutations
 from ._near_miss import NEAR_MISS_KINDS
 from ._planted import PRODUCERS, planted
 from ._qk_norm import qk_norm_cases
+from ._qk_norm_tp import qk_norm_tp_cases
 from ._tensors import dtypes, shapes, tensors, tp_sizes
 from ._tp import Replicate, Shard, tp_cases
 
@@ -25,6 +26,7 @@ __all__ = [
     "with_mutating_custom_ops",
     "tp_cases",
     "qk_norm_cases",
+    "qk_norm_tp_cases",
     "Dim",
     "Replicate",
     "Shard",

@@ -493,20 +493,40 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
     return dataclasses.replace(layer, sources=sources, post=post)
 
 
+def draw_layers(
+    draw: Any,
+    min_instances: int,
+    max_instances: int,
+    layers: Callable[[bool, bool], st.SearchStrategy],
+    must_match: Callable[[Any], bool],
+) -> list[Any]:
+    """Draw ``min_instances``..``max_instances`` planted layers, one more while ``draw(booleans())``
+    says so (shrinks toward fewer). ``layers(guard, chain)`` is the strategy of one layer: ``guard``
+    when it is the last and no earlier layer holds a must-match instance (``must_match(layer)``),
+    so that every case keeps one; ``chain`` when it may take the previous layer's outputs."""
+    drawn: list[Any] = []
+    any_must_match = False
+    while True:
+        count = len(drawn) + 1
+        more = count < min_instances or (count < max_instances and draw(st.booleans()))
+        layer = draw(layers(not more and not any_must_match, bool(drawn)))
+        any_must_match = any_must_match or must_match(layer)
+        drawn.append(layer)
+        if not more:
+            return drawn
+
+
 @st.composite
 def _cases(draw: Any, spec: _Spec) -> GraphCase:
     config = draw(_configs(spec)) if spec.config is None else spec.config
     tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, config.max_tokens)))
-    layers: list[_Layer] = []
-    any_must_match = False
-    while True:
-        count = len(layers) + 1
-        more = count < spec.min_instances or (count < spec.max_instances and draw(st.booleans()))
-        layer = draw(_layers(config, spec, tokens, guard=not more and not any_must_match, chain=bool(layers)))
-        any_must_match = any_must_match or any(must_match for _, must_match, _ in _planted([layer]))
-        layers.append(layer)
-        if not more:
-            break
+    layers = draw_layers(
+        draw,
+        spec.min_instances,
+        spec.max_instances,
+        lambda guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
+        lambda layer: any(must_match for _, must_match, _ in _planted([layer])),
+    )
     seed = draw(st.integers(0, 2**32 - 1))
     return _build_case(config, layers, seed=seed)
 

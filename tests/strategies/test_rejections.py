@@ -13,6 +13,7 @@ from pmverify.strategies import (
     like,
     planted,
     qk_norm_cases,
+    qk_norm_tp_cases,
     shapes,
     tensors,
     tp_cases,
@@ -42,6 +43,7 @@ STRATEGIES = {
     "with_mutating_custom_ops": (lambda: with_mutating_custom_ops(_planted()), 20),
     "tp_cases": (lambda: tp_cases(_planted()), 20),
     "qk_norm_cases": (qk_norm_cases, 20),
+    "qk_norm_tp_cases": (qk_norm_tp_cases, 20),
 }
 
 
