@@ -12,6 +12,11 @@ structure oracle to report. The pass may be:
 - anything with ``__call__(torch.fx.Graph)`` (Inductor's ``CustomGraphPass``, vLLM's passes);
 - a ``PatternMatcherPass`` (called through ``.apply``);
 - a class, built per case as ``cls(case.pass_config)``.
+
+A tensor-parallel case (``tp_world > 1``) runs the same per-rank graph on every rank, and so does
+the pass: it is applied once per rank, to its own copy propagated with that rank's inputs, built
+for that rank (a class gets ``case.pass_config`` with ``tp_rank=r`` when the config has that field,
+see :func:`rank_config`). ``RunPair.ranks`` holds the runs of ranks 1.., the pair itself is rank 0.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ __all__ = [
     "RunPair",
     "apply_direct",
     "build_pass",
+    "rank_config",
+    "rank_pair",
     "check_pass",
     "error_summary",
     "pass_made_unsorted",
@@ -82,6 +89,9 @@ class RunPair:
       multi-output replacement before the first output, relying on the sort that follows).
     - ``mode``: ``"direct"`` or ``"compiled"``; ``compiled``: what the compiled mode measured.
     - ``cache``: values the oracles share (the float64 reference run, node values...).
+    - ``ranks``: for a tensor-parallel case in direct mode, the runs of ranks 1..tp_world-1 (each a
+      ``RunPair`` of its own: the pass built for that rank, applied to that rank's copy); empty
+      otherwise. :func:`rank_pair` picks a rank's run.
     """
 
     case: GraphCase
@@ -98,6 +108,13 @@ class RunPair:
     mode: str = "direct"
     compiled: Any = None
     cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    ranks: list[RunPair] = dataclasses.field(default_factory=list, repr=False)
+
+
+def rank_pair(pair: RunPair, rank: int) -> RunPair:
+    """The run of rank ``rank``: ``pair`` itself for rank 0 (or when ranks were not applied one by
+    one, as in compiled mode), else ``pair.ranks[rank - 1]``."""
+    return pair if rank == 0 or not pair.ranks else pair.ranks[rank - 1]
 
 
 def _out_of_order(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
@@ -194,16 +211,27 @@ def check_pass(pass_: Any) -> None:
         )
 
 
-def build_pass(pass_: Any, case: GraphCase) -> Any:
-    """Return the pass object for ``case``: ``pass_`` itself, or ``pass_(case.pass_config)``
-    when ``pass_`` is a class. Raises ``TypeError`` for something that is not a pass
-    (:func:`check_pass`), ``ValueError`` when a class is given and the case carries no
-    ``pass_config``."""
+def rank_config(config: Any, rank: int) -> Any:
+    """``config`` for rank ``rank``: a dataclass with a ``tp_rank`` field or a dict with a
+    ``"tp_rank"`` key gets ``tp_rank=rank``; anything else is returned as it is."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        if "tp_rank" in {f.name for f in dataclasses.fields(config)} and config.tp_rank != rank:
+            return dataclasses.replace(config, tp_rank=rank)
+    elif isinstance(config, dict) and "tp_rank" in config and config["tp_rank"] != rank:
+        return {**config, "tp_rank": rank}
+    return config
+
+
+def build_pass(pass_: Any, case: GraphCase, rank: int = 0) -> Any:
+    """Return the pass object for ``case`` on rank ``rank``: ``pass_`` itself, or
+    ``pass_(rank_config(case.pass_config, rank))`` when ``pass_`` is a class. Raises ``TypeError``
+    for something that is not a pass (:func:`check_pass`), ``ValueError`` when a class is given
+    and the case carries no ``pass_config``."""
     check_pass(pass_)
     if isinstance(pass_, type):
         if case.pass_config is None:
             raise ValueError(f"pass_={pass_.__name__} is a class but the case carries no pass_config")
-        return pass_(case.pass_config)
+        return pass_(rank_config(case.pass_config, rank) if case.tp_world > 1 else case.pass_config)
     return pass_
 
 
@@ -246,11 +274,25 @@ def quiet_fake_tensor_errors():
 
 
 def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
-    """Apply ``pass_`` to a copy of ``case.gm`` without compiling; never raises for the pass's
-    own errors (they land in ``RunPair.error``)."""
-    pass_obj = build_pass(pass_, case)
+    """Apply ``pass_`` to a copy of ``case.gm`` without compiling, once per rank of a
+    tensor-parallel case (see the module docstring); never raises for the pass's own errors (they
+    land in ``RunPair.error``; a rank other than 0 that raises is named there)."""
+    pair = _apply_rank(build_pass(pass_, case), case, 0)
+    if case.tp_world == 1 or pair.error is not None:
+        return pair
+    for rank in range(1, case.tp_world):
+        run = _apply_rank(build_pass(pass_, case, rank), case, rank)
+        pair.ranks.append(run)
+        if run.error is not None:
+            pair.error, pair.error_summary = f"rank {rank}: {run.error}", f"{run.error_summary} on rank {rank}"
+            pair.after = None
+            break
+    return pair
+
+
+def _apply_rank(pass_obj: Any, case: GraphCase, rank: int) -> RunPair:
     after = copy.deepcopy(case.gm)
-    propagate_fake(after, case.inputs[0])
+    propagate_fake(after, case.inputs[rank])
     cache = {"before_outputs": output_vals(after)}  # the structure oracle's reference, propagated once
     start = time.perf_counter()
     try:

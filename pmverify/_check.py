@@ -48,6 +48,13 @@ class CaseResult:
         return not self.violations
 
 
+def _has_collectives(gm: Any) -> bool:
+    return any(
+        node.op == "call_function" and getattr(node.target, "namespace", None) in ("_c10d_functional", "c10d")
+        for node in gm.graph.nodes
+    )
+
+
 def _resolve_oracles(oracles: Sequence[OracleSpec] | None) -> list[tuple[str, Callable[[RunPair], list[Violation]]]]:
     if oracles is None:
         return list(ORACLES.items())
@@ -82,9 +89,12 @@ def check_case(
       milliseconds; ``pair.before`` / ``pair.after`` are then Inductor's post-grad graphs, and the
       expectations oracle judges the pass's match count, not node names.
 
-    Raises ``ValueError`` for an unknown mode or oracle, ``TypeError`` when ``case`` is not a
-    ``GraphCase``; in compiled mode, ``RuntimeError`` when the case does not compile or run even
-    without the pass.
+    A tensor-parallel case (``tp_world > 1``) is applied once per rank in direct mode and run on a
+    real world of ``tp_world`` ranks (:mod:`pmverify.distributed`, threaded backend).
+
+    Raises ``ValueError`` for an unknown mode or oracle, or for compiled mode on a tensor-parallel
+    case whose graph calls collectives; ``TypeError`` when ``case`` is not a ``GraphCase``; in
+    compiled mode, ``RuntimeError`` when the case does not compile or run even without the pass.
     """
     if not isinstance(case, GraphCase):
         raise TypeError(f"case={case!r} is not a GraphCase")
@@ -94,6 +104,13 @@ def check_case(
     start = time.perf_counter()
     if mode == "compiled":
         from ._compiled import apply_compiled  # imports torch._inductor: only when asked for
+
+        if case.tp_world > 1 and _has_collectives(case.gm):
+            raise ValueError(
+                f"mode='compiled' cannot run case {case.label or case!r}: its graph calls collectives on "
+                f"{case.tp_world} ranks, which torch.compile cannot run in the one-process threaded world; "
+                "check it in direct mode, or compile it per rank with pmverify.distributed.run_spmd(backend='gloo')"
+            )
 
         pair = apply_compiled(pass_, case)
     else:

@@ -28,6 +28,11 @@ inputs is covered). The rule for floating-point results, elementwise:
   ``empty_like`` buffers hold NaN (floats) or the largest integer, and a rewrite that reads a
   buffer it never wrote shows on every run instead of by chance.
 - Integer and bool results must be equal.
+- Tensor parallelism: a case with ``tp_world > 1`` runs on a real world of that many ranks
+  (:func:`pmverify.distributed.run_spmd`, threaded backend: collectives really reduce), every
+  rank running its own rewritten graph on its own inputs; each rank's results are compared with
+  that rank's results before the pass and its float64 reference (computed with float64
+  collectives).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ __all__ = [
     "check",
     "compare",
     "float64_reference",
+    "float64_module",
     "run_graph",
     "rank_results",
     "clone_inputs",
@@ -99,11 +105,12 @@ def deterministic_fill():
         torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
-def run_graph(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
-    """Run ``gm`` on clones of ``inputs`` (under :func:`deterministic_fill`); return (flat outputs,
-    inputs after the run)."""
+def run_graph(gm: torch.fx.GraphModule, inputs: tuple[Any, ...], *, fill: bool = True) -> tuple[list[Any], list[Any]]:
+    """Run ``gm`` on clones of ``inputs`` (under :func:`deterministic_fill` unless ``fill`` is
+    False: the caller has set it, as for the threads of a tensor-parallel world, which share those
+    global settings); return (flat outputs, inputs after the run)."""
     args = clone_inputs(inputs)
-    with torch.no_grad(), deterministic_fill():
+    with torch.no_grad(), deterministic_fill() if fill else contextlib.nullcontext():
         out = gm(*args)
     return pytree.tree_leaves(out), args
 
@@ -118,20 +125,29 @@ def _to64(value: Any) -> Any:
     return value
 
 
-def float64_reference(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any]] | None:
-    """Run ``gm`` with every floating dtype turned into float64; None when the graph does not allow
-    it (an op without float64 support, a custom op that checks dtypes...)."""
+def float64_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` with every floating dtype in its nodes' arguments turned into float64."""
     ref = copy.deepcopy(gm)
     for node in ref.graph.nodes:
         if node.op == "call_function":
             node.args = _to64(node.args)
             node.kwargs = _to64(node.kwargs)
     ref.recompile()
+    return ref
+
+
+def _run_float64(ref: torch.fx.GraphModule, inputs: tuple[Any, ...], fill: bool = True) -> Any:
     args = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
     try:
-        return run_graph(ref, args)
+        return run_graph(ref, args, fill=fill)
     except Exception:  # noqa: BLE001 - the graph does not run in float64; fall back
         return None
+
+
+def float64_reference(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any]] | None:
+    """Run ``gm`` with every floating dtype turned into float64; None when the graph does not allow
+    it (an op without float64 support, a custom op that checks dtypes...)."""
+    return _run_float64(float64_module(gm), inputs)
 
 
 def _ulp(dtype: torch.dtype, magnitude: torch.Tensor) -> torch.Tensor:
@@ -205,6 +221,9 @@ def rank_results(pair: Any, rank: int) -> dict[str, Any]:
     key = ("semantics", rank)
     if key in pair.cache:
         return pair.cache[key]
+    if pair.compiled is None and pair.case.tp_world > 1:
+        _world_results(pair)
+        return pair.cache[key]
     inputs = pair.case.inputs[rank]
     if pair.compiled is not None:
         before, after = pair.compiled.before[rank], pair.compiled.after[rank]
@@ -217,6 +236,52 @@ def rank_results(pair: Any, rank: int) -> dict[str, Any]:
     reference = float64_reference(pair.case.gm, inputs)
     pair.cache[key] = {"before": before, "after": after, "reference": reference}
     return pair.cache[key]
+
+
+def _run_graph_filled(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> Any:
+    return run_graph(gm, inputs, fill=False)
+
+
+def _run_float64_filled(ref: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> Any:
+    return _run_float64(ref, inputs, fill=False)
+
+
+#: Seconds a tensor-parallel run may take before its ranks are taken to wait on each other forever.
+WORLD_TIMEOUT_S = 60.0
+
+
+def _world_results(pair: Any) -> None:
+    """Fill ``pair.cache`` with every rank's results, run in one threaded world per graph (before,
+    float64 reference, after): each rank runs its own rewritten graph (``rank_pair``). A rewritten
+    graph that raises on a rank, or whose ranks stop waiting for each other's collectives, makes
+    ``after`` the :class:`~pmverify.distributed.SPMDError` on every rank."""
+    from .._apply import rank_pair
+    from ..distributed import SPMDError, run_spmd
+
+    case, world = pair.case, pair.case.tp_world
+    reference_gm = float64_module(case.gm)
+    with deterministic_fill():
+        before = run_spmd(_run_graph_filled, world, [(pair.before, inputs) for inputs in case.inputs])
+        try:
+            reference = run_spmd(
+                _run_float64_filled,
+                world,
+                [(reference_gm, inputs) for inputs in case.inputs],
+                timeout_s=WORLD_TIMEOUT_S,
+            )
+        except SPMDError:
+            reference = [None] * world
+        try:
+            after = run_spmd(
+                _run_graph_filled,
+                world,
+                [(rank_pair(pair, rank).after, inputs) for rank, inputs in enumerate(case.inputs)],
+                timeout_s=WORLD_TIMEOUT_S,
+            )
+        except SPMDError as exc:
+            after = [exc] * world
+    for rank in range(world):
+        pair.cache[("semantics", rank)] = {"before": before[rank], "after": after[rank], "reference": reference[rank]}
 
 
 def named_results(gm: torch.fx.GraphModule, results: tuple[list[Any], list[Any]]) -> list[tuple[str, Any]]:
@@ -256,11 +321,19 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K) -> list[Violation]:
     if void_reason(pair) is not None:
         return []
     violations: list[Violation] = []
+    raised: list[BaseException] = []
     for rank in range(pair.case.tp_world):
         where = f"rank {rank} " if pair.case.tp_world > 1 else ""
         results = rank_results(pair, rank)
         if isinstance(results["after"], BaseException):
-            violations.append(Violation("semantics", f"{where}graph after the pass raised {results['after']!r}"))
+            error = results["after"]
+            if not any(error is seen for seen in raised):  # a world's failure is reported once
+                raised.append(error)
+                if pair.case.tp_world > 1:  # an SPMDError: its first line names the rank and the exception
+                    message = f"graph after the pass failed on the tensor-parallel world: {str(error).splitlines()[0]}"
+                else:
+                    message = f"graph after the pass raised {error!r}"
+                violations.append(Violation("semantics", message))
             continue
         before, after = named_results(pair.case.gm, results["before"]), named_results(pair.case.gm, results["after"])
         reference = named_results(pair.case.gm, results["reference"]) if results["reference"] is not None else None

@@ -1,0 +1,107 @@
+"""Tensor-parallel oracle: every rank rewrites its graph the same way, and the collectives the pass
+removes are the ones its matches account for.
+
+A tensor-parallel case runs one per-rank graph on ``tp_world`` ranks (SPMD); the pass runs on every
+rank (direct mode applies it once per rank, built for that rank). Two properties, for
+``tp_world > 1``:
+
+- **Identical matches.** Every rank reports the same match count, records the same Inductor matches
+  (the same matched and inserted nodes) and ends with the same graph code. A pass that rewrites on
+  some ranks only leaves the ranks calling different collectives: they hang or reduce garbage.
+- **Collective accounting.** On each rank, the all-reduce nodes (``_c10d_functional.all_reduce`` and
+  its in-place and coalesced forms) that disappear are exactly those the recorded matches account
+  for: the all-reduces among a match's nodes minus those among the nodes its replacement inserted.
+  A fused op that performs its collective inside (``pmverify.qk_norm_tp``) accounts for the one it
+  replaced. A pass that drops, duplicates or leaves an all-reduce behind outside what its matches
+  rewrote is flagged. Passes that rewrite by hand (no recorded matches) are not judged on this.
+
+Whether each rank still computes what it did is the semantics oracle's job: it runs the ranks in a
+real world (:mod:`pmverify.distributed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ._violation import Violation
+
+__all__ = ["check", "all_reduce_count", "ALL_REDUCE_TARGETS"]
+
+
+def _targets() -> frozenset[Any]:
+    ops = torch.ops._c10d_functional
+    names = ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_")
+    return frozenset(getattr(ops, name).default for name in names if hasattr(ops, name))
+
+
+#: The all-reduce ops counted: ``_c10d_functional.all_reduce`` and its in-place / coalesced forms.
+ALL_REDUCE_TARGETS = _targets()
+
+
+def all_reduce_count(nodes: Iterable[torch.fx.Node]) -> int:
+    """How many of ``nodes`` are all-reduce calls (:data:`ALL_REDUCE_TARGETS`)."""
+    return sum(node.op == "call_function" and node.target in ALL_REDUCE_TARGETS for node in nodes)
+
+
+def _named(gm: torch.fx.GraphModule, names: Iterable[str]) -> list[torch.fx.Node]:
+    by_name = {node.name: node for node in gm.graph.nodes}
+    return [by_name[name] for name in names if name in by_name]
+
+
+def _signature(run: Any) -> tuple[Any, ...]:
+    matches = tuple((m.entry, m.nodes, m.replacement) for m in run.matches)
+    return run.matched_count, matches, run.after.code
+
+
+def _difference(rank: int, run: Any, first: Any) -> str:
+    count, matches, code = _signature(run)
+    count0, matches0, code0 = _signature(first)
+    if count != count0:
+        return f"rank {rank} reported {count} matches, rank 0 {count0}"
+    if matches != matches0:
+        return (
+            f"rank {rank} made {len(matches)} Inductor matches, rank 0 {len(matches0)}; rank {rank} matched "
+            f"{[m[1] for m in matches]}, rank 0 {[m[1] for m in matches0]}"
+        )
+    line = next(
+        (i for i, (a, b) in enumerate(zip(code.splitlines(), code0.splitlines(), strict=False)) if a != b),
+        min(len(code.splitlines()), len(code0.splitlines())),
+    )
+    return f"the graph after the pass differs between rank {rank} and rank 0 from line {line + 1} of its code"
+
+
+def check(pair: Any) -> list[Violation]:
+    """Return the tensor-parallel violations of ``pair`` (a ``RunPair``); none for a single-rank
+    case, in compiled mode, or when the pass raised (reported as a crash)."""
+    if pair.case.tp_world == 1 or pair.after is None or not pair.ranks:
+        return []
+    violations = []
+    runs = [pair, *pair.ranks]
+    for rank, run in enumerate(runs[1:], start=1):
+        if _signature(run) != _signature(pair):
+            violations.append(
+                Violation("tensor_parallel", f"matches differ across ranks: {_difference(rank, run, pair)}")
+            )
+            break
+    for rank, run in enumerate(runs):
+        if not run.matches:
+            continue
+        dropped = all_reduce_count(run.before.graph.nodes) - all_reduce_count(run.after.graph.nodes)
+        accounted = sum(
+            all_reduce_count(_named(run.before, m.nodes)) - all_reduce_count(_named(run.after, m.replacement))
+            for m in run.matches
+        )
+        if dropped != accounted:
+            where = f"rank {rank}: " if rank else ""
+            violations.append(
+                Violation(
+                    "tensor_parallel",
+                    f"{where}the pass removed {dropped} all-reduce(s) from the graph; its {len(run.matches)} "
+                    f"match(es) account for {accounted}",
+                )
+            )
+            break
+    return violations
