@@ -53,8 +53,9 @@ def _parser() -> argparse.ArgumentParser:
         "fuzz",
         help="verify a pass on random cases, then on a real model",
         description="Verify the shipped QK-norm fusion pass (or a fault) on random graphs from "
-        "qk_norm_cases() (plain, in-place with_mutations, and with_mutating_custom_ops, a batch of each in turn) "
-        "in direct mode, then on a tiny MiniMax-M2 model compiled by torch.compile.",
+        "qk_norm_cases() (plain, in-place with_mutations, and with_mutating_custom_ops) and from qk_norm_tp_cases() "
+        "(the all-reduce form on tensor-parallel worlds of 1, 2, 4 and 8 ranks, run with real collectives), a batch "
+        "of each in turn, in direct mode, then on a tiny MiniMax-M2 model compiled by torch.compile.",
     )
     fuzz.add_argument(
         "--budget",
@@ -107,22 +108,28 @@ class _Stats:
         self.cases = 0
         self.matches = 0
         self.events: collections.Counter[str] = collections.Counter()
+        self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
 
     def __call__(self, result: Any) -> None:
         from ._verify import case_events
 
         self.cases += 1
         self.matches += result.matches
+        self.tp_worlds[result.case.tp_world].update(cases=1, matches=result.matches)
         self.events.update(label for label in case_events(result) if not label.startswith("matches"))
 
 
 def _families(target: str) -> list[tuple[str, Any]]:
     """The case families the random phase rotates through, one per batch: for the shipped pass,
-    plain graphs, their in-place form, and their functional form with mutating custom ops
-    (auto_functionalized); for a fault, the families of its bank row."""
+    plain graphs, their in-place form, their functional form with mutating custom ops
+    (auto_functionalized), and the all-reduce form on tensor-parallel worlds; for a fault, the
+    families of its bank row."""
     from . import faults
+    from .strategies import qk_norm_tp_cases
 
-    return faults.BANK[target].families() if target in faults.BANK else faults.rotation()
+    if target in faults.BANK:
+        return faults.BANK[target].families()
+    return [*faults.rotation(), ("qk_norm_tp_cases", qk_norm_tp_cases())]
 
 
 def _takes_qk_norm_config(pass_cls: Any) -> bool:
@@ -190,6 +197,7 @@ def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> d
         "elapsed_s": round(elapsed, 3),
         "cases_per_min": round(60 * stats.cases / max(elapsed, 1e-9), 1),
         "families": dict(family_cases),
+        "tp_worlds": {str(world): dict(counts) for world, counts in sorted(stats.tp_worlds.items())},
         "events": dict(sorted(stats.events.items())),
         "violations": violations,
     }
@@ -206,6 +214,11 @@ def _summary(report: dict[str, Any], out: Any) -> None:
             f"{target['cases_per_min']:>11.0f}",
             file=out,
         )
+        worlds = ", ".join(
+            f"tp {world}: {counts['cases']} cases / {counts['matches']} matches"
+            for world, counts in target["tp_worlds"].items()
+        )
+        print(f"  {worlds}", file=out)
         by_oracle = collections.Counter(v["oracle"] for v in target["violations"])
         for oracle, count in sorted(by_oracle.items()):
             print(f"  {oracle}: {count}", file=out)

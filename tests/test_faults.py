@@ -20,17 +20,18 @@ from pmverify.faults import (
     HandRMSNormInsertedBeforeInputs,
     QKNormCastsWeightToActivationDtype,
     QKNormDropsUpcast,
+    QKNormTPLeavesKUnreduced,
+    QKNormTPReadsRankZeroWeights,
     QKNormUuidIgnoresConfig,
     QKNormWrongTPDivisor,
     RMSNormUninitializedAccumulator,
     SwappedAutoFunctionalizedGetitems,
     UnfuseAddmmConfig,
     addmm_cases,
-    tp_world_cases,
 )
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.oracles import ORACLES
-from pmverify.strategies import qk_norm_cases
+from pmverify.strategies import qk_norm_cases, qk_norm_tp_cases
 from pmverify.strategies._auto_functionalized import with_mutating_custom_ops
 from pmverify.strategies._mutations import with_mutations
 from pmverify.strategies._qk_norm import _build_case, _layer, _Source
@@ -296,20 +297,42 @@ def test_early_insertion_is_caught_when_the_input_is_computed(tmp_path, finding_
     assert "structure" in {v.oracle for v in error.violations}
 
 
-def test_wrong_tp_divisor_is_exact_at_tp_world_1():
-    from pmverify.strategies import tp_cases
+TP_FAULTS = [QKNormWrongTPDivisor, QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights]
 
-    results = _quiet(QKNormWrongTPDivisor, tp_cases(qk_norm_cases(), tp_world=st.just(1)), max_examples=6)
+
+def _tp_config(world, num_kv_heads):
+    return QKNormConfig.for_heads(8, num_kv_heads, 4, tp_world=world, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("fault", TP_FAULTS)
+def test_tp_faults_are_exact_at_tp_world_1(fault):
+    results = _quiet(fault, qk_norm_tp_cases(tp_world=st.just(1)), max_examples=4)
     assert all(r.case.tp_world == 1 for r in results)
 
 
-def test_wrong_tp_divisor_is_caught_on_every_rank_of_a_larger_world(tmp_path, finding_only):
-    error = _caught(QKNormWrongTPDivisor, tp_world_cases(), tmp_path, finding_only)
+@pytest.mark.parametrize(
+    ("fault", "exact_on", "caught_on"),
+    [
+        (QKNormWrongTPDivisor, (4, 4), (4, 2)),  # caught once kv heads are replicated
+        (QKNormTPLeavesKUnreduced, (4, 1), (4, 2)),  # exact when every rank holds the one kv head
+        (QKNormTPReadsRankZeroWeights, None, (2, 2)),
+    ],
+)
+def test_tp_faults_show_where_the_geometry_lets_them(fault, exact_on, caught_on, tmp_path, finding_only):
+    if exact_on is not None:
+        _quiet(fault, qk_norm_tp_cases(_tp_config(*exact_on), near_misses=False), max_examples=3)
+    error = _caught(fault, qk_norm_tp_cases(_tp_config(*caught_on), near_misses=False), tmp_path, finding_only)
     assert {v.oracle for v in error.violations} == {"semantics"}
-    assert error.case.tp_world > 1 and error.case.pass_config.tp_world == error.case.tp_world
-    assert any(v.message.startswith(f"rank {error.case.tp_world - 1} ") for v in error.violations)
+    assert any(v.message.startswith("rank ") for v in error.violations)
 
 
-def test_shipped_pass_is_quiet_on_tp_world_cases():
-    results = _quiet(QKNormFusionPass, tp_world_cases(), max_examples=6)
-    assert {r.case.pass_config.tp_world for r in results} == {r.case.tp_world for r in results}
+@pytest.mark.parametrize("fault", TP_FAULTS)
+def test_tp_faults_are_caught_on_random_worlds(fault, tmp_path, finding_only):
+    error = _caught(fault, qk_norm_tp_cases(), tmp_path, finding_only)
+    assert {v.oracle for v in error.violations} == {"semantics"}
+    assert error.case.tp_world > 1
+
+
+def test_shipped_pass_is_quiet_on_tp_cases():
+    results = _quiet(QKNormFusionPass, qk_norm_tp_cases(), max_examples=10)
+    assert all(r.ok for r in results)

@@ -9,7 +9,7 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.matching`: what a hand matcher matches and where it inserts;
 - :mod:`.scalars`: dropped scalar kwargs, with :func:`~.scalars.addmm_cases`;
 - :mod:`.cache_keys`: a ``uuid()`` blind to the configuration;
-- :mod:`.tensor_parallel`: a wrong tensor-parallel divisor, with :func:`~.tensor_parallel.tp_world_cases`.
+- :mod:`.tensor_parallel`: the all-reduce QK norm's divisor, reduction and weight shards.
 
 ``__all__`` lists the faults only (``pmverify fuzz --target`` reads it); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
@@ -29,8 +29,7 @@ from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGet
 from .scalars import AddmmDropsScalars
 from .scalars import UnfuseAddmmConfig as UnfuseAddmmConfig
 from .scalars import addmm_cases as addmm_cases
-from .tensor_parallel import QKNormWrongTPDivisor
-from .tensor_parallel import tp_world_cases as tp_world_cases
+from .tensor_parallel import QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights, QKNormWrongTPDivisor
 
 __all__ = [
     "QKNormWrongRoundingOrder",
@@ -44,4 +43,6 @@ __all__ = [
     "QKNormUuidIgnoresConfig",
     "HandRMSNormInsertedBeforeInputs",
     "QKNormWrongTPDivisor",
+    "QKNormTPLeavesKUnreduced",
+    "QKNormTPReadsRankZeroWeights",
 ]

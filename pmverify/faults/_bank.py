@@ -15,7 +15,7 @@ from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNorm
 from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
 from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
 from .scalars import AddmmDropsScalars, addmm_cases
-from .tensor_parallel import QKNormWrongTPDivisor, tp_world_cases
+from .tensor_parallel import QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights, QKNormWrongTPDivisor
 
 __all__ = ["Fault", "BANK", "rotation"]
 
@@ -60,6 +60,14 @@ class Fault:
 # "planted instance not rewritten" findings that have nothing to do with their bugs.
 _per_tensor = functools.partial(rotation, forms=("rms_norm",))
 
+
+def _tensor_parallel() -> Families:
+    """The all-reduce QK norm over tensor-parallel worlds of 1, 2, 4 and 8 ranks."""
+    from ..strategies import qk_norm_tp_cases
+
+    return [("qk_norm_tp_cases", qk_norm_tp_cases())]
+
+
 #: Every fault, by name; add a row to add one.
 BANK: dict[str, Fault] = {
     fault.name: fault
@@ -77,7 +85,8 @@ BANK: dict[str, Fault] = {
         Fault(HandRMSNormIgnoresExtraUsers, "match despite an extra user", ("expectations",), _per_tensor),
         Fault(QKNormUuidIgnoresConfig, "uuid ignores the config", ("cache_key",)),
         Fault(HandRMSNormInsertedBeforeInputs, "replacement inserted before its input", ("structure",), _per_tensor),
-        Fault(QKNormWrongTPDivisor, "wrong tensor-parallel divisor", ("semantics",),
-              lambda: [("tp_world_cases", tp_world_cases())]),
+        Fault(QKNormWrongTPDivisor, "wrong tensor-parallel divisor", ("semantics",), _tensor_parallel),
+        Fault(QKNormTPLeavesKUnreduced, "k left unreduced", ("semantics",), _tensor_parallel),
+        Fault(QKNormTPReadsRankZeroWeights, "reads another rank's weight shard", ("semantics",), _tensor_parallel),
     )
 }  # fmt: skip

@@ -1,64 +1,122 @@
-"""A fault in tensor-parallel arithmetic: dividing by the world size where no reduction happened.
+"""Faults in tensor-parallel arithmetic, on the all-reduce form of MiniMax's QK norm.
 
-MiniMax's QK norm under tensor parallelism (vLLM's ``MiniMaxText01RMSNormTP``) computes each rank's
-mean of squares, all-reduces it across the ``tp_world`` ranks and divides by ``tp_world``
-(``tensor_model_parallel_all_reduce(variance) / self.tp_world``). The divisor belongs to the
-all-reduce: the rank-local form (no all-reduce in the graph, the form the shipped pass matches)
-divides by nothing. A fused replacement written for the all-reduce form and reused on the local one
-keeps the divisor: every output is scaled by about ``sqrt(tp_world)``.
+vLLM's ``MiniMaxText01RMSNormTP.forward_qk`` concatenates each rank's per-token means of squares
+of q and k, all-reduces them over the tensor-parallel group and divides by ``tp_world``; kv heads
+are replicated once ``tp_world`` exceeds their count (MiniMax-M2). Each fault below matches exactly
+what the shipped pass matches (the same search functions and ``extra_check``) and differs in its
+replacement of the ``qk_norm_tp`` rewrites:
 
-Cases: :func:`tp_world_cases`, the shipped pass's cases spread over a tensor-parallel world by
-:func:`~pmverify.strategies.tp_cases`, with ``pass_config.tp_world`` set to the case's world, so a
-pass built per case knows the world it runs in, as vLLM's passes read it from their config.
+- :class:`QKNormWrongTPDivisor`: k's reduced sum divided by the number of *distinct* k shards;
+- :class:`QKNormTPLeavesKUnreduced`: q and k reduced separately, k's reduction forgotten;
+- :class:`QKNormTPReadsRankZeroWeights`: the norm weights read from rank 0.
+
+Each is exact at ``tp_world = 1`` (the all-reduce rewrites exist only above it) and on some
+geometries above it, which is why they need random geometries and real collectives to be found:
+cases from :func:`~pmverify.strategies.qk_norm_tp_cases`, run by the semantics oracle on a real
+world (:mod:`pmverify.distributed`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
-from hypothesis.strategies import SearchStrategy
 
-from .._case import GraphCase
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from ..fusions.qk_norm.patterns import Rewrite
-from .casts import _with_norm
+from ..fusions.qk_norm.tp import all_reduce
+from .casts import _replaced
 
-__all__ = ["QKNormWrongTPDivisor", "tp_world_cases"]
+__all__ = ["QKNormWrongTPDivisor", "QKNormTPLeavesKUnreduced", "QKNormTPReadsRankZeroWeights"]
+
+
+def _with_tp(config: QKNormConfig, replacement) -> list[Rewrite]:
+    """The shipped rewrites of ``config`` with ``replacement(qkv, q_weight, k_weight) -> (q, k, v)``
+    for both all-reduce forms."""
+    return _replaced(config, {"qk_norm_tp": replacement, "qk_norm_tp_split3": replacement})
+
+
+def _split(config: QKNormConfig, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q, k, v = qkv.split([config.q_size, config.kv_size, config.kv_size], dim=-1)
+    return q.to(torch.float32), k.to(torch.float32), v
+
+
+def _normed(config: QKNormConfig, xf: torch.Tensor, mean_sq: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return (xf * torch.rsqrt(mean_sq + config.eps) * weight).to(config.dtype)
 
 
 class QKNormWrongTPDivisor(QKNormFusionPass):
     """Bug kind: a wrong tensor-parallel divisor.
 
-    Matches exactly what the shipped pass matches (same search functions and ``extra_check``); its
-    replacement divides the rank's mean of squares by ``config.tp_world`` as if an all-reduce had
-    summed it over the ranks, although the matched graph reduces over the rank's own slice only.
-    Exact at ``tp_world = 1``; at 2, 4, 8 every output is off by a factor near ``sqrt(tp_world)``:
-    the semantics oracle, on every rank. Built per case from ``case.pass_config``
-    (:func:`tp_world_cases` sets its ``tp_world``).
+    The replacement all-reduces the ``[T, 2]`` sums of squares as the fused op does, but divides
+    k's by ``kv_size · min(tp_world, num_kv_heads)``, the width of the *distinct* k shards, as if
+    each rank held its own kv heads. Once ``tp_world`` exceeds ``num_kv_heads`` the heads are
+    replicated and the all-reduce counts each one ``tp_world // num_kv_heads`` times: k's mean is
+    that many times too large and every k output off by its square root, on every rank (the
+    semantics oracle). Exact while ``tp_world <= num_kv_heads``, and without ``num_kv_heads`` in the
+    config.
     """
 
     @classmethod
     def rewrites(cls, config: QKNormConfig) -> list[Rewrite]:
-        eps, world = config.eps, config.tp_world
+        world = config.tp_world
+        k_world = min(world, config.num_kv_heads) if config.num_kv_heads else world  # the bug
 
-        def normed(x):
-            xf = x.to(torch.float32)
-            variance = xf.pow(2).mean(dim=-1, keepdim=True) / world  # the bug: no all-reduce to divide
-            return xf * torch.rsqrt(variance + eps)
+        def replacement(qkv, q_weight, k_weight):
+            qf, kf, v = _split(config, qkv)
+            sums = all_reduce(torch.stack([qf.pow(2).sum(-1), kf.pow(2).sum(-1)], dim=-1), config.group_name)
+            q_ms = sums[:, :1] / (config.q_size * world)
+            k_ms = sums[:, 1:] / (config.kv_size * k_world)
+            return _normed(config, qf, q_ms, q_weight), _normed(config, kf, k_ms, k_weight), v
 
-        return _with_norm(config, normed)
-
-
-def _with_world(case: GraphCase) -> GraphCase:
-    config = dataclasses.replace(case.pass_config, tp_world=case.tp_world, tp_rank=0)
-    return dataclasses.replace(case, pass_config=config)
+        return _with_tp(config, replacement)
 
 
-def tp_world_cases(**qk_norm_kwargs) -> SearchStrategy[GraphCase]:
-    """Return a strategy for ``tp_cases(qk_norm_cases(**qk_norm_kwargs))`` cases (tp_world 1, 2, 4
-    or 8, rank inputs replicated or sharded) whose ``pass_config.tp_world`` is the case's world
-    (``tp_rank`` 0: the per-rank graph is the same on every rank)."""
-    from ..strategies import qk_norm_cases, tp_cases
+class QKNormTPLeavesKUnreduced(QKNormFusionPass):
+    """Bug kind: q and k reduced separately, one of them left unreduced.
 
-    return tp_cases(qk_norm_cases(**qk_norm_kwargs)).map(_with_world)
+    The replacement all-reduces q's mean of squares on its own and takes k's rank-local mean as it
+    is (as if k were replicated on every rank). Right only when every rank holds the same k (one kv
+    head, replicated on all ranks); otherwise k's outputs differ from the pattern's on the ranks
+    whose local mean is not the global one (the semantics oracle).
+    """
+
+    @classmethod
+    def rewrites(cls, config: QKNormConfig) -> list[Rewrite]:
+        def replacement(qkv, q_weight, k_weight):
+            qf, kf, v = _split(config, qkv)
+            q_ms = all_reduce(qf.pow(2).mean(dim=-1, keepdim=True), config.group_name) / config.tp_world
+            k_ms = kf.pow(2).mean(dim=-1, keepdim=True)  # the bug: no all-reduce for k
+            return _normed(config, qf, q_ms, q_weight), _normed(config, kf, k_ms, k_weight), v
+
+        return _with_tp(config, replacement)
+
+
+class QKNormTPReadsRankZeroWeights(QKNormFusionPass):
+    """Bug kind: a replacement that reads another rank's weight shard.
+
+    The replacement treats the norm weights as replicated, as per-head norms' weights are (Qwen3's
+    q_norm), and takes rank 0's copy (``_c10d_functional.broadcast`` from rank 0) before the fused
+    op. MiniMax's TP norm weight is sharded with the heads: every other rank normalises with rank
+    0's shard (the semantics oracle, on ranks whose shard differs from rank 0's).
+    """
+
+    @classmethod
+    def rewrites(cls, config: QKNormConfig) -> list[Rewrite]:
+        def rank_zero(weight):
+            ops = torch.ops._c10d_functional
+            return ops.wait_tensor(ops.broadcast(weight, 0, config.group_name))
+
+        def replacement(qkv, q_weight, k_weight):
+            q_out, k_out = torch.ops.pmverify.qk_norm_tp(
+                qkv,
+                rank_zero(q_weight),
+                rank_zero(k_weight),
+                config.q_size,
+                config.kv_size,
+                config.eps,
+                config.tp_world,
+                config.group_name,
+                False,
+            )
+            return q_out, k_out, qkv.split([config.q_size, config.kv_size, config.kv_size], dim=-1)[2]
+
+        return _with_tp(config, replacement)
