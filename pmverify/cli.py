@@ -20,6 +20,8 @@ __all__ = ["main"]
 
 DEFAULT_BUDGET_S = 60.0
 BATCH = 25
+#: The world sizes the shipped pass is fuzzed on, one rotation batch each (besides tp_world 1).
+TP_WORLDS = (2, 4, 8)
 
 
 def _positive(kind: type, name: str):
@@ -124,12 +126,17 @@ def _families(target: str) -> list[tuple[str, Any]]:
     plain graphs, their in-place form, their functional form with mutating custom ops
     (auto_functionalized), and the all-reduce form on tensor-parallel worlds; for a fault, the
     families of its bank row."""
+    from hypothesis import strategies as st
+
     from . import faults
     from .strategies import qk_norm_tp_cases
 
     if target in faults.BANK:
         return faults.BANK[target].families()
-    return [*faults.rotation(), ("qk_norm_tp_cases", qk_norm_tp_cases())]
+    # One tensor-parallel batch per world size after each single-rank family, so that a run of
+    # six batches has checked tp_world 2, 4 and 8 (tp_world 1 is what the other families check).
+    tp = [(f"qk_norm_tp_cases[tp_world={world}]", qk_norm_tp_cases(tp_world=st.just(world))) for world in TP_WORLDS]
+    return [family for pair in zip(faults.rotation(), tp, strict=True) for family in pair]
 
 
 def _takes_qk_norm_config(pass_cls: Any) -> bool:
