@@ -14,7 +14,10 @@ inputs is covered). The rule for floating-point results, elementwise:
 
   A changed rounding order in bf16/fp16 (e.g. a weight applied after instead of before the cast)
   loses up to one ulp on many elements and is caught; a fused kernel that only reassociates an
-  fp32 reduction is not.
+  fp32 reduction is not. Such a kernel still moves the rare value that lies within a float32 ulp of
+  a bf16/fp16 rounding midpoint to the neighbouring value; when at most 1 % (:data:`TIES`) of a
+  result's elements break the rule, each by one ulp at most from its value before the pass, they
+  are taken for rounding ties and the result holds.
 - Where no reference can be computed (an op without float64 support), the comparison falls back to
   ``torch.testing``'s per-dtype defaults for ``|after - before|``.
 - NaN/Inf policy: a case whose reference (the float64 run; the graph before the pass where no
@@ -62,6 +65,7 @@ __all__ = [
     "K",
     "ULPS",
     "FP32_SLACK",
+    "TIES",
 ]
 
 #: Factor on the error of the graph before the pass (torch._dynamo's ``same()`` uses 2–3 with a
@@ -71,6 +75,9 @@ K = 1.0
 ULPS = 0.5
 #: Slack for reassociated float32 arithmetic, in float32 epsilons of the magnitude.
 FP32_SLACK = 64.0
+#: Largest fraction of a result's elements that may be isolated one-ulp rounding ties (see
+#: :func:`compare`); 1 in 100, so a result of fewer than 100 elements tolerates none.
+TIES = 0.01
 
 _FALLBACK = {  # torch.testing.assert_close defaults: (rtol, atol)
     torch.float16: (1e-3, 1e-5),
@@ -156,6 +163,21 @@ def _ulp(dtype: torch.dtype, magnitude: torch.Tensor) -> torch.Tensor:
     return torch.ldexp(torch.full_like(magnitude, info.eps), exponent - 1)
 
 
+def _isolated_ties(
+    flagged: torch.Tensor, diff: torch.Tensor, before: torch.Tensor, dtype: torch.dtype, usable: Any
+) -> bool:
+    """Whether every flagged element is an isolated rounding tie: judged against the float64
+    reference, at most :data:`TIES` of the elements, each at most one ulp of ``dtype`` from its
+    value before the pass. A reassociated float32 sum moves a value that lies within a float32 ulp
+    of a low-precision rounding midpoint to the neighbouring bf16/fp16 value; the whole-graph
+    reference, which also skips the rounding of earlier low-precision ops, may then find the
+    neighbour worse by up to one ulp. A changed rounding order moves many elements."""
+    if usable is None or not bool(usable[flagged].all()):
+        return False
+    allowed = int(TIES * flagged.numel())
+    return int(flagged.sum()) <= allowed and bool((diff[flagged] <= _ulp(dtype, before.abs()[flagged])).all())
+
+
 def compare(
     name: str, before: Any, after: Any, reference: Any = None, *, ulps: float = ULPS, k: float = K
 ) -> str | None:
@@ -198,7 +220,8 @@ def compare(
         rule = f"error vs float64 reference beyond {ulps} ulp of {before.dtype} more than before"
     else:
         excess = (diff - allowed).where(finite, 0.0)
-    if not (excess > 0).any():
+    flagged = excess > 0
+    if not flagged.any() or _isolated_ties(flagged, diff, b, before.dtype, usable):
         return None
     idx = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape))
     count = int((excess > 0).sum())
@@ -247,7 +270,7 @@ def _run_float64_filled(ref: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> A
 
 
 #: Seconds a tensor-parallel run may take before its ranks are taken to wait on each other forever.
-WORLD_TIMEOUT_S = 60.0
+WORLD_TIMEOUT_S = 15.0
 
 
 def _world_results(pair: Any) -> None:
@@ -261,7 +284,15 @@ def _world_results(pair: Any) -> None:
     case, world = pair.case, pair.case.tp_world
     reference_gm = float64_module(case.gm)
     with deterministic_fill():
-        before = run_spmd(_run_graph_filled, world, [(pair.before, inputs) for inputs in case.inputs])
+        try:
+            before = run_spmd(
+                _run_graph_filled, world, [(pair.before, inputs) for inputs in case.inputs], timeout_s=WORLD_TIMEOUT_S
+            )
+        except SPMDError as exc:
+            first = str(exc).splitlines()[0]
+            raise RuntimeError(
+                f"the case's own graph, before the pass, fails on the tensor-parallel world: {first}"
+            ) from None
         try:
             reference = run_spmd(
                 _run_float64_filled,

@@ -132,3 +132,24 @@ def test_k_scales_the_error_before():
     before, after = _bf16_norm(x, w, False), _bf16_norm(x, w, True)
     assert compare("out", before, after, _reference(x, w)) is not None
     assert compare("out", before, after, _reference(x, w), k=8.0, ulps=1.0) is None
+
+
+def _fp16_tie(numel, flips, steps=1):
+    """A float16 result equal to its reference rounded, and ``after`` with ``flips`` elements moved
+    ``steps`` ulps up, away from a reference a quarter ulp below ``before`` there (the values a
+    reassociated sum rounds the other way at a midpoint, judged against a whole-graph reference
+    that skipped the rounding of an upstream low-precision op)."""
+    reference = torch.linspace(1.0, 1.9, numel, dtype=torch.float64)
+    before = reference.half()
+    ulp = 2.0**-10  # float16 ulp in [1, 2)
+    reference[:flips] = before[:flips].double() - ulp / 4
+    after = before.clone()
+    after[:flips] = (before[:flips].double() + steps * ulp).half()
+    return before, after, reference
+
+
+def test_isolated_one_ulp_ties_hold_and_more_do_not():
+    assert compare("out", *_fp16_tie(200, 2)) is None  # 1 % of 200
+    assert "3 of 200 elements off" in compare("out", *_fp16_tie(200, 3))
+    assert "1 of 200 elements off" in compare("out", *_fp16_tie(200, 1, steps=2))  # two ulps: no tie
+    assert "1 of 50 elements off" in compare("out", *_fp16_tie(50, 1))  # too few elements to tell
