@@ -406,7 +406,8 @@ def qk_norm_tp_cases(
     Shrinks toward W = 1, one float32 layer on a fresh input, T = 1, no context, no near miss.
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``config`` that is not a ``QKNormConfig``,
-    lacks ``num_heads`` or has ``tp_rank != 0``; ``tp_world`` not a strategy or given with
+    lacks ``num_heads``, has ``tp_rank != 0`` or a ``group_name`` other than the default group's
+    (``"0"``: the only group of the worlds cases run on); ``tp_world`` not a strategy or given with
     ``config``; non-int or non-positive bounds, ``min_* > max_*``, ``min_tokens >
     config.max_tokens``; ``dtypes`` empty, unsupported or given with ``config``; when drawing, for
     a world size that is not a positive int.
@@ -427,6 +428,11 @@ def qk_norm_tp_cases(
             )
         if config.tp_rank != 0:
             raise InvalidArgument(f"config.tp_rank={config.tp_rank} must be 0: pass_config is rank 0's config")
+        if config.group_name != DEFAULT_GROUP_NAME:
+            raise InvalidArgument(
+                f"config.group_name={config.group_name!r}: the worlds cases run on (pmverify.distributed) have "
+                f"one process group, the default one, named {DEFAULT_GROUP_NAME!r}"
+            )
         if tp_world is not None:
             raise InvalidArgument(
                 f"tp_world={short_repr(tp_world)} cannot be combined with config: the world size is "

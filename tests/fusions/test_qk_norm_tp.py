@@ -40,7 +40,7 @@ def test_kv_heads_are_replicated_beyond_their_count():
     ("kwargs", "message"),
     [
         ({"q_size": 8, "kv_size": 4, "tp_world": 3, "num_heads": 8, "num_kv_heads": 2}, "num_heads=8 is not divisible"),
-        ({"q_size": 8, "kv_size": 4, "tp_world": 2, "num_heads": 8, "num_kv_heads": 3}, "one must divide the other"),
+        ({"q_size": 12, "kv_size": 4, "tp_world": 2, "num_heads": 12, "num_kv_heads": 3}, "one must divide the other"),
         (
             {"q_size": 8, "kv_size": 8, "tp_world": 4, "num_heads": 8, "num_kv_heads": 2},
             "kv_size=8; expected 1 kv heads",
@@ -162,3 +162,30 @@ def test_ranks_share_one_registration():
     configs = [QKNormConfig.for_heads(8, 2, 4, tp_world=4, tp_rank=r) for r in range(4)]
     assert len({id(QKNormFusionPass(c).patterns) for c in configs}) == 1
     copy.deepcopy(configs[0])  # configs stay plain, copyable values
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((8, 16, 128), "num_heads=8 is not divisible by num_kv_heads=16"),
+        ((6, 4, 8), "num_heads=6 is not divisible by num_kv_heads=4"),
+        ((8, 0, 8), r"QKNormConfig.for_heads: num_kv_heads=0 must be a positive int"),
+        ((6, 3, 8), r"QKNormConfig.for_heads: num_kv_heads=3 and tp_world=2: one must divide the other"),
+    ],
+)
+def test_for_heads_refuses_impossible_gqa(args, message):
+    with pytest.raises(ValueError, match=message):
+        QKNormConfig.for_heads(*args, tp_world=2)
+
+
+def test_uuid_hashes_the_tensor_parallel_patterns(monkeypatch):
+    import inspect
+
+    from pmverify.fusions.qk_norm import tp
+
+    pass_ = QKNormFusionPass(QKNormConfig.for_heads(8, 2, 4, tp_world=2))
+    before = pass_.uuid()
+    source = inspect.getsource
+
+    monkeypatch.setattr(inspect, "getsource", lambda obj: source(obj) + ("# edited" if obj is tp else ""))
+    assert pass_.uuid() != before

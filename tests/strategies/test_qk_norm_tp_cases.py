@@ -248,6 +248,7 @@ def test_bad_drawn_tp_world():
         ({"config": QKNormConfig(q_size=8, kv_size=4)}, "has num_heads=None"),
         ({"config": QKNormConfig.for_heads(4, 2, 4, tp_world=2, tp_rank=1)}, "config.tp_rank=1 must be 0"),
         ({"config": _GIVEN, "tp_world": tp_sizes()}, "cannot be combined with config"),
+        ({"config": QKNormConfig.for_heads(4, 2, 4, tp_world=2, group_name="tp")}, "config.group_name='tp'"),
         ({"tp_world": 4}, "tp_world=4 must be a Hypothesis strategy"),
         ({"min_tokens": 0}, "min_tokens=0"),
         ({"min_tokens": 1.5}, "min_tokens=1.5"),

@@ -73,7 +73,8 @@ class QKNormConfig:
       ``torch.ops._c10d_functional.all_reduce(x, "sum", group_name)`` takes it; default ``"0"``,
       the default group's name. Only read when ``tp_world > 1``.
     - ``num_heads`` / ``num_kv_heads``: total query and key-value heads over all ranks, or None.
-      When given, the geometry is checked: ``num_heads`` divisible by ``tp_world``, ``q_size`` a
+      When given, the geometry is checked: ``num_heads`` divisible by ``num_kv_heads`` and by
+      ``tp_world``, ``q_size`` a
       multiple of ``num_heads // tp_world`` (that multiple is head_dim), and ``kv_size`` =
       :func:`kv_heads_per_rank` × head_dim. :meth:`for_heads` computes q_size and kv_size from them.
 
@@ -115,6 +116,11 @@ class QKNormConfig:
     def _check_heads(self) -> None:
         _positive_int("QKNormConfig", "num_heads", self.num_heads)
         _positive_int("QKNormConfig", "num_kv_heads", self.num_kv_heads)
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"QKNormConfig: num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads} "
+                "(each kv head serves an equal group of query heads)"
+            )
         if self.num_heads % self.tp_world:
             raise ValueError(f"QKNormConfig: num_heads={self.num_heads} is not divisible by tp_world={self.tp_world}")
         heads = self.num_heads // self.tp_world
@@ -143,12 +149,15 @@ class QKNormConfig:
         key-value heads of ``head_dim`` elements (MiniMax-M2: 48, 8, 128), kv heads replicated when
         ``tp_world`` exceeds their count. Other fields (eps, dtype, max_tokens, group_name) pass
         through. Raises ``ValueError`` for an impossible geometry."""
-        _positive_int("QKNormConfig.for_heads", "num_heads", num_heads)
-        _positive_int("QKNormConfig.for_heads", "head_dim", head_dim)
+        for name, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+            _positive_int("QKNormConfig.for_heads", name, value)
         _positive_int("QKNormConfig.for_heads", "tp_world", tp_world)
         if num_heads % tp_world:
             raise ValueError(f"QKNormConfig.for_heads: num_heads={num_heads} is not divisible by tp_world={tp_world}")
-        kv_heads = kv_heads_per_rank(num_kv_heads, tp_world)
+        try:
+            kv_heads = kv_heads_per_rank(num_kv_heads, tp_world)
+        except ValueError as exc:
+            raise ValueError(f"QKNormConfig.for_heads: {exc}") from None
         return cls(
             q_size=num_heads // tp_world * head_dim,
             kv_size=kv_heads * head_dim,

@@ -15,6 +15,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from . import config as _config_module
 from . import ops as _ops_module
 from . import patterns as _patterns_module
+from . import tp as _tp_module
 from .config import QKNormConfig
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class QKNormFusionPass(CustomGraphPass):
         """The ``PatternMatcherPass`` holding this config's rewrites (registered on first use).
 
         The rewrites do not depend on ``tp_rank`` (the per-rank graph is the same on every rank, and
-        each rank's weight shard is a graph input), so the ranks of one world share them."""
+        each rank's weight shard is a graph input), so the ranks of one world share them: a
+        subclass's ``rewrites(config)`` must not read ``config.tp_rank`` (it gets rank 0's)."""
         return _pattern_pass(type(self), dataclasses.replace(self.config, tp_rank=0))
 
     def __call__(self, graph: torch.fx.Graph) -> None:
@@ -103,7 +105,7 @@ class QKNormFusionPass(CustomGraphPass):
 
     def uuid(self) -> str:
         digest = hashlib.sha256()
-        modules = [_config_module, _ops_module, _patterns_module, inspect.getmodule(QKNormFusionPass)]
+        modules = [_config_module, _ops_module, _patterns_module, _tp_module, inspect.getmodule(QKNormFusionPass)]
         for cls in type(self).__mro__:
             if cls is QKNormFusionPass:
                 break
