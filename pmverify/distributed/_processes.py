@@ -213,20 +213,22 @@ class _ProcessWorld:
             return [answers[rank][1] for rank in range(self.world_size)]
         self.close(graceful=False)
         note = "the world was torn down"
-        if failed:
-            rank = min(failed)
-            _, summary, tb = failed[rank]
-            if pending:
-                note = f"ranks {pending} had not returned; {note}"
-            raise rank_failed(rank, self.world_size, self.backend, summary, tb, note)
-        if dead:
+        if dead:  # first: the others' errors (a peer's connection reset) follow from it
             rank = min(dead)
+            if failed:
+                note = f"ranks {sorted(failed)} raised after it (a lost peer); {note}"
             raise SPMDError(
                 f"{self.backend} world of {self.world_size}: the worker process of rank {rank} exited with code "
                 f"{dead[rank]} while running fn; {note}",
                 rank=rank,
                 backend=self.backend,
             )
+        if failed:
+            rank = min(failed)
+            _, summary, tb = failed[rank]
+            if pending:
+                note = f"ranks {pending} had not returned; {note}"
+            raise rank_failed(rank, self.world_size, self.backend, summary, tb, note)
         finished = sorted(answers)
         raise timed_out(pending, finished, timeout_s, self.backend, "", note)
 

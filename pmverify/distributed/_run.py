@@ -33,7 +33,10 @@ def run_spmd(
     collectives (``torch.ops._c10d_functional.*`` with group name :data:`DEFAULT_GROUP_NAME`) really
     communicate. A world is started on the first call for its backend and size and reused by later
     calls until :func:`shutdown_worlds` (registered with :mod:`atexit`). State ``fn`` leaves behind
-    in a world (groups it creates, globals it sets) persists into later calls.
+    in a world (groups it creates, globals it sets) persists into later calls. While a threaded run
+    is in flight, torch.distributed's process-wide world state is the threaded world's: a default
+    group the caller initialised is restored when the run ends, but other threads must not use it
+    during the run.
 
     Args:
         fn: the function every rank runs. For ``"gloo"`` and ``"nccl"`` it and its arguments are

@@ -229,7 +229,10 @@ class _ThreadedWorld:
             note = "the ranks were released and the world is reused"
             if lost:
                 note = f"ranks {lost} never returned even when released, and the world was abandoned"
-            raise timed_out(unfinished_at_timeout, sorted(values), timeout_s, BACKEND, stacks, note)
+            finished = sorted(
+                rank for rank in values if rank not in unfinished_at_timeout
+            )  # not those that returned late
+            raise timed_out(unfinished_at_timeout, finished, timeout_s, BACKEND, stacks, note)
         return [values[rank] for rank in range(size)]
 
     def _drain(self, call: int, returned: dict[int, Any], grace_s: float) -> None:

@@ -61,11 +61,13 @@ def _difference(rank: int, run: Any, first: Any) -> str:
     count0, matches0, code0 = _signature(first)
     if count != count0:
         return f"rank {rank} reported {count} matches, rank 0 {count0}"
-    if matches != matches0:
-        return (
-            f"rank {rank} made {len(matches)} Inductor matches, rank 0 {len(matches0)}; rank {rank} matched "
-            f"{[m[1] for m in matches]}, rank 0 {[m[1] for m in matches0]}"
-        )
+    if len(matches) != len(matches0):
+        return f"rank {rank} made {len(matches)} Inductor matches, rank 0 {len(matches0)}"
+    for (entry, nodes, inserted), (entry0, nodes0, inserted0) in zip(matches, matches0, strict=True):
+        if (entry, nodes) != (entry0, nodes0):
+            return f"rank {rank} matched {list(nodes)} ({entry}), rank 0 {list(nodes0)} ({entry0})"
+        if inserted != inserted0:
+            return f"the match of {list(nodes)} inserted {list(inserted)} on rank {rank}, {list(inserted0)} on rank 0"
     line = next(
         (i for i, (a, b) in enumerate(zip(code.splitlines(), code0.splitlines(), strict=False)) if a != b),
         min(len(code.splitlines()), len(code0.splitlines())),

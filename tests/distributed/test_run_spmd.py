@@ -267,6 +267,17 @@ def test_gloo_sums_and_reports_a_raising_rank():
     assert err.rank == 1 and err.backend == "gloo"
     assert "ValueError: rank one was told to fail" in str(err)
     assert "in rank_one_raises" in err.traceback
+    with pytest.raises(SPMDError) as info:  # a fresh world: the failed one was torn down
+        run_spmd(rank_one_dies, 2, [(), ()], backend="gloo", timeout_s=60)
+    assert info.value.rank == 1 and "rank 1 exited with code 7" in str(info.value)  # not rank 0's reset peer
+
+
+def rank_one_dies() -> None:
+    if dist.get_rank() == 1:
+        import os
+
+        os._exit(7)
+    dist.all_reduce(torch.ones(1))  # fails when its peer is gone
 
 
 # -- nccl ------------------------------------------------------------------------------------------

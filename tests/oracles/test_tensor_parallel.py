@@ -131,3 +131,41 @@ def test_ranks_waiting_on_each_other_are_a_finding_not_a_hang(monkeypatch):
     )
     assert "rank 1: the pass removed 0 all-reduce(s)" in by_oracle["tensor_parallel"]
     assert pmverify.check_case(QKNormFusionPass, _case()).ok  # the world is still usable
+
+
+class ExtraMaxReduce(QKNormFusionPass):
+    """Fuses with an extra all-reduce (max) of the already reduced sums in its replacement."""
+
+    @classmethod
+    def rewrites(cls, config):
+        from pmverify.faults.tensor_parallel import _normed, _split, _with_tp
+        from pmverify.fusions.qk_norm.tp import all_reduce
+
+        def replacement(qkv, q_weight, k_weight):
+            qf, kf, v = _split(config, qkv)
+            sums = all_reduce(torch.stack([qf.pow(2).sum(-1), kf.pow(2).sum(-1)], dim=-1), config.group_name)
+            sums = all_reduce(sums, config.group_name, "max")
+            q_ms, k_ms = (
+                sums[:, :1] / (config.q_size * config.tp_world),
+                sums[:, 1:] / (config.kv_size * config.tp_world),
+            )
+            return _normed(config, qf, q_ms, q_weight), _normed(config, kf, k_ms, k_weight), v
+
+        return _with_tp(config, replacement)
+
+
+class ExtraMaxReduceOnRankZero(QKNormFusionPass):
+    def __call__(self, graph):
+        pass_ = ExtraMaxReduce(self.config) if self.config.tp_rank == 0 else QKNormFusionPass(self.config)
+        pass_(graph)
+        self.matched_count = pass_.matched_count
+
+
+def test_the_message_names_what_differs_between_ranks(monkeypatch):
+    from pmverify.oracles import semantics
+
+    monkeypatch.setattr(semantics, "WORLD_TIMEOUT_S", 2.0)
+    result = pmverify.check_case(ExtraMaxReduceOnRankZero, _case(), oracles=["tensor_parallel", "semantics"])
+    by_oracle = {v.oracle: v.message for v in result.violations}
+    assert "inserted" in by_oracle["tensor_parallel"] and "on rank 1" in by_oracle["tensor_parallel"]
+    assert "ranks [0] did not finish within timeout_s=2 s" in by_oracle["semantics"]
