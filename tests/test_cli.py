@@ -15,12 +15,28 @@ def test_fuzz_clean_run_writes_report(tmp_path, capsys):
     assert data["seed"] == 1 and data["pmverify"]
     (target,) = data["targets"]
     assert target["name"] == "qk_norm" and target["cases"] == 60 and target["matches"] > 0
-    # batches of 25 rotate through the case families
-    assert target["families"] == {"qk_norm_cases": 25, "with_mutations": 25, "with_mutating_custom_ops": 10}
+    # batches of 25 rotate through the case families, a tensor-parallel world after each single-rank one
+    assert target["families"] == {"qk_norm_cases": 25, "qk_norm_tp_cases[tp_world=2]": 25, "with_mutations": 10}
+    assert {world: counts["cases"] for world, counts in target["tp_worlds"].items()} == {"1": 35, "2": 25}
+    assert target["tp_worlds"]["2"]["matches"] >= 25  # every case keeps a must-match instance
     assert target["violations"] == [] and target["cases_per_min"] > 0
     assert data["real_models"] == []
     out = capsys.readouterr().out
     assert "summary" in out and "qk_norm" in out and "cases/min" in out
+
+
+def test_one_rotation_covers_every_tp_world():
+    from pmverify.cli import _families
+
+    names = [name for name, _ in _families("qk_norm")]
+    assert names == [
+        "qk_norm_cases",
+        "qk_norm_tp_cases[tp_world=2]",
+        "with_mutations",
+        "qk_norm_tp_cases[tp_world=4]",
+        "with_mutating_custom_ops",
+        "qk_norm_tp_cases[tp_world=8]",
+    ]
 
 
 def test_fuzz_finds_fault_and_exits_1(tmp_path, capsys):

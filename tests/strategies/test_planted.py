@@ -112,7 +112,10 @@ def test_shipped_pass_on_its_own_patterns(rewrite, data):
     found = {r.name: r for r in rewrites(config)}[rewrite]
     inputs = like(found.example_inputs, vary={"tokens": [(0, 0)]})
     case = data.draw(planted(found.search_fn, inputs, pass_config=config, name=rewrite, max_instances=2))
-    result = pmverify.check_case(QKNormFusionPass, case)
+    # The shipped pass less its other rewrites: planted's ground truth is that of one pattern, and
+    # qk_norm_split_qk rightly fuses a split3 near miss whose only change is v's split sizes.
+    only = type("Only" + rewrite, (QKNormFusionPass,), {"rewrites": classmethod(lambda cls, config: [found])})
+    result = pmverify.check_case(only, case)
     assert result.ok, result.violations
     assert result.matches == _rewritten(result)
 
