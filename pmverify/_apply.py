@@ -211,9 +211,14 @@ def check_pass(pass_: Any) -> None:
         )
 
 
-def rank_config(config: Any, rank: int) -> Any:
+def rank_config(config: Any, rank: int, tp_world: int | None = None) -> Any:
     """``config`` for rank ``rank``: a dataclass with a ``tp_rank`` field or a dict with a
-    ``"tp_rank"`` key gets ``tp_rank=rank``; anything else is returned as it is."""
+    ``"tp_rank"`` key gets ``tp_rank=rank``; anything else is returned as it is, and so is a config
+    whose own ``tp_world`` is not ``tp_world`` (a single-rank config of a rank-local graph spread
+    over ranks by ``tp_cases``: the same pass on every rank)."""
+    own_world = config.get("tp_world") if isinstance(config, dict) else getattr(config, "tp_world", None)
+    if tp_world is not None and own_world is not None and own_world != tp_world:
+        return config
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         if "tp_rank" in {f.name for f in dataclasses.fields(config)} and config.tp_rank != rank:
             return dataclasses.replace(config, tp_rank=rank)
@@ -231,7 +236,7 @@ def build_pass(pass_: Any, case: GraphCase, rank: int = 0) -> Any:
     if isinstance(pass_, type):
         if case.pass_config is None:
             raise ValueError(f"pass_={pass_.__name__} is a class but the case carries no pass_config")
-        return pass_(rank_config(case.pass_config, rank) if case.tp_world > 1 else case.pass_config)
+        return pass_(rank_config(case.pass_config, rank, case.tp_world) if case.tp_world > 1 else case.pass_config)
     return pass_
 
 

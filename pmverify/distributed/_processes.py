@@ -217,6 +217,8 @@ class _ProcessWorld:
             rank = min(dead)
             if failed:
                 note = f"ranks {sorted(failed)} raised after it (a lost peer); {note}"
+            if pending:
+                note = f"ranks {pending} had not returned; {note}"
             raise SPMDError(
                 f"{self.backend} world of {self.world_size}: the worker process of rank {rank} exited with code "
                 f"{dead[rank]} while running fn; {note}",

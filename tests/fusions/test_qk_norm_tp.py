@@ -167,7 +167,7 @@ def test_ranks_share_one_registration():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((8, 16, 128), "num_heads=8 is not divisible by num_kv_heads=16"),
+        ((8, 16, 128), "QKNormConfig.for_heads: num_heads=8 is not divisible by num_kv_heads=16"),
         ((6, 4, 8), "num_heads=6 is not divisible by num_kv_heads=4"),
         ((8, 0, 8), r"QKNormConfig.for_heads: num_kv_heads=0 must be a positive int"),
         ((6, 3, 8), r"QKNormConfig.for_heads: num_kv_heads=3 and tp_world=2: one must divide the other"),
@@ -189,3 +189,19 @@ def test_uuid_hashes_the_tensor_parallel_patterns(monkeypatch):
 
     monkeypatch.setattr(inspect, "getsource", lambda obj: source(obj) + ("# edited" if obj is tp else ""))
     assert pass_.uuid() != before
+
+
+def test_a_single_rank_config_spread_by_tp_cases_is_built_as_it_is():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pmverify.strategies import qk_norm_cases, tp_cases
+
+    @settings(max_examples=4, deadline=None, database=None)
+    @given(tp_cases(qk_norm_cases(), tp_world=st.just(2)))
+    def check(case):
+        result = pmverify.check_case(QKNormFusionPass, case)
+        assert result.ok, result.violations
+        assert result.pair.ranks[0].pass_.config == case.pass_config  # tp_world 1: the same on every rank
+
+    check()

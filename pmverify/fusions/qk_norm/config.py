@@ -158,15 +158,18 @@ class QKNormConfig:
             kv_heads = kv_heads_per_rank(num_kv_heads, tp_world)
         except ValueError as exc:
             raise ValueError(f"QKNormConfig.for_heads: {exc}") from None
-        return cls(
-            q_size=num_heads // tp_world * head_dim,
-            kv_size=kv_heads * head_dim,
-            tp_world=tp_world,
-            tp_rank=tp_rank,
-            num_heads=num_heads,
-            num_kv_heads=num_kv_heads,
-            **fields,
-        )
+        try:
+            return cls(
+                q_size=num_heads // tp_world * head_dim,
+                kv_size=kv_heads * head_dim,
+                tp_world=tp_world,
+                tp_rank=tp_rank,
+                num_heads=num_heads,
+                num_kv_heads=num_kv_heads,
+                **fields,
+            )
+        except ValueError as exc:
+            raise ValueError(f"QKNormConfig.for_heads: {str(exc).removeprefix('QKNormConfig: ')}") from None
 
     @property
     def qkv_size(self) -> int:
