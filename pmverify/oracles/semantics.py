@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -225,7 +226,7 @@ def compare(
     if not flagged.any() or _isolated_ties(flagged, diff, b, before.dtype, usable):
         return None
     idx = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape))
-    count = int((excess > 0).sum())
+    count = int(flagged.sum())
     detail = f"{b[idx].item()!r} before the pass, {a[idx].item()!r} after it"
     if usable is not None and bool(usable[idx]):
         detail += f", float64 reference {reference[idx].item()!r}"
@@ -262,14 +263,6 @@ def rank_results(pair: Any, rank: int) -> dict[str, Any]:
     return pair.cache[key]
 
 
-def _run_graph_filled(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> Any:
-    return run_graph(gm, inputs, fill=False)
-
-
-def _run_float64_filled(ref: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> Any:
-    return _run_float64(ref, inputs, fill=False)
-
-
 #: Seconds a tensor-parallel run may take before its ranks are taken to wait on each other forever.
 WORLD_TIMEOUT_S = 15.0
 
@@ -284,10 +277,11 @@ def _world_results(pair: Any) -> None:
 
     case, world = pair.case, pair.case.tp_world
     reference_gm = float64_module(case.gm)
+    run_filled = functools.partial(run_graph, fill=False)  # deterministic_fill is set once, around the runs
     with deterministic_fill():
         try:
             before = run_spmd(
-                _run_graph_filled, world, [(pair.before, inputs) for inputs in case.inputs], timeout_s=WORLD_TIMEOUT_S
+                run_filled, world, [(pair.before, inputs) for inputs in case.inputs], timeout_s=WORLD_TIMEOUT_S
             )
         except SPMDError as exc:
             first = str(exc).splitlines()[0]
@@ -296,7 +290,7 @@ def _world_results(pair: Any) -> None:
             ) from None
         try:
             reference = run_spmd(
-                _run_float64_filled,
+                functools.partial(_run_float64, fill=False),
                 world,
                 [(reference_gm, inputs) for inputs in case.inputs],
                 timeout_s=WORLD_TIMEOUT_S,
@@ -305,7 +299,7 @@ def _world_results(pair: Any) -> None:
             reference = [None] * world
         try:
             after = run_spmd(
-                _run_graph_filled,
+                run_filled,
                 world,
                 [(rank_pair(pair, rank).after, inputs) for rank, inputs in enumerate(case.inputs)],
                 timeout_s=WORLD_TIMEOUT_S,

@@ -30,6 +30,12 @@ from .config import SUPPORTED_DTYPES
 __all__ = ["qk_norm", "qk_norm_tp", "rms_norm"]
 
 
+def _scale(xf: Tensor, rstd: Tensor, weight: Tensor, dtype: torch.dtype, weight_after_cast: bool) -> Tensor:
+    """``xf · rstd`` (float32) with the weight applied before or after the cast to ``dtype``."""
+    normed = xf * rstd
+    return weight * normed.to(dtype) if weight_after_cast else (normed * weight).to(dtype)
+
+
 def _norm_rows(x: Tensor, weight: Tensor, eps: float, weight_after_cast: bool) -> Tensor:
     """RMS-normalise the last dim of ``x`` in float32, with the rounding order asked for."""
     xf = x.float()
@@ -161,11 +167,6 @@ def qk_norm_tp(
         _scale(q, torch.rsqrt(q_ms + eps), q_weight, qkv.dtype, weight_after_cast),
         _scale(k, torch.rsqrt(k_ms + eps), k_weight, qkv.dtype, weight_after_cast),
     )
-
-
-def _scale(xf: Tensor, rstd: Tensor, weight: Tensor, dtype: torch.dtype, weight_after_cast: bool) -> Tensor:
-    normed = xf * rstd
-    return weight * normed.to(dtype) if weight_after_cast else (normed * weight).to(dtype)
 
 
 @qk_norm_tp.register_fake
