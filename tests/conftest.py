@@ -4,7 +4,13 @@ random, so every profile sets ``deadline=None``. Pick one with ``HYPOTHESIS_PROF
 import os
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings
+
+# Without a GPU, Triton kernels run only in Triton's interpreter, which must be on before the first
+# kernel is decorated (pmverify imports its kernels on first use).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 settings.register_profile(
     "ci", max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

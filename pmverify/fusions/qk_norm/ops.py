@@ -18,16 +18,42 @@ For bf16/fp16 the two orders round differently: swapping them is a semantic chan
 ``qk_norm_tp`` is the tensor-parallel form (vLLM ``MiniMaxText01RMSNormTP.forward_qk`` at
 tp_world > 1): q and k are sharded over the ranks but normalised over the whole hidden size, so the
 per-token mean of squares is ``all_reduce(sum over the rank's slice) / (width · tp_world)``.
+
+Implementations: ``qk_norm`` and ``qk_norm_tp`` run the Triton kernels of :mod:`.triton_impl` on CUDA
+tensors and the torch code below on every other device. The environment variable
+``PMVERIFY_QK_NORM_IMPL`` (read at each call) overrides that: ``triton`` forces the kernels (on CPU
+tensors they run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` before triton is
+imported), ``torch`` forces the torch code, ``auto`` (or unset) is the default.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import Tensor
 
+from . import triton_impl
 from .config import SUPPORTED_DTYPES
 
-__all__ = ["qk_norm", "qk_norm_tp", "rms_norm"]
+__all__ = ["qk_norm", "qk_norm_tp", "rms_norm", "IMPL_ENV", "implementation"]
+
+#: The environment variable that picks the fused QK-norm ops' implementation.
+IMPL_ENV = "PMVERIFY_QK_NORM_IMPL"
+_IMPLS = ("auto", "triton", "torch")
+
+
+def implementation(x: Tensor) -> str:
+    """``"triton"`` or ``"torch"``: what ``qk_norm`` / ``qk_norm_tp`` run for an activation ``x``.
+
+    ``auto`` (or :data:`IMPL_ENV` unset): Triton for CUDA tensors, torch otherwise. Raises
+    ``ValueError`` naming the variable and its value for anything but auto, triton or torch."""
+    value = os.environ.get(IMPL_ENV, "").strip().lower() or "auto"
+    if value not in _IMPLS:
+        raise ValueError(f"{IMPL_ENV}={os.environ[IMPL_ENV]!r}: expected one of {', '.join(_IMPLS)}")
+    if value == "auto":
+        return "triton" if x.is_cuda else "torch"
+    return value
 
 
 def _scale(xf: Tensor, rstd: Tensor, weight: Tensor, dtype: torch.dtype, weight_after_cast: bool) -> Tensor:
@@ -97,10 +123,13 @@ def qk_norm(
     - ``weight_after_cast``: rounding order (see the module docstring).
 
     Returns ``(q_out [T, q_size], k_out [T, kv_size])``; v is left to the caller as a view of qkv.
+    Runs :func:`.triton_impl.qk_norm_triton` (one kernel) where :func:`implementation` says so.
     Raises ``ValueError`` for a non-2-D or non-contiguous qkv, a last dim other than
     ``q_size + 2*kv_size``, or a weight of the wrong length, dtype or device.
     """
     _check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    if implementation(qkv) == "triton":
+        return triton_impl.qk_norm_triton(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
     q = qkv[:, :q_size]
     k = qkv[:, q_size : q_size + kv_size]
     return (
@@ -153,10 +182,16 @@ def qk_norm_tp(
     · weight`` cast back as the pattern does (``weight_after_cast``, see the module docstring). With
     kv heads replicated over ranks, the ranks of one head hold the same k, so the sum still divides
     by ``kv_size · tp_world`` to the mean over all heads. Returns ``(q_out [T, q_size], k_out
-    [T, kv_size])``. Raises ``ValueError`` as :func:`qk_norm` does, and for ``tp_world < 1``; the
+    [T, kv_size])``. Runs :func:`.triton_impl.qk_norm_tp_triton` (sum-of-squares kernel, the
+    all-reduce, apply kernel) where :func:`implementation` says so. Raises ``ValueError`` as
+    :func:`qk_norm` does, and for ``tp_world < 1``; the
     collective raises when ``group_name`` is not a group of this process.
     """
     _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name)
+    if implementation(qkv) == "triton":
+        return triton_impl.qk_norm_tp_triton(
+            qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name, weight_after_cast
+        )
     q = qkv[:, :q_size].float()
     k = qkv[:, q_size : q_size + kv_size].float()
     sums = torch.stack([q.pow(2).sum(-1), k.pow(2).sum(-1)], dim=-1)  # [T, 2] float32
