@@ -14,9 +14,11 @@ be one bf16 ulp below the compiled kernel's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
+import threading
 
 import torch
 from torch import Tensor
@@ -104,6 +106,16 @@ def triton_next_pow2(n: int) -> int:
     return 1 << (max(1, n) - 1).bit_length()
 
 
+#: Triton's interpreter patches ``triton.language`` process-wide while a kernel runs, so interpreted
+#: launches from several threads (a threaded tensor-parallel world) take turns.
+_INTERPRETER_LOCK = threading.Lock()
+
+
+def _serialised(x: Tensor):
+    """The lock interpreted launches hold; compiled (CUDA) launches run concurrently."""
+    return contextlib.nullcontext() if x.device.type == "cuda" else _INTERPRETER_LOCK
+
+
 @functools.cache
 def _kernels():
     """Import :mod:`.kernels` (and triton) on first use; on CPU tensors the interpreter must be on."""
@@ -181,10 +193,11 @@ def qk_norm_triton(
     if tokens == 0:
         return q_out, k_out
     launch, meta = _tiling(qkv, q_size, kv_size, launch)
-    _kernels().qk_norm_kernel[launch.grid(tokens)](
-        qkv, q_weight, k_weight, q_out, k_out, tokens, qkv.stride(0), q_size, kv_size, float(q_size),
-        float(kv_size), eps, WEIGHT_AFTER_CAST=weight_after_cast, num_warps=launch.num_warps, **meta,
-    )  # fmt: skip
+    with _serialised(qkv):
+        _kernels().qk_norm_kernel[launch.grid(tokens)](
+            qkv, q_weight, k_weight, q_out, k_out, tokens, qkv.stride(0), q_size, kv_size, float(q_size),
+            float(kv_size), eps, WEIGHT_AFTER_CAST=weight_after_cast, num_warps=launch.num_warps, **meta,
+        )  # fmt: skip
     return q_out, k_out
 
 
@@ -200,9 +213,10 @@ def sum_squares_triton(
     if tokens == 0:
         return sums
     launch, meta = _tiling(qkv, q_size, kv_size, launch)
-    _kernels().sum_squares_kernel[launch.grid(tokens)](
-        qkv, sums, tokens, qkv.stride(0), q_size, kv_size, num_warps=launch.num_warps, **meta
-    )
+    with _serialised(qkv):
+        _kernels().sum_squares_kernel[launch.grid(tokens)](
+            qkv, sums, tokens, qkv.stride(0), q_size, kv_size, num_warps=launch.num_warps, **meta
+        )
     return sums
 
 
@@ -228,11 +242,12 @@ def qk_norm_apply_triton(
     if tokens == 0:
         return q_out, k_out
     launch, meta = _tiling(qkv, q_size, kv_size, launch)
-    _kernels().qk_norm_apply_kernel[launch.grid(tokens)](
-        qkv, sums.contiguous(), q_weight, k_weight, q_out, k_out, tokens, qkv.stride(0), q_size, kv_size,
-        float(q_size * tp_world), float(kv_size * tp_world), eps,
-        WEIGHT_AFTER_CAST=weight_after_cast, num_warps=launch.num_warps, **meta,
-    )  # fmt: skip
+    with _serialised(qkv):
+        _kernels().qk_norm_apply_kernel[launch.grid(tokens)](
+            qkv, sums.contiguous(), q_weight, k_weight, q_out, k_out, tokens, qkv.stride(0), q_size, kv_size,
+            float(q_size * tp_world), float(kv_size * tp_world), eps,
+            WEIGHT_AFTER_CAST=weight_after_cast, num_warps=launch.num_warps, **meta,
+        )  # fmt: skip
     return q_out, k_out
 
 

@@ -1,0 +1,283 @@
+"""The fused QK norm's Triton kernels, run in Triton's interpreter on CPU (``TRITON_INTERPRET=1``,
+set by ``conftest.py`` without a GPU).
+
+Every run writes into outputs poisoned with NaN (inputs are finite), so an element the kernel never
+wrote shows; every run also checks that qkv (and so v) is left untouched.
+
+Tolerances, derived rather than tuned (u = 2⁻²⁴, the float32 unit roundoff):
+
+- The float32 sum of n squares has relative error at most (n - 1)·u (Higham, *Accuracy and
+  Stability of Numerical Algorithms*, 2nd ed., §4.2: recursive summation of non-negative terms; a
+  tree reduction is within the same bound); the mean, ``+ eps``, sqrt and the two divisions add one
+  rounding each and rsqrt halves the relative error of its argument, and ``x · rstd`` and ``· w``
+  add two more: float32 results are within (n + 6)·u of the exact value, relatively.
+- The cast to a narrower output dtype adds half an ulp of the output, or a whole one for bf16 in
+  the interpreter, which truncates float32 → bfloat16 instead of rounding to nearest.
+- With the weight after the cast (transformers' order), the normalised value is first rounded to
+  the activation dtype (half an ulp, one for bf16 in the interpreter) and then multiplied by w, so
+  that rounding counts ``|w|`` times.
+
+Against the float64 reference (the exact formula without intermediate roundings) the kernel must
+stay within that bound; against the torch implementation, within the sum of both implementations'
+bounds, the torch one rounding to nearest.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pmverify.distributed import run_spmd
+from pmverify.fusions.qk_norm import ops, triton_impl
+from pmverify.fusions.qk_norm.triton_impl import Launch, launch_for, qk_norm_tp_triton, qk_norm_triton
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+U32 = 2.0**-24
+
+
+def _ulp(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The ulp of ``dtype`` at each ``|value|`` (float64), subnormals included."""
+    info = torch.finfo(dtype)
+    _, exponent = torch.frexp(value.abs().double().clamp(min=info.tiny))
+    return info.eps * torch.pow(2.0, (exponent - 1).double())
+
+
+def _rounding(dtype: torch.dtype, truncating: bool) -> float:
+    """Ulps one cast to ``dtype`` may move a value: half (to nearest), one for the truncating
+    interpreter's bf16, none for float32 (its roundings are in the relative term)."""
+    if dtype == torch.float32:
+        return 0.0
+    return 1.0 if truncating and dtype == torch.bfloat16 else 0.5
+
+
+def _bound(reference, weight, act_dtype, out_dtype, width, weight_after_cast, truncating):
+    """Per-element bound on ``|result - reference|`` (see the module docstring)."""
+    rel = (width + 6) * U32
+    w = weight.double().abs()
+    normed = reference.abs() / w.clamp(min=1e-30)
+    bound = reference.abs() * rel
+    if weight_after_cast:
+        bound = bound + w * _rounding(act_dtype, truncating) * _ulp(normed * (1 + rel), act_dtype)
+    return bound + _rounding(out_dtype, truncating) * _ulp(reference.abs() * (1 + rel) + bound, out_dtype)
+
+
+def _reference64(qkv, q_weight, k_weight, q_size, kv_size, eps):
+    """The exact formula in float64: x · rsqrt(mean(x²) + eps) · w, no intermediate rounding."""
+    x = qkv.double()
+    q, k = x[:, :q_size], x[:, q_size : q_size + kv_size]
+
+    def norm(part, weight):
+        return part * torch.rsqrt(part.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
+
+    return norm(q, q_weight), norm(k, k_weight)
+
+
+def _poisoned(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast):
+    tokens = qkv.shape[0]
+    dtypes = [ops._out_dtype(qkv.dtype, w.dtype, weight_after_cast) for w in (q_weight, k_weight)]
+    return tuple(torch.full((tokens, w), float("nan"), dtype=d) for w, d in zip((q_size, kv_size), dtypes, strict=True))
+
+
+def _assert_within(name, got, reference, bound):
+    error = (got.double() - reference).abs()
+    bad = ~(error <= bound)  # NaN (an unwritten element) counts as bad
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise AssertionError(
+            f"{name}: {int(bad.sum())} of {got.numel()} elements off; first at {index}: got {got[index].item()!r}, "
+            f"expected {reference[index].item()!r} ± {bound[index].item():.3g} (error {error[index].item():.3g})"
+        )
+
+
+def check_kernel(launcher, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, launch=None):
+    """Run ``launcher`` on poisoned outputs and check it against float64 and the torch op."""
+    original = qkv.clone()
+    out = _poisoned(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast)
+    result = launcher(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out=out, launch=launch)
+    assert all(r is o for r, o in zip(result, out, strict=True)), "the launcher must return the out tensors"
+    assert torch.equal(qkv, original), "the kernel wrote into qkv"
+    with_torch = ops.qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
+    references = _reference64(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    for name, got, expected, reference, weight, width in zip(
+        ("q_out", "k_out"), out, with_torch, references, (q_weight, k_weight), (q_size, kv_size), strict=True
+    ):
+        assert not got.isnan().any(), f"{name}: {int(got.isnan().sum())} elements never written"
+        args = (weight, qkv.dtype, got.dtype, width, weight_after_cast)
+        kernel_bound = _bound(reference, *args, truncating=True)
+        _assert_within(f"{name} vs float64", got, reference, kernel_bound)
+        _assert_within(f"{name} vs torch", got, expected.double(), kernel_bound + _bound(reference, *args, False))
+
+
+def _pow2_at_most(limit):
+    return st.integers(0, max(0, limit.bit_length() - 1)).map(lambda e: 1 << e)
+
+
+@st.composite
+def kernel_inputs(draw, max_tokens=40, max_q=160, max_kv=48):
+    """qkv ``[T, q + 2kv]`` with q/k values of mixed scale, weights, eps, rounding order, tiling."""
+    tokens = draw(st.integers(1, max_tokens))
+    q_size, kv_size = draw(st.integers(1, max_q)), draw(st.integers(1, max_kv))
+    dtype = draw(st.sampled_from(DTYPES))
+    weight_dtype = draw(st.sampled_from((torch.float32, dtype)))
+    seed = draw(st.integers(0, 2**16))
+    scale = 2.0 ** draw(st.integers(-6, 6))
+    generator = torch.Generator().manual_seed(seed)
+    qkv = (torch.randn(tokens, q_size + 2 * kv_size, generator=generator) * scale).to(dtype)
+    q_weight = (1 + torch.randn(q_size, generator=generator) / 4).to(weight_dtype)
+    k_weight = (1 + torch.randn(kv_size, generator=generator) / 4).to(weight_dtype)
+    eps = draw(st.sampled_from((1e-6, 1e-5, 1e-2)))
+    weight_after_cast = draw(st.booleans())
+    launch = None
+    if draw(st.booleans()):
+        default = launch_for(tokens, q_size, kv_size, qkv.device)
+        launch = Launch(
+            rows=draw(_pow2_at_most(16)),
+            block_q=max(default.block_q // draw(_pow2_at_most(8)), 1),
+            block_kv=max(default.block_kv // draw(_pow2_at_most(8)), 1),
+            num_programs=draw(st.integers(1, 6)),
+        )
+    return qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, launch
+
+
+@given(kernel_inputs())
+@example((torch.randn(3, 4000).bfloat16(), torch.rand(3000) + 0.5, torch.rand(500) + 0.5, 3000, 500, 1e-6, False, None))
+@example(
+    (torch.randn(2, 4000).half(), torch.rand(3000).half(), torch.rand(500).half(), 3000, 500, 1e-6, True, None)
+).via("non-power-of-two MiniMax-like widths, fp16 weights after the cast")
+def test_tp1_kernel_matches_torch_and_float64(inputs):
+    check_kernel(qk_norm_triton, *inputs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("weight_after_cast", [False, True])
+def test_every_dtype_and_order_on_an_odd_geometry(dtype, weight_after_cast):
+    generator = torch.Generator().manual_seed(1)
+    qkv = torch.randn(7, 30 + 2 * 5, generator=generator).to(dtype)
+    for weight_dtype in {torch.float32, dtype}:
+        q_weight, k_weight = torch.rand(30, generator=generator).to(weight_dtype), torch.rand(5).to(weight_dtype)
+        check_kernel(qk_norm_triton, qkv, q_weight, k_weight, 30, 5, 1e-6, weight_after_cast)
+        # Chunked: each part read in chunks of 4 / 2 columns, two rows per block, three programs.
+        launch = Launch(rows=2, block_q=4, block_kv=2, num_programs=3)
+        check_kernel(qk_norm_triton, qkv, q_weight, k_weight, 30, 5, 1e-6, weight_after_cast, launch)
+
+
+@pytest.mark.parametrize(("tokens", "rows", "num_programs"), [(65536, 512, 4), (65537, 1024, 1), (70001, 256, 3)])
+def test_grid_covers_every_row_for_any_token_count(tokens, rows, num_programs):
+    """Each program walks many row blocks (the interpreter costs ~10 ms per row block, so the blocks
+    are larger than :func:`launch_for`'s 64 rows for this width)."""
+    qkv = torch.randn(tokens, 12 + 2 * 3).bfloat16()
+    q_weight, k_weight = torch.rand(12) + 0.5, torch.rand(3) + 0.5
+    launch = Launch(rows, 16, 4, num_programs)
+    assert launch.grid(tokens) == (num_programs,) and num_programs * rows < tokens
+    check_kernel(qk_norm_triton, qkv, q_weight, k_weight, 12, 3, 1e-6, False, launch)
+
+
+def test_tokens_zero_returns_empty_outputs():
+    q_out, k_out = qk_norm_triton(torch.empty(0, 10), torch.ones(4), torch.ones(3), 4, 3, 1e-6)
+    assert q_out.shape == (0, 4) and k_out.shape == (0, 3)
+
+
+def _tp_launcher(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, *, out=None, launch=None):
+    return qk_norm_tp_triton(
+        qkv, q_weight, k_weight, q_size, kv_size, eps, 1, "0", weight_after_cast, out=out, launch=launch
+    )
+
+
+@given(kernel_inputs(max_tokens=20, max_q=64, max_kv=24))
+def test_tp_kernels_at_world_1_match_torch_and_float64(inputs):
+    check_kernel(_tp_launcher, *inputs)
+
+
+def test_sum_squares_kernel_writes_float32_sums():
+    qkv = torch.randn(9, 13 + 2 * 6).half()
+    sums = torch.full((9, 2), float("nan"))
+    triton_impl.sum_squares_triton(qkv, 13, 6, out=sums, launch=Launch(4, 4, 2, 2))
+    expected = torch.stack([qkv[:, :13].double().pow(2).sum(-1), qkv[:, 13:19].double().pow(2).sum(-1)], dim=-1)
+    torch.testing.assert_close(sums.double(), expected, rtol=20 * U32, atol=0)
+
+
+def _tp_rank(qkv, q_weight, k_weight, q_size, kv_size, world):
+    return torch.ops.pmverify.qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, 1e-6, world, "0", False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("world", [2, 4])
+def test_tp_kernels_all_reduce_over_a_threaded_world(monkeypatch, dtype, world):
+    """Each rank holds 6 q columns and 5 k columns of the full 6·world / 5·world hidden sizes; the
+    op under ``PMVERIFY_QK_NORM_IMPL=triton`` must normalise over the full width."""
+    generator = torch.Generator().manual_seed(world)
+    q_full, k_full = torch.randn(5, 6 * world, generator=generator), torch.randn(5, 5 * world, generator=generator)
+    q_weight, k_weight = torch.rand(6 * world, generator=generator) + 0.5, torch.rand(5 * world) + 0.5
+    shards = []
+    for rank in range(world):
+        q, k = q_full[:, rank * 6 : rank * 6 + 6], k_full[:, rank * 5 : rank * 5 + 5]
+        qkv = torch.cat([q, k, torch.randn(5, 5)], dim=-1).to(dtype).contiguous()
+        shards.append((qkv, q_weight[rank * 6 : rank * 6 + 6], k_weight[rank * 5 : rank * 5 + 5], 6, 5, world))
+    monkeypatch.setenv(ops.IMPL_ENV, "triton")
+    outs = run_spmd(_tp_rank, world, shards)
+    full = torch.cat([torch.cat([s[0][:, :6] for s in shards], -1), torch.cat([s[0][:, 6:11] for s in shards], -1)], -1)
+    q_ref, k_ref = _reference64(full, q_weight, k_weight, 6 * world, 5 * world, 1e-6)
+    for rank, (q_out, k_out) in enumerate(outs):
+        for got, reference, weight in ((q_out, q_ref[:, rank * 6 : rank * 6 + 6], q_weight[rank * 6 : rank * 6 + 6]),
+                                       (k_out, k_ref[:, rank * 5 : rank * 5 + 5], k_weight[rank * 5 : rank * 5 + 5])):
+            bound = _bound(reference, weight, dtype, got.dtype, 6 * world + world, False, truncating=True)
+            _assert_within(f"rank {rank}", got, reference, bound)
+
+
+# ------------------------------------------------------------------------------------ dispatch
+
+
+def test_op_dispatches_on_the_environment_variable(monkeypatch):
+    calls = []
+    real = triton_impl.qk_norm_triton
+    monkeypatch.setattr(triton_impl, "qk_norm_triton", lambda *a: calls.append(a) or real(*a))
+    qkv, q_weight, k_weight = torch.randn(3, 16), torch.rand(8), torch.rand(4)
+    for value, expected in (("", 0), ("auto", 0), ("torch", 0), ("TRITON", 1), ("triton", 2)):
+        monkeypatch.setenv(ops.IMPL_ENV, value)
+        assert ops.implementation(qkv) == ("triton" if "triton" in value.lower() else "torch")
+        q_out, _ = torch.ops.pmverify.qk_norm(qkv, q_weight, k_weight, 8, 4, 1e-6)
+        assert len(calls) == expected and not q_out.isnan().any()
+    monkeypatch.setenv(ops.IMPL_ENV, "cuda")
+    with pytest.raises(ValueError, match=r"PMVERIFY_QK_NORM_IMPL='cuda': expected one of auto, triton, torch"):
+        torch.ops.pmverify.qk_norm(qkv, q_weight, k_weight, 8, 4, 1e-6)
+
+
+def test_forced_triton_without_the_interpreter_is_a_clear_error():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {ops.IMPL_ENV: "triton"}
+    code = (
+        "import torch, pmverify.fusions.qk_norm\n"
+        "torch.ops.pmverify.qk_norm(torch.randn(2, 16), torch.ones(8), torch.ones(4), 8, 4, 1e-6)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "set TRITON_INTERPRET=1 before pmverify's kernels (and triton) are first imported" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rows": 3}, "rows=3 must be a power of two"),
+        ({"block_q": 0}, "block_q=0 must be a positive int"),
+        ({"num_programs": 2.0}, r"num_programs=2.0 must be a positive int"),
+    ],
+)
+def test_launch_refuses_bad_tiling(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Launch(**{"rows": 1, "block_q": 1, "block_kv": 1, "num_programs": 1, **kwargs})
+
+
+def test_out_of_the_wrong_shape_is_refused():
+    qkv = torch.randn(2, 16)
+    with pytest.raises(ValueError, match=r"out q_out is \(2, 7\) torch.float32"):
+        qk_norm_triton(qkv, torch.ones(8), torch.ones(4), 8, 4, 1e-6, out=(torch.empty(2, 7), torch.empty(2, 4)))
+
+
+def test_default_tiling_reads_minimax_rows_once():
+    """MiniMax-M2 at tp 1 (q 6144, kv 1024) and tp 8 (768, 128): each part one chunk."""
+    for q_size, kv_size in ((6144, 1024), (768, 128), (3000, 500)):
+        launch = launch_for(32768, q_size, kv_size, torch.device("cpu"))
+        assert launch.chunks(q_size, kv_size) == (1, 1)
