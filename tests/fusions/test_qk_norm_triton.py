@@ -222,8 +222,10 @@ def test_tp_kernels_all_reduce_over_a_threaded_world(monkeypatch, dtype, world):
     full = torch.cat([torch.cat([s[0][:, :6] for s in shards], -1), torch.cat([s[0][:, 6:11] for s in shards], -1)], -1)
     q_ref, k_ref = _reference64(full, q_weight, k_weight, 6 * world, 5 * world, 1e-6)
     for rank, (q_out, k_out) in enumerate(outs):
-        for got, reference, weight in ((q_out, q_ref[:, rank * 6 : rank * 6 + 6], q_weight[rank * 6 : rank * 6 + 6]),
-                                       (k_out, k_ref[:, rank * 5 : rank * 5 + 5], k_weight[rank * 5 : rank * 5 + 5])):
+        for got, reference, weight in (
+            (q_out, q_ref[:, rank * 6 : rank * 6 + 6], q_weight[rank * 6 : rank * 6 + 6]),
+            (k_out, k_ref[:, rank * 5 : rank * 5 + 5], k_weight[rank * 5 : rank * 5 + 5]),
+        ):
             bound = _bound(reference, weight, dtype, got.dtype, 6 * world + world, False, truncating=True)
             _assert_within(f"rank {rank}", got, reference, bound)
 
@@ -281,3 +283,34 @@ def test_default_tiling_reads_minimax_rows_once():
     for q_size, kv_size in ((6144, 1024), (768, 128), (3000, 500)):
         launch = launch_for(32768, q_size, kv_size, torch.device("cpu"))
         assert launch.chunks(q_size, kv_size) == (1, 1)
+
+
+@pytest.mark.parametrize("tp", [False, True])
+def test_opcheck_with_the_triton_implementation(monkeypatch, tp):
+    """The ops' schema, fake kernels and aliasing hold with the kernels behind them too."""
+    monkeypatch.setenv(ops.IMPL_ENV, "triton")
+    qkv, q_weight, k_weight = torch.randn(5, 30 + 2 * 5).bfloat16(), torch.rand(30), torch.rand(5)
+    if tp:
+        torch.library.opcheck(
+            torch.ops.pmverify.qk_norm_tp.default, (qkv, q_weight, k_weight, 30, 5, 1e-6, 1, "0", True)
+        )
+    else:
+        torch.library.opcheck(torch.ops.pmverify.qk_norm.default, (qkv, q_weight, k_weight, 30, 5, 1e-6, True))
+
+
+@pytest.mark.parametrize("tensor_parallel", [False, True])
+def test_shipped_pass_with_kernels_behind_its_ops_is_verified(monkeypatch, tensor_parallel):
+    """pmverify's own oracles on the shipped pass whose fused ops run the kernels (fp32 and fp16:
+    the interpreter's bf16 truncation is not the kernel's rounding on a GPU)."""
+    import pmverify
+    from pmverify.fusions.qk_norm import QKNormFusionPass
+    from pmverify.strategies import qk_norm_cases, qk_norm_tp_cases
+
+    monkeypatch.setenv(ops.IMPL_ENV, "triton")
+    calls = []
+    name = "qk_norm_tp_triton" if tensor_parallel else "qk_norm_triton"
+    launcher = getattr(triton_impl, name)
+    monkeypatch.setattr(triton_impl, name, lambda *a, **k: calls.append(1) or launcher(*a, **k))
+    cases = qk_norm_tp_cases if tensor_parallel else qk_norm_cases
+    pmverify.verify(QKNormFusionPass, cases(dtypes=(torch.float32, torch.float16)))
+    assert calls, "the fused op never ran its kernels"
