@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import pathlib
 import sys
 import time
@@ -377,6 +378,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import torch
+
+    # Without a GPU, pmverify's Triton kernels (the fused op's, and the kernel faults' of the bank)
+    # run only in Triton's interpreter, which must be on before triton is first imported (its own
+    # jit functions, tl.sum..., are decorated then, as are the kernels on their first use): set it
+    # here, before the commands import torch._inductor (which imports triton) or the kernels;
+    # nothing imported with this module imports either.
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     args = _parser().parse_args(argv)
     if args.command == "fuzz":
         return fuzz(args)

@@ -9,7 +9,9 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.matching`: what a hand matcher matches and where it inserts;
 - :mod:`.scalars`: dropped scalar kwargs, with :func:`~.scalars.addmm_cases`;
 - :mod:`.cache_keys`: a ``uuid()`` blind to the configuration;
-- :mod:`.tensor_parallel`: the all-reduce QK norm's divisor, reduction and weight shards.
+- :mod:`.tensor_parallel`: the all-reduce QK norm's divisor, reduction and weight shards;
+- :mod:`.kernels`: the fused op's Triton kernel (grid, column mask, chunk count), with faulty
+  launchers that are drop-ins for ``qk_norm_triton``.
 
 ``__all__`` lists the faults only (``pmverify fuzz --target`` reads it); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
@@ -24,6 +26,7 @@ from ._bank import rotation as rotation
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
+from .kernels import QKNormKernelGridCapped, QKNormKernelLeavesKOutUnwritten, QKNormKernelUnmaskedLoads
 from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
 from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
 from .scalars import AddmmDropsScalars
@@ -45,4 +48,7 @@ __all__ = [
     "QKNormWrongTPDivisor",
     "QKNormTPLeavesKUnreduced",
     "QKNormTPReadsRankZeroWeights",
+    "QKNormKernelGridCapped",
+    "QKNormKernelUnmaskedLoads",
+    "QKNormKernelLeavesKOutUnwritten",
 ]

@@ -7,11 +7,13 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from hypothesis.strategies import SearchStrategy
 
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
+from .kernels import QKNormKernelGridCapped, QKNormKernelLeavesKOutUnwritten, QKNormKernelUnmaskedLoads
 from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
 from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
 from .scalars import AddmmDropsScalars, addmm_cases
@@ -68,6 +70,23 @@ def _tensor_parallel() -> Families:
     return [("qk_norm_tp_cases", qk_norm_tp_cases())]
 
 
+def _kernel() -> Families:
+    """The split forms (the rewrites the kernel faults replace) with 257..320 tokens. The default
+    tiling (``launch_for``) has ``rows`` = 64, 32 or 16 per row block for the drawn widths (``rows ·
+    (next_pow2(q_size) + next_pow2(kv_size))`` about 8192 elements, at most 64 rows) and 4 programs in
+    Triton's interpreter, so its grid covers at most 256 rows without the grid-stride loop: more
+    than 256 tokens make every case show the capped grid. The default widths (4..32-element heads,
+    1..8 heads) hold many that are not powers of two, for the other two. No bfloat16: Triton's
+    interpreter casts float32 to bfloat16 by truncation, which the semantics oracle would flag in the
+    correct kernel too (a finding that is not the fault's)."""
+    from ..strategies import qk_norm_cases
+
+    cases = qk_norm_cases(
+        min_tokens=257, max_tokens=320, dtypes=(torch.float32, torch.float16), forms=("qk_norm", "qk_norm_split3")
+    )
+    return [("qk_norm_cases", cases)]
+
+
 #: Every fault, by name; add a row to add one.
 BANK: dict[str, Fault] = {
     fault.name: fault
@@ -88,5 +107,8 @@ BANK: dict[str, Fault] = {
         Fault(QKNormWrongTPDivisor, "wrong tensor-parallel divisor", ("semantics",), _tensor_parallel),
         Fault(QKNormTPLeavesKUnreduced, "k left unreduced", ("semantics",), _tensor_parallel),
         Fault(QKNormTPReadsRankZeroWeights, "reads another rank's weight shard", ("semantics",), _tensor_parallel),
+        Fault(QKNormKernelGridCapped, "kernel grid stops at a fixed number of blocks", ("semantics",), _kernel),
+        Fault(QKNormKernelUnmaskedLoads, "kernel loads without the column mask", ("semantics",), _kernel),
+        Fault(QKNormKernelLeavesKOutUnwritten, "kernel leaves k_out unwritten", ("semantics",), _kernel),
     )
 }  # fmt: skip

@@ -248,15 +248,24 @@ def test_op_dispatches_on_the_environment_variable(monkeypatch):
         torch.ops.pmverify.qk_norm(qkv, q_weight, k_weight, 8, 4, 1e-6)
 
 
-def test_forced_triton_without_the_interpreter_is_a_clear_error():
+@pytest.mark.parametrize(
+    "prelude",
+    [
+        "",  # never turned on
+        "import triton\nos.environ['TRITON_INTERPRET'] = '1'\n",  # turned on after triton's own jit functions
+    ],
+)
+def test_forced_triton_without_the_interpreter_is_a_clear_error(prelude):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {ops.IMPL_ENV: "triton"}
     code = (
-        "import torch, pmverify.fusions.qk_norm\n"
+        f"import os\n{prelude}import torch, pmverify.fusions.qk_norm\n"
         "torch.ops.pmverify.qk_norm(torch.randn(2, 16), torch.ones(8), torch.ones(4), 8, 4, 1e-6)\n"
     )
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
-    assert "set TRITON_INTERPRET=1 before pmverify's kernels (and triton) are first imported" in run.stderr
+    assert "RuntimeError: the Triton QK norm on CPU tensors runs in Triton's interpreter: set TRITON_INTERPRET=1" in (
+        run.stderr
+    )
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,15 @@ import threading
 import torch
 from torch import Tensor
 
-__all__ = ["Launch", "launch_for", "qk_norm_triton", "qk_norm_tp_triton", "sum_squares_triton", "qk_norm_apply_triton"]
+__all__ = [
+    "Launch",
+    "launch_for",
+    "interpreted",
+    "qk_norm_triton",
+    "qk_norm_tp_triton",
+    "sum_squares_triton",
+    "qk_norm_apply_triton",
+]
 
 #: Float32 elements one program holds per row block (q and k together), the row-block size target.
 ROW_BLOCK_ELEMENTS = 8192
@@ -124,15 +132,24 @@ def _kernels():
     return kernels
 
 
+def interpreted() -> bool:
+    """Whether the kernels run in Triton's interpreter: ours and ``triton.language``'s own jit
+    functions (``tl.cdiv``, ``tl.sum``: decorated when triton is first imported) both interpreted.
+    Imports the kernels (and triton)."""
+    import triton.language as tl
+
+    return all(type(fn).__name__ == "InterpretedFunction" for fn in (_kernels().qk_norm_kernel, tl.cdiv))
+
+
 def _check_device(x: Tensor) -> None:
     if x.device.type == "cuda":
         return
     if x.device.type != "cpu":
         raise ValueError(f"the Triton QK norm runs on CUDA, or on CPU in Triton's interpreter; got {x.device}")
-    if type(_kernels().qk_norm_kernel).__name__ != "InterpretedFunction":
+    if not interpreted():
         raise RuntimeError(
             "the Triton QK norm on CPU tensors runs in Triton's interpreter: set TRITON_INTERPRET=1 before "
-            "pmverify's kernels (and triton) are first imported "
+            "triton is first imported (torch._inductor imports it) and before pmverify's kernels are "
             f"(TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')!r} now; the kernels are compiled ones)"
         )
 
