@@ -28,7 +28,8 @@ import sys
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import Phase, example, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from pmverify.distributed import run_spmd
@@ -150,6 +151,28 @@ def kernel_inputs(draw, max_tokens=40, max_q=160, max_kv=48):
 ).via("non-power-of-two MiniMax-like widths, fp16 weights after the cast")
 def test_tp1_kernel_matches_torch_and_float64(inputs):
     check_kernel(qk_norm_triton, *inputs)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "symptom"),
+    [
+        ("qk_norm_grid_capped", "never written"),
+        ("qk_norm_unmasked_loads", "elements off"),
+        ("qk_norm_k_out_floor_chunks", "k_out: .* never written"),
+    ],
+)
+def test_the_kernel_property_catches_the_bank_kernel_faults(launcher, symptom):
+    """The property above, run on each faulty launcher of :mod:`pmverify.faults.kernels`, fails."""
+    from pmverify.faults import kernels as faulty
+
+    @hypothesis_seed(0)
+    @settings(database=None, max_examples=60, phases=[Phase.explicit, Phase.generate])
+    @given(kernel_inputs())
+    def property_(inputs):
+        check_kernel(getattr(faulty, launcher), *inputs)
+
+    with pytest.raises(AssertionError, match=symptom):
+        property_()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
