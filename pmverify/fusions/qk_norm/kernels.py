@@ -21,6 +21,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# Kernel signatures and calls are kept compact, one positional list each.
+# fmt: off
 __all__ = ["qk_norm_kernel", "sum_squares_kernel", "qk_norm_apply_kernel"]
 
 
@@ -54,20 +56,8 @@ def _sum_squares(src_ptr, rows, row_mask, stride, width, ROWS: tl.constexpr, BLO
 
 
 @triton.jit
-def _apply(
-    src_ptr,
-    w_ptr,
-    dst_ptr,
-    rows,
-    row_mask,
-    stride,
-    width,
-    rstd,
-    BLOCK: tl.constexpr,
-    CHUNKS: tl.constexpr,
-    WEIGHT_AFTER_CAST: tl.constexpr,
-    ACT_DTYPE: tl.constexpr,
-):
+def _apply(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, rstd, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
+           WEIGHT_AFTER_CAST: tl.constexpr, ACT_DTYPE: tl.constexpr):
     """``dst[rows, :width] = scaled(src[rows, :width])``, reading ``src`` in ``CHUNKS`` chunks."""
     for chunk in tl.static_range(CHUNKS):
         cols = chunk * BLOCK + tl.arange(0, BLOCK)
@@ -79,22 +69,8 @@ def _apply(
 
 
 @triton.jit
-def _norm_part(
-    src_ptr,
-    w_ptr,
-    dst_ptr,
-    rows,
-    row_mask,
-    stride,
-    width,
-    divisor,
-    eps,
-    ROWS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    CHUNKS: tl.constexpr,
-    WEIGHT_AFTER_CAST: tl.constexpr,
-    ACT_DTYPE: tl.constexpr,
-):
+def _norm_part(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, divisor, eps, ROWS: tl.constexpr,
+               BLOCK: tl.constexpr, CHUNKS: tl.constexpr, WEIGHT_AFTER_CAST: tl.constexpr, ACT_DTYPE: tl.constexpr):
     """RMS-normalise ``src[rows, :width]`` into ``dst``: one read when the part fits one chunk."""
     if CHUNKS == 1:
         cols = tl.arange(0, BLOCK)
@@ -106,9 +82,8 @@ def _norm_part(
         tl.store(dst_ptr + rows[:, None] * width + cols[None, :], y.to(dst_ptr.dtype.element_ty), mask=mask)
     else:
         rstd = _rstd(_sum_squares(src_ptr, rows, row_mask, stride, width, ROWS, BLOCK, CHUNKS), divisor, eps)
-        _apply(
-            src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, rstd, BLOCK, CHUNKS, WEIGHT_AFTER_CAST, ACT_DTYPE
-        )
+        _apply(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, rstd, BLOCK, CHUNKS, WEIGHT_AFTER_CAST,
+               ACT_DTYPE)
 
 
 @triton.jit
@@ -119,78 +94,22 @@ def _rows(block, T, ROWS: tl.constexpr):
 
 
 @triton.jit
-def qk_norm_kernel(
-    qkv_ptr,
-    q_weight_ptr,
-    k_weight_ptr,
-    q_out_ptr,
-    k_out_ptr,
-    T,
-    stride,
-    q_size,
-    kv_size,
-    q_divisor,
-    k_divisor,
-    eps,
-    ROWS: tl.constexpr,
-    BLOCK_Q: tl.constexpr,
-    CHUNKS_Q: tl.constexpr,
-    BLOCK_KV: tl.constexpr,
-    CHUNKS_KV: tl.constexpr,
-    WEIGHT_AFTER_CAST: tl.constexpr,
-):
+def qk_norm_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, q_out_ptr, k_out_ptr, T, stride, q_size, kv_size, q_divisor,
+                   k_divisor, eps, ROWS: tl.constexpr, BLOCK_Q: tl.constexpr, CHUNKS_Q: tl.constexpr,
+                   BLOCK_KV: tl.constexpr, CHUNKS_KV: tl.constexpr, WEIGHT_AFTER_CAST: tl.constexpr):
     """tp_world = 1: q and k of each qkv row normalised in one pass; v is not touched."""
     act_dtype = qkv_ptr.dtype.element_ty
     for block in range(tl.program_id(0), tl.cdiv(T, ROWS), tl.num_programs(0)):
         rows, row_mask = _rows(block, T, ROWS)
-        _norm_part(
-            qkv_ptr,
-            q_weight_ptr,
-            q_out_ptr,
-            rows,
-            row_mask,
-            stride,
-            q_size,
-            q_divisor,
-            eps,
-            ROWS,
-            BLOCK_Q,
-            CHUNKS_Q,
-            WEIGHT_AFTER_CAST,
-            act_dtype,
-        )
-        _norm_part(
-            qkv_ptr + q_size,
-            k_weight_ptr,
-            k_out_ptr,
-            rows,
-            row_mask,
-            stride,
-            kv_size,
-            k_divisor,
-            eps,
-            ROWS,
-            BLOCK_KV,
-            CHUNKS_KV,
-            WEIGHT_AFTER_CAST,
-            act_dtype,
-        )
+        _norm_part(qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, q_divisor, eps, ROWS, BLOCK_Q,
+                   CHUNKS_Q, WEIGHT_AFTER_CAST, act_dtype)
+        _norm_part(qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, k_divisor, eps, ROWS,
+                   BLOCK_KV, CHUNKS_KV, WEIGHT_AFTER_CAST, act_dtype)
 
 
 @triton.jit
-def sum_squares_kernel(
-    qkv_ptr,
-    sums_ptr,
-    T,
-    stride,
-    q_size,
-    kv_size,
-    ROWS: tl.constexpr,
-    BLOCK_Q: tl.constexpr,
-    CHUNKS_Q: tl.constexpr,
-    BLOCK_KV: tl.constexpr,
-    CHUNKS_KV: tl.constexpr,
-):
+def sum_squares_kernel(qkv_ptr, sums_ptr, T, stride, q_size, kv_size, ROWS: tl.constexpr, BLOCK_Q: tl.constexpr,
+                       CHUNKS_Q: tl.constexpr, BLOCK_KV: tl.constexpr, CHUNKS_KV: tl.constexpr):
     """tp_world > 1, before the all-reduce: ``sums[t] = (Σ q[t]², Σ k[t]²)``, float32 ``[T, 2]``."""
     for block in range(tl.program_id(0), tl.cdiv(T, ROWS), tl.num_programs(0)):
         rows, row_mask = _rows(block, T, ROWS)
@@ -201,58 +120,20 @@ def sum_squares_kernel(
 
 
 @triton.jit
-def qk_norm_apply_kernel(
-    qkv_ptr,
-    sums_ptr,
-    q_weight_ptr,
-    k_weight_ptr,
-    q_out_ptr,
-    k_out_ptr,
-    T,
-    stride,
-    q_size,
-    kv_size,
-    q_divisor,
-    k_divisor,
-    eps,
-    ROWS: tl.constexpr,
-    BLOCK_Q: tl.constexpr,
-    CHUNKS_Q: tl.constexpr,
-    BLOCK_KV: tl.constexpr,
-    CHUNKS_KV: tl.constexpr,
-    WEIGHT_AFTER_CAST: tl.constexpr,
-):
+def qk_norm_apply_kernel(qkv_ptr, sums_ptr, q_weight_ptr, k_weight_ptr, q_out_ptr, k_out_ptr, T, stride, q_size,
+                         kv_size, q_divisor, k_divisor, eps, ROWS: tl.constexpr, BLOCK_Q: tl.constexpr,
+                         CHUNKS_Q: tl.constexpr, BLOCK_KV: tl.constexpr, CHUNKS_KV: tl.constexpr,
+                         WEIGHT_AFTER_CAST: tl.constexpr):
     """tp_world > 1, after the all-reduce: scale q and k by ``rsqrt(sums / divisor + eps)``."""
     act_dtype = qkv_ptr.dtype.element_ty
     for block in range(tl.program_id(0), tl.cdiv(T, ROWS), tl.num_programs(0)):
         rows, row_mask = _rows(block, T, ROWS)
         q_rstd = _rstd(tl.load(sums_ptr + rows * 2, mask=row_mask, other=0.0), q_divisor, eps)
         k_rstd = _rstd(tl.load(sums_ptr + rows * 2 + 1, mask=row_mask, other=0.0), k_divisor, eps)
-        _apply(
-            qkv_ptr,
-            q_weight_ptr,
-            q_out_ptr,
-            rows,
-            row_mask,
-            stride,
-            q_size,
-            q_rstd,
-            BLOCK_Q,
-            CHUNKS_Q,
-            WEIGHT_AFTER_CAST,
-            act_dtype,
-        )
-        _apply(
-            qkv_ptr + q_size,
-            k_weight_ptr,
-            k_out_ptr,
-            rows,
-            row_mask,
-            stride,
-            kv_size,
-            k_rstd,
-            BLOCK_KV,
-            CHUNKS_KV,
-            WEIGHT_AFTER_CAST,
-            act_dtype,
-        )
+        _apply(qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, q_rstd, BLOCK_Q, CHUNKS_Q,
+               WEIGHT_AFTER_CAST, act_dtype)
+        _apply(qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, k_rstd, BLOCK_KV,
+               CHUNKS_KV, WEIGHT_AFTER_CAST, act_dtype)
+
+
+# fmt: on
