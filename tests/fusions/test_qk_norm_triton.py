@@ -101,7 +101,7 @@ def check_kernel(launcher, qkv, q_weight, k_weight, q_size, kv_size, eps, weight
     result = launcher(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out=out, launch=launch)
     assert all(r is o for r, o in zip(result, out, strict=True)), "the launcher must return the out tensors"
     assert torch.equal(qkv, original), "the kernel wrote into qkv"
-    with_torch = ops.qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
+    with_torch = ops.qk_norm(qkv.contiguous(), q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
     references = _reference64(qkv, q_weight, k_weight, q_size, kv_size, eps)
     for name, got, expected, reference, weight, width in zip(
         ("q_out", "k_out"), out, with_torch, references, (q_weight, k_weight), (q_size, kv_size), strict=True
@@ -346,3 +346,14 @@ def test_shipped_pass_with_kernels_behind_its_ops_is_verified(monkeypatch, tenso
     cases = qk_norm_tp_cases if tensor_parallel else qk_norm_cases
     pmverify.verify(QKNormFusionPass, cases(dtypes=(torch.float32, torch.float16)))
     assert calls, "the fused op never ran its kernels"
+
+
+def test_strided_weights_and_a_row_strided_qkv_view():
+    """Weights that are strided views are read as such (copied to unit stride); a qkv whose rows are
+    spaced wider than its width (a column slice of a wider activation) is read in place."""
+    wide = torch.randn(6, 64)
+    qkv = wide[:, : 30 + 2 * 5]
+    q_weight, k_weight = (torch.rand(60) + 0.5)[::2], (torch.rand(10) + 0.5)[::2]
+    assert qkv.stride() == (64, 1) and q_weight.stride() == (2,)
+    check_kernel(qk_norm_triton, qkv, q_weight, k_weight, 30, 5, 1e-6, False)
+    check_kernel(_tp_launcher, qkv, q_weight, k_weight, 30, 5, 1e-6, True)

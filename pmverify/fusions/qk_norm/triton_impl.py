@@ -154,6 +154,12 @@ def _check_device(x: Tensor) -> None:
         )
 
 
+def _unit_stride(x: Tensor) -> Tensor:
+    """``x`` itself when its columns are adjacent (the kernels take any row stride), else a
+    contiguous copy; the kernels index weights and columns with stride 1."""
+    return x if x.stride(-1) == 1 or x.numel() == 0 else x.contiguous()
+
+
 def _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out):
     from .ops import _out_dtype
 
@@ -205,6 +211,7 @@ def qk_norm_triton(
     dtypes), ``launch`` a tiling other than :func:`launch_for`'s. Raises ``ValueError`` for ``out``
     of the wrong shape, dtype or device, ``RuntimeError`` for CPU tensors without the interpreter."""
     _check_device(qkv)
+    qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
     q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
     tokens = qkv.shape[0]
     if tokens == 0:
@@ -223,6 +230,7 @@ def sum_squares_triton(
 ) -> Tensor:
     """Float32 ``[T, 2]``: per row, the sum of squares of q (column 0) and of k (column 1)."""
     _check_device(qkv)
+    qkv = _unit_stride(qkv)
     tokens = qkv.shape[0]
     sums = qkv.new_empty((tokens, 2), dtype=torch.float32) if out is None else out
     if sums.shape != (tokens, 2) or sums.dtype != torch.float32 or not sums.is_contiguous():
@@ -254,6 +262,7 @@ def qk_norm_apply_triton(
     """q and k scaled by ``rsqrt(sums / (width · tp_world) + eps)`` and the weights, from the
     all-reduced float32 ``sums`` ``[T, 2]`` of :func:`sum_squares_triton`."""
     _check_device(qkv)
+    qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
     q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
     tokens = qkv.shape[0]
     if tokens == 0:
