@@ -117,6 +117,8 @@ def run_fault(
     counter = _Counter()
     start = time.monotonic()
     try:
+        if fault.requires is not None:
+            fault.requires()
         with fresh_search(shrink=shrink):
             for family, error in verify_in_rotation(
                 fault.pass_cls,

@@ -213,12 +213,13 @@ def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> d
 
 def _summary(report: dict[str, Any], out: Any) -> None:
     print("\nsummary", file=out)
-    header = f"{'target':<28}{'cases':>8}{'matches':>9}{'violations':>12}{'cases/min':>11}"
+    width = max([28, *(len(t["name"]) + 2 for t in report["targets"])])
+    header = f"{'target':<{width}}{'cases':>8}{'matches':>9}{'violations':>12}{'cases/min':>11}"
     print(header, file=out)
     print("-" * len(header), file=out)
     for target in report["targets"]:
         print(
-            f"{target['name']:<28}{target['cases']:>8}{target['matches']:>9}{len(target['violations']):>12}"
+            f"{target['name']:<{width}}{target['cases']:>8}{target['matches']:>9}{len(target['violations']):>12}"
             f"{target['cases_per_min']:>11.0f}",
             file=out,
         )
@@ -251,6 +252,15 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     if args.target not in targets:
         print(f"pmverify fuzz: --target={args.target!r} is unknown; choose from {', '.join(targets)}", file=sys.stderr)
         return 2
+    from .faults import BANK
+
+    fault = BANK.get(args.target)
+    if fault is not None and fault.requires is not None:
+        try:
+            fault.requires()
+        except RuntimeError as exc:
+            print(f"pmverify fuzz: --target={args.target}: {exc}", file=sys.stderr)
+            return 2
     if args.report is not None:
         try:
             args.report.parent.mkdir(parents=True, exist_ok=True)
@@ -356,6 +366,8 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
         )
         args.report.write_text(json.dumps(data, indent=2) + "\n")
         print(f"report: {args.report}", file=out)
+    if any(r.status == "error" for r in results):
+        return 2  # a fault that could not be searched here: not an escape, not a detection
     return 0 if all(r.detected for r in results) else 1
 
 

@@ -13,7 +13,12 @@ from hypothesis.strategies import SearchStrategy
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
-from .kernels import QKNormKernelGridCapped, QKNormKernelLeavesKOutUnwritten, QKNormKernelUnmaskedLoads
+from .kernels import (
+    QKNormKernelGridCapped,
+    QKNormKernelLeavesKOutUnwritten,
+    QKNormKernelUnmaskedLoads,
+    check_environment,
+)
 from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
 from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
 from .scalars import AddmmDropsScalars, addmm_cases
@@ -46,12 +51,15 @@ class Fault:
     - ``oracles``: the oracles that catch it (a detection by any other oracle alone is not one).
     - ``families``: returns the ``(name, strategy)`` case families to search, in rotation (default
       :func:`rotation`, what ``pmverify fuzz`` searches).
+    - ``requires``: None, or a check that raises ``RuntimeError`` saying what this machine lacks to
+      run the fault (selfcheck reports it as an error, not as a search).
     """
 
     pass_cls: type
     bug: str
     oracles: tuple[str, ...]
     families: Callable[[], Families] = rotation
+    requires: Callable[[], None] | None = None
 
     @property
     def name(self) -> str:
@@ -107,8 +115,8 @@ BANK: dict[str, Fault] = {
         Fault(QKNormWrongTPDivisor, "wrong tensor-parallel divisor", ("semantics",), _tensor_parallel),
         Fault(QKNormTPLeavesKUnreduced, "k left unreduced", ("semantics",), _tensor_parallel),
         Fault(QKNormTPReadsRankZeroWeights, "reads another rank's weight shard", ("semantics",), _tensor_parallel),
-        Fault(QKNormKernelGridCapped, "kernel grid stops at a fixed number of blocks", ("semantics",), _kernel),
-        Fault(QKNormKernelUnmaskedLoads, "kernel loads without the column mask", ("semantics",), _kernel),
-        Fault(QKNormKernelLeavesKOutUnwritten, "kernel leaves k_out unwritten", ("semantics",), _kernel),
+        Fault(QKNormKernelGridCapped, "kernel grid stops at a fixed number of blocks", ("semantics",), _kernel, check_environment),
+        Fault(QKNormKernelUnmaskedLoads, "kernel loads without the column mask", ("semantics",), _kernel, check_environment),
+        Fault(QKNormKernelLeavesKOutUnwritten, "kernel leaves k_out unwritten", ("semantics",), _kernel, check_environment),
     )
 }  # fmt: skip

@@ -19,6 +19,7 @@ no GPU; the launchers raise ``RuntimeError`` when the kernels are compiled ones 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 
 import torch
@@ -34,6 +35,7 @@ from ..fusions.qk_norm.triton_impl import (
     _serialised,
     _tiling,
     interpreted,
+    launch_for,
     qk_norm_triton,
 )
 from .casts import _replaced
@@ -46,6 +48,7 @@ __all__ = [
     "qk_norm_unmasked_loads",
     "qk_norm_k_out_floor_chunks",
     "LAUNCHERS",
+    "check_environment",
 ]
 
 
@@ -169,16 +172,31 @@ def qk_norm_kernel(
     """``pmverify::qk_norm`` (arguments, checks and result alike) run by the launcher named
     ``launcher`` in :data:`LAUNCHERS`, on every device: CPU tensors run in Triton's interpreter
     when it is on, else (a GPU machine) on CUDA copies, copied back, so that the bug is what shows,
-    not a device error. Raises ``ValueError`` for an unknown launcher, ``RuntimeError`` for CPU
+    not a device error; the tiling is always the one :func:`launch_for` picks for the tensors'
+    own device (in the interpreter: 4 programs), so the same cases show the capped grid on every
+    machine. Raises ``ValueError`` for an unknown launcher, ``RuntimeError`` for CPU
     tensors with neither the interpreter nor a GPU."""
     ops._check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher={launcher!r} is unknown; expected one of {', '.join(LAUNCHERS)}")
     run = LAUNCHERS[launcher]
+    launch = launch_for(qkv.shape[0], q_size, kv_size, qkv.device)
     if qkv.device.type == "cpu" and torch.cuda.is_available() and not interpreted():
-        outs = run(qkv.cuda(), q_weight.cuda(), k_weight.cuda(), q_size, kv_size, eps, weight_after_cast)
+        outs = run(qkv.cuda(), q_weight.cuda(), k_weight.cuda(), q_size, kv_size, eps, weight_after_cast, launch=launch)
         return tuple(out.cpu() for out in outs)
-    return run(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
+    return run(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, launch=launch)
+
+
+def check_environment() -> None:
+    """Raise ``RuntimeError`` unless the kernel faults can run on CPU cases here: a GPU, or Triton's
+    interpreter on (``TRITON_INTERPRET=1`` before triton was first imported). Imports triton."""
+    if torch.cuda.is_available() or interpreted():
+        return
+    raise RuntimeError(
+        "the kernel faults run their Triton kernels on a GPU or in Triton's interpreter: this machine has no "
+        f"GPU and the interpreter is off (TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')!r} when triton "
+        "was imported?); set TRITON_INTERPRET=1"
+    )
 
 
 @qk_norm_kernel.register_fake

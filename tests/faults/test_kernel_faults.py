@@ -261,3 +261,34 @@ def test_cli_selfcheck_turns_the_interpreter_on_without_a_gpu(tmp_path):
     )
     assert rerun.returncode == 1, rerun.stdout + rerun.stderr
     assert "nan after it" in rerun.stdout + rerun.stderr and "raised" not in rerun.stdout + rerun.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the kernel faults run there")
+def test_without_the_interpreter_the_kernel_faults_are_errors_not_detections(tmp_path):
+    """``TRITON_INTERPRET=0`` on a machine without a GPU: selfcheck reports ERROR and exits 2 (the
+    op would raise, which the semantics oracle would otherwise take for a finding); fuzz refuses the
+    target in one line with exit 2."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    selfcheck = _python(
+        f"""
+        import sys, pmverify.cli
+        sys.exit(pmverify.cli.main(["selfcheck", "--fault", "QKNormKernelGridCapped", "--no-shrink",
+                                    "--report", {str(tmp_path / "r.json")!r}]))
+        """,
+        **env,
+    )
+    assert selfcheck.returncode == 2, selfcheck.stdout + selfcheck.stderr
+    (row,) = json.loads((tmp_path / "r.json").read_text())["faults"]
+    assert row["status"] == "error" and "set TRITON_INTERPRET=1" in row["error"] and row["cases"] == 0
+    fuzz = _python(
+        """
+        import sys, pmverify.cli
+        sys.exit(pmverify.cli.main(["fuzz", "--target", "QKNormKernelUnmaskedLoads", "--budget", "5"]))
+        """,
+        **env,
+    )
+    assert fuzz.returncode == 2, fuzz.stdout + fuzz.stderr
+    (line,) = fuzz.stderr.strip().splitlines()
+    assert (
+        line.startswith("pmverify fuzz: --target=QKNormKernelUnmaskedLoads: the kernel faults run") and not fuzz.stdout
+    )

@@ -43,6 +43,9 @@ MAX_ROWS = 64
 PROGRAMS_PER_SM = 4
 #: Programs of the persistent grid in the interpreter (it runs them one after another).
 INTERPRETER_PROGRAMS = 4
+#: Triton's largest block (``TRITON_MAX_TENSOR_NUMEL``) and most warps per program.
+MAX_TILE = 1 << 20
+MAX_WARPS = 32
 
 
 def _pow2_floor(n: int) -> int:
@@ -57,7 +60,8 @@ class Launch:
     block). ``num_warps`` is for the compiled kernel (ignored by the interpreter).
 
     Raises ``ValueError`` naming the field for a value that is not a positive int or not a power of
-    two where one is needed."""
+    two where one is needed, for more than :data:`MAX_WARPS` warps, and for a row block of a part
+    (``rows · block``) over Triton's :data:`MAX_TILE` elements."""
 
     rows: int
     block_q: int
@@ -74,6 +78,14 @@ class Launch:
             value = getattr(self, name)
             if value & (value - 1):
                 raise ValueError(f"Launch: {name}={value} must be a power of two (tl.arange needs one)")
+        if self.num_warps > MAX_WARPS:
+            raise ValueError(f"Launch: num_warps={self.num_warps} exceeds {MAX_WARPS} (1024 threads per program)")
+        for name in ("block_q", "block_kv"):
+            if self.rows * getattr(self, name) > MAX_TILE:
+                raise ValueError(
+                    f"Launch: rows·{name} = {self.rows}·{getattr(self, name)} exceeds Triton's {MAX_TILE} elements "
+                    "per block"
+                )
 
     def chunks(self, q_size: int, kv_size: int) -> tuple[int, int]:
         """Chunks per row of q and of k: ``ceil(width / block)``."""
@@ -265,6 +277,11 @@ def qk_norm_apply_triton(
     qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
     q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
     tokens = qkv.shape[0]
+    if sums.shape != (tokens, 2) or sums.dtype != torch.float32 or sums.device != qkv.device:
+        raise ValueError(
+            f"sums is {tuple(sums.shape)} {sums.dtype} on {sums.device}; expected ({tokens}, 2) torch.float32 on "
+            f"{qkv.device} (sum_squares_triton's result, all-reduced)"
+        )
     if tokens == 0:
         return q_out, k_out
     launch, meta = _tiling(qkv, q_size, kv_size, launch)
