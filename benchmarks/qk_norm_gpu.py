@@ -462,8 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--iters and every --tokens must be positive, --warmup not negative")
     if args.json:
         folder = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            parser.error(f"--json {args.json}: {folder} is not a writable folder")  # before minutes of timing
+        if os.path.isdir(args.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            parser.error(f"--json {args.json}: not a file in a writable folder")  # before minutes of timing
 
     smoke = args.smoke or not torch.cuda.is_available()
     # The interpreter must be on (or off) before pmverify's kernels, and triton, are imported.

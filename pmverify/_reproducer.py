@@ -223,6 +223,8 @@ def render(
         "# prints the violations and exits 1 while the pass is wrong, 0 once fixed, 2 when it cannot run.",
     ]
     expected = [str(v) for v in violations]
+    from .fusions.qk_norm.ops import IMPL_ENV
+
     body = [
         "import base64",
         "import io",
@@ -237,7 +239,12 @@ def render(
         "",
         "# Triton kernels on CPU run only in its interpreter, on before triton is first imported",
         "if not torch.cuda.is_available():",
-        '    os.environ.setdefault("TRITON_INTERPRET", "1")',
+        '    os.environ["TRITON_INTERPRET"] = "1"',
+        *(
+            [f"os.environ[{IMPL_ENV!r}] = {os.environ[IMPL_ENV]!r}  # the fused ops' implementation when written"]
+            if os.environ.get(IMPL_ENV)
+            else []
+        ),
         "",
         "from pmverify import GraphCase, check_case",
         "from pmverify._case import MutationSite, PlantedInstance",

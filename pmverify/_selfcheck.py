@@ -206,12 +206,13 @@ def table(results: Sequence[FaultResult]) -> str:
 
 def report(results: Sequence[FaultResult], **header: Any) -> dict[str, Any]:
     """The results as JSON-ready data: ``header`` items (seed, max_examples...), then ``faults``
-    (one dict of :class:`FaultResult` fields per fault, plus ``detected``), ``detected`` and ``escaped``
-    (fault names)."""
+    (one dict of :class:`FaultResult` fields per fault, plus ``detected``), ``detected``, ``escaped``
+    and ``errors`` (fault names; an error is a fault that could not be searched, not an escape)."""
     faults = [{**dataclasses.asdict(r), "seconds": round(r.seconds, 3), "detected": r.detected} for r in results]
     return {
         **header,
         "faults": faults,
         "detected": [r.name for r in results if r.detected],
-        "escaped": [r.name for r in results if not r.detected],
+        "escaped": [r.name for r in results if not r.detected and r.status != ERROR],
+        "errors": [r.name for r in results if r.status == ERROR],
     }

@@ -2,7 +2,8 @@
 checks that pmverify catches every fault of its bank.
 
 Exit status: fuzz 0 when nothing was found, 1 when a violation was found; selfcheck 0 when every
-fault was detected, 1 when one escaped; 2 for bad usage.
+fault was detected, 1 when one escaped, 2 when none escaped but one could not run here; 2 for bad
+usage (including an environment the Triton kernels cannot run in).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Search the default case families of each fault of pmverify.faults.BANK (the fuzz rotation, "
         "or the fault's own cases) until a case breaks a property; print a table of the faults detected, the "
         "examples to first detection, seconds, reproducer size and the oracles that fired. Exit status 0 when every "
-        "fault was detected by an oracle its bank row names, 1 otherwise, 2 for bad usage.",
+        "fault was detected by an oracle its bank row names, 1 when one escaped, 2 when none escaped but one could not "
+        "run on this machine (ERROR), or for bad usage.",
     )
     selfcheck.add_argument(
         "--fault",
@@ -366,9 +368,9 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
         )
         args.report.write_text(json.dumps(data, indent=2) + "\n")
         print(f"report: {args.report}", file=out)
-    if any(r.status == "error" for r in results):
-        return 2  # a fault that could not be searched here: not an escape, not a detection
-    return 0 if all(r.detected for r in results) else 1
+    if any(not r.detected and r.status != "error" for r in results):
+        return 1  # an escape outranks a fault that could not be searched here
+    return 2 if any(r.status == "error" for r in results) else 0
 
 
 def _jsonable(value: Any) -> Any:
@@ -400,6 +402,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     args = _parser().parse_args(argv)
+    from .fusions.qk_norm import ops
+
+    try:  # a setting the fused ops cannot run with is bad usage, not a finding of every case
+        ops.check_environment()
+    except (ValueError, RuntimeError) as exc:
+        print(f"pmverify {args.command}: {exc}", file=sys.stderr)
+        return 2
     if args.command == "fuzz":
         return fuzz(args)
     if args.command == "selfcheck":

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, settings
 
 # The kernel tests run pmverify's Triton kernels on CPU tensors, in Triton's interpreter, which must
 # be on before triton is first imported (torch._inductor imports it); on a GPU machine too, where the
-# compiled kernels are checked by benchmarks/qk_norm_gpu.py. TRITON_INTERPRET=0 turns it off.
+# compiled kernels are checked by benchmarks/qk_norm_gpu.py (and their compilation, for sm_90, by
+# tests/fusions/test_qk_norm_kernel_compile.py). Set another value only with a GPU.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 settings.register_profile(

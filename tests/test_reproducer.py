@@ -72,3 +72,14 @@ def test_reproducer_exits_2_when_the_pass_cannot_be_built(tmp_path):
     path = write(_case(), QKNormFusionPass, [], tmp_path, pass_source="PASS = None\nraise RuntimeError('no GPU')")
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "cannot build the pass: RuntimeError('no GPU')" in run.stderr
+
+
+def test_reproducer_keeps_the_fused_ops_implementation(monkeypatch):
+    """A finding made with the kernels behind the fused ops replays with them; and without a GPU the
+    script turns Triton's interpreter on (the only way kernels run on CPU)."""
+    monkeypatch.setenv("PMVERIFY_QK_NORM_IMPL", "triton")
+    source = render(_case(), QKNormFusionPass(QKNormConfig(8, 4)), [Violation("semantics", "off")])
+    assert "os.environ['PMVERIFY_QK_NORM_IMPL'] = 'triton'" in source
+    assert 'os.environ["TRITON_INTERPRET"] = "1"' in source
+    monkeypatch.delenv("PMVERIFY_QK_NORM_IMPL")
+    assert "PMVERIFY_QK_NORM_IMPL" not in render(_case(), QKNormFusionPass(QKNormConfig(8, 4)), [])

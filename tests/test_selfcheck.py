@@ -107,3 +107,23 @@ def test_unwritable_report_exits_2_before_running(tmp_path, capsys):
     assert main(["selfcheck", "--report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "cannot be written" in err and err.count("\n") == 1
+
+
+def test_an_escape_outranks_a_fault_that_cannot_run_here(monkeypatch, tmp_path):
+    """Exit 1 when one fault escapes, whatever else could not run; 2 when the only failures are
+    faults this machine cannot run (ERROR), which the report lists apart from escapes."""
+
+    def missing():
+        raise RuntimeError("no such device here")
+
+    monkeypatch.setitem(
+        BANK, "Unrunnable", Fault(AddmmDropsScalars, "needs a device", ("semantics",), requires=missing)
+    )
+    monkeypatch.setitem(
+        BANK, "Misfiled", Fault(AddmmDropsScalars, "wrong oracle", ("cache_key",), BANK["AddmmDropsScalars"].families)
+    )
+    code, data = _run(tmp_path, "--fault", "Unrunnable", "--max-examples", "5", "--no-shrink")
+    assert code == 2 and data["errors"] == ["Unrunnable"] and data["escaped"] == []
+    assert data["faults"][0]["error"] == "RuntimeError: no such device here" and data["faults"][0]["cases"] == 0
+    code, data = _run(tmp_path, "--fault", "Unrunnable", "--fault", "Misfiled", "--max-examples", "20", "--no-shrink")
+    assert code == 1 and data["errors"] == ["Unrunnable"] and data["escaped"] == ["Misfiled"]

@@ -30,10 +30,12 @@ from ..fusions.qk_norm.patterns import Rewrite
 from ..fusions.qk_norm.triton_impl import (
     Launch,
     _check_device,
+    _check_inputs,
     _kernels,
     _outputs,
     _serialised,
     _tiling,
+    _unit_stride,
     interpreted,
     launch_for,
     qk_norm_triton,
@@ -64,6 +66,8 @@ def _launch(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_
     """Launch ``kernel`` (arguments of the shipped ``qk_norm_kernel``) as ``qk_norm_triton`` does,
     with the constexprs in ``override`` replacing the tiling's; return ``(q_out, k_out)``."""
     _check_device(qkv)
+    _check_inputs(qkv, q_weight, k_weight, q_size, kv_size)
+    qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
     q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
     tokens = qkv.shape[0]
     if tokens == 0:

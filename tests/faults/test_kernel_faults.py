@@ -292,3 +292,32 @@ def test_without_the_interpreter_the_kernel_faults_are_errors_not_detections(tmp
     assert (
         line.startswith("pmverify fuzz: --target=QKNormKernelUnmaskedLoads: the kernel faults run") and not fuzz.stdout
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PMVERIFY_QK_NORM_IMPL": "cuda"}, "PMVERIFY_QK_NORM_IMPL='cuda': expected one of auto, triton, torch"),
+        ({"PMVERIFY_QK_NORM_IMPL": "triton", "TRITON_INTERPRET": "0"}, "PMVERIFY_QK_NORM_IMPL=triton runs the Triton"),
+    ],
+)
+def test_the_cli_refuses_a_fused_op_setting_it_cannot_run(env, message):
+    """Not a semantics finding on every case: one line, exit 2, for fuzz and selfcheck alike."""
+    for command in (["fuzz", "--budget", "5"], ["selfcheck", "--fault", "QKNormWrongRoundingOrder"]):
+        done = _python(f"import sys, pmverify.cli; sys.exit(pmverify.cli.main({command!r}))", **{**os.environ, **env})
+        assert done.returncode == 2, done.stdout + done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"pmverify {command[0]}: ") and message in line and not done.stdout
+
+
+@pytest.mark.parametrize("launcher", [qk_norm_grid_capped, qk_norm_unmasked_loads, qk_norm_k_out_floor_chunks])
+def test_faulty_launchers_read_strided_weights_as_the_shipped_one_does(launcher):
+    """Power-of-two widths and one row block, where every bug is silent: strided and expanded
+    weights and a column-strided qkv give the shipped kernel's result."""
+    qkv = torch.randn(16 + 2 * 8, 5).t()
+    weights = [((torch.rand(32) + 0.5)[::2], (torch.rand(16) + 0.5)[::2]), (torch.tensor([2.0]).expand(16),) * 2]
+    for q_weight, k_weight in weights:
+        k_weight = k_weight[:8]
+        expected = qk_norm_triton(qkv.contiguous(), q_weight.contiguous(), k_weight.contiguous(), 16, 8, 1e-6)
+        for got, want in zip(launcher(qkv, q_weight, k_weight, 16, 8, 1e-6), expected, strict=True):
+            assert torch.equal(got, want)

@@ -375,3 +375,22 @@ def test_apply_refuses_sums_of_the_wrong_shape_or_dtype(bad):
     sums = triton_impl.sum_squares_triton(qkv, 30, 5)
     with pytest.raises(ValueError, match=r"sums is .*; expected \(6, 2\) torch.float32 on cpu"):
         triton_impl.qk_norm_apply_triton(qkv, bad(sums), torch.ones(30), torch.ones(5), 30, 5, 1e-6, 1)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"qkv": torch.randn(2, 3, 40)}, r"qkv has shape \(2, 3, 40\); expected \[T, q_size \+ 2\*kv_size\]"),
+        ({"qkv": torch.randn(4, 41)}, r"qkv has shape \(4, 41\)"),
+        ({"q_weight": torch.ones(5)}, r"q_weight has shape \(5,\) on cpu; expected \(20,\) on cpu"),
+        ({"k_weight": torch.ones(10, 1)}, r"k_weight has shape \(10, 1\)"),
+    ],
+)
+def test_launchers_refuse_a_geometry_they_would_read_past(change, message):
+    """The kernels index raw memory by the geometry: a launcher called directly checks it."""
+    args = {"qkv": torch.randn(4, 40), "q_weight": torch.ones(20), "k_weight": torch.ones(10)} | change
+    for launcher in (qk_norm_triton, _tp_launcher):
+        with pytest.raises(ValueError, match=message):
+            launcher(args["qkv"], args["q_weight"], args["k_weight"], 20, 10, 1e-6, False)
+    with pytest.raises(ValueError, match="tp_world=0 must be positive"):
+        qk_norm_tp_triton(torch.randn(4, 40), torch.ones(20), torch.ones(10), 20, 10, 1e-6, 0, "0")

@@ -36,7 +36,7 @@ from torch import Tensor
 from . import triton_impl
 from .config import SUPPORTED_DTYPES
 
-__all__ = ["qk_norm", "qk_norm_tp", "rms_norm", "IMPL_ENV", "implementation"]
+__all__ = ["qk_norm", "qk_norm_tp", "rms_norm", "IMPL_ENV", "implementation", "check_environment"]
 
 #: The environment variable that picks the fused QK-norm ops' implementation.
 IMPL_ENV = "PMVERIFY_QK_NORM_IMPL"
@@ -54,6 +54,17 @@ def implementation(x: Tensor) -> str:
     if value == "auto":
         return "triton" if x.is_cuda else "torch"
     return value
+
+
+def check_environment() -> None:
+    """Raise unless the ops can run on CPU tensors (pmverify's cases) with this environment:
+    ``ValueError`` for a bad :data:`IMPL_ENV`, ``RuntimeError`` when it forces the kernels while
+    Triton's interpreter is off (imports triton then)."""
+    if implementation(torch.empty(0)) == "triton" and not triton_impl.interpreted():
+        raise RuntimeError(
+            f"{IMPL_ENV}=triton runs the Triton kernels on CPU tensors in Triton's interpreter, which is off: set "
+            "TRITON_INTERPRET=1 before triton is first imported"
+        )
 
 
 def _scale(xf: Tensor, rstd: Tensor, weight: Tensor, dtype: torch.dtype, weight_after_cast: bool) -> Tensor:

@@ -9,7 +9,8 @@ neighbouring value where the float32 result sits on a rounding boundary.
 On CUDA tensors the kernels are compiled; on CPU tensors they run in Triton's interpreter, which
 needs ``TRITON_INTERPRET=1`` in the environment before this module (and triton) is first imported.
 The interpreter casts float32 to bfloat16 by truncation, not round-to-nearest: its bf16 results may
-be one bf16 ulp below the compiled kernel's.
+sit one bf16 ulp below the compiled kernel's per cast (up to about three with a bf16 weight applied
+after the cast), and it converts subnormal bf16 values wrongly.
 """
 
 from __future__ import annotations
@@ -153,6 +154,20 @@ def interpreted() -> bool:
     return all(type(fn).__name__ == "InterpretedFunction" for fn in (_kernels().qk_norm_kernel, tl.cdiv))
 
 
+def _check_inputs(qkv: Tensor, q_weight: Tensor | None, k_weight: Tensor | None, q_size: int, kv_size: int) -> None:
+    """The geometry the kernels index by: what the ops check, less contiguity (any row stride)."""
+    if qkv.dim() != 2 or qkv.shape[1] != q_size + 2 * kv_size or q_size < 1 or kv_size < 1:
+        raise ValueError(
+            f"qkv has shape {tuple(qkv.shape)}; expected [T, q_size + 2*kv_size] with q_size={q_size}, "
+            f"kv_size={kv_size} positive"
+        )
+    for name, weight, width in (("q_weight", q_weight, q_size), ("k_weight", k_weight, kv_size)):
+        if weight is not None and (weight.dim() != 1 or weight.shape[0] != width or weight.device != qkv.device):
+            raise ValueError(
+                f"{name} has shape {tuple(weight.shape)} on {weight.device}; expected ({width},) on {qkv.device}"
+            )
+
+
 def _check_device(x: Tensor) -> None:
     if x.device.type == "cuda":
         return
@@ -218,11 +233,14 @@ def qk_norm_triton(
 ) -> tuple[Tensor, Tensor]:
     """``pmverify::qk_norm`` at tp_world = 1 in one kernel: each qkv row's q and k read once.
 
-    Arguments and result as :func:`.ops.qk_norm` (inputs are checked by it, not here); ``out`` =
-    ``(q_out, k_out)`` to write into (contiguous ``[T, q_size]`` / ``[T, kv_size]`` of the result
-    dtypes), ``launch`` a tiling other than :func:`launch_for`'s. Raises ``ValueError`` for ``out``
-    of the wrong shape, dtype or device, ``RuntimeError`` for CPU tensors without the interpreter."""
+    Arguments and result as :func:`.ops.qk_norm`, except that qkv may have any row stride (its
+    dtypes and eps are checked by the op, not here); ``out`` = ``(q_out, k_out)`` to write into
+    (contiguous ``[T, q_size]`` / ``[T, kv_size]`` of the result dtypes), ``launch`` a tiling other
+    than :func:`launch_for`'s. Raises ``ValueError`` for a qkv or weight shape other than the
+    geometry's, ``out`` of the wrong shape, dtype or device, ``RuntimeError`` for CPU tensors
+    without the interpreter."""
     _check_device(qkv)
+    _check_inputs(qkv, q_weight, k_weight, q_size, kv_size)
     qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
     q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
     tokens = qkv.shape[0]
@@ -242,6 +260,7 @@ def sum_squares_triton(
 ) -> Tensor:
     """Float32 ``[T, 2]``: per row, the sum of squares of q (column 0) and of k (column 1)."""
     _check_device(qkv)
+    _check_inputs(qkv, None, None, q_size, kv_size)
     qkv = _unit_stride(qkv)
     tokens = qkv.shape[0]
     sums = qkv.new_empty((tokens, 2), dtype=torch.float32) if out is None else out
@@ -274,9 +293,12 @@ def qk_norm_apply_triton(
     """q and k scaled by ``rsqrt(sums / (width · tp_world) + eps)`` and the weights, from the
     all-reduced float32 ``sums`` ``[T, 2]`` of :func:`sum_squares_triton`."""
     _check_device(qkv)
+    _check_inputs(qkv, q_weight, k_weight, q_size, kv_size)
     qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
     q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
     tokens = qkv.shape[0]
+    if tp_world < 1:
+        raise ValueError(f"tp_world={tp_world} must be positive")
     if sums.shape != (tokens, 2) or sums.dtype != torch.float32 or sums.device != qkv.device:
         raise ValueError(
             f"sums is {tuple(sums.shape)} {sums.dtype} on {sums.device}; expected ({tokens}, 2) torch.float32 on "
@@ -311,6 +333,8 @@ def qk_norm_tp_triton(
     """``pmverify::qk_norm_tp``: the sum-of-squares kernel, one float32 ``[T, 2]`` all-reduce over
     ``group_name`` (``_c10d_functional``; none at tp_world = 1), then the apply kernel. Arguments
     and result as :func:`.ops.qk_norm_tp`; ``out`` and ``launch`` as :func:`qk_norm_triton`."""
+    if tp_world < 1:
+        raise ValueError(f"tp_world={tp_world} must be positive")
     sums = sum_squares_triton(qkv, q_size, kv_size, launch=launch)
     if tp_world > 1:
         functional = torch.ops._c10d_functional
