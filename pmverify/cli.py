@@ -51,7 +51,7 @@ def _targets() -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pmverify", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pmverify", description=" ".join(__doc__.split("\n\n")[0].split()))
     sub = parser.add_subparsers(dest="command", required=True)
     fuzz = sub.add_parser(
         "fuzz",
