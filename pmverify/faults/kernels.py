@@ -7,7 +7,8 @@ rewrites (``qk_norm``, ``qk_norm_split3``, ``qk_norm_split_qk``) are replaced by
 ``torch.ops.pmverify_faults.qk_norm_kernel``, which runs the faulty launcher; the per-tensor
 ``rms_norm`` rewrite is the shipped one. The pass class holds its launcher as ``launcher``.
 
-The launchers use the shipped tiling, grid and output checks of :mod:`.triton_impl` and the
+The launchers launch through the shipped launcher of :mod:`.triton_impl` (its checks, tiling,
+grid and outputs; only the kernel or a constexpr differs), and their kernels are built from the
 shipped jit helpers of :mod:`.kernels`; their kernels live in :mod:`._triton_kernels`, imported on
 first launch, so importing this module decorates no kernel. The op always runs the Triton path: on
 CPU tensors that needs Triton's interpreter, ``TRITON_INTERPRET=1`` before triton is first imported
@@ -29,13 +30,9 @@ from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass, ops
 from ..fusions.qk_norm.patterns import Rewrite
 from ..fusions.qk_norm.triton_impl import (
     Launch,
-    _check_device,
-    _check_inputs,
     _kernels,
-    _outputs,
-    _serialised,
+    _launch_one_pass,
     _tiling,
-    _unit_stride,
     interpreted,
     launch_for,
     qk_norm_triton,
@@ -62,26 +59,6 @@ def _faulty_kernels():
     return _triton_kernels
 
 
-def _launch(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch, **override):
-    """Launch ``kernel`` (arguments of the shipped ``qk_norm_kernel``) as ``qk_norm_triton`` does,
-    with the constexprs in ``override`` replacing the tiling's; return ``(q_out, k_out)``."""
-    _check_device(qkv)
-    _check_inputs(qkv, q_weight, k_weight, q_size, kv_size)
-    qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
-    q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
-    tokens = qkv.shape[0]
-    if tokens == 0:
-        return q_out, k_out
-    launch, meta = _tiling(qkv, q_size, kv_size, launch)
-    with _serialised(qkv):  # interpreted launches take turns, as the shipped ones do
-        kernel[launch.grid(tokens)](
-            qkv, q_weight, k_weight, q_out, k_out, tokens, qkv.stride(0), q_size, kv_size, float(q_size),
-            float(kv_size), eps, WEIGHT_AFTER_CAST=weight_after_cast, num_warps=launch.num_warps,
-            **{**meta, **override},
-        )  # fmt: skip
-    return q_out, k_out
-
-
 def qk_norm_grid_capped(
     qkv: Tensor,
     q_weight: Tensor,
@@ -98,7 +75,7 @@ def qk_norm_grid_capped(
     normalises row block ``program_id`` only, while the grid stays ``launch.grid(T)`` =
     ``min(row blocks, num_programs)``. Rows from ``num_programs · rows`` on are never written."""
     kernel = _faulty_kernels().grid_capped_kernel
-    return _launch(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch)
+    return _launch_one_pass(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch)
 
 
 def qk_norm_unmasked_loads(
@@ -126,7 +103,7 @@ def qk_norm_unmasked_loads(
     staged = padded[: tokens * width].view(tokens, width)
     staged.copy_(qkv)
     kernel = _faulty_kernels().unmasked_loads_kernel
-    return _launch(kernel, staged, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch)
+    return _launch_one_pass(kernel, staged, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch)
 
 
 def qk_norm_k_out_floor_chunks(
@@ -149,7 +126,7 @@ def qk_norm_k_out_floor_chunks(
     launch, _ = _tiling(qkv, q_size, kv_size, launch)
     chunks_kv = kv_size // launch.block_kv  # the bug: -(-kv_size // launch.block_kv)
     kernel = _kernels().qk_norm_kernel
-    return _launch(
+    return _launch_one_pass(
         kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch, CHUNKS_KV=chunks_kv
     )
 

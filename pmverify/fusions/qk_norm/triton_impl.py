@@ -239,18 +239,34 @@ def qk_norm_triton(
     than :func:`launch_for`'s. Raises ``ValueError`` for a qkv or weight shape other than the
     geometry's, ``out`` of the wrong shape, dtype or device, ``RuntimeError`` for CPU tensors
     without the interpreter."""
+    return _launch_one_pass(
+        _kernels().qk_norm_kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch
+    )
+
+
+def _operands(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out):
+    """Checked, unit-stride ``(qkv, q_weight, k_weight)`` and the ``(q_out, k_out)`` to write."""
     _check_device(qkv)
     _check_inputs(qkv, q_weight, k_weight, q_size, kv_size)
     qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
-    q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
+    return (qkv, q_weight, k_weight), _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
+
+
+def _launch_one_pass(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch, **override):
+    """Launch ``kernel``, which takes the arguments of ``qk_norm_kernel`` (the fault bank's faulty
+    kernels do too), with the constexprs in ``override`` replacing the tiling's; ``(q_out, k_out)``."""
+    (qkv, q_weight, k_weight), (q_out, k_out) = _operands(
+        qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out
+    )
     tokens = qkv.shape[0]
     if tokens == 0:
         return q_out, k_out
     launch, meta = _tiling(qkv, q_size, kv_size, launch)
     with _serialised(qkv):
-        _kernels().qk_norm_kernel[launch.grid(tokens)](
+        kernel[launch.grid(tokens)](
             qkv, q_weight, k_weight, q_out, k_out, tokens, qkv.stride(0), q_size, kv_size, float(q_size),
-            float(kv_size), eps, WEIGHT_AFTER_CAST=weight_after_cast, num_warps=launch.num_warps, **meta,
+            float(kv_size), eps, WEIGHT_AFTER_CAST=weight_after_cast, num_warps=launch.num_warps,
+            **{**meta, **override},
         )  # fmt: skip
     return q_out, k_out
 
@@ -292,10 +308,9 @@ def qk_norm_apply_triton(
 ) -> tuple[Tensor, Tensor]:
     """q and k scaled by ``rsqrt(sums / (width · tp_world) + eps)`` and the weights, from the
     all-reduced float32 ``sums`` ``[T, 2]`` of :func:`sum_squares_triton`."""
-    _check_device(qkv)
-    _check_inputs(qkv, q_weight, k_weight, q_size, kv_size)
-    qkv, q_weight, k_weight = _unit_stride(qkv), _unit_stride(q_weight), _unit_stride(k_weight)
-    q_out, k_out = _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
+    (qkv, q_weight, k_weight), (q_out, k_out) = _operands(
+        qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out
+    )
     tokens = qkv.shape[0]
     if tp_world < 1:
         raise ValueError(f"tp_world={tp_world} must be positive")
