@@ -23,7 +23,7 @@ from . import _reproducer
 from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
 
-__all__ = ["PassVerificationError", "verify", "case_events", "verify_in_rotation", "fresh_search"]
+__all__ = ["PassVerificationError", "verify", "case_events", "database_key", "verify_in_rotation", "fresh_search"]
 
 
 class PassVerificationError(AssertionError):
@@ -112,6 +112,7 @@ def verify(
     pass_source: str | None = None,
     on_result: Any = None,
     mode: str = "direct",
+    on_case: Callable[[Any], None] | None = None,
 ) -> None:
     """Search ``cases`` for a case on which ``pass_`` breaks a property; return None when none is
     found, else raise :class:`PassVerificationError` for the shrunk case.
@@ -120,13 +121,16 @@ def verify(
     - ``cases``: a Hypothesis strategy of :class:`GraphCase` (e.g. ``strategies.qk_norm_cases()``).
     - ``max_examples``: cases to try; default the active Hypothesis profile's ``max_examples``.
     - ``seed``: seed of the search (Hypothesis' ``@seed``; the example database stays in use);
-      default random.
+      default ``$PMVERIFY_SEED`` (an int; the pytest plugin's ``ci`` profile sets it), else random.
     - ``oracles``: as for :func:`check_case`; default all.
     - ``repro_dir``: where the reproducer script is written (default ``$PMVERIFY_REPRO_DIR`` or
       ``.pmverify/reproducers``).
     - ``pass_source``: Python code defining ``PASS`` for the reproducer, when pmverify cannot
       rebuild the pass from its class and config.
     - ``on_result``: called with every :class:`CaseResult` (statistics, progress).
+    - ``on_case``: called with every :class:`GraphCase` before the pass is applied to it, inside
+      Hypothesis' test (``hypothesis.control.current_build_context()`` works there): what a crash
+      harness records so that a case that kills the process is not lost.
     - ``mode``: how each case is applied, as for :func:`check_case`: ``"direct"`` (default) or
       ``"compiled"`` (two ``torch.compile`` runs a case: seconds each, so keep ``max_examples``
       small); the reproducer runs the same mode.
@@ -134,8 +138,8 @@ def verify(
     Runs under the active Hypothesis settings profile (``deadline`` is always None: torch code
     trips it at random). The failing case is saved to the Hypothesis example database before this
     raises, and replayed first on the next run. Raises ``InvalidArgument`` for a ``cases`` that is
-    not a strategy or a ``max_examples`` below 1, ``ValueError`` for an unknown ``mode``,
-    ``TypeError`` for a ``pass_`` that is not a pass.
+    not a strategy or a ``max_examples`` below 1, ``ValueError`` for an unknown ``mode`` or a
+    ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass.
     """
     if not isinstance(cases, SearchStrategy):
         raise InvalidArgument(f"cases={cases!r} must be a Hypothesis strategy of GraphCase")
@@ -145,6 +149,11 @@ def verify(
         raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
+    if seed is None and (env_seed := os.environ.get("PMVERIFY_SEED", "").strip()):
+        try:
+            seed = int(env_seed)
+        except ValueError:
+            raise ValueError(f"PMVERIFY_SEED={env_seed!r} is not an int (the seed of verify(seed=None))") from None
     check_pass(pass_)
     overrides: dict[str, Any] = {
         "deadline": None,
@@ -156,6 +165,8 @@ def verify(
     @settings(**overrides)
     @given(cases)
     def run_case(case: Any) -> None:
+        if on_case is not None:
+            on_case(case)
         result = check_case(pass_, case, oracles=oracles, mode=mode)
         for label in case_events(result):
             event(label)
@@ -168,8 +179,8 @@ def verify(
         # What ``hypothesis.seed`` sets, without the ``database=None`` it also sets: a seeded search
         # must still save its failures (tests/test_verify.py checks this against Hypothesis).
         run_case._hypothesis_internal_use_seed = seed
-    key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}" + ("" if mode == "direct" else f":{mode}")
-    run_case.hypothesis.inner_test._hypothesis_internal_add_digest = hashlib.sha256(key.encode()).digest()
+    # Hypothesis reads the example database key from here before deriving one from the test's source.
+    run_case._hypothesis_internal_database_key = database_key(pass_, cases, mode)
     try:
         run_case()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
@@ -196,6 +207,15 @@ def verify(
             except OSError as exc:
                 notes.append(f"the picture was not written: {exc}")
         raise PassVerificationError(result, path, "; ".join(notes), pictures) from None
+
+
+def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct") -> bytes:
+    """The example-database key under which :func:`verify` saves the failures of ``pass_`` on
+    ``cases`` in ``mode``: a digest of the pass's class (and config) and the strategy's repr, so
+    that every search of the same pass on the same strategy (a test, ``pmverify fuzz``, another
+    machine sharing the database) replays the same failures first. Seeds do not enter it."""
+    key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}" + ("" if mode == "direct" else f":{mode}")
+    return hashlib.sha256(key.encode()).digest()
 
 
 def _case_failure(error: BaseException) -> _CaseFailed | None:

@@ -1,10 +1,10 @@
-"""Hypothesis profiles: ``ci`` (default: few examples) and ``nightly``; torch trips deadlines at
-random, so every profile sets ``deadline=None``. Pick one with ``HYPOTHESIS_PROFILE``."""
+"""The suite runs under pmverify's own pytest plugin (``pytest_pmverify.py``): its ``ci`` profile by
+default (``pmverify_profile`` in pyproject.toml: 15 examples a test, seed 0 pinned per test), another
+with ``--pmverify-profile dev|nightly`` or ``PMVERIFY_PROFILE`` (``HYPOTHESIS_PROFILE`` still works)."""
 
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 # The kernel tests run pmverify's Triton kernels on CPU tensors, in Triton's interpreter, which must
 # be on before triton is first imported (torch._inductor imports it); on a GPU machine too, where the
@@ -12,17 +12,17 @@ from hypothesis import HealthCheck, settings
 # tests/fusions/test_qk_norm_kernel_compile.py). Set another value only with a GPU.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-settings.register_profile(
-    "ci", max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
-settings.register_profile("dev", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile(
-    "nightly",
-    max_examples=2000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# This suite's older name for $PMVERIFY_PROFILE, which the plugin reads when it configures pytest.
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    os.environ.setdefault("PMVERIFY_PROFILE", os.environ["HYPOTHESIS_PROFILE"])
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("pmverify"):
+        raise pytest.UsageError(
+            "pmverify's pytest plugin is not registered (its pytest11 entry point): reinstall, "
+            "pip install --no-deps -e ., and do not disable it with -p no:pmverify"
+        )
 
 
 @pytest.fixture

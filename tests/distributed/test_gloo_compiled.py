@@ -67,6 +67,7 @@ def _shards(rank):
     return (x, w_q[q_cols], w_k[kv_cols], w_v[kv_cols], q_weight[q_cols], k_weight[kv_cols]), full, (q_cols, kv_cols)
 
 
+@pytest.mark.multiproc
 def test_gloo_world_of_2_compiled_with_the_pass():
     args = [_shards(rank)[0] for rank in range(WORLD)]
     results = run_spmd(compiled_rank, WORLD, args, backend="gloo", timeout_s=300)

@@ -258,6 +258,7 @@ def test_gloo_refuses_an_unpicklable_fn_before_starting_anything():
         run_spmd(lambda: None, 2, [(), ()], backend="gloo")
 
 
+@pytest.mark.multiproc
 def test_gloo_sums_and_reports_a_raising_rank():
     results = run_spmd(sum_both_ways, 2, [(1.0,), (2.0,)], backend="gloo")
     assert results == [(0, 2, 3.0, 3.0, DEFAULT_GROUP_NAME), (1, 2, 3.0, 3.0, DEFAULT_GROUP_NAME)]
@@ -295,6 +296,8 @@ def test_nccl_without_enough_cuda_devices_is_refused_up_front():
         run_spmd(nccl_sum, 2, [(1.0,), (2.0,)], backend="nccl")
 
 
+@pytest.mark.gpu
+@pytest.mark.multiproc
 @pytest.mark.skipif(
     torch.cuda.device_count() < 2 or not dist.is_nccl_available(), reason="needs 2 CUDA devices and NCCL"
 )
