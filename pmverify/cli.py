@@ -1,29 +1,42 @@
-"""pmverify command line: `pmverify fuzz` verifies the shipped QK-norm pass; `pmverify selfcheck`
+"""pmverify command line: `pmverify fuzz` verifies a pass (the shipped QK-norm pass, a fault of
+the bank, or your own) on random graphs within a time budget, crash-isolated; `pmverify selfcheck`
 checks that pmverify catches every fault of its bank.
 
-Exit status: fuzz 0 when nothing was found, 1 when a violation was found; selfcheck 0 when every
-fault was detected, 1 when one escaped, 2 when none escaped but one could not run here; 2 for bad
-usage (including an environment the Triton kernels cannot run in).
+Exit status: fuzz 0 when nothing was found, 1 when something was, 2 when nothing was but a target
+could not be searched, 130 when interrupted; selfcheck 0 when every fault was detected, 1 when one
+escaped, 2 when none escaped but one could not run here; 2 for bad usage (including an environment
+the Triton kernels cannot run in, or an example database that cannot be reached).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import pathlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["main"]
 
-DEFAULT_BUDGET_S = 60.0
-BATCH = 25
-#: The world sizes the shipped pass is fuzzed on, one rotation batch each (besides tp_world 1).
-TP_WORLDS = (2, 4, 8)
+#: What ``--profile`` sets unless given: the Hypothesis profile ``pmverify-<name>`` the searches
+#: run under, the time budget, cases per search (batch) and the per-case timeout.
+PROFILE_DEFAULTS = {
+    "ci": {"budget": "60s", "batch": 25, "case_timeout": "120s"},
+    "dev": {"budget": "10m", "batch": 50, "case_timeout": "120s"},
+    "nightly": {"budget": "8h", "batch": 100, "case_timeout": "300s"},
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line on stderr (and exit status 2), not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _positive(kind: type, name: str):
@@ -41,42 +54,94 @@ def _positive(kind: type, name: str):
     return parse
 
 
-def _targets() -> dict[str, Any]:
-    from . import faults
-    from .fusions.qk_norm import QKNormFusionPass
+def _duration(name: str):
+    def parse(text: str) -> float:
+        from ._job import parse_duration
 
-    targets: dict[str, Any] = {"qk_norm": QKNormFusionPass}
-    targets.update({name: getattr(faults, name) for name in faults.__all__})
-    return targets
+        try:
+            return parse_duration(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{name}={exc}") from None
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pmverify", description=" ".join(__doc__.split("\n\n")[0].split()))
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="pmverify", description=" ".join(__doc__.split("\n\n")[0].split()))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     fuzz = sub.add_parser(
         "fuzz",
-        help="verify a pass on random cases, then on a real model",
-        description="Verify the shipped QK-norm fusion pass (or a fault) on random graphs from "
-        "qk_norm_cases() (plain, in-place with_mutations, and with_mutating_custom_ops) and from qk_norm_tp_cases() "
-        "(the all-reduce form on tensor-parallel worlds of 1, 2, 4 and 8 ranks, run with real collectives), a batch "
-        "of each in turn, in direct mode, then on a tiny MiniMax-M2 model compiled by torch.compile.",
+        help="verify a pass on random cases within a time budget, crash-isolated",
+        description="Verify a pass on random graphs within a time budget: the shipped QK-norm fusion pass (default) "
+        "on qk_norm_cases() (plain, in-place with_mutations, with_mutating_custom_ops) and qk_norm_tp_cases() (the "
+        "all-reduce form on tensor-parallel worlds of 2, 4 and 8 ranks, with real collectives), a batch of each in "
+        "turn; a fault of the bank on its own families; or your own pass on your case strategy. Each target runs in "
+        "a worker process: a pass that raises, hangs, corrupts the graph, segfaults or exits is a finding with a "
+        "reproducer, and the job goes on. Findings are saved to the example database before they are reported, and "
+        "every run first replays what the database holds. The shipped pass is then checked on a tiny MiniMax-M2 "
+        "model compiled by torch.compile.",
+    )
+    fuzz.add_argument(
+        "--profile",
+        choices=tuple(PROFILE_DEFAULTS),
+        default="ci",
+        help="Hypothesis profile pmverify-<name> and the defaults below (default %(default)s): "
+        + "; ".join(
+            f"{name}: budget {d['budget']}, batch {d['batch']}, case timeout {d['case_timeout']}"
+            for name, d in PROFILE_DEFAULTS.items()
+        ),
     )
     fuzz.add_argument(
         "--budget",
-        type=_positive(float, "--budget"),
-        default=DEFAULT_BUDGET_S,
-        help="seconds of random-case search (default %(default)s); the real-model check runs after it",
+        type=_duration("--budget"),
+        metavar="DURATION",
+        help="time for the search, e.g. 90s, 30m, 8h, 1h30m (a number is seconds); the real-model check runs after it",
     )
     fuzz.add_argument("--max-examples", type=_positive(int, "--max-examples"), help="stop after this many cases")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the search (default %(default)s)")
-    fuzz.add_argument("--report", type=pathlib.Path, help="write a JSON report to this path")
     fuzz.add_argument(
         "--target",
-        default="qk_norm",
-        help="what to verify: qk_norm (the shipped pass, default) or a fault from pmverify.faults",
+        action="append",
+        metavar="NAME",
+        help="what to verify (repeatable): qk_norm (the shipped pass, default), a fault of pmverify.faults, "
+        "or MODULE:ATTRIBUTE of your pass (a class built per case from case.pass_config, or a pass object)",
     )
-    fuzz.add_argument("--repro-dir", type=pathlib.Path, help="where reproducer scripts go")
+    fuzz.add_argument(
+        "--cases",
+        metavar="MODULE:ATTRIBUTE",
+        help="the case strategy of a --target MODULE:ATTRIBUTE pass: a strategy of GraphCase or a function returning one",
+    )
+    fuzz.add_argument(
+        "--db",
+        metavar="DIR|redis://HOST:PORT",
+        help="the Hypothesis example database: a folder, or a Redis server that many machines share "
+        "(default: the profile's, .hypothesis/examples)",
+    )
+    fuzz.add_argument("--report", type=pathlib.Path, metavar="PATH", help="JSON report, rewritten as a checkpoint")
+    fuzz.add_argument("--junit", type=pathlib.Path, metavar="PATH", help="JUnit XML: a testcase per case family")
+    fuzz.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
+    fuzz.add_argument(
+        "--case-timeout",
+        type=_duration("--case-timeout"),
+        metavar="DURATION",
+        help="a case that runs longer is a hang: its worker is killed and restarted (default: the profile's)",
+    )
+    fuzz.add_argument(
+        "--checkpoint-every",
+        type=_duration("--checkpoint-every"),
+        default=60.0,
+        metavar="DURATION",
+        help="rewrite the report this often (default 60s; also after every finding)",
+    )
+    fuzz.add_argument("--batch", type=_positive(int, "--batch"), help="cases per search (default: the profile's)")
+    fuzz.add_argument("--no-shrink", action="store_true", help="report the first failing case unshrunk (faster)")
     fuzz.add_argument("--no-real-model", action="store_true", help="skip the compiled real-model check")
+    fuzz.add_argument(
+        "--progress",
+        choices=("auto", "rich", "plain"),
+        default="auto",
+        help="live display on a terminal (auto: when stdout is one), or plain periodic lines",
+    )
     selfcheck = sub.add_parser(
         "selfcheck",
         help="check that pmverify catches every fault of its bank",
@@ -106,140 +171,42 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Stats:
-    """Counts over every case checked, for progress lines, the summary and the report."""
-
-    def __init__(self) -> None:
-        self.cases = 0
-        self.matches = 0
-        self.events: collections.Counter[str] = collections.Counter()
-        self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-
-    def __call__(self, result: Any) -> None:
-        from ._verify import case_events
-
-        self.cases += 1
-        self.matches += result.matches
-        self.tp_worlds[result.case.tp_world].update(cases=1, matches=result.matches)
-        self.events.update(label for label in case_events(result) if not label.startswith("matches"))
-
-
-def _families(target: str) -> list[tuple[str, Any]]:
-    """The case families the random phase rotates through, one per batch: for the shipped pass,
-    plain graphs, their in-place form, their functional form with mutating custom ops
-    (auto_functionalized), and the all-reduce form on tensor-parallel worlds; for a fault, the
-    families of its bank row."""
-    from hypothesis import strategies as st
-
-    from . import faults
-    from .strategies import qk_norm_tp_cases
-
-    if target in faults.BANK:
-        return faults.BANK[target].families()
-    # One tensor-parallel batch per world size after each single-rank family, so that a run of
-    # six batches has checked tp_world 2, 4 and 8 (tp_world 1 is what the other families check).
-    tp = [(f"qk_norm_tp_cases[tp_world={world}]", qk_norm_tp_cases(tp_world=st.just(world))) for world in TP_WORLDS]
-    return [family for pair in zip(faults.rotation(), tp, strict=True) for family in pair]
-
-
-def _takes_qk_norm_config(pass_cls: Any) -> bool:
-    """Whether ``pass_cls`` is built from a ``QKNormConfig`` (so the real-model check can build it)."""
-    from .fusions.qk_norm import QKNormConfig
-
-    try:
-        pass_cls(QKNormConfig(q_size=8, kv_size=4))
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _fuzz_target(name: str, pass_: Any, args: argparse.Namespace, out: Any) -> dict[str, Any]:
-    from ._verify import verify_in_rotation
-
-    family_cases = collections.Counter()
-    stats = _Stats()
-    violations: list[dict[str, Any]] = []
-    start = time.monotonic()
-
-    def remaining() -> int:
-        if time.monotonic() - start >= args.budget or violations:
-            return 0
-        return BATCH if args.max_examples is None else args.max_examples - stats.cases
-
-    counted = 0
-    for family, error in verify_in_rotation(
-        pass_,
-        _families(name),
-        batch=BATCH,
-        remaining=remaining,
-        seed=args.seed,
-        on_result=stats,
-        repro_dir=args.repro_dir,
-    ):
-        if error is not None:
-            violations += [
-                {
-                    "oracle": v.oracle,
-                    "message": v.message,
-                    "nodes": list(v.nodes),
-                    "reproducer": str(error.reproducer) if error.reproducer else None,
-                }
-                for v in error.violations
-            ]
-            print(f"FOUND on {error.case!r}", file=out)
-            for v in error.violations:
-                print(f"  - {v}", file=out)
-            print(f"  reproducer: {error.reproducer or 'not written'}", file=out)
-        family_cases[family] += stats.cases - counted
-        counted = stats.cases
-        elapsed = time.monotonic() - start
-        print(
-            f"[{elapsed:6.1f}s] {name} ({family}): {stats.cases} cases, {stats.matches} matches, "
-            f"{len(violations)} violations ({60 * stats.cases / max(elapsed, 1e-9):.0f} cases/min)",
-            file=out,
-            flush=True,
-        )
-    elapsed = time.monotonic() - start
-    return {
-        "name": name,
-        "cases": stats.cases,
-        "matches": stats.matches,
-        "elapsed_s": round(elapsed, 3),
-        "cases_per_min": round(60 * stats.cases / max(elapsed, 1e-9), 1),
-        "families": dict(family_cases),
-        "tp_worlds": {str(world): dict(counts) for world, counts in sorted(stats.tp_worlds.items())},
-        "events": dict(sorted(stats.events.items())),
-        "violations": violations,
-    }
-
-
 def _summary(report: dict[str, Any], out: Any) -> None:
-    print("\nsummary", file=out)
+    print(f"\nsummary ({report['status']}, {report['elapsed_s']:.0f}s)", file=out)
     width = max([28, *(len(t["name"]) + 2 for t in report["targets"])])
-    header = f"{'target':<{width}}{'cases':>8}{'matches':>9}{'violations':>12}{'cases/min':>11}"
+    header = f"{'target':<{width}}{'cases':>8}{'matches':>9}{'findings':>10}{'restarts':>10}{'cases/min':>11}"
     print(header, file=out)
     print("-" * len(header), file=out)
     for target in report["targets"]:
         print(
-            f"{target['name']:<{width}}{target['cases']:>8}{target['matches']:>9}{len(target['violations']):>12}"
-            f"{target['cases_per_min']:>11.0f}",
+            f"{target['name']:<{width}}{target['cases']:>8}{target['matches']:>9}{len(target['findings']):>10}"
+            f"{target['worker_restarts']:>10}{target['cases_per_min']:>11.0f}",
             file=out,
         )
         worlds = ", ".join(
             f"tp {world}: {counts['cases']} cases / {counts['matches']} matches"
             for world, counts in target["tp_worlds"].items()
         )
-        print(f"  {worlds}", file=out)
-        by_oracle = collections.Counter(v["oracle"] for v in target["violations"])
-        for oracle, count in sorted(by_oracle.items()):
-            print(f"  {oracle}: {count}", file=out)
+        if worlds:
+            print(f"  {worlds}", file=out)
+        for finding in target["findings"]:
+            oracles = ", ".join(dict.fromkeys(v["oracle"] for v in finding["violations"]))
+            print(
+                f"  {finding['kind']} in {finding['family']} ({oracles}): {finding['reproducer'] or 'no reproducer'}",
+                file=out,
+            )
+        for error in target["errors"]:
+            print(f"  error in {error['family'] or 'the worker'}: {error['message'].splitlines()[0]}", file=out)
     for model in report["real_models"]:
+        name = f"{model.get('target', '')}: {model['name']}"
         if model.get("skipped"):
-            print(f"{model['name']}: skipped ({model['skipped']})", file=out)
+            print(f"{name}: skipped ({model['skipped']})", file=out)
+        elif model.get("error"):
+            print(f"{name}: NOT OK ({model['error']})", file=out)
         else:
             err = model["max_abs_err"]
             print(
-                f"{model['name']}: {model['matches']} matches, max |err| {'n/a' if err is None else f'{err:.3g}'}, "
+                f"{name}: {model['matches']} matches, max |err| {'n/a' if err is None else f'{err:.3g}'}, "
                 f"{'exact, ' if model.get('exact') else ''}{'ok' if model['ok'] else 'NOT OK'} "
                 f"({model['elapsed_s']:.1f}s)",
                 file=out,
@@ -247,76 +214,66 @@ def _summary(report: dict[str, Any], out: Any) -> None:
 
 
 def fuzz(args: argparse.Namespace, out: Any = None) -> int:
-    from . import __version__
+    import pytest_pmverify
+
+    from ._job import JobOptions, TargetError, format_duration, run_job
+    from ._job.targets import check
 
     out = out if out is not None else sys.stdout
-    targets = _targets()
-    if args.target not in targets:
-        print(f"pmverify fuzz: --target={args.target!r} is unknown; choose from {', '.join(targets)}", file=sys.stderr)
+    defaults = PROFILE_DEFAULTS[args.profile]
+    budget = args.budget if args.budget is not None else _duration("--budget")(defaults["budget"])
+    targets = args.target or ["qk_norm"]
+    try:
+        check(targets, args.cases)
+    except TargetError as exc:
+        print(f"pmverify fuzz: {exc}", file=sys.stderr)
         return 2
-    from .faults import BANK
-
-    fault = BANK.get(args.target)
-    if fault is not None and fault.requires is not None:
+    if args.db is not None:
         try:
-            fault.requires()
-        except RuntimeError as exc:
-            print(f"pmverify fuzz: --target={args.target}: {exc}", file=sys.stderr)
+            pytest_pmverify.example_database(args.db)
+        except ValueError as exc:
+            print(f"pmverify fuzz: --db={args.db!r}: {exc}", file=sys.stderr)
             return 2
-    if args.report is not None:
-        try:
-            args.report.parent.mkdir(parents=True, exist_ok=True)
-            with open(args.report, "a"):
-                pass
-        except OSError as exc:
-            print(f"pmverify fuzz: --report={str(args.report)!r} cannot be written: {exc}", file=sys.stderr)
+    for option, path in (("--report", args.report), ("--junit", args.junit)):
+        if not _writable("fuzz", path, option):
             return 2
-    start = time.monotonic()
-    report: dict[str, Any] = {
-        "pmverify": __version__,
-        "seed": args.seed,
-        "elapsed_s": 0.0,
-        "targets": [],
-        "real_models": [],
-    }
-    print(
-        f"pmverify {__version__}: fuzzing {args.target} for {args.budget:g}s (seed {args.seed})", file=out, flush=True
+    options = JobOptions(
+        targets=targets,
+        cases=args.cases,
+        profile=args.profile,
+        budget_s=budget,
+        budget_text=format_duration(budget),
+        max_examples=args.max_examples,
+        seed=args.seed,
+        db=args.db,
+        report=args.report,
+        junit=args.junit,
+        repro_dir=args.repro_dir,
+        case_timeout_s=args.case_timeout or _duration("--case-timeout")(defaults["case_timeout"]),
+        batch=args.batch or defaults["batch"],
+        checkpoint_s=args.checkpoint_every,
+        shrink=not args.no_shrink,
+        real_model=not args.no_real_model,
+        progress=args.progress,
     )
-    report["targets"].append(_fuzz_target(args.target, targets[args.target], args, out))
-    pass_cls = targets[args.target]
-    if args.no_real_model:
-        pass
-    elif not _takes_qk_norm_config(pass_cls):
-        reason = f"{args.target} is not built from a QKNormConfig"
-        print(f"real model: skipped ({reason})", file=out, flush=True)
-        report["real_models"].append({"name": "minimax_m2", "skipped": reason, "ok": True})
-    else:
-        from .real_models import check_minimax_m2
-
-        print("real model: tiny MiniMax-M2, compiled with and without the pass...", file=out, flush=True)
-        result = check_minimax_m2(pass_factory=pass_cls)
-        report["real_models"].append(_jsonable(result))
-    report["elapsed_s"] = round(time.monotonic() - start, 3)
+    report, code = run_job(options, out)
     _summary(report, out)
-    if args.report is not None:
-        args.report.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"report: {args.report}", file=out)
-    found = any(t["violations"] for t in report["targets"]) or any(
-        not m["ok"] and not m.get("skipped") for m in report["real_models"]
-    )
-    return 1 if found else 0
+    for option, path in (("report", args.report), ("junit", args.junit)):
+        if path is not None:
+            print(f"{option}: {path}", file=out)
+    return code
 
 
-def _writable(command: str, report: pathlib.Path | None) -> bool:
-    """Whether ``--report`` can be written; says why not on stderr."""
-    if report is None:
+def _writable(command: str, path: pathlib.Path | None, option: str = "--report") -> bool:
+    """Whether ``path`` (given as ``option``) can be written; says why not on stderr."""
+    if path is None:
         return True
     try:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        with open(report, "a"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
             pass
     except OSError as exc:
-        print(f"pmverify {command}: --report={str(report)!r} cannot be written: {exc}", file=sys.stderr)
+        print(f"pmverify {command}: {option}={str(path)!r} cannot be written: {exc}", file=sys.stderr)
         return False
     return True
 
@@ -373,25 +330,12 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
     return 2 if any(r.status == "error" for r in results) else 0
 
 
-def _jsonable(value: Any) -> Any:
-    """A dataclass, dict or scalar as plain JSON (NaN and Inf as null)."""
-    import dataclasses
-    import math
-
-    if dataclasses.is_dataclass(value):
-        value = dataclasses.asdict(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (int, float, str, bool, type(None))):
-        return value
-    return str(value)
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)  # bad usage ends here, before torch is imported
     import torch
 
     # Without a GPU, pmverify's Triton kernels (the fused op's, and the kernel faults' of the bank)
@@ -401,7 +345,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # nothing imported with this module imports either.
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    args = _parser().parse_args(argv)
     from .fusions.qk_norm import ops
 
     try:  # a setting the fused ops cannot run with is bad usage, not a finding of every case
@@ -410,7 +353,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pmverify {args.command}: {exc}", file=sys.stderr)
         return 2
     if args.command == "fuzz":
-        return fuzz(args)
+        if threading.current_thread() is not threading.main_thread():
+            return fuzz(args)
+        # A scheduler's SIGTERM ends the job as Ctrl-C does: workers stopped, report finished.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            return fuzz(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     if args.command == "selfcheck":
         return selfcheck(args)
     return 2  # pragma: no cover - argparse requires a command

@@ -9,26 +9,41 @@ from pmverify.cli import main
 
 def test_fuzz_clean_run_writes_report(tmp_path, capsys):
     report = tmp_path / "r.json"
-    code = main(["fuzz", "--max-examples", "60", "--seed", "1", "--no-real-model", "--report", str(report)])
+    code = main(
+        [
+            "fuzz",
+            "--max-examples",
+            "60",
+            "--seed",
+            "1",
+            "--no-real-model",
+            "--report",
+            str(report),
+            "--db",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     data = json.loads(report.read_text())
     assert data["seed"] == 1 and data["pmverify"]
     (target,) = data["targets"]
     assert target["name"] == "qk_norm" and target["cases"] == 60 and target["matches"] > 0
     # batches of 25 rotate through the case families, a tensor-parallel world after each single-rank one
-    assert target["families"] == {"qk_norm_cases": 25, "qk_norm_tp_cases[tp_world=2]": 25, "with_mutations": 10}
+    cases = {family: counts["cases"] for family, counts in target["families"].items() if counts["cases"]}
+    assert cases == {"qk_norm_cases": 25, "qk_norm_tp_cases[tp_world=2]": 25, "with_mutations": 10}
     assert {world: counts["cases"] for world, counts in target["tp_worlds"].items()} == {"1": 35, "2": 25}
     assert target["tp_worlds"]["2"]["matches"] >= 25  # every case keeps a must-match instance
     assert target["violations"] == [] and target["cases_per_min"] > 0
     assert data["real_models"] == []
     out = capsys.readouterr().out
     assert "summary" in out and "qk_norm" in out and "cases/min" in out
+    assert data["status"] == "finished" and data["profile"] == "ci" and data["versions"]["torch"]
 
 
 def test_one_rotation_covers_every_tp_world():
-    from pmverify.cli import _families
+    from pmverify._job.targets import load
 
-    names = [name for name, _ in _families("qk_norm")]
+    names = [name for name, _ in load("qk_norm").families]
     assert names == [
         "qk_norm_cases",
         "qk_norm_tp_cases[tp_world=2]",

@@ -1,0 +1,116 @@
+"""The fuzzing job's outputs: the JSON report, rewritten whole as a checkpoint (so that a job killed
+at any moment leaves a valid one), and a JUnit XML file for CI dashboards."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import tempfile
+import xml.etree.ElementTree as ET
+from typing import Any
+
+__all__ = ["jsonable", "write_atomic", "write_json", "junit_xml"]
+
+
+def jsonable(value: Any) -> Any:
+    """A dataclass, dict or scalar as plain JSON (NaN and Inf as null, bytes as hex)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    return str(value)
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``:
+    a reader (or a job killed mid-write) sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: pathlib.Path, report: dict) -> None:
+    write_atomic(path, json.dumps(jsonable(report), indent=2) + "\n")
+
+
+def _finding_text(finding: dict) -> str:
+    lines = [f"{v['oracle']}: {v['message']}" for v in finding["violations"]]
+    lines.append(f"case: {finding.get('case') or 'unknown'}")
+    lines.append(f"reproducer: {finding.get('reproducer') or 'not written'}")
+    return "\n".join(lines)
+
+
+def junit_xml(report: dict) -> str:
+    """JUnit XML of ``report``: a ``testsuite`` per target, a ``testcase`` per case family (a
+    ``failure`` per finding, an ``error`` for a search that could not run), and a testcase per
+    real-model check."""
+    suites = ET.Element("testsuites", name="pmverify fuzz")
+    for target in report["targets"]:
+        suite = ET.SubElement(suites, "testsuite", name=target["name"])
+        props = ET.SubElement(suite, "properties")
+        for key in ("seed", "profile", "budget_s", "database"):
+            ET.SubElement(props, "property", name=key, value=str(report.get(key)))
+        failures = errors = 0
+        for family, counts in target["families"].items():
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"pmverify.fuzz.{target['name']}",
+                name=family,
+                time=f"{counts.get('seconds', 0.0):.3f}",
+            )
+            ET.SubElement(case, "system-out").text = f"{counts.get('cases', 0)} cases"
+            for finding in (f for f in target["findings"] if f["family"] == family):
+                failures += 1
+                oracles = ", ".join(dict.fromkeys(v["oracle"] for v in finding["violations"]))
+                element = ET.SubElement(case, "failure", message=f"{finding['kind']}: {oracles}", type=finding["kind"])
+                element.text = _finding_text(finding)
+            for error in (e for e in target["errors"] if e.get("family") == family):
+                errors += 1
+                ET.SubElement(case, "error", message=error["message"].splitlines()[0]).text = error["message"]
+        for error in (e for e in target["errors"] if e.get("family") is None):
+            errors += 1
+            case = ET.SubElement(suite, "testcase", classname=f"pmverify.fuzz.{target['name']}", name="worker")
+            ET.SubElement(case, "error", message=error["message"].splitlines()[0]).text = error["message"]
+        suite.set("tests", str(len(suite.findall("testcase"))))
+        suite.set("failures", str(failures))
+        suite.set("errors", str(errors))
+        suite.set("time", f"{target.get('elapsed_s', 0.0):.3f}")
+    if report.get("real_models"):
+        suite = ET.SubElement(suites, "testsuite", name="real_models")
+        for model in report["real_models"]:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname="pmverify.fuzz.real_models",
+                name=f"{model.get('target', '')}:{model['name']}",
+                time=f"{model.get('elapsed_s') or 0.0:.3f}",
+            )
+            if model.get("skipped"):
+                ET.SubElement(case, "skipped", message=model["skipped"])
+            elif not model["ok"]:
+                ET.SubElement(case, "failure", message="real model check failed").text = json.dumps(jsonable(model))
+        suite.set("tests", str(len(suite.findall("testcase"))))
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,649 @@
+"""The fuzzing job: searches targets in worker processes within a time budget, survives passes that
+crash or hang, and never loses what it found.
+
+- Each target runs in its own worker process (:mod:`.worker`). A worker that dies (a segfault,
+  ``os._exit``) or stays silent for longer than the per-case timeout is killed if need be and
+  restarted; the case it was on becomes a finding (kind ``crash`` or ``timeout``), saved to the
+  example database and given a reproducer drawn again from its choices by the next worker.
+- Every finding is saved to the example database before it is reported; the job's first work is
+  to replay each family's saved failures, so what an earlier run (or another machine sharing a
+  Redis database) found is checked first.
+- A family with a finding is not searched again in this run; the job goes on with the others.
+- The JSON report is rewritten atomically at the start, after each finding, every
+  ``checkpoint_s`` and at the end.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import multiprocessing
+import pathlib
+import signal
+import sys
+import time
+from multiprocessing.connection import wait
+from typing import Any, TextIO
+
+from . import report as reports
+from .progress import make_display
+from .worker import serve
+
+__all__ = ["JobOptions", "run_job"]
+
+#: Restarting a worker that never got ready is given up after this many tries in a row.
+MAX_START_FAILURES = 3
+REAL_MODEL_TIMEOUT_S = 1200.0
+
+
+@dataclasses.dataclass
+class JobOptions:
+    """What ``pmverify fuzz`` was asked; seconds throughout."""
+
+    targets: list[str]
+    cases: str | None = None
+    profile: str = "ci"
+    budget_s: float = 60.0
+    budget_text: str = "60s"
+    max_examples: int | None = None
+    seed: int = 0
+    db: str | None = None
+    report: pathlib.Path | None = None
+    junit: pathlib.Path | None = None
+    repro_dir: pathlib.Path | None = None
+    case_timeout_s: float = 120.0
+    start_timeout_s: float = 300.0
+    batch: int = 25
+    checkpoint_s: float = 60.0
+    shrink: bool = True
+    real_model: bool = True
+    progress: str = "auto"
+
+
+class _Proc:
+    """One worker process and what it is doing; its output goes to ``log``."""
+
+    def __init__(self, context: Any, name: str, options: JobOptions, log: pathlib.Path | None) -> None:
+        self.conn, child = context.Pipe()
+        self.log = log
+        worker_options = {
+            "profile": options.profile,
+            "db": options.db,
+            "repro_dir": str(options.repro_dir) if options.repro_dir else None,
+            "shrink": options.shrink,
+            "log": str(log) if log else None,
+        }
+        self.process = context.Process(
+            target=serve, args=(child, name, options.cases, worker_options), name=f"pmverify-worker[{name}]"
+        )
+        self.process.daemon = True
+        self.process.start()
+        child.close()
+        self.state = "starting"
+        self.last_seen = time.monotonic()
+        self.job: tuple | None = None
+        self.job_start = self.last_seen
+        self.case: tuple[int, bytes] | None = None
+
+    def send(self, job: tuple) -> None:
+        self.conn.send(job)
+        self.state = "busy"
+        self.job = job
+        self.job_start = self.last_seen = time.monotonic()
+        self.case = None
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+    def log_tail(self, lines: int = 12) -> str | None:
+        """The end of the worker's output: from the last ``Fatal Python error`` (faulthandler's
+        Python stack of a fatal signal) when there is one, else its last ``lines`` lines."""
+        if self.log is None:
+            return None
+        try:
+            text = self.log.read_text(errors="replace").rstrip()
+        except OSError:
+            return None
+        fatal = text.rfind("Fatal Python error")
+        tail = text[fatal:].splitlines()[:60] if fatal >= 0 else text.splitlines()[-lines:]
+        return "\n".join(line for line in tail if not line.startswith("Extension modules:")) or None
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(("stop",))
+        except (OSError, ValueError):
+            pass
+        self.process.join(3)
+        self.kill()
+
+
+class _TargetRun:
+    """The job's state of one target."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.worker: _Proc | None = None
+        self.families: list[str] = []
+        self.keys: list[bytes] = []
+        self.real_model = False
+        self.family_stats: dict[str, dict[str, Any]] = {}
+        self.retired: set[int] = set()
+        self.replay_todo: list[int] | None = None
+        self.rotation = 0
+        self.batches = 0
+        self.findings: list[dict[str, Any]] = []
+        self.errors: list[dict[str, Any]] = []
+        self.renders: list[tuple[dict[str, Any], int, bytes]] = []
+        self.restarts = 0
+        self.start_failures = 0
+        self.failed = False
+        self.cases = 0
+        self.matches = 0
+        self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        self.events: collections.Counter[str] = collections.Counter()
+        self.seconds = 0.0
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to search (rendering aside)."""
+        return self.failed or (bool(self.families) and len(self.retired) == len(self.families))
+
+    def searching_s(self) -> float:
+        """Seconds its workers spent searching (replays included), the running search too."""
+        worker = self.worker
+        if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
+            return self.seconds + time.monotonic() - worker.job_start
+        return self.seconds
+
+    def end_search(self) -> None:
+        """Count the running search's seconds: it ended (done, died, killed)."""
+        worker = self.worker
+        if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
+            self.seconds += time.monotonic() - worker.job_start
+
+    def as_json(self) -> dict[str, Any]:
+        violations = [
+            {**v, "reproducer": finding["reproducer"], "kind": finding["kind"], "family": finding["family"]}
+            for finding in self.findings
+            for v in finding["violations"]
+        ]
+        return {
+            "name": self.name,
+            "cases": self.cases,
+            "matches": self.matches,
+            "elapsed_s": round(self.searching_s(), 3),
+            "cases_per_min": round(60 * self.cases / max(self.searching_s(), 1e-9), 1),
+            "families": {name: dict(stats) for name, stats in self.family_stats.items()},
+            "tp_worlds": {str(world): dict(counts) for world, counts in sorted(self.tp_worlds.items())},
+            "events": dict(sorted(self.events.items())),
+            "findings": self.findings,
+            "violations": violations,
+            "errors": self.errors,
+            "worker_restarts": self.restarts,
+        }
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name} (signal {-code})"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class _Job:
+    def __init__(self, options: JobOptions, out: TextIO) -> None:
+        from hypothesis import settings
+
+        import pytest_pmverify
+
+        from .. import __version__
+
+        self.options = options
+        self.out = out
+        database = pytest_pmverify.example_database(options.db) if options.db else None
+        pytest_pmverify.load_profile(options.profile, database=database)
+        self.database = settings.default.database
+        self.context = multiprocessing.get_context("spawn")
+        self.runs = [_TargetRun(name) for name in dict.fromkeys(options.targets)]
+        self.turn = 0
+        self.start = time.monotonic()
+        self.deadline = self.start + options.budget_s
+        self.started_at = datetime.datetime.now(datetime.timezone.utc)
+        self.last_checkpoint = self.start
+        self.real_models: list[dict[str, Any]] = []
+        self.status = "running"
+        self.version = __version__
+        self.display = make_display(options.progress, out, options.budget_s)
+        from .._reproducer import default_repro_dir
+
+        self.log_dir = (options.repro_dir or default_repro_dir()) / "worker-logs"
+        self.workers_started = 0
+
+    def start_worker(self, run: _TargetRun) -> _Proc:
+        """A new worker process for ``run``; its output goes to a log file of its own."""
+        self.workers_started += 1
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in run.name)
+        log = self.log_dir / f"{self.started_at:%Y%m%dT%H%M%S}-{safe}-{self.workers_started}.log"
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            log = None
+        run.worker = _Proc(self.context, run.name, self.options, log)
+        return run.worker
+
+    # -- the report -------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        from importlib import metadata
+
+        def version(name: str) -> str:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                return "not installed"
+
+        return {
+            "pmverify": self.version,
+            "status": self.status,
+            "versions": {
+                "python": sys.version.split()[0],
+                **{name: version(name) for name in ("torch", "triton", "hypothesis")},
+            },
+            "profile": self.options.profile,
+            "seed": self.options.seed,
+            "budget_s": self.options.budget_s,
+            "database": self.options.db or repr(self.database),
+            "started": self.started_at.isoformat(timespec="seconds"),
+            "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "elapsed_s": round(time.monotonic() - self.start, 3),
+            "targets": [run.as_json() for run in self.runs],
+            "real_models": self.real_models,
+        }
+
+    def checkpoint(self) -> None:
+        self.last_checkpoint = time.monotonic()
+        data = self.report()
+        if self.options.report is not None:
+            reports.write_json(self.options.report, data)
+        if self.options.junit is not None:
+            reports.write_atomic(self.options.junit, reports.junit_xml(reports.jsonable(data)))
+
+    def progress(self, *, force: bool = False) -> None:
+        busy = next((run for run in self.runs if run.worker is not None and run.worker.state == "busy"), None)
+        where = None
+        if busy is not None and busy.worker.job[0] == "batch":
+            family = busy.families[busy.worker.job[1]]
+            where = f"{busy.name} ({'replay ' if busy.worker.job[4] else ''}{family})"
+        self.display.status(
+            {
+                "elapsed_s": time.monotonic() - self.start,
+                "budget_s": self.options.budget_s,
+                "budget": self.options.budget_text,
+                "where": where,
+                "cases": sum(run.cases for run in self.runs),
+                "matches": sum(run.matches for run in self.runs),
+                "findings": sum(len(run.findings) for run in self.runs),
+                "restarts": sum(run.restarts for run in self.runs),
+            },
+            force=force,
+        )
+
+    # -- findings ---------------------------------------------------------------------------
+
+    def _save(self, run: _TargetRun, family: int, choices: bytes) -> None:
+        """Into the example database, under the key ``verify`` uses for this pass and family."""
+        if self.database is not None and family < len(run.keys):
+            self.database.save(run.keys[family], choices)
+
+    def found(self, run: _TargetRun, finding: dict[str, Any]) -> None:
+        family = run.families.index(finding["family"])
+        choices = finding.pop("choices", None)
+        if choices is not None:
+            self._save(run, family, choices)  # before it is reported
+        finding["seconds"] = round(time.monotonic() - self.start, 3)
+        run.findings.append(finding)
+        run.retired.add(family)
+        self.checkpoint()
+        self.display.line(f"FOUND in {run.name} ({finding['family']}): {finding['kind']}")
+        for violation in finding["violations"]:
+            self.display.line(f"  - {violation['oracle']}: {violation['message']}")
+        self.display.line(f"  reproducer: {finding['reproducer'] or 'being written'}")
+        if finding.get("log"):
+            self.display.line(f"  worker output: {finding['log']}")
+
+    def died(self, run: _TargetRun, kind: str, message: str) -> None:
+        """The worker of ``run`` died or was killed: a finding when it was running a case."""
+        worker = run.worker
+        run.end_search()
+        run.worker = None
+        job = worker.job
+        if worker.state == "starting":
+            run.start_failures += 1
+            tail = worker.log_tail()
+            run.errors.append(
+                {
+                    "family": None,
+                    "message": f"the worker {message} before it was ready"
+                    + (f"; its output ends:\n{tail}" if tail else ""),
+                    "log": str(worker.log) if worker.log else None,
+                }
+            )
+            if run.start_failures >= MAX_START_FAILURES:
+                run.failed = True
+            self.checkpoint()
+            return
+        if job is None:
+            return
+        if job[0] == "render":
+            job_finding = run.renders.pop(0)[0] if run.renders else None
+            if job_finding is not None:
+                job_finding["note"] = f"the worker drawing the case again {message}"
+            return
+        if job[0] == "real_model":
+            self.real_models.append({"name": "minimax_m2", "target": run.name, "ok": False, "error": message})
+            return
+        family = worker.case[0] if worker.case is not None else job[1]
+        oracle = "timeout" if kind == "timeout" else "crash"
+        finding = {
+            "target": run.name,
+            "family": run.families[family],
+            "kind": kind,
+            "violations": [{"oracle": oracle, "message": message, "nodes": []}],
+            "case": None,
+            "reproducer": None,
+            "shrunk": False,
+            "replayed": bool(job[4]),
+        }
+        if worker.log is not None:
+            finding["log"] = str(worker.log)
+            finding["log_tail"] = worker.log_tail()
+        if worker.case is not None:
+            finding["choices"] = worker.case[1]
+            run.renders.append((finding, family, worker.case[1]))
+        else:
+            finding["note"] = "the worker died between cases: no case to reproduce"
+        self.found(run, finding)
+
+    # -- the worker loop --------------------------------------------------------------------
+
+    def _next_job(self, run: _TargetRun) -> tuple | None:
+        if run.renders:
+            finding, family, choices = run.renders[0]
+            return ("render", family, choices, finding["violations"])
+        if run.finished:
+            return None
+        shrink_s = max(1.0, self.deadline - time.monotonic() - 2.0)
+        todo = self.options.batch
+        if self.options.max_examples is not None:
+            todo = min(todo, self.options.max_examples - sum(r.cases for r in self.runs))
+            if todo <= 0:
+                return None
+        if run.replay_todo:
+            family = run.replay_todo.pop(0)
+            return ("batch", family, self.options.seed, todo, True, shrink_s)
+        active = [i for i in range(len(run.families)) if i not in run.retired]
+        family = active[run.rotation % len(active)]
+        run.rotation += 1
+        seed = self.options.seed * 100_003 + run.batches
+        run.batches += 1
+        return ("batch", family, seed, todo, False, shrink_s)
+
+    def _dispatch(self) -> bool:
+        """Start or feed the next target's worker, round robin; False when no target has work."""
+        if any(run.worker is not None and run.worker.state in ("starting", "busy") for run in self.runs):
+            return True
+        for offset in range(len(self.runs)):
+            run = self.runs[(self.turn + offset) % len(self.runs)]
+            if run.failed or (run.finished and not run.renders):
+                continue
+            if run.worker is None or not run.worker.process.is_alive():
+                if run.worker is not None:
+                    run.worker.kill()
+                if run.families:
+                    run.restarts += 1
+                self.start_worker(run)
+                return True
+            job = self._next_job(run)
+            if job is None:
+                continue
+            run.worker.send(job)
+            if not run.renders or job[0] != "render":
+                self.turn = (self.turn + offset + 1) % len(self.runs)
+            return True
+        return False
+
+    def _handle(self, run: _TargetRun, message: tuple) -> None:
+        worker = run.worker
+        worker.last_seen = time.monotonic()
+        kind = message[0]
+        if kind == "ready":
+            info = message[1]
+            worker.state = "idle"
+            run.start_failures = 0
+            if not run.families:
+                run.families = info["families"]
+                run.keys = [bytes.fromhex(key) for key in info["keys"]]
+                run.real_model = info["real_model"]
+                run.family_stats = {name: {"cases": 0, "batches": 0, "seconds": 0.0} for name in run.families}
+                run.replay_todo = list(range(len(run.families)))
+        elif kind == "failed":
+            run.errors.append({"family": None, "message": f"the worker could not load the target: {message[1]}"})
+            run.failed = True
+            worker.state = "idle"
+        elif kind == "case":
+            worker.case = (message[1], message[2])
+        elif kind == "result":
+            stats = message[1]
+            worker.case = None
+            family = run.families[worker.job[1]]
+            run.cases += 1
+            run.matches += stats["matches"]
+            run.family_stats[family]["cases"] += 1
+            run.tp_worlds[stats["tp_world"]].update(cases=1, matches=stats["matches"])
+            run.events.update(stats["events"])
+        elif kind == "found":
+            self.found(run, message[1])
+        elif kind == "done":
+            _, finding, error = message
+            family = run.families[worker.job[1]]
+            elapsed = time.monotonic() - worker.job_start
+            run.end_search()
+            run.family_stats[family]["batches"] += 1
+            run.family_stats[family]["seconds"] = round(run.family_stats[family]["seconds"] + elapsed, 3)
+            if finding is not None:
+                self._shrunk(run, finding)
+            if error is not None:
+                run.errors.append({"family": family, "message": error})
+                run.retired.add(worker.job[1])
+                self.display.line(f"ERROR in {run.name} ({family}): {error.splitlines()[0]}")
+                self.checkpoint()
+            worker.state = "idle"
+            worker.job = None
+        elif kind == "rendered":
+            _, path, note = message
+            finding = run.renders.pop(0)[0]
+            finding["reproducer"] = path
+            if path is None:
+                finding["note"] = note
+            else:
+                finding["case"] = note
+            self.display.line(f"reproducer of the {finding['kind']} in {run.name}: {path or note}")
+            worker.state = "idle"
+            worker.job = None
+            self.checkpoint()
+        elif kind == "real_model_done":
+            self.real_models.append({"target": run.name, **message[1]})
+            worker.state = "idle"
+            worker.job = None
+
+    def _shrunk(self, run: _TargetRun, shrunk: dict[str, Any]) -> None:
+        """The search's final (shrunk) finding replaces the first one it reported."""
+        for finding in run.findings:
+            if finding["family"] == shrunk["family"] and finding["kind"] == "violation" and not finding["shrunk"]:
+                finding.update(shrunk)
+                break
+        else:
+            self.found(run, shrunk)
+            return
+        self.display.line(f"shrunk in {run.name} ({shrunk['family']}): {shrunk['case']}")
+        self.display.line(f"  reproducer: {shrunk['reproducer'] or 'not written'}")
+        self.checkpoint()
+
+    def _poll(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the running worker; handle its messages, death or silence."""
+        live = [run for run in self.runs if run.worker is not None and run.worker.state in ("starting", "busy")]
+        if not live:
+            time.sleep(min(timeout, 0.05))
+            return
+        handles = {}
+        for run in live:
+            handles[run.worker.conn] = run
+            handles[run.worker.process.sentinel] = run
+        for ready in wait(list(handles), timeout=timeout):
+            run = handles[ready]
+            self._receive(run)
+            worker = run.worker
+            if worker is not None and worker.state in ("starting", "busy") and not worker.process.is_alive():
+                self._receive(run)  # what it sent before it died
+                worker.process.join(1)
+                if run.worker is worker and worker.state in ("starting", "busy"):
+                    self.died(run, "crash", f"the worker process {_describe_exit(worker.process.exitcode)}")
+        now = time.monotonic()
+        for run in live:
+            worker = run.worker
+            if worker is None or worker.state not in ("starting", "busy"):
+                continue
+            if worker.state == "starting":
+                limit = self.options.start_timeout_s
+            elif worker.job[0] == "real_model":
+                limit = REAL_MODEL_TIMEOUT_S
+            else:
+                limit = self.options.case_timeout_s
+            if now - worker.last_seen > limit:
+                worker.kill()
+                what = "a case" if worker.case is not None else "its work"
+                self.died(run, "timeout", f"{what} did not finish within the per-case timeout of {limit:g}s")
+
+    def _receive(self, run: _TargetRun) -> None:
+        """Handle every message waiting in the pipe of ``run``'s worker."""
+        try:
+            while run.worker is not None and run.worker.conn.poll():
+                self._handle(run, run.worker.conn.recv())
+        except (EOFError, OSError):
+            pass
+
+    def search(self) -> None:
+        self.checkpoint()
+        while time.monotonic() < self.deadline:
+            if all(run.finished and not run.renders for run in self.runs):
+                break
+            if not self._dispatch():
+                break
+            self._poll(min(1.0, max(0.0, self.deadline - time.monotonic())))
+            if time.monotonic() - self.last_checkpoint >= self.options.checkpoint_s:
+                self.checkpoint()
+            self.progress()
+
+    def finish_renders(self) -> None:
+        """Reproducers of crashes found at the very end of the budget."""
+        for run in self.runs:
+            while run.renders and not run.failed:
+                if run.worker is not None and run.worker.state == "busy" and run.worker.job[0] != "render":
+                    run.worker.kill()
+                    run.worker = None
+                if run.worker is None or not run.worker.process.is_alive():
+                    run.restarts += 1
+                    self.start_worker(run)
+                while run.worker is not None and run.worker.state in ("starting", "busy"):
+                    self._poll(1.0)
+                if run.worker is not None and run.worker.state == "idle" and run.renders:
+                    run.worker.send(self._next_job(run))
+                    while run.worker is not None and run.worker.state == "busy":
+                        self._poll(1.0)
+
+    def check_real_models(self) -> None:
+        for run in self.runs:
+            if not run.families or run.failed:
+                continue
+            if not run.real_model:
+                reason = f"{run.name} is not built from a QKNormConfig"
+                self.display.line(f"real model: skipped ({reason})")
+                self.real_models.append({"name": "minimax_m2", "target": run.name, "skipped": reason, "ok": True})
+                continue
+            self.display.line(f"real model: tiny MiniMax-M2 with {run.name}, compiled with and without the pass...")
+            if run.worker is None or not run.worker.process.is_alive():
+                self.start_worker(run)
+                while run.worker is not None and run.worker.state == "starting":
+                    self._poll(1.0)
+            if run.worker is None:
+                continue
+            run.worker.send(("real_model",))
+            while run.worker is not None and run.worker.state == "busy":
+                self._poll(1.0)
+
+    def stop_workers(self) -> None:
+        for run in self.runs:
+            if run.worker is not None:
+                if run.worker.state == "idle":
+                    run.worker.stop()
+                else:
+                    run.end_search()
+                    run.worker.kill()
+                run.worker = None
+
+
+def run_job(options: JobOptions, out: TextIO | None = None) -> tuple[dict[str, Any], int]:
+    """Run the fuzzing job; return its report and exit status: 1 when something was found, else 2
+    when a target or family could not be searched (its worker failed to start, its strategy
+    raised), else 0; 130 when interrupted (SIGINT or SIGTERM), the report then says so."""
+    from hypothesis import settings
+
+    out = out if out is not None else sys.stdout
+    previous = settings.default  # the job loads its profile here too: restored for the caller
+    try:
+        return _run(_Job(options, out))
+    finally:
+        settings.register_profile("pmverify-job-caller", parent=previous)
+        settings.load_profile("pmverify-job-caller")
+
+
+def _run(job: _Job) -> tuple[dict[str, Any], int]:
+    options = job.options
+    budget = options.budget_text
+    job.display.line(
+        f"pmverify {job.version}: fuzzing {', '.join(r.name for r in job.runs)} for {budget} "
+        f"(profile {options.profile}, seed {options.seed}, database {options.db or job.database!r})"
+    )
+    code = 0
+    try:
+        job.search()
+        job.status = "finishing"
+        job.stop_workers()
+        job.finish_renders()
+        job.checkpoint()
+        if options.real_model:
+            job.check_real_models()
+        job.status = "finished"
+    except KeyboardInterrupt:
+        job.status = "interrupted"
+        code = 130
+    finally:
+        job.stop_workers()
+        job.display.close()
+        job.checkpoint()
+    data = job.report()
+    if code == 0:
+        found = any(run.findings for run in job.runs) or any(
+            not model["ok"] and not model.get("skipped") for model in job.real_models
+        )
+        errors = any(run.errors for run in job.runs)
+        code = 1 if found else 2 if errors else 0
+    return data, code

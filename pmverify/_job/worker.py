@@ -1,0 +1,240 @@
+"""The fuzzing job's worker process: runs one target's searches, so that a pass that kills its
+process (a segfault, ``os._exit``) or hangs takes only the worker with it.
+
+It talks to the job over a ``multiprocessing`` pipe. Requests, from the job:
+
+- ``("batch", family, seed, max_examples, replay, shrink_s)``: one :func:`pmverify.verify` search
+  of family ``family`` (an index into the target's families); ``replay`` replays the example
+  database's saved failures of that family only (no new cases); ``shrink_s`` bounds shrinking.
+- ``("render", family, choices, violations)``: rebuild the case of ``choices`` (the bytes of a
+  Hypothesis choice sequence) and write its reproducer, without applying the pass.
+- ``("real_model",)``: the compiled tiny MiniMax-M2 check; ``("stop",)``.
+
+Messages, to the job: ``("ready", info)`` once; ``("case", family, choices)`` before the pass is
+applied to each case (so that the job knows which case a dead or silent worker was on);
+``("result", stats)`` after it; ``("found", finding)`` at the first failing case of a search, with
+its choices and an unshrunk reproducer already written; ``("done", finding | None, error | None)``
+at the end of a search (the finding shrunk); ``("rendered", path | None, note)``;
+``("real_model_done", result)``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+import unittest
+from typing import Any
+
+__all__ = ["serve"]
+
+
+def _finding(target: Any, family: int, result: Any, reproducer: Any, *, shrunk: bool, replayed: bool) -> dict:
+    return {
+        "target": target.name,
+        "family": target.families[family][0],
+        "kind": "violation",
+        "violations": [{"oracle": v.oracle, "message": v.message, "nodes": list(v.nodes)} for v in result.violations],
+        "case": repr(result.case),
+        "reproducer": str(reproducer) if reproducer else None,
+        "shrunk": shrunk,
+        "replayed": replayed,
+    }
+
+
+def _stats(result: Any) -> dict:
+    from .._verify import case_events
+
+    return {
+        "tp_world": result.case.tp_world,
+        "matches": result.matches,
+        "events": [label for label in case_events(result) if not label.startswith("matches")],
+    }
+
+
+class _Worker:
+    def __init__(self, conn: Any, name: str, cases: str | None, options: dict) -> None:
+        import pytest_pmverify
+
+        from .targets import load
+
+        self.conn = conn
+        self.options = options
+        database = pytest_pmverify.example_database(options["db"]) if options.get("db") else None
+        pytest_pmverify.load_profile(options["profile"], database=database)
+        self.target = load(name, cases)
+        # Inductor's pattern matcher takes seconds to import: not inside the first case's timeout.
+        import torch._inductor.pattern_matcher  # noqa: F401
+
+    def ready(self) -> None:
+        from .._verify import database_key
+
+        self.conn.send(
+            (
+                "ready",
+                {
+                    "families": [family for family, _ in self.target.families],
+                    "keys": [database_key(self.target.pass_, strategy).hex() for _, strategy in self.target.families],
+                    "real_model": self.target.real_model,
+                    "pid": os.getpid(),
+                },
+            )
+        )
+
+    def batch(self, family: int, seed: int, max_examples: int, replay: bool, shrink_s: float) -> None:
+        from hypothesis import Phase, settings
+        from hypothesis.control import current_build_context
+        from hypothesis.database import choices_to_bytes
+        from hypothesis.internal.conjecture import engine
+
+        from .. import _reproducer
+        from .._verify import PassVerificationError, verify
+
+        target = self.target
+        first: list[dict] = []
+
+        def on_case(case: Any) -> None:
+            self.conn.send(("case", family, choices_to_bytes(current_build_context().data.choices)))
+
+        def on_result(result: Any) -> None:
+            self.conn.send(("result", _stats(result)))
+            if result.violations and not first:
+                # Written now, unshrunk: a job stopped while this search shrinks keeps a reproducer.
+                try:
+                    path = _reproducer.write(result.case, target.pass_, result.violations, self.options["repro_dir"])
+                except (OSError, ValueError):
+                    path = None
+                finding = _finding(target, family, result, path, shrunk=False, replayed=replay)
+                finding["choices"] = choices_to_bytes(current_build_context().data.choices)
+                first.append(finding)
+                self.conn.send(("found", finding))
+
+        phases = [Phase.explicit, Phase.reuse] if replay else [Phase.explicit, Phase.generate, Phase.target]
+        if self.options["shrink"] and not replay:
+            phases.append(Phase.shrink)
+        previous = settings.default
+        settings.register_profile("pmverify-job-batch", parent=previous, phases=phases)
+        settings.load_profile("pmverify-job-batch")
+        engine.MAX_SHRINKING_SECONDS = max(1, int(shrink_s))
+        found = error = None
+        try:
+            verify(
+                target.pass_,
+                target.families[family][1],
+                max_examples=max_examples,
+                seed=seed,
+                on_result=on_result,
+                on_case=on_case,
+                repro_dir=self.options["repro_dir"],
+            )
+        except PassVerificationError as failure:
+            found = _finding(target, family, failure.result, failure.reproducer, shrunk=not replay, replayed=replay)
+        except unittest.SkipTest:
+            if not replay:  # a replay of an empty database runs no case: Hypothesis says so this way
+                error = "Hypothesis ran no case: " + traceback.format_exc(limit=2)
+        except Exception as exc:  # noqa: BLE001 - a strategy or harness error ends this family's search
+            error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+        finally:
+            settings.register_profile("pmverify-job-restored", parent=previous)
+            settings.load_profile("pmverify-job-restored")
+        self.conn.send(("done", found, error))
+
+    def render(self, family: int, choices: bytes, violations: list[dict]) -> None:
+        """Write the reproducer of the case ``choices`` encode, found by the job (the worker that
+        ran it died or hung): the case is drawn again from the choices, the pass is not run."""
+        from hypothesis import HealthCheck, Phase, given, settings
+        from hypothesis.database import InMemoryExampleDatabase
+
+        from .. import _reproducer
+        from ..oracles import Violation
+
+        database = InMemoryExampleDatabase()
+        database.save(b"pmverify-render", choices)
+        drawn: list[Any] = []
+
+        @settings(
+            database=database,
+            phases=[Phase.reuse],
+            max_examples=1,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(self.target.families[family][1])
+        def draw(case: Any) -> None:
+            drawn.append(case)
+
+        draw._hypothesis_internal_database_key = b"pmverify-render"
+        try:
+            draw()
+        except Exception as exc:  # noqa: BLE001 - the job reports the note
+            self.conn.send(("rendered", None, f"the case could not be drawn again: {type(exc).__name__}: {exc}"))
+            return
+        if not drawn:
+            self.conn.send(("rendered", None, "the saved choices no longer draw a case from this strategy"))
+            return
+        found = [Violation(v["oracle"], v["message"]) for v in violations]
+        try:
+            path = _reproducer.write(drawn[0], self.target.pass_, found, self.options["repro_dir"])
+        except (OSError, ValueError) as exc:
+            self.conn.send(("rendered", None, f"the reproducer was not written: {exc}"))
+            return
+        self.conn.send(("rendered", str(path), repr(drawn[0])))
+
+    def real_model(self) -> None:
+        from ..real_models import check_minimax_m2
+        from .report import jsonable
+
+        start = time.monotonic()
+        try:
+            result = jsonable(check_minimax_m2(pass_factory=self.target.pass_))
+        except Exception as exc:  # noqa: BLE001 - reported as a failed check
+            result = {
+                "name": "minimax_m2",
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "elapsed_s": round(time.monotonic() - start, 3),
+            }
+        self.conn.send(("real_model_done", result))
+
+
+def _log_to(path: str) -> None:
+    """Send this process's stdout and stderr (file descriptors 1 and 2, so C code's output too) to
+    ``path``, and have ``faulthandler`` write the Python stack there on a fatal signal."""
+    import faulthandler
+    import sys
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - this process's stdout
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    faulthandler.enable(sys.stderr)
+
+
+def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
+    """The worker process's main: build the target, say ready, then serve requests until
+    ``("stop",)`` or the pipe closes. ``options``: ``profile``, ``db`` (spec or None),
+    ``repro_dir``, ``shrink``, ``log`` (a file for its output, or None)."""
+    if options.get("log"):
+        _log_to(options["log"])
+    try:
+        worker = _Worker(conn, name, cases, options)
+    except BaseException as exc:  # noqa: BLE001 - the job reports why the worker could not start
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    worker.ready()
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        kind, *args = request
+        if kind == "batch":
+            worker.batch(*args)
+        elif kind == "render":
+            worker.render(*args)
+        elif kind == "real_model":
+            worker.real_model()
+        else:
+            return

@@ -1,0 +1,232 @@
+"""The fuzzing job survives what the passes it verifies do to it, and never loses a finding.
+
+Passes of ``_crashing_passes`` segfault, exit, hang, corrupt the graph or raise; the job reports
+each with a reproducer and goes on within its budget. A job killed with SIGKILL after a finding
+leaves the database and the report holding it, and the next run replays it first, from a folder or
+from a real redis-server on loopback (``.ci/run`` starts one; else one is started here).
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pmverify.cli import main
+
+HERE = pathlib.Path(__file__).parent
+CASES = "_crashing_passes:CASES"
+
+
+def _fuzz(tmp_path, *targets, db=None, name="r", extra=()):
+    report = tmp_path / f"{name}.json"
+    argv = ["fuzz", "--cases", CASES, "--report", str(report), "--repro-dir", str(tmp_path / "repro")]
+    for target in targets:
+        argv += ["--target", f"_crashing_passes:{target}"]
+    argv += ["--db", str(db or tmp_path / "db"), "--no-real-model", "--progress", "plain", *extra]
+    code = main(argv)
+    return code, json.loads(report.read_text())
+
+
+def _findings(report):
+    return {target["name"].split(":")[1]: target["findings"] for target in report["targets"]}
+
+
+def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp_path):
+    budget = 300
+    start = time.monotonic()
+    code, report = _fuzz(
+        tmp_path,
+        "segfault",
+        "exits",
+        "hangs",
+        "malformed_graph",
+        "raises",
+        extra=["--budget", str(budget), "--case-timeout", "15s", "--junit", str(tmp_path / "j.xml")],
+    )
+    elapsed = time.monotonic() - start
+    assert code == 1 and report["status"] == "finished"
+    assert elapsed < budget and report["elapsed_s"] < budget
+    findings = _findings(report)
+    assert {name: [f["kind"] for f in found] for name, found in findings.items()} == {
+        "segfault": ["crash"],
+        "exits": ["crash"],
+        "hangs": ["timeout"],
+        "malformed_graph": ["violation"],
+        "raises": ["violation"],
+    }
+    message = {name: found[0]["violations"][0]["message"] for name, found in findings.items()}
+    assert "SIGSEGV" in message["segfault"] and "exited with status 3" in message["exits"]
+    # the worker's output, with faulthandler's Python stack of the segfault
+    assert "Segmentation fault" in findings["segfault"][0]["log_tail"]
+    assert "in segfault" in pathlib.Path(findings["segfault"][0]["log"]).read_text()
+    assert "per-case timeout of 15s" in message["hangs"]
+    assert findings["malformed_graph"][0]["violations"][0]["oracle"] == "structure"
+    assert "raises() cannot handle this graph" in message["raises"]
+    for found in findings.values():
+        assert pathlib.Path(found[0]["reproducer"]).is_file()
+    restarts = {target["name"].split(":")[1]: target["worker_restarts"] for target in report["targets"]}
+    assert restarts["segfault"] == restarts["exits"] == restarts["hangs"] == 1  # to write the reproducer
+    assert restarts["malformed_graph"] == restarts["raises"] == 0  # an exception does not kill the worker
+    assert (tmp_path / "j.xml").read_text().count("<failure") == 5
+
+
+def test_a_crash_reproducer_crashes_the_same_way(tmp_path):
+    code, report = _fuzz(tmp_path, "exits", extra=["--budget", "120"])
+    (finding,) = _findings(report)["exits"]
+    run = subprocess.run(
+        [sys.executable, finding["reproducer"]],
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+        capture_output=True,
+        timeout=120,
+    )
+    assert code == 1 and run.returncode == 3
+
+
+def test_kill_9_mid_run_keeps_database_and_report_and_the_next_run_replays_first(tmp_path):
+    report = tmp_path / "r.json"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pmverify", "fuzz", "--cases", CASES, "--progress", "plain", "--no-real-model"]
+        + ["--target", "_crashing_passes:segfault", "--target", "_crashing_passes:malformed_graph"]
+        + ["--target", "_crashing_passes:identity", "--budget", "10m", "--checkpoint-every", "1s"]
+        + ["--db", str(tmp_path / "db"), "--report", str(report), "--repro-dir", str(tmp_path / "repro")],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # so that the kill takes the workers too, as a scheduler's would
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                found = _findings(json.loads(report.read_text()))
+            except (OSError, ValueError):  # not written yet (a half-written report is never seen)
+                continue
+            if found.get("segfault") and found.get("malformed_graph"):
+                break
+        else:
+            pytest.fail("the job found nothing within 240 s")
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    last = json.loads(report.read_text())
+    assert last["status"] == "running" and {f["kind"] for f in _findings(last)["segfault"]} == {"crash"}
+    assert any((tmp_path / "db").rglob("*")), "the example database holds the findings"
+
+    start = time.monotonic()
+    code, again = _fuzz(tmp_path, "segfault", "malformed_graph", name="again", extra=["--budget", "120"])
+    findings = _findings(again)
+    assert code == 1
+    for name in ("segfault", "malformed_graph"):
+        (finding,) = findings[name]
+        assert finding["replayed"], f"{name}: found by a new search, not replayed from the database"
+    assert findings["segfault"][0]["kind"] == "crash"
+    assert again["targets"][1]["families"][CASES]["batches"] == 1  # the replay, nothing after it
+    assert time.monotonic() - start < 120
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """``$PMVERIFY_TEST_REDIS_URL`` (``.ci/run`` starts a redis-server), else a redis-server started
+    here on a free loopback port; skipped only outside CI when neither is there."""
+    url = os.environ.get("PMVERIFY_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    server = shutil.which("redis-server")
+    if server is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide a redis-server (.ci/run installs and starts one)")
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    folder = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=port)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_redis_database_shares_findings_between_runs(tmp_path, redis_url):
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    code, first = _fuzz(tmp_path, "malformed_graph", db=redis_url, extra=["--budget", "120"])
+    assert code == 1 and client.keys("*"), "the finding is in Redis"
+    # another machine: another folder, the same server
+    code, second = _fuzz(tmp_path / "other", "malformed_graph", db=redis_url, extra=["--budget", "120"])
+    (finding,) = _findings(second)["malformed_graph"]
+    assert code == 1 and finding["replayed"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["fuzz", "--budget", "soon"], "--budget='soon' is not a duration"),
+        (["fuzz", "--budget", "0s"], "--budget='0s' must be a positive"),
+        (["fuzz", "--target", "nope"], "--target='nope' is unknown"),
+        (["fuzz", "--db", "redis://127.0.0.1:1"], "cannot reach Redis at 127.0.0.1:1"),
+        (["fuzz", "--db", "ftp://x"], "--db='ftp://x'"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(argv, message):
+    run = subprocess.run(
+        [sys.executable, "-m", "pmverify", *argv, "--no-real-model"], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], run.stderr
+    assert run.stdout == ""
+
+
+def test_sigterm_finishes_the_report_as_interrupted(tmp_path):
+    report = tmp_path / "r.json"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pmverify", "fuzz", "--cases", CASES, "--target", "_crashing_passes:identity"]
+        + ["--budget", "10m", "--checkpoint-every", "1s", "--no-real-model", "--progress", "plain"]
+        + ["--db", str(tmp_path / "db"), "--report", str(report)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                if json.loads(report.read_text())["targets"][0]["cases"] > 0:
+                    break
+            except (OSError, ValueError, IndexError):
+                continue
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(60) == 130
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the job and its workers are gone: good
+            os.killpg(job.pid, signal.SIGKILL)
+    data = json.loads(report.read_text())
+    assert data["status"] == "interrupted" and data["targets"][0]["cases"] > 0

@@ -1,0 +1,130 @@
+"""The fuzzing job's small parts: durations, the JSON checkpoint and JUnit XML, target resolution."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pmverify._job import TargetError, format_duration, parse_duration
+from pmverify._job.report import junit_xml, write_json
+from pmverify._job.targets import check, load
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("30m", 1800), ("8h", 28800), ("1h30m", 5400), ("2.5h", 9000), ("1d", 86400)],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "", "-1", "0", "inf", "nan", "30m1h", "1h1h", "h", "1 h", "1.2.3s"])
+def test_parse_duration_refuses(text):
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(28800, "8h"), (5400, "1h30m"), (90, "1m30s"), (12.5, "12.5s")])
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
+
+
+def _report():
+    finding = {
+        "target": "t",
+        "family": "cases",
+        "kind": "crash",
+        "violations": [{"oracle": "crash", "message": "the worker process was killed by SIGSEGV", "nodes": []}],
+        "case": "GraphCase(...)",
+        "reproducer": "/tmp/r.py",
+    }
+    return {
+        "seed": 0,
+        "profile": "ci",
+        "budget_s": 60.0,
+        "database": "db",
+        "targets": [
+            {
+                "name": "t",
+                "elapsed_s": 1.0,
+                "families": {"cases": {"cases": 3, "seconds": 1.0}, "other": {"cases": 5, "seconds": 2.0}},
+                "findings": [finding],
+                "errors": [{"family": "other", "message": "ValueError: bad strategy\ntraceback"}],
+            }
+        ],
+        "real_models": [{"name": "minimax_m2", "target": "t", "skipped": "not a QKNormConfig pass", "ok": True}],
+    }
+
+
+def test_junit_has_a_testcase_per_family_with_findings_and_errors():
+    root = ET.fromstring(junit_xml(_report()))
+    suite = root.find("testsuite[@name='t']")
+    assert suite.get("tests") == "2" and suite.get("failures") == "1" and suite.get("errors") == "1"
+    failure = suite.find("testcase[@name='cases']/failure")
+    assert failure.get("type") == "crash" and "SIGSEGV" in failure.text and "/tmp/r.py" in failure.text
+    assert suite.find("testcase[@name='other']/error").get("message") == "ValueError: bad strategy"
+    assert root.find("testsuite[@name='real_models']/testcase/skipped") is not None
+
+
+def test_write_json_replaces_atomically(tmp_path):
+    path = tmp_path / "sub" / "report.json"
+    write_json(path, {"a": float("nan"), "b": b"\x01"})
+    write_json(path, {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in path.parent.iterdir()] == ["report.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    ("names", "cases", "message"),
+    [
+        (["nope"], None, "--target='nope' is unknown"),
+        (["_crashing_passes:segfault"], None, "give its case strategy as --cases"),
+        (["no_such_module_xyz:Pass"], None, "cannot import no_such_module_xyz"),
+        (["_crashing_passes:nothing"], None, "has no attribute nothing"),
+        (["_crashing_passes:MIN_NODES"], None, "is int, not a pass"),
+        (["_crashing_passes:segfault"], "_crashing_passes:MIN_NODES", "not a Hypothesis strategy"),
+        (["_crashing_passes:segfault"], "nocolon", "must be MODULE:ATTRIBUTE"),
+        (["qk_norm"], "_crashing_passes:CASES", "only for a user pass"),
+    ],
+)
+def test_bad_targets_are_refused_in_one_line(names, cases, message):
+    with pytest.raises(TargetError, match=message) as info:
+        check(names, cases)
+    assert "\n" not in str(info.value)
+
+
+def test_user_target_loads_with_its_cases():
+    target = load("_crashing_passes:identity", "_crashing_passes:CASES")
+    assert target.families[0][0] == "_crashing_passes:CASES" and not target.real_model
+
+
+def test_progress_is_plain_off_a_terminal_and_rich_on_request():
+    import io
+
+    from pmverify._job.progress import Display, make_display
+
+    status = {
+        "elapsed_s": 61.0,
+        "budget_s": 120.0,
+        "budget": "2m",
+        "where": "t (cases)",
+        "cases": 120,
+        "matches": 7,
+        "findings": 1,
+        "restarts": 2,
+    }
+    plain = io.StringIO()
+    display = make_display("auto", plain, 120.0)
+    assert type(display) is Display
+    display.status(status, force=True)
+    display.line("FOUND in t")
+    assert plain.getvalue().splitlines() == [
+        "[   61.0s/2m] t (cases): 120 cases, 7 matches, 1 findings, 2 worker restarts (118 cases/min)",
+        "FOUND in t",
+    ]
+    live = io.StringIO()
+    display = make_display("rich", live, 120.0)
+    display.status(status)
+    display.line("FOUND in t")
+    display.close()
+    assert "FOUND in t" in live.getvalue() and "120 cases" in live.getvalue()
