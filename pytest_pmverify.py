@@ -195,7 +195,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     profile, source = _resolve_profile(config)
     database = None
-    if spec := config.getoption("pmverify_db"):
+    spec = config.getoption("pmverify_db")
+    if spec:
         try:
             database = example_database(spec)
         except ValueError as exc:
@@ -210,7 +211,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _reapply_hypothesis_options(config)
     forced = config.getoption("hypothesis_seed", default=None)
     seed = config.getoption("pmverify_seed") if profile == "ci" and forced is None else None
-    state = {"profile": profile, "source": source, "seed": seed, "forced_seed": forced, "env": {}}
+    state = {"profile": profile, "source": source, "seed": seed, "forced_seed": forced, "env": {}, "db": spec}
     if seed is not None:
         state["env"]["PMVERIFY_SEED"] = os.environ.get("PMVERIFY_SEED")
         os.environ["PMVERIFY_SEED"] = str(seed)
@@ -220,6 +221,12 @@ def pytest_configure(config: pytest.Config) -> None:
         path = os.path.join(config.invocation_params.dir, report)
         if os.path.isdir(path):
             raise pytest.UsageError(f"--pmverify-report={report} is a directory")
+        try:  # refused now, not after the whole session has run
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "a"):
+                pass
+        except OSError as exc:
+            raise pytest.UsageError(f"--pmverify-report={report} cannot be written: {exc}") from None
         config.pluginmanager.register(_Report(config, path), "pmverify-report")
 
 
@@ -284,6 +291,12 @@ def _versions() -> dict[str, str]:
     return {"python": platform.python_version()} | {name: _version(name) for name in names}
 
 
+def _database_text(state: dict[str, Any]) -> str:
+    """``--pmverify-db`` as given (a Redis client's repr is hundreds of characters), else the
+    active profile's database."""
+    return state.get("db") or repr(settings.default.database)
+
+
 def _seed_text(state: dict[str, Any]) -> str:
     if state.get("forced_seed") is not None:
         return f"seed {state['forced_seed']} (--hypothesis-seed)"
@@ -303,7 +316,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         profile = f"none (Hypothesis' active profile: {settings.get_current_profile_name()})"
     return [
         ", ".join(f"{name} {versions[name]}" for name in ("pmverify", "torch", "triton", "hypothesis")),
-        f"pmverify profile: {profile}, {_seed_text(state)}, database: {settings.default.database!r}",
+        f"pmverify profile: {profile}, {_seed_text(state)}, database: {_database_text(state)}",
     ]
 
 
@@ -415,7 +428,7 @@ class _Report:
             "hypothesis_profile": settings.get_current_profile_name(),
             "max_examples": settings.default.max_examples,
             "seed": state.get("seed") if state.get("forced_seed") is None else state["forced_seed"],
-            "database": repr(settings.default.database),
+            "database": _database_text(state),
             "started": self.started,
             "finished": _now(),
             "duration_s": round(time.monotonic() - self.clock, 3),

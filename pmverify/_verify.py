@@ -95,10 +95,24 @@ def _pass_name(pass_: Any) -> str:
 
 
 def _pass_identity(pass_: Any) -> str:
-    cls = pass_ if isinstance(pass_, type) else type(pass_)
+    """What tells passes apart in the example database: a class or function by its import path; an
+    object by its class and its ``config``, else its ``uuid()`` (Inductor's ``CustomGraphPass``),
+    else its ``pass_name`` (a ``PatternMatcherPass``)."""
+    if isinstance(pass_, type) or inspect.isfunction(pass_) or inspect.ismethod(pass_):
+        return f"{pass_.__module__}.{pass_.__qualname__}"
+    cls = type(pass_)
     ident = f"{cls.__module__}.{cls.__qualname__}"
     config = getattr(pass_, "config", None)
-    return ident if config is None else f"{ident}({config!r})"
+    if config is not None:
+        return f"{ident}({config!r})"
+    uuid = getattr(pass_, "uuid", None)
+    if callable(uuid):
+        try:
+            return f"{ident}[uuid={uuid()!r}]"
+        except Exception:  # noqa: BLE001 - a uuid() that fails leaves the class and name to go by
+            pass
+    name = getattr(pass_, "pass_name", None)
+    return ident if name is None else f"{ident}[{name!r}]"
 
 
 def verify(

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import signal
 import sys
 import threading
@@ -32,10 +33,17 @@ PROFILE_DEFAULTS = {
 }
 
 
+#: The shortest per-case timeout the profiles' defaults are cut to for a short budget (a fresh
+#: worker's first case builds the pass, which takes seconds).
+MIN_CASE_TIMEOUT_S = 30.0
+
+
 class _Parser(argparse.ArgumentParser):
     """Bad usage is one line on stderr (and exit status 2), not the usage block."""
 
     def error(self, message: str) -> NoReturn:
+        # argparse's "argument --budget: --budget='0' must be ..." says the option twice
+        message = re.sub(r"^argument (\S+): (?=\1=)", "", message)
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -104,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME",
         help="what to verify (repeatable): qk_norm (the shipped pass, default), a fault of pmverify.faults, "
-        "or MODULE:ATTRIBUTE of your pass (a class built per case from case.pass_config, or a pass object)",
+        "or MODULE:ATTRIBUTE of your pass (a class built per case from case.pass_config, a pass object, or a "
+        "function on a torch.fx.Graph), imported from the current folder or the installed packages",
     )
     fuzz.add_argument(
         "--cases",
@@ -222,7 +231,20 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     out = out if out is not None else sys.stdout
     defaults = PROFILE_DEFAULTS[args.profile]
     budget = args.budget if args.budget is not None else _duration("--budget")(defaults["budget"])
+    if args.case_timeout is not None:
+        case_timeout = args.case_timeout
+    else:  # the profile's, made short enough that a hang shows within the budget
+        case_timeout = min(_duration("--case-timeout")(defaults["case_timeout"]), max(MIN_CASE_TIMEOUT_S, budget / 4))
+    if case_timeout >= budget:
+        print(
+            f"pmverify fuzz: note: the per-case timeout ({case_timeout:g}s) is not below the budget ({budget:g}s): "
+            "a hanging pass cannot be reported; give a shorter --case-timeout or a longer --budget",
+            file=out,
+        )
     targets = args.target or ["qk_norm"]
+    # A user's MODULE:ATTRIBUTE imports from the current folder, as with python -m (workers inherit it).
+    if any(":" in name for name in targets) and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         check(targets, args.cases)
     except TargetError as exc:
@@ -237,6 +259,16 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     for option, path in (("--report", args.report), ("--junit", args.junit)):
         if not _writable("fuzz", path, option):
             return 2
+    folders = [("--repro-dir", args.repro_dir)]
+    if args.db is not None and "://" not in args.db:
+        folders.append(("--db", pathlib.Path(args.db)))
+    for option, folder in folders:
+        if folder is not None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                print(f"pmverify fuzz: {option}={str(folder)!r} cannot be made a folder: {exc}", file=sys.stderr)
+                return 2
     options = JobOptions(
         targets=targets,
         cases=args.cases,
@@ -249,7 +281,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         report=args.report,
         junit=args.junit,
         repro_dir=args.repro_dir,
-        case_timeout_s=args.case_timeout or _duration("--case-timeout")(defaults["case_timeout"]),
+        case_timeout_s=case_timeout,
         batch=args.batch or defaults["batch"],
         checkpoint_s=args.checkpoint_every,
         shrink=not args.no_shrink,
@@ -359,6 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return fuzz(args)
+        except KeyboardInterrupt:  # before the job started (importing a target): nothing to report
+            print("pmverify fuzz: interrupted", file=sys.stderr)
+            return 130
         finally:
             signal.signal(signal.SIGTERM, previous)
     if args.command == "selfcheck":

@@ -152,3 +152,30 @@ def test_reproducer_of_unrebuildable_pass_says_so(tmp_path):
     assert str(info.value).startswith("test_reproducer_of_unrebuildable_pass_says_so.<locals>.closure_pass broke")
     run = subprocess.run([sys.executable, str(info.value.reproducer)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "edit PASS" in run.stderr
+
+
+def test_database_key_tells_passes_apart():
+    """Two function passes (or two PatternMatcherPasses) must not share failures: a passing replay
+    of one would delete the other's saved failures."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    from pmverify._verify import database_key
+
+    def first(graph):
+        pass
+
+    def second(graph):
+        pass
+
+    cases = qk_norm_cases()
+    keys = {
+        database_key(first, cases),
+        database_key(second, cases),
+        database_key(PatternMatcherPass(pass_name="a"), cases),
+        database_key(PatternMatcherPass(pass_name="b"), cases),
+        database_key(QKNormFusionPass, cases),
+        database_key(QKNormFusionPass, qk_norm_cases(forms=["rms_norm"])),
+    }
+    assert len(keys) == 6
+    assert database_key(first, cases) == database_key(first, cases)
+    assert database_key(QKNormFusionPass, cases, "compiled") != database_key(QKNormFusionPass, cases)

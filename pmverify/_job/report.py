@@ -38,6 +38,9 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
     a reader (or a job killed mid-write) sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)

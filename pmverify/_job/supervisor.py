@@ -16,6 +16,7 @@ crash or hang, and never loses what it found.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime
 import multiprocessing
@@ -119,6 +120,9 @@ class _Proc:
             pass
         self.process.join(3)
         self.kill()
+        with contextlib.suppress(OSError):  # nothing to keep from a worker that said nothing
+            if self.log is not None and self.log.stat().st_size == 0:
+                self.log.unlink()
 
 
 class _TargetRun:
@@ -298,16 +302,25 @@ class _Job:
 
     # -- findings ---------------------------------------------------------------------------
 
-    def _save(self, run: _TargetRun, family: int, choices: bytes) -> None:
-        """Into the example database, under the key ``verify`` uses for this pass and family."""
-        if self.database is not None and family < len(run.keys):
+    def _save(self, run: _TargetRun, family: int, choices: bytes) -> str | None:
+        """Into the example database, under the key ``verify`` uses for this pass and family;
+        returns why it could not be saved (a Redis server gone), else None."""
+        if self.database is None or family >= len(run.keys):
+            return None
+        try:
             self.database.save(run.keys[family], choices)
+        except Exception as exc:  # noqa: BLE001 - the finding is still reported, with the reason
+            return f"it could not be saved to the example database: {type(exc).__name__}: {exc}"
+        return None
 
     def found(self, run: _TargetRun, finding: dict[str, Any]) -> None:
         family = run.families.index(finding["family"])
         choices = finding.pop("choices", None)
         if choices is not None:
-            self._save(run, family, choices)  # before it is reported
+            unsaved = self._save(run, family, choices)  # before it is reported
+            if unsaved is not None:
+                finding["note"] = unsaved
+                run.errors.append({"family": finding["family"], "message": unsaved})
         finding["seconds"] = round(time.monotonic() - self.start, 3)
         run.findings.append(finding)
         run.retired.add(family)
@@ -316,6 +329,8 @@ class _Job:
         for violation in finding["violations"]:
             self.display.line(f"  - {violation['oracle']}: {violation['message']}")
         self.display.line(f"  reproducer: {finding['reproducer'] or 'being written'}")
+        if finding.get("note"):
+            self.display.line(f"  note: {finding['note']}")
         if finding.get("log"):
             self.display.line(f"  worker output: {finding['log']}")
 
@@ -365,9 +380,11 @@ class _Job:
         if worker.log is not None:
             finding["log"] = str(worker.log)
             finding["log_tail"] = worker.log_tail()
-        if worker.case is not None:
+        if worker.case is not None and worker.case[1] is not None:
             finding["choices"] = worker.case[1]
             run.renders.append((finding, family, worker.case[1]))
+        elif worker.case is not None:
+            finding["note"] = "this Hypothesis does not expose the case's choices: no reproducer"
         else:
             finding["note"] = "the worker died between cases: no case to reproduce"
         self.found(run, finding)
@@ -543,8 +560,9 @@ class _Job:
     def search(self) -> None:
         self.checkpoint()
         while time.monotonic() < self.deadline:
-            if all(run.finished and not run.renders for run in self.runs):
-                break
+            busy = any(run.worker is not None and run.worker.state in ("starting", "busy") for run in self.runs)
+            if not busy and all(run.finished and not run.renders for run in self.runs):
+                break  # (a search that found its family's failure is still shrinking it while busy)
             if not self._dispatch():
                 break
             self._poll(min(1.0, max(0.0, self.deadline - time.monotonic())))
@@ -573,6 +591,8 @@ class _Job:
         for run in self.runs:
             if not run.families or run.failed:
                 continue
+            if not run.real_model and ":" in run.name:
+                continue  # a user's pass: the QK-norm model is not for it
             if not run.real_model:
                 reason = f"{run.name} is not built from a QKNormConfig"
                 self.display.line(f"real model: skipped ({reason})")

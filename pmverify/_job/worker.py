@@ -52,6 +52,19 @@ def _stats(result: Any) -> dict:
     }
 
 
+def _choices() -> bytes | None:
+    """The Hypothesis choice sequence of the case being run, as the example database stores it;
+    None where this Hypothesis does not expose it (then a case that kills the worker is reported
+    without a reproducer)."""
+    try:
+        from hypothesis.control import current_build_context
+        from hypothesis.database import choices_to_bytes
+
+        return choices_to_bytes(current_build_context().data.choices)
+    except (ImportError, AttributeError):  # pragma: no cover - Hypothesis internals moved
+        return None
+
+
 class _Worker:
     def __init__(self, conn: Any, name: str, cases: str | None, options: dict) -> None:
         import pytest_pmverify
@@ -83,8 +96,6 @@ class _Worker:
 
     def batch(self, family: int, seed: int, max_examples: int, replay: bool, shrink_s: float) -> None:
         from hypothesis import Phase, settings
-        from hypothesis.control import current_build_context
-        from hypothesis.database import choices_to_bytes
         from hypothesis.internal.conjecture import engine
 
         from .. import _reproducer
@@ -94,7 +105,7 @@ class _Worker:
         first: list[dict] = []
 
         def on_case(case: Any) -> None:
-            self.conn.send(("case", family, choices_to_bytes(current_build_context().data.choices)))
+            self.conn.send(("case", family, _choices()))
 
         def on_result(result: Any) -> None:
             self.conn.send(("result", _stats(result)))
@@ -105,7 +116,7 @@ class _Worker:
                 except (OSError, ValueError):
                     path = None
                 finding = _finding(target, family, result, path, shrunk=False, replayed=replay)
-                finding["choices"] = choices_to_bytes(current_build_context().data.choices)
+                finding["choices"] = _choices()
                 first.append(finding)
                 self.conn.send(("found", finding))
 
@@ -128,7 +139,8 @@ class _Worker:
                 repro_dir=self.options["repro_dir"],
             )
         except PassVerificationError as failure:
-            found = _finding(target, family, failure.result, failure.reproducer, shrunk=not replay, replayed=replay)
+            shrunk = self.options["shrink"] and not replay
+            found = _finding(target, family, failure.result, failure.reproducer, shrunk=shrunk, replayed=replay)
         except unittest.SkipTest:
             if not replay:  # a replay of an empty database runs no case: Hypothesis says so this way
                 error = "Hypothesis ran no case: " + traceback.format_exc(limit=2)
@@ -212,12 +224,39 @@ def _log_to(path: str) -> None:
     faulthandler.enable(sys.stderr)
 
 
+def _die_with_parent() -> None:
+    """End this process when the job's process dies (``kill -9`` of the job alone): by the
+    kernel's parent-death signal on Linux, else by a thread watching the parent."""
+    import multiprocessing
+    import signal
+    import threading
+
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        from multiprocessing.connection import wait
+
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pmverify-parent-watch", daemon=True).start()
+
+
 def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
     """The worker process's main: build the target, say ready, then serve requests until
     ``("stop",)`` or the pipe closes. ``options``: ``profile``, ``db`` (spec or None),
     ``repro_dir``, ``shrink``, ``log`` (a file for its output, or None)."""
     if options.get("log"):
         _log_to(options["log"])
+    _die_with_parent()
     try:
         worker = _Worker(conn, name, cases, options)
     except BaseException as exc:  # noqa: BLE001 - the job reports why the worker could not start

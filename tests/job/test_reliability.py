@@ -69,6 +69,9 @@ def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp
     assert "in segfault" in pathlib.Path(findings["segfault"][0]["log"]).read_text()
     assert "per-case timeout of 15s" in message["hangs"]
     assert findings["malformed_graph"][0]["violations"][0]["oracle"] == "structure"
+    # the job's last searches still shrink their findings before it ends
+    for name in ("malformed_graph", "raises"):
+        assert findings[name][0]["shrunk"] and "fx_graphs: 1 ops" in findings[name][0]["case"]
     assert "raises() cannot handle this graph" in message["raises"]
     for found in findings.values():
         assert pathlib.Path(found[0]["reproducer"]).is_file()
@@ -175,8 +178,9 @@ def test_redis_database_shares_findings_between_runs(tmp_path, redis_url):
 
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
-    code, first = _fuzz(tmp_path, "malformed_graph", db=redis_url, extra=["--budget", "120"])
+    code, first = _fuzz(tmp_path, "malformed_graph", db=redis_url, extra=["--budget", "120", "--no-shrink"])
     assert code == 1 and client.keys("*"), "the finding is in Redis"
+    assert not _findings(first)["malformed_graph"][0]["shrunk"]
     # another machine: another folder, the same server
     code, second = _fuzz(tmp_path / "other", "malformed_graph", db=redis_url, extra=["--budget", "120"])
     (finding,) = _findings(second)["malformed_graph"]
@@ -191,6 +195,8 @@ def test_redis_database_shares_findings_between_runs(tmp_path, redis_url):
         (["fuzz", "--target", "nope"], "--target='nope' is unknown"),
         (["fuzz", "--db", "redis://127.0.0.1:1"], "cannot reach Redis at 127.0.0.1:1"),
         (["fuzz", "--db", "ftp://x"], "--db='ftp://x'"),
+        (["fuzz", "--db", "/dev/null/db"], "--db='/dev/null/db' cannot be made a folder"),
+        (["fuzz", "--repro-dir", "/dev/null/r"], "--repro-dir='/dev/null/r' cannot be made a folder"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(argv, message):
@@ -230,3 +236,77 @@ def test_sigterm_finishes_the_report_as_interrupted(tmp_path):
             os.killpg(job.pid, signal.SIGKILL)
     data = json.loads(report.read_text())
     assert data["status"] == "interrupted" and data["targets"][0]["cases"] > 0
+
+
+def _children(pid):
+    """Pids whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_workers_die_with_the_job_even_when_only_the_job_is_killed(tmp_path):
+    report = tmp_path / "r.json"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pmverify", "fuzz", "--cases", CASES, "--target", "_crashing_passes:hangs"]
+        + ["--budget", "10m", "--case-timeout", "10m", "--no-real-model", "--progress", "plain"]
+        + ["--db", str(tmp_path / "db"), "--report", str(report), "--repro-dir", str(tmp_path / "repro")],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        workers = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not workers:
+            time.sleep(1)
+            logs = list((tmp_path / "repro" / "worker-logs").glob("*.log"))
+            workers = [pid for pid in _children(job.pid) if logs and "resource_tracker" not in _cmdline(pid)]
+        assert workers, "no worker started"
+        time.sleep(5)  # the worker is in the hanging case
+        job.kill()  # the job alone, not its process group
+        job.wait(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(pathlib.Path(f"/proc/{pid}").exists() for pid in workers):
+            time.sleep(0.5)
+        alive = [pid for pid in workers if pathlib.Path(f"/proc/{pid}/stat").exists() and _state(pid) != "Z"]
+        assert not alive, f"workers {alive} outlived the job"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+
+
+def _cmdline(pid):
+    with contextlib.suppress(OSError):
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    return ""
+
+
+def _state(pid):
+    with contextlib.suppress(OSError, IndexError):
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return "gone"
+
+
+def test_a_user_module_imports_from_the_current_folder(tmp_path):
+    """The console script (whose sys.path holds its own folder, not the current one) finds the
+    user's MODULE:ATTRIBUTE next to where it runs, as python -m would."""
+    (tmp_path / "userpass.py").write_text(
+        "from pmverify.strategies import fx_graphs\n\ndef keep(graph):\n    pass\n\nCASES = fx_graphs(max_nodes=2)\n"
+    )
+    script = pathlib.Path(sys.executable).parent / "pmverify"
+    run = subprocess.run(
+        [str(script), "fuzz", "--target", "userpass:keep", "--cases", "userpass:CASES", "--max-examples", "3"]
+        + ["--no-real-model", "--db", str(tmp_path / "db"), "--progress", "plain"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr

@@ -128,3 +128,35 @@ def test_progress_is_plain_off_a_terminal_and_rich_on_request():
     display.line("FOUND in t")
     display.close()
     assert "FOUND in t" in live.getvalue() and "120 cases" in live.getvalue()
+
+
+def test_a_finding_the_database_cannot_take_is_still_reported(tmp_path):
+    """A Redis server gone at the moment of a finding: the finding is reported, with the reason."""
+    import io
+
+    from hypothesis import settings
+
+    from pmverify._job import JobOptions
+    from pmverify._job.supervisor import _Job, _TargetRun
+
+    class Gone:
+        def save(self, key, value):
+            raise ConnectionError("Redis went away")
+
+    previous = settings.default
+    try:
+        job = _Job(JobOptions(targets=["t"], report=tmp_path / "r.json", repro_dir=tmp_path), io.StringIO())
+    finally:
+        settings.register_profile("test-restored", parent=previous)
+        settings.load_profile("test-restored")
+    job.database = Gone()
+    run = _TargetRun("t")
+    run.families, run.keys = ["cases"], [b"key"]
+    job.runs = [run]
+    violation = {"oracle": "semantics", "message": "off by one", "nodes": []}
+    job.found(
+        run, {"family": "cases", "kind": "violation", "violations": [violation], "reproducer": None, "choices": b"\0"}
+    )
+    (finding,) = json.loads((tmp_path / "r.json").read_text())["targets"][0]["findings"]
+    assert "could not be saved to the example database: ConnectionError: Redis went away" in finding["note"]
+    assert "choices" not in finding and run.errors
