@@ -15,13 +15,8 @@ crash or hang, and never loses what it found.
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import dataclasses
 import datetime
 import multiprocessing
-import pathlib
-import signal
 import sys
 import time
 from multiprocessing.connection import wait
@@ -29,7 +24,7 @@ from typing import Any, TextIO
 
 from . import report as reports
 from .progress import make_display
-from .worker import serve
+from .state import JobOptions, TargetRun, WorkerProcess, describe_exit
 
 __all__ = ["JobOptions", "run_job"]
 
@@ -38,171 +33,9 @@ MAX_START_FAILURES = 3
 REAL_MODEL_TIMEOUT_S = 1200.0
 
 
-@dataclasses.dataclass
-class JobOptions:
-    """What ``pmverify fuzz`` was asked; seconds throughout."""
-
-    targets: list[str]
-    cases: str | None = None
-    profile: str = "ci"
-    budget_s: float = 60.0
-    budget_text: str = "60s"
-    max_examples: int | None = None
-    seed: int = 0
-    db: str | None = None
-    report: pathlib.Path | None = None
-    junit: pathlib.Path | None = None
-    repro_dir: pathlib.Path | None = None
-    case_timeout_s: float = 120.0
-    start_timeout_s: float = 300.0
-    batch: int = 25
-    checkpoint_s: float = 60.0
-    shrink: bool = True
-    real_model: bool = True
-    progress: str = "auto"
-
-
-class _Proc:
-    """One worker process and what it is doing; its output goes to ``log``."""
-
-    def __init__(self, context: Any, name: str, options: JobOptions, log: pathlib.Path | None) -> None:
-        self.conn, child = context.Pipe()
-        self.log = log
-        worker_options = {
-            "profile": options.profile,
-            "db": options.db,
-            "repro_dir": str(options.repro_dir) if options.repro_dir else None,
-            "shrink": options.shrink,
-            "log": str(log) if log else None,
-        }
-        self.process = context.Process(
-            target=serve, args=(child, name, options.cases, worker_options), name=f"pmverify-worker[{name}]"
-        )
-        self.process.daemon = True
-        self.process.start()
-        child.close()
-        self.state = "starting"
-        self.last_seen = time.monotonic()
-        self.job: tuple | None = None
-        self.job_start = self.last_seen
-        self.case: tuple[int, bytes] | None = None
-
-    def send(self, job: tuple) -> None:
-        self.conn.send(job)
-        self.state = "busy"
-        self.job = job
-        self.job_start = self.last_seen = time.monotonic()
-        self.case = None
-
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(5)
-        self.conn.close()
-
-    def log_tail(self, lines: int = 12) -> str | None:
-        """The end of the worker's output: from the last ``Fatal Python error`` (faulthandler's
-        Python stack of a fatal signal) when there is one, else its last ``lines`` lines."""
-        if self.log is None:
-            return None
-        try:
-            text = self.log.read_text(errors="replace").rstrip()
-        except OSError:
-            return None
-        fatal = text.rfind("Fatal Python error")
-        tail = text[fatal:].splitlines()[:60] if fatal >= 0 else text.splitlines()[-lines:]
-        return "\n".join(line for line in tail if not line.startswith("Extension modules:")) or None
-
-    def stop(self) -> None:
-        try:
-            self.conn.send(("stop",))
-        except (OSError, ValueError):
-            pass
-        self.process.join(3)
-        self.kill()
-        with contextlib.suppress(OSError):  # nothing to keep from a worker that said nothing
-            if self.log is not None and self.log.stat().st_size == 0:
-                self.log.unlink()
-
-
-class _TargetRun:
-    """The job's state of one target."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.worker: _Proc | None = None
-        self.families: list[str] = []
-        self.keys: list[bytes] = []
-        self.real_model = False
-        self.family_stats: dict[str, dict[str, Any]] = {}
-        self.retired: set[int] = set()
-        self.replay_todo: list[int] | None = None
-        self.rotation = 0
-        self.batches = 0
-        self.findings: list[dict[str, Any]] = []
-        self.errors: list[dict[str, Any]] = []
-        self.renders: list[tuple[dict[str, Any], int, bytes]] = []
-        self.restarts = 0
-        self.start_failures = 0
-        self.failed = False
-        self.cases = 0
-        self.matches = 0
-        self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-        self.events: collections.Counter[str] = collections.Counter()
-        self.seconds = 0.0
-
-    @property
-    def finished(self) -> bool:
-        """Nothing left to search (rendering aside)."""
-        return self.failed or (bool(self.families) and len(self.retired) == len(self.families))
-
-    def searching_s(self) -> float:
-        """Seconds its workers spent searching (replays included), the running search too."""
-        worker = self.worker
-        if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
-            return self.seconds + time.monotonic() - worker.job_start
-        return self.seconds
-
-    def end_search(self) -> None:
-        """Count the running search's seconds: it ended (done, died, killed)."""
-        worker = self.worker
-        if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
-            self.seconds += time.monotonic() - worker.job_start
-
-    def as_json(self) -> dict[str, Any]:
-        violations = [
-            {**v, "reproducer": finding["reproducer"], "kind": finding["kind"], "family": finding["family"]}
-            for finding in self.findings
-            for v in finding["violations"]
-        ]
-        return {
-            "name": self.name,
-            "cases": self.cases,
-            "matches": self.matches,
-            "elapsed_s": round(self.searching_s(), 3),
-            "cases_per_min": round(60 * self.cases / max(self.searching_s(), 1e-9), 1),
-            "families": {name: dict(stats) for name, stats in self.family_stats.items()},
-            "tp_worlds": {str(world): dict(counts) for world, counts in sorted(self.tp_worlds.items())},
-            "events": dict(sorted(self.events.items())),
-            "findings": self.findings,
-            "violations": violations,
-            "errors": self.errors,
-            "worker_restarts": self.restarts,
-        }
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "did not exit"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name} (signal {-code})"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
-
-
 class _Job:
+    """One run of the job: its targets' state, its workers, its report and its display."""
+
     def __init__(self, options: JobOptions, out: TextIO) -> None:
         from hypothesis import settings
 
@@ -216,7 +49,7 @@ class _Job:
         pytest_pmverify.load_profile(options.profile, database=database)
         self.database = settings.default.database
         self.context = multiprocessing.get_context("spawn")
-        self.runs = [_TargetRun(name) for name in dict.fromkeys(options.targets)]
+        self.runs = [TargetRun(name) for name in dict.fromkeys(options.targets)]
         self.turn = 0
         self.start = time.monotonic()
         self.deadline = self.start + options.budget_s
@@ -231,7 +64,7 @@ class _Job:
         self.log_dir = (options.repro_dir or default_repro_dir()) / "worker-logs"
         self.workers_started = 0
 
-    def start_worker(self, run: _TargetRun) -> _Proc:
+    def start_worker(self, run: TargetRun) -> WorkerProcess:
         """A new worker process for ``run``; its output goes to a log file of its own."""
         self.workers_started += 1
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in run.name)
@@ -240,7 +73,7 @@ class _Job:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             log = None
-        run.worker = _Proc(self.context, run.name, self.options, log)
+        run.worker = WorkerProcess(self.context, run.name, self.options, log)
         return run.worker
 
     # -- the report -------------------------------------------------------------------------
@@ -302,7 +135,7 @@ class _Job:
 
     # -- findings ---------------------------------------------------------------------------
 
-    def _save(self, run: _TargetRun, family: int, choices: bytes) -> str | None:
+    def _save(self, run: TargetRun, family: int, choices: bytes) -> str | None:
         """Into the example database, under the key ``verify`` uses for this pass and family;
         returns why it could not be saved (a Redis server gone), else None."""
         if self.database is None or family >= len(run.keys):
@@ -313,7 +146,7 @@ class _Job:
             return f"it could not be saved to the example database: {type(exc).__name__}: {exc}"
         return None
 
-    def found(self, run: _TargetRun, finding: dict[str, Any]) -> None:
+    def found(self, run: TargetRun, finding: dict[str, Any]) -> None:
         family = run.families.index(finding["family"])
         choices = finding.pop("choices", None)
         if choices is not None:
@@ -334,7 +167,7 @@ class _Job:
         if finding.get("log"):
             self.display.line(f"  worker output: {finding['log']}")
 
-    def died(self, run: _TargetRun, kind: str, message: str) -> None:
+    def died(self, run: TargetRun, kind: str, message: str) -> None:
         """The worker of ``run`` died or was killed: a finding when it was running a case."""
         worker = run.worker
         run.end_search()
@@ -391,7 +224,7 @@ class _Job:
 
     # -- the worker loop --------------------------------------------------------------------
 
-    def _next_job(self, run: _TargetRun) -> tuple | None:
+    def _next_job(self, run: TargetRun) -> tuple | None:
         if run.renders:
             finding, family, choices = run.renders[0]
             return ("render", family, choices, finding["violations"])
@@ -437,7 +270,7 @@ class _Job:
             return True
         return False
 
-    def _handle(self, run: _TargetRun, message: tuple) -> None:
+    def _handle(self, run: TargetRun, message: tuple) -> None:
         worker = run.worker
         worker.last_seen = time.monotonic()
         kind = message[0]
@@ -501,7 +334,7 @@ class _Job:
             worker.state = "idle"
             worker.job = None
 
-    def _shrunk(self, run: _TargetRun, shrunk: dict[str, Any]) -> None:
+    def _shrunk(self, run: TargetRun, shrunk: dict[str, Any]) -> None:
         """The search's final (shrunk) finding replaces the first one it reported."""
         for finding in run.findings:
             if finding["family"] == shrunk["family"] and finding["kind"] == "violation" and not finding["shrunk"]:
@@ -532,7 +365,7 @@ class _Job:
                 self._receive(run)  # what it sent before it died
                 worker.process.join(1)
                 if run.worker is worker and worker.state in ("starting", "busy"):
-                    self.died(run, "crash", f"the worker process {_describe_exit(worker.process.exitcode)}")
+                    self.died(run, "crash", f"the worker process {describe_exit(worker.process.exitcode)}")
         now = time.monotonic()
         for run in live:
             worker = run.worker
@@ -549,7 +382,7 @@ class _Job:
                 what = "a case" if worker.case is not None else "its work"
                 self.died(run, "timeout", f"{what} did not finish within the per-case timeout of {limit:g}s")
 
-    def _receive(self, run: _TargetRun) -> None:
+    def _receive(self, run: TargetRun) -> None:
         """Handle every message waiting in the pipe of ``run``'s worker."""
         try:
             while run.worker is not None and run.worker.conn.poll():

@@ -137,7 +137,8 @@ def test_a_finding_the_database_cannot_take_is_still_reported(tmp_path):
     from hypothesis import settings
 
     from pmverify._job import JobOptions
-    from pmverify._job.supervisor import _Job, _TargetRun
+    from pmverify._job.state import TargetRun
+    from pmverify._job.supervisor import _Job
 
     class Gone:
         def save(self, key, value):
@@ -150,7 +151,7 @@ def test_a_finding_the_database_cannot_take_is_still_reported(tmp_path):
         settings.register_profile("test-restored", parent=previous)
         settings.load_profile("test-restored")
     job.database = Gone()
-    run = _TargetRun("t")
+    run = TargetRun("t")
     run.families, run.keys = ["cases"], [b"key"]
     job.runs = [run]
     violation = {"oracle": "semantics", "message": "off by one", "nodes": []}

@@ -1,0 +1,179 @@
+"""The fuzzing job's state: its options, a worker process's handle, and each target's run."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import pathlib
+import signal
+import time
+from typing import Any
+
+from .worker import serve
+
+__all__ = ["JobOptions", "WorkerProcess", "TargetRun", "describe_exit"]
+
+
+@dataclasses.dataclass
+class JobOptions:
+    """What ``pmverify fuzz`` was asked; seconds throughout."""
+
+    targets: list[str]
+    cases: str | None = None
+    profile: str = "ci"
+    budget_s: float = 60.0
+    budget_text: str = "60s"
+    max_examples: int | None = None
+    seed: int = 0
+    db: str | None = None
+    report: pathlib.Path | None = None
+    junit: pathlib.Path | None = None
+    repro_dir: pathlib.Path | None = None
+    case_timeout_s: float = 120.0
+    start_timeout_s: float = 300.0
+    batch: int = 25
+    checkpoint_s: float = 60.0
+    shrink: bool = True
+    real_model: bool = True
+    progress: str = "auto"
+
+
+class WorkerProcess:
+    """One worker process and what it is doing; its output goes to ``log``."""
+
+    def __init__(self, context: Any, name: str, options: JobOptions, log: pathlib.Path | None) -> None:
+        self.conn, child = context.Pipe()
+        self.log = log
+        worker_options = {
+            "profile": options.profile,
+            "db": options.db,
+            "repro_dir": str(options.repro_dir) if options.repro_dir else None,
+            "shrink": options.shrink,
+            "log": str(log) if log else None,
+        }
+        self.process = context.Process(
+            target=serve, args=(child, name, options.cases, worker_options), name=f"pmverify-worker[{name}]"
+        )
+        self.process.daemon = True
+        self.process.start()
+        child.close()
+        self.state = "starting"
+        self.last_seen = time.monotonic()
+        self.job: tuple | None = None
+        self.job_start = self.last_seen
+        self.case: tuple[int, bytes] | None = None
+
+    def send(self, job: tuple) -> None:
+        self.conn.send(job)
+        self.state = "busy"
+        self.job = job
+        self.job_start = self.last_seen = time.monotonic()
+        self.case = None
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+    def log_tail(self, lines: int = 12) -> str | None:
+        """The end of the worker's output: from the last ``Fatal Python error`` (faulthandler's
+        Python stack of a fatal signal) when there is one, else its last ``lines`` lines."""
+        if self.log is None:
+            return None
+        try:
+            text = self.log.read_text(errors="replace").rstrip()
+        except OSError:
+            return None
+        fatal = text.rfind("Fatal Python error")
+        tail = text[fatal:].splitlines()[:60] if fatal >= 0 else text.splitlines()[-lines:]
+        return "\n".join(line for line in tail if not line.startswith("Extension modules:")) or None
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(("stop",))
+        except (OSError, ValueError):
+            pass
+        self.process.join(3)
+        self.kill()
+        with contextlib.suppress(OSError):  # nothing to keep from a worker that said nothing
+            if self.log is not None and self.log.stat().st_size == 0:
+                self.log.unlink()
+
+
+class TargetRun:
+    """The job's state of one target."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.worker: WorkerProcess | None = None
+        self.families: list[str] = []
+        self.keys: list[bytes] = []
+        self.real_model = False
+        self.family_stats: dict[str, dict[str, Any]] = {}
+        self.retired: set[int] = set()
+        self.replay_todo: list[int] | None = None
+        self.rotation = 0
+        self.batches = 0
+        self.findings: list[dict[str, Any]] = []
+        self.errors: list[dict[str, Any]] = []
+        self.renders: list[tuple[dict[str, Any], int, bytes]] = []
+        self.restarts = 0
+        self.start_failures = 0
+        self.failed = False
+        self.cases = 0
+        self.matches = 0
+        self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        self.events: collections.Counter[str] = collections.Counter()
+        self.seconds = 0.0
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to search (rendering aside)."""
+        return self.failed or (bool(self.families) and len(self.retired) == len(self.families))
+
+    def searching_s(self) -> float:
+        """Seconds its workers spent searching (replays included), the running search too."""
+        worker = self.worker
+        if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
+            return self.seconds + time.monotonic() - worker.job_start
+        return self.seconds
+
+    def end_search(self) -> None:
+        """Count the running search's seconds: it ended (done, died, killed)."""
+        worker = self.worker
+        if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
+            self.seconds += time.monotonic() - worker.job_start
+
+    def as_json(self) -> dict[str, Any]:
+        violations = [
+            {**v, "reproducer": finding["reproducer"], "kind": finding["kind"], "family": finding["family"]}
+            for finding in self.findings
+            for v in finding["violations"]
+        ]
+        return {
+            "name": self.name,
+            "cases": self.cases,
+            "matches": self.matches,
+            "elapsed_s": round(self.searching_s(), 3),
+            "cases_per_min": round(60 * self.cases / max(self.searching_s(), 1e-9), 1),
+            "families": {name: dict(stats) for name, stats in self.family_stats.items()},
+            "tp_worlds": {str(world): dict(counts) for world, counts in sorted(self.tp_worlds.items())},
+            "events": dict(sorted(self.events.items())),
+            "findings": self.findings,
+            "violations": violations,
+            "errors": self.errors,
+            "worker_restarts": self.restarts,
+        }
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name} (signal {-code})"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
