@@ -36,7 +36,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, is_hypothesis_test, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-__all__ = ["PROFILES", "example_database", "load_profile", "profile_name"]
+__all__ = ["PROFILES", "example_database", "load_profile", "profile_name", "redacted"]
 
 #: pmverify's Hypothesis profiles, by short name; registered as ``pmverify-<name>``.
 PROFILES = ("ci", "dev", "nightly")
@@ -100,6 +100,17 @@ def load_profile(name: str, *, database: ExampleDatabase | None = None) -> str:
     return loaded
 
 
+def redacted(spec: str) -> str:
+    """``spec`` fit to print: the password of a ``redis://user:password@host`` URL replaced."""
+    if "://" not in spec:
+        return spec
+    url = urllib.parse.urlsplit(spec)
+    if url.password is None:
+        return spec
+    netloc = url.netloc.replace(f":{url.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(url._replace(netloc=netloc))
+
+
 def example_database(spec: str) -> ExampleDatabase:
     """The Hypothesis example database ``spec`` names: a directory (``DirectoryBasedExampleDatabase``)
     or ``redis://HOST:PORT[/N]`` (``RedisExampleDatabase``, after a ping: 2 s to connect, 5 s a
@@ -111,6 +122,10 @@ def example_database(spec: str) -> ExampleDatabase:
     if "://" not in spec:
         if os.path.exists(spec) and not os.path.isdir(spec):
             raise ValueError(f"the example database {spec!r} is a file, not a directory")
+        try:  # refused now: Hypothesis would fail to save into it silently
+            os.makedirs(spec, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"the example database {spec!r} cannot be made a folder: {exc}") from None
         return DirectoryBasedExampleDatabase(spec)
     url = urllib.parse.urlsplit(spec)
     if url.scheme != "redis":
@@ -294,7 +309,7 @@ def _versions() -> dict[str, str]:
 def _database_text(state: dict[str, Any]) -> str:
     """``--pmverify-db`` as given (a Redis client's repr is hundreds of characters), else the
     active profile's database."""
-    return state.get("db") or repr(settings.default.database)
+    return redacted(state["db"]) if state.get("db") else repr(settings.default.database)
 
 
 def _seed_text(state: dict[str, Any]) -> str:

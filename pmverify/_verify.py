@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import os
@@ -100,6 +101,8 @@ def _pass_identity(pass_: Any) -> str:
     else its ``pass_name`` (a ``PatternMatcherPass``)."""
     if isinstance(pass_, type) or inspect.isfunction(pass_) or inspect.ismethod(pass_):
         return f"{pass_.__module__}.{pass_.__qualname__}"
+    if isinstance(pass_, functools.partial):
+        return f"partial({_pass_identity(pass_.func)}, *{pass_.args!r}, **{pass_.keywords!r})"
     cls = type(pass_)
     ident = f"{cls.__module__}.{cls.__qualname__}"
     config = getattr(pass_, "config", None)

@@ -36,6 +36,8 @@ PROFILE_DEFAULTS = {
 #: The shortest per-case timeout the profiles' defaults are cut to for a short budget (a fresh
 #: worker's first case builds the pass, which takes seconds).
 MIN_CASE_TIMEOUT_S = 30.0
+#: About what a worker takes to start (torch, pmverify, Inductor's pattern matcher) on 2 cores.
+WORKER_START_S = 10.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,7 +107,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="time for the search, e.g. 90s, 30m, 8h, 1h30m (a number is seconds); the real-model check runs after it",
     )
-    fuzz.add_argument("--max-examples", type=_positive(int, "--max-examples"), help="stop after this many cases")
+    fuzz.add_argument(
+        "--max-examples", type=_positive(int, "--max-examples"), help="stop a target after this many cases"
+    )
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the search (default %(default)s)")
     fuzz.add_argument(
         "--target",
@@ -235,7 +239,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         case_timeout = args.case_timeout
     else:  # the profile's, made short enough that a hang shows within the budget
         case_timeout = min(_duration("--case-timeout")(defaults["case_timeout"]), max(MIN_CASE_TIMEOUT_S, budget / 4))
-    if case_timeout >= budget:
+    if case_timeout + WORKER_START_S >= budget:
         print(
             f"pmverify fuzz: note: the per-case timeout ({case_timeout:g}s) is not below the budget ({budget:g}s): "
             "a hanging pass cannot be reported; give a shorter --case-timeout or a longer --budget",
@@ -254,7 +258,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         try:
             pytest_pmverify.example_database(args.db)
         except ValueError as exc:
-            print(f"pmverify fuzz: --db={args.db!r}: {exc}", file=sys.stderr)
+            print(f"pmverify fuzz: --db={pytest_pmverify.redacted(args.db)!r}: {exc}", file=sys.stderr)
             return 2
     for option, path in (("--report", args.report), ("--junit", args.junit)):
         if not _writable("fuzz", path, option):
@@ -297,13 +301,17 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
 
 
 def _writable(command: str, path: pathlib.Path | None, option: str = "--report") -> bool:
-    """Whether ``path`` (given as ``option``) can be written; says why not on stderr."""
+    """Whether ``path`` (given as ``option``) can be written; says why not on stderr. Leaves no
+    file behind that was not there."""
     if path is None:
         return True
+    existed = path.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a"):
             pass
+        if not existed:
+            path.unlink()
     except OSError as exc:
         print(f"pmverify {command}: {option}={str(path)!r} cannot be written: {exc}", file=sys.stderr)
         return False

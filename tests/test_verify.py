@@ -1,5 +1,6 @@
 """verify(): passes on the shipped pass, raises with a runnable reproducer on a faulty one."""
 
+import functools
 import subprocess
 import sys
 
@@ -175,7 +176,9 @@ def test_database_key_tells_passes_apart():
         database_key(PatternMatcherPass(pass_name="b"), cases),
         database_key(QKNormFusionPass, cases),
         database_key(QKNormFusionPass, qk_norm_cases(forms=["rms_norm"])),
+        database_key(functools.partial(first), cases),
+        database_key(functools.partial(second), cases),
     }
-    assert len(keys) == 6
+    assert len(keys) == 8
     assert database_key(first, cases) == database_key(first, cases)
     assert database_key(QKNormFusionPass, cases, "compiled") != database_key(QKNormFusionPass, cases)

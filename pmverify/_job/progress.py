@@ -68,11 +68,13 @@ class _RichDisplay(Display):
         self.progress.console.print(text, markup=False, highlight=False)
 
     def status(self, status: dict[str, Any], *, force: bool = False) -> None:
+        from rich.markup import escape
+
         rate = 60 * status["cases"] / max(status["elapsed_s"], 1e-9)
         self.progress.update(
             self.task,
             completed=min(status["elapsed_s"], status["budget_s"]),
-            description=status.get("where") or "-",
+            description=escape(status.get("where") or "starting"),  # family names hold [...]
             counts=f"{status['cases']} cases · {status['matches']} matches · {status['findings']} findings · "
             f"{status['restarts']} restarts · {rate:.0f}/min",
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import os
 import pathlib
 import signal
 import time
@@ -45,6 +46,7 @@ class WorkerProcess:
     def __init__(self, context: Any, name: str, options: JobOptions, log: pathlib.Path | None) -> None:
         self.conn, child = context.Pipe()
         self.log = log
+        self.dump_from: int | None = None
         worker_options = {
             "profile": options.profile,
             "db": options.db,
@@ -76,6 +78,27 @@ class WorkerProcess:
             self.process.kill()
         self.process.join(5)
         self.conn.close()
+        with contextlib.suppress(OSError):  # nothing to keep from a worker that said nothing
+            if self.log is not None and self.log.stat().st_size == 0:
+                self.log.unlink()
+
+    def dump_stacks(self) -> None:
+        """Have the worker write every thread's Python stack to its log (``faulthandler`` on
+        SIGUSR1), so that a case that hung says where; waits up to 2 s for it."""
+        if self.log is None or not self.process.is_alive() or not hasattr(signal, "SIGUSR1"):
+            return
+        try:
+            self.dump_from = self.log.stat().st_size
+            os.kill(self.process.pid, signal.SIGUSR1)
+        except OSError:
+            return
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            with contextlib.suppress(OSError):
+                if self.log.stat().st_size > self.dump_from:
+                    time.sleep(0.2)  # the rest of the dump
+                    return
 
     def log_tail(self, lines: int = 12) -> str | None:
         """The end of the worker's output: from the last ``Fatal Python error`` (faulthandler's
@@ -86,6 +109,8 @@ class WorkerProcess:
             text = self.log.read_text(errors="replace").rstrip()
         except OSError:
             return None
+        if self.dump_from is not None and len(text) > self.dump_from:  # the stacks of dump_stacks()
+            return "\n".join(text[self.dump_from :].strip().splitlines()[:60])
         fatal = text.rfind("Fatal Python error")
         tail = text[fatal:].splitlines()[:60] if fatal >= 0 else text.splitlines()[-lines:]
         return "\n".join(line for line in tail if not line.startswith("Extension modules:")) or None
@@ -97,9 +122,6 @@ class WorkerProcess:
             pass
         self.process.join(3)
         self.kill()
-        with contextlib.suppress(OSError):  # nothing to keep from a worker that said nothing
-            if self.log is not None and self.log.stat().st_size == 0:
-                self.log.unlink()
 
 
 class TargetRun:
@@ -127,6 +149,7 @@ class TargetRun:
         self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self.events: collections.Counter[str] = collections.Counter()
         self.seconds = 0.0
+        self.stopped: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -144,7 +167,11 @@ class TargetRun:
         """Count the running search's seconds: it ended (done, died, killed)."""
         worker = self.worker
         if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
-            self.seconds += time.monotonic() - worker.job_start
+            elapsed = time.monotonic() - worker.job_start
+            self.seconds += elapsed
+            stats = self.family_stats[self.families[worker.job[1]]]
+            stats["seconds"] = round(stats["seconds"] + elapsed, 3)
+            worker.job_start = time.monotonic()  # counted once
 
     def as_json(self) -> dict[str, Any]:
         violations = [
@@ -165,6 +192,7 @@ class TargetRun:
             "violations": violations,
             "errors": self.errors,
             "worker_restarts": self.restarts,
+            "stopped_at_budget": self.stopped,
         }
 
 

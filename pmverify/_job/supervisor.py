@@ -48,6 +48,7 @@ class _Job:
         database = pytest_pmverify.example_database(options.db) if options.db else None
         pytest_pmverify.load_profile(options.profile, database=database)
         self.database = settings.default.database
+        self.database_text = pytest_pmverify.redacted(options.db) if options.db else repr(self.database)
         self.context = multiprocessing.get_context("spawn")
         self.runs = [TargetRun(name) for name in dict.fromkeys(options.targets)]
         self.turn = 0
@@ -97,7 +98,7 @@ class _Job:
             "profile": self.options.profile,
             "seed": self.options.seed,
             "budget_s": self.options.budget_s,
-            "database": self.options.db or repr(self.database),
+            "database": self.database_text,
             "started": self.started_at.isoformat(timespec="seconds"),
             "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.monotonic() - self.start, 3),
@@ -210,7 +211,7 @@ class _Job:
             "shrunk": False,
             "replayed": bool(job[4]),
         }
-        if worker.log is not None:
+        if worker.log is not None and worker.log.exists():
             finding["log"] = str(worker.log)
             finding["log_tail"] = worker.log_tail()
         if worker.case is not None and worker.case[1] is not None:
@@ -230,21 +231,22 @@ class _Job:
             return ("render", family, choices, finding["violations"])
         if run.finished:
             return None
-        shrink_s = max(1.0, self.deadline - time.monotonic() - 2.0)
+        # the wall-clock time (shared with the worker) by which its shrinking must be over
+        stop_at = time.time() + self.deadline - time.monotonic() - 2.0
         todo = self.options.batch
-        if self.options.max_examples is not None:
-            todo = min(todo, self.options.max_examples - sum(r.cases for r in self.runs))
+        if self.options.max_examples is not None:  # cases per target
+            todo = min(todo, self.options.max_examples - run.cases)
             if todo <= 0:
                 return None
         if run.replay_todo:
             family = run.replay_todo.pop(0)
-            return ("batch", family, self.options.seed, todo, True, shrink_s)
+            return ("batch", family, self.options.seed, todo, True, stop_at)
         active = [i for i in range(len(run.families)) if i not in run.retired]
         family = active[run.rotation % len(active)]
         run.rotation += 1
         seed = self.options.seed * 100_003 + run.batches
         run.batches += 1
-        return ("batch", family, seed, todo, False, shrink_s)
+        return ("batch", family, seed, todo, False, stop_at)
 
     def _dispatch(self) -> bool:
         """Start or feed the next target's worker, round robin; False when no target has work."""
@@ -304,10 +306,8 @@ class _Job:
         elif kind == "done":
             _, finding, error = message
             family = run.families[worker.job[1]]
-            elapsed = time.monotonic() - worker.job_start
             run.end_search()
             run.family_stats[family]["batches"] += 1
-            run.family_stats[family]["seconds"] = round(run.family_stats[family]["seconds"] + elapsed, 3)
             if finding is not None:
                 self._shrunk(run, finding)
             if error is not None:
@@ -343,7 +343,8 @@ class _Job:
         else:
             self.found(run, shrunk)
             return
-        self.display.line(f"shrunk in {run.name} ({shrunk['family']}): {shrunk['case']}")
+        done = "shrunk" if shrunk["shrunk"] else "search over"
+        self.display.line(f"{done} in {run.name} ({shrunk['family']}): {shrunk['case']}")
         self.display.line(f"  reproducer: {shrunk['reproducer'] or 'not written'}")
         self.checkpoint()
 
@@ -378,6 +379,7 @@ class _Job:
             else:
                 limit = self.options.case_timeout_s
             if now - worker.last_seen > limit:
+                worker.dump_stacks()
                 worker.kill()
                 what = "a case" if worker.case is not None else "its work"
                 self.died(run, "timeout", f"{what} did not finish within the per-case timeout of {limit:g}s")
@@ -442,14 +444,26 @@ class _Job:
             while run.worker is not None and run.worker.state == "busy":
                 self._poll(1.0)
 
+    def _stopped(self, run: TargetRun, worker: WorkerProcess) -> None:
+        """Say what a search stopped at the end of the budget was doing: a case that had run for
+        long may be a hang the per-case timeout had no time to catch."""
+        family = run.families[worker.job[1]]
+        in_case = time.monotonic() - worker.last_seen if worker.case is not None else None
+        run.stopped = {"family": family, "in_case_s": None if in_case is None else round(in_case, 1)}
+        where = f"{in_case:.0f}s into a case" if in_case is not None else "between cases"
+        self.display.line(f"stopped at the end of the budget: {run.name} ({family}), {where}")
+
     def stop_workers(self) -> None:
         for run in self.runs:
             if run.worker is not None:
                 if run.worker.state == "idle":
                     run.worker.stop()
                 else:
+                    worker = run.worker
+                    if worker.state == "busy" and worker.job and worker.job[0] == "batch":
+                        self._stopped(run, worker)
                     run.end_search()
-                    run.worker.kill()
+                    worker.kill()
                 run.worker = None
 
 
@@ -473,7 +487,7 @@ def _run(job: _Job) -> tuple[dict[str, Any], int]:
     budget = options.budget_text
     job.display.line(
         f"pmverify {job.version}: fuzzing {', '.join(r.name for r in job.runs)} for {budget} "
-        f"(profile {options.profile}, seed {options.seed}, database {options.db or job.database!r})"
+        f"(profile {options.profile}, seed {options.seed}, database {job.database_text})"
     )
     code = 0
     try:

@@ -3,9 +3,10 @@ process (a segfault, ``os._exit``) or hangs takes only the worker with it.
 
 It talks to the job over a ``multiprocessing`` pipe. Requests, from the job:
 
-- ``("batch", family, seed, max_examples, replay, shrink_s)``: one :func:`pmverify.verify` search
+- ``("batch", family, seed, max_examples, replay, stop_at)``: one :func:`pmverify.verify` search
   of family ``family`` (an index into the target's families); ``replay`` replays the example
-  database's saved failures of that family only (no new cases); ``shrink_s`` bounds shrinking.
+  database's saved failures of that family only (no new cases); shrinking ends by ``stop_at``
+  (``time.time()``: the end of the job's budget).
 - ``("render", family, choices, violations)``: rebuild the case of ``choices`` (the bytes of a
   Hypothesis choice sequence) and write its reproducer, without applying the pass.
 - ``("real_model",)``: the compiled tiny MiniMax-M2 check; ``("stop",)``.
@@ -94,7 +95,7 @@ class _Worker:
             )
         )
 
-    def batch(self, family: int, seed: int, max_examples: int, replay: bool, shrink_s: float) -> None:
+    def batch(self, family: int, seed: int, max_examples: int, replay: bool, stop_at: float) -> None:
         from hypothesis import Phase, settings
         from hypothesis.internal.conjecture import engine
 
@@ -119,6 +120,8 @@ class _Worker:
                 finding["choices"] = _choices()
                 first.append(finding)
                 self.conn.send(("found", finding))
+                # Hypothesis times its shrinking from when it starts, which is about now
+                engine.MAX_SHRINKING_SECONDS = max(1, int(stop_at - time.time()))
 
         phases = [Phase.explicit, Phase.reuse] if replay else [Phase.explicit, Phase.generate, Phase.target]
         if self.options["shrink"] and not replay:
@@ -126,7 +129,6 @@ class _Worker:
         previous = settings.default
         settings.register_profile("pmverify-job-batch", parent=previous, phases=phases)
         settings.load_profile("pmverify-job-batch")
-        engine.MAX_SHRINKING_SECONDS = max(1, int(shrink_s))
         found = error = None
         try:
             verify(
@@ -213,6 +215,7 @@ def _log_to(path: str) -> None:
     """Send this process's stdout and stderr (file descriptors 1 and 2, so C code's output too) to
     ``path``, and have ``faulthandler`` write the Python stack there on a fatal signal."""
     import faulthandler
+    import signal
     import sys
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -222,6 +225,8 @@ def _log_to(path: str) -> None:
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - this process's stdout
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     faulthandler.enable(sys.stderr)
+    # the job sends SIGUSR1 before it kills a worker stuck in a case: where it hung, in its log
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
 
 def _die_with_parent() -> None:

@@ -68,6 +68,8 @@ def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp
     assert "Segmentation fault" in findings["segfault"][0]["log_tail"]
     assert "in segfault" in pathlib.Path(findings["segfault"][0]["log"]).read_text()
     assert "per-case timeout of 15s" in message["hangs"]
+    # where the pass hung: the worker's Python stack, written before it was killed
+    assert "in hangs" in findings["hangs"][0]["log_tail"]
     assert findings["malformed_graph"][0]["violations"][0]["oracle"] == "structure"
     # the job's last searches still shrink their findings before it ends
     for name in ("malformed_graph", "raises"):
@@ -195,8 +197,9 @@ def test_redis_database_shares_findings_between_runs(tmp_path, redis_url):
         (["fuzz", "--target", "nope"], "--target='nope' is unknown"),
         (["fuzz", "--db", "redis://127.0.0.1:1"], "cannot reach Redis at 127.0.0.1:1"),
         (["fuzz", "--db", "ftp://x"], "--db='ftp://x'"),
-        (["fuzz", "--db", "/dev/null/db"], "--db='/dev/null/db' cannot be made a folder"),
+        (["fuzz", "--db", "/dev/null/db"], "'/dev/null/db' cannot be made a folder"),
         (["fuzz", "--repro-dir", "/dev/null/r"], "--repro-dir='/dev/null/r' cannot be made a folder"),
+        (["fuzz", "--db", "redis://:s3cret@127.0.0.1:1/0"], "redis://:***@127.0.0.1:1/0"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(argv, message):

@@ -161,3 +161,12 @@ def test_a_finding_the_database_cannot_take_is_still_reported(tmp_path):
     (finding,) = json.loads((tmp_path / "r.json").read_text())["targets"][0]["findings"]
     assert "could not be saved to the example database: ConnectionError: Redis went away" in finding["note"]
     assert "choices" not in finding and run.errors
+
+
+def test_redis_passwords_are_not_shown():
+    import pytest_pmverify
+
+    assert pytest_pmverify.redacted("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
+    assert pytest_pmverify.redacted("redis://user:s3cret@host/1") == "redis://user:***@host/1"
+    assert pytest_pmverify.redacted("redis://host:6379") == "redis://host:6379"
+    assert pytest_pmverify.redacted("some/folder") == "some/folder"
