@@ -147,6 +147,13 @@ def _parser() -> argparse.ArgumentParser:
         help="rewrite the report this often (default 60s; also after every finding)",
     )
     fuzz.add_argument("--batch", type=_positive(int, "--batch"), help="cases per search (default: the profile's)")
+    fuzz.add_argument(
+        "--jobs",
+        type=_positive(int, "--jobs"),
+        default=1,
+        metavar="N",
+        help="targets searched at once, each in its worker process (default %(default)s; one core or more each)",
+    )
     fuzz.add_argument("--no-shrink", action="store_true", help="report the first failing case unshrunk (faster)")
     fuzz.add_argument("--no-real-model", action="store_true", help="skip the compiled real-model check")
     fuzz.add_argument(
@@ -291,6 +298,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         shrink=not args.no_shrink,
         real_model=not args.no_real_model,
         progress=args.progress,
+        jobs=args.jobs,
     )
     report, code = run_job(options, out)
     _summary(report, out)

@@ -38,6 +38,7 @@ class JobOptions:
     shrink: bool = True
     real_model: bool = True
     progress: str = "auto"
+    jobs: int = 1
 
 
 class WorkerProcess:

@@ -249,11 +249,17 @@ class _Job:
         return ("batch", family, seed, todo, False, stop_at)
 
     def _dispatch(self) -> bool:
-        """Start or feed the next target's worker, round robin; False when no target has work."""
-        if any(run.worker is not None and run.worker.state in ("starting", "busy") for run in self.runs):
-            return True
-        for offset in range(len(self.runs)):
-            run = self.runs[(self.turn + offset) % len(self.runs)]
+        """Start or feed targets' workers, round robin, until ``jobs`` of them are at work; False
+        when none is at work and no target has work left."""
+        active = sum(run.worker is not None and run.worker.state in ("starting", "busy") for run in self.runs)
+        count = len(self.runs)
+        for offset in range(count):
+            if active >= self.options.jobs:
+                break
+            index = (self.turn + offset) % count
+            run = self.runs[index]
+            if run.worker is not None and run.worker.state in ("starting", "busy"):
+                continue
             if run.failed or (run.finished and not run.renders):
                 continue
             if run.worker is None or not run.worker.process.is_alive():
@@ -262,15 +268,16 @@ class _Job:
                 if run.families:
                     run.restarts += 1
                 self.start_worker(run)
-                return True
+                active += 1
+                continue
             job = self._next_job(run)
             if job is None:
                 continue
             run.worker.send(job)
-            if not run.renders or job[0] != "render":
-                self.turn = (self.turn + offset + 1) % len(self.runs)
-            return True
-        return False
+            active += 1
+            if job[0] != "render":  # a target's reproducers first, then the next target's turn
+                self.turn = (index + 1) % count
+        return active > 0
 
     def _handle(self, run: TargetRun, message: tuple) -> None:
         worker = run.worker
