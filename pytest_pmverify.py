@@ -101,14 +101,18 @@ def load_profile(name: str, *, database: ExampleDatabase | None = None) -> str:
 
 
 def redacted(spec: str) -> str:
-    """``spec`` fit to print: the password of a ``redis://user:password@host`` URL replaced."""
+    """``spec`` fit to print: a ``redis://user:password@host`` URL's password, and a
+    ``?password=`` query value, replaced by ``***``."""
     if "://" not in spec:
         return spec
     url = urllib.parse.urlsplit(spec)
-    if url.password is None:
-        return spec
-    netloc = url.netloc.replace(f":{url.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(url._replace(netloc=netloc))
+    if url.password is not None:
+        url = url._replace(netloc=url.netloc.replace(f":{url.password}@", ":***@", 1))
+    if url.query:
+        query = urllib.parse.parse_qsl(url.query, keep_blank_values=True)
+        hidden = [(key, "***" if key.lower() == "password" else value) for key, value in query]
+        url = url._replace(query=urllib.parse.urlencode(hidden, safe="*"))
+    return urllib.parse.urlunsplit(url)
 
 
 def example_database(spec: str) -> ExampleDatabase:
@@ -211,11 +215,11 @@ def pytest_configure(config: pytest.Config) -> None:
     profile, source = _resolve_profile(config)
     database = None
     spec = config.getoption("pmverify_db")
-    if spec:
+    if spec is not None:
         try:
             database = example_database(spec)
         except ValueError as exc:
-            raise pytest.UsageError(f"--pmverify-db={spec}: {exc}") from None
+            raise pytest.UsageError(f"--pmverify-db={redacted(spec)}: {exc}") from None
     if profile is not None:
         load_profile(profile, database=database)
     elif database is not None:  # no pmverify profile: the active one, with this database
@@ -236,10 +240,13 @@ def pytest_configure(config: pytest.Config) -> None:
         path = os.path.join(config.invocation_params.dir, report)
         if os.path.isdir(path):
             raise pytest.UsageError(f"--pmverify-report={report} is a directory")
-        try:  # refused now, not after the whole session has run
+        try:  # refused now, not after the whole session has run; no empty file left meanwhile
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            existed = os.path.exists(path)
             with open(path, "a"):
                 pass
+            if not existed:
+                os.unlink(path)
         except OSError as exc:
             raise pytest.UsageError(f"--pmverify-report={report} cannot be written: {exc}") from None
         config.pluginmanager.register(_Report(config, path), "pmverify-report")

@@ -8,6 +8,7 @@ import hashlib
 import inspect
 import os
 import pathlib
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -232,6 +233,7 @@ def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct") -> byt
     that every search of the same pass on the same strategy (a test, ``pmverify fuzz``, another
     machine sharing the database) replays the same failures first. Seeds do not enter it."""
     key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}" + ("" if mode == "direct" else f":{mode}")
+    key = re.sub(r" at 0x[0-9a-fA-F]+", "", key)  # default reprs hold addresses that change every run
     return hashlib.sha256(key.encode()).digest()
 
 

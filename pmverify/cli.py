@@ -246,12 +246,6 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         case_timeout = args.case_timeout
     else:  # the profile's, made short enough that a hang shows within the budget
         case_timeout = min(_duration("--case-timeout")(defaults["case_timeout"]), max(MIN_CASE_TIMEOUT_S, budget / 4))
-    if case_timeout + WORKER_START_S >= budget:
-        print(
-            f"pmverify fuzz: note: the per-case timeout ({case_timeout:g}s) is not below the budget ({budget:g}s): "
-            "a hanging pass cannot be reported; give a shorter --case-timeout or a longer --budget",
-            file=out,
-        )
     targets = args.target or ["qk_norm"]
     # A user's MODULE:ATTRIBUTE imports from the current folder, as with python -m (workers inherit it).
     if any(":" in name for name in targets) and os.getcwd() not in sys.path and "" not in sys.path:
@@ -300,6 +294,12 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         progress=args.progress,
         jobs=args.jobs,
     )
+    if case_timeout + WORKER_START_S >= budget:  # said once the usage is known good
+        print(
+            f"pmverify fuzz: note: the per-case timeout ({case_timeout:g}s) is not below the budget ({budget:g}s): "
+            "a hanging pass cannot be reported; give a shorter --case-timeout or a longer --budget",
+            file=out,
+        )
     report, code = run_job(options, out)
     _summary(report, out)
     for option, path in (("report", args.report), ("junit", args.junit)):

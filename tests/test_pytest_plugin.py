@@ -386,3 +386,16 @@ def test_report_under_xdist_holds_the_finding_and_the_database_replays_it(pytest
 
 def pmverify_version():
     return importlib.metadata.version("pmverify")
+
+
+def test_a_redis_password_is_not_printed(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", "-q", "--pmverify-db"]
+        + ["redis://:s3cretPW@127.0.0.1:1/0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 4 and "redis://:***@127.0.0.1:1/0" in run.stderr
+    assert "s3cretPW" not in run.stdout + run.stderr

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import tempfile
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -57,11 +58,19 @@ def write_json(path: pathlib.Path, report: dict) -> None:
     write_atomic(path, json.dumps(jsonable(report), indent=2) + "\n")
 
 
+_NOT_XML = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _xml_text(text: str) -> str:
+    """``text`` without what XML 1.0 cannot hold (terminal colour codes, control characters)."""
+    return _NOT_XML.sub("", text)
+
+
 def _finding_text(finding: dict) -> str:
     lines = [f"{v['oracle']}: {v['message']}" for v in finding["violations"]]
     lines.append(f"case: {finding.get('case') or 'unknown'}")
     lines.append(f"reproducer: {finding.get('reproducer') or 'not written'}")
-    return "\n".join(lines)
+    return _xml_text("\n".join(lines))
 
 
 def junit_xml(report: dict) -> str:
@@ -87,15 +96,18 @@ def junit_xml(report: dict) -> str:
             for finding in (f for f in target["findings"] if f["family"] == family):
                 failures += 1
                 oracles = ", ".join(dict.fromkeys(v["oracle"] for v in finding["violations"]))
-                element = ET.SubElement(case, "failure", message=f"{finding['kind']}: {oracles}", type=finding["kind"])
+                message = _xml_text(f"{finding['kind']}: {oracles}")
+                element = ET.SubElement(case, "failure", message=message, type=finding["kind"])
                 element.text = _finding_text(finding)
             for error in (e for e in target["errors"] if e.get("family") == family):
                 errors += 1
-                ET.SubElement(case, "error", message=error["message"].splitlines()[0]).text = error["message"]
+                text = _xml_text(error["message"])
+                ET.SubElement(case, "error", message=text.splitlines()[0] if text else "").text = text
         for error in (e for e in target["errors"] if e.get("family") is None):
             errors += 1
             case = ET.SubElement(suite, "testcase", classname=f"pmverify.fuzz.{target['name']}", name="worker")
-            ET.SubElement(case, "error", message=error["message"].splitlines()[0]).text = error["message"]
+            text = _xml_text(error["message"])
+            ET.SubElement(case, "error", message=text.splitlines()[0] if text else "").text = text
         suite.set("tests", str(len(suite.findall("testcase"))))
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))
@@ -113,7 +125,8 @@ def junit_xml(report: dict) -> str:
             if model.get("skipped"):
                 ET.SubElement(case, "skipped", message=model["skipped"])
             elif not model["ok"]:
-                ET.SubElement(case, "failure", message="real model check failed").text = json.dumps(jsonable(model))
+                failure = ET.SubElement(case, "failure", message="real model check failed")
+                failure.text = _xml_text(json.dumps(jsonable(model)))
         suite.set("tests", str(len(suite.findall("testcase"))))
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

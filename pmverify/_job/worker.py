@@ -127,7 +127,8 @@ class _Worker:
         if self.options["shrink"] and not replay:
             phases.append(Phase.shrink)
         previous = settings.default
-        settings.register_profile("pmverify-job-batch", parent=previous, phases=phases)
+        # one bug a search: shrinking starts at the first failure, not after more generation
+        settings.register_profile("pmverify-job-batch", parent=previous, phases=phases, report_multiple_bugs=False)
         settings.load_profile("pmverify-job-batch")
         found = error = None
         try:

@@ -170,3 +170,31 @@ def test_redis_passwords_are_not_shown():
     assert pytest_pmverify.redacted("redis://user:s3cret@host/1") == "redis://user:***@host/1"
     assert pytest_pmverify.redacted("redis://host:6379") == "redis://host:6379"
     assert pytest_pmverify.redacted("some/folder") == "some/folder"
+    assert pytest_pmverify.redacted("redis://host/0?password=s3cret&x=1") == "redis://host/0?password=***&x=1"
+
+
+def test_junit_drops_what_xml_cannot_hold():
+    report = _report()
+    report["targets"][0]["findings"][0]["violations"][0]["message"] = "boom \x1b[31mred\x1b[0m\x07 bell"
+    report["targets"][0]["errors"][0]["message"] = "\x1b[1mValueError\x1b[0m: bad"
+    root = ET.fromstring(junit_xml(report))  # parses
+    assert "boom red bell" in root.find(".//failure").text
+    assert root.find(".//error").get("message") == "ValueError: bad"
+
+
+def test_database_keys_do_not_hold_memory_addresses():
+    import functools
+
+    from pmverify._verify import database_key
+    from pmverify.strategies import fx_graphs
+
+    class Knob:
+        pass
+
+    def tuned(graph, knob):
+        pass
+
+    cases = fx_graphs(max_nodes=2)
+    assert database_key(functools.partial(tuned, Knob()), cases) == database_key(
+        functools.partial(tuned, Knob()), cases
+    )
