@@ -21,6 +21,7 @@ Options (group ``pmverify``):
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.metadata
 import inspect
@@ -28,6 +29,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 import urllib.parse
 from typing import Any
@@ -36,7 +38,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, is_hypothesis_test, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-__all__ = ["PROFILES", "example_database", "load_profile", "profile_name", "redacted"]
+__all__ = [
+    "PROFILES",
+    "check_writable",
+    "example_database",
+    "load_profile",
+    "profile_name",
+    "redacted",
+    "write_atomic",
+]
 
 #: pmverify's Hypothesis profiles, by short name; registered as ``pmverify-<name>``.
 PROFILES = ("ci", "dev", "nightly")
@@ -240,13 +250,8 @@ def pytest_configure(config: pytest.Config) -> None:
         path = os.path.join(config.invocation_params.dir, report)
         if os.path.isdir(path):
             raise pytest.UsageError(f"--pmverify-report={report} is a directory")
-        try:  # refused now, not after the whole session has run; no empty file left meanwhile
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            existed = os.path.exists(path)
-            with open(path, "a"):
-                pass
-            if not existed:
-                os.unlink(path)
+        try:  # refused now, not after the whole session has run
+            check_writable(path)
         except OSError as exc:
             raise pytest.UsageError(f"--pmverify-report={report} cannot be written: {exc}") from None
         config.pluginmanager.register(_Report(config, path), "pmverify-report")
@@ -467,16 +472,39 @@ class _Report:
                 reporter.write_line(f"pmverify: --pmverify-report={self.path} not written: {exc}", red=True)
 
 
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically (a temporary file beside it, then ``os.replace``)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``
+    (parent folders made): a reader, or a process killed mid-write, sees the old file or the new
+    one, never half of one. The file gets the mode ``open()`` would give it, not ``mkstemp``'s 0600.
+    Shared by the plugin's report and ``pmverify fuzz``'s report and JUnit XML."""
+    folder = os.path.dirname(os.fspath(path)) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
-        with open(tmp, "w", encoding="utf-8") as file:
-            json.dump(data, file, indent=2, default=str)
-            file.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise ``OSError`` unless ``path`` can be written (parent folders are made); leaves no file
+    behind that was not there. For refusing a report path before a long run, not after it."""
+    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+    existed = os.path.exists(path)
+    with open(path, "a"):
+        pass
+    if not existed:
+        os.unlink(path)
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")

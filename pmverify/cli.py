@@ -264,16 +264,12 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     for option, path in (("--report", args.report), ("--junit", args.junit)):
         if not _writable("fuzz", path, option):
             return 2
-    folders = [("--repro-dir", args.repro_dir)]
-    if args.db is not None and "://" not in args.db:
-        folders.append(("--db", pathlib.Path(args.db)))
-    for option, folder in folders:
-        if folder is not None:
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                print(f"pmverify fuzz: {option}={str(folder)!r} cannot be made a folder: {exc}", file=sys.stderr)
-                return 2
+    if args.repro_dir is not None:  # (a --db folder is made by example_database above)
+        try:
+            args.repro_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"pmverify fuzz: --repro-dir={str(args.repro_dir)!r} cannot be made a folder: {exc}", file=sys.stderr)
+            return 2
     options = JobOptions(
         targets=targets,
         cases=args.cases,
@@ -309,17 +305,13 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
 
 
 def _writable(command: str, path: pathlib.Path | None, option: str = "--report") -> bool:
-    """Whether ``path`` (given as ``option``) can be written; says why not on stderr. Leaves no
-    file behind that was not there."""
+    """Whether ``path`` (given as ``option``) can be written; says why not on stderr."""
+    import pytest_pmverify
+
     if path is None:
         return True
-    existed = path.exists()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a"):
-            pass
-        if not existed:
-            path.unlink()
+        pytest_pmverify.check_writable(path)
     except OSError as exc:
         print(f"pmverify {command}: {option}={str(path)!r} cannot be written: {exc}", file=sys.stderr)
         return False

@@ -3,16 +3,15 @@ at any moment leaves a valid one), and a JUnit XML file for CI dashboards."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import os
 import pathlib
 import re
-import tempfile
 import xml.etree.ElementTree as ET
 from typing import Any
+
+from pytest_pmverify import write_atomic
 
 __all__ = ["jsonable", "write_atomic", "write_json", "junit_xml"]
 
@@ -34,27 +33,8 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``:
-    a reader (or a job killed mid-write) sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def write_json(path: pathlib.Path, report: dict) -> None:
+    """``report`` as JSON, written atomically (:func:`pytest_pmverify.write_atomic`)."""
     write_atomic(path, json.dumps(jsonable(report), indent=2) + "\n")
 
 

@@ -412,22 +412,26 @@ class _Job:
                 self.checkpoint()
             self.progress()
 
+    def _run_on_worker(self, run: TargetRun, job: tuple) -> None:
+        """Give ``job`` to ``run``'s worker (started if none is alive, once it is ready) and wait
+        until the worker has done it, died or been killed."""
+        if run.worker is None or not run.worker.process.is_alive():
+            self.start_worker(run)
+        while run.worker is not None and run.worker.state == "starting":
+            self._poll(1.0)
+        if run.worker is None or run.failed:
+            return
+        run.worker.send(job)
+        while run.worker is not None and run.worker.state == "busy":
+            self._poll(1.0)
+
     def finish_renders(self) -> None:
-        """Reproducers of crashes found at the very end of the budget."""
+        """Reproducers of crashes found at the very end of the budget (the workers are stopped)."""
         for run in self.runs:
             while run.renders and not run.failed:
-                if run.worker is not None and run.worker.state == "busy" and run.worker.job[0] != "render":
-                    run.worker.kill()
-                    run.worker = None
                 if run.worker is None or not run.worker.process.is_alive():
                     run.restarts += 1
-                    self.start_worker(run)
-                while run.worker is not None and run.worker.state in ("starting", "busy"):
-                    self._poll(1.0)
-                if run.worker is not None and run.worker.state == "idle" and run.renders:
-                    run.worker.send(self._next_job(run))
-                    while run.worker is not None and run.worker.state == "busy":
-                        self._poll(1.0)
+                self._run_on_worker(run, self._next_job(run))
 
     def check_real_models(self) -> None:
         for run in self.runs:
@@ -441,15 +445,7 @@ class _Job:
                 self.real_models.append({"name": "minimax_m2", "target": run.name, "skipped": reason, "ok": True})
                 continue
             self.display.line(f"real model: tiny MiniMax-M2 with {run.name}, compiled with and without the pass...")
-            if run.worker is None or not run.worker.process.is_alive():
-                self.start_worker(run)
-                while run.worker is not None and run.worker.state == "starting":
-                    self._poll(1.0)
-            if run.worker is None:
-                continue
-            run.worker.send(("real_model",))
-            while run.worker is not None and run.worker.state == "busy":
-                self._poll(1.0)
+            self._run_on_worker(run, ("real_model",))
 
     def _stopped(self, run: TargetRun, worker: WorkerProcess) -> None:
         """Say what a search stopped at the end of the budget was doing: a case that had run for
