@@ -25,12 +25,15 @@ class PlantedInstance:
       rewrite or ignore, but must not break).
     - ``reason``: why it is not a plain must-match instance (``"eps"``, ``"split_sizes"``,
       ``"dtype"``, ``"mutation_inside"``, ``"unused"``...); None when it must match.
+    - ``detail``: what the near miss changed, in words (``"aten.add.Tensor's other (argument 1):
+      1e-06 -> 2e-06"``), for the findings' messages; None when not recorded.
     """
 
     pattern: str
     nodes: tuple[str, ...]
     must_match: bool | None
     reason: str | None = None
+    detail: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["RecordedRewrite", "record_patterns", "original_register_replacement"]
+__all__ = ["RecordedRewrite", "record_patterns", "original_register_replacement", "pattern_rewrite"]
 
 
 def _qualname(fn: Any) -> str:
@@ -207,6 +207,35 @@ def _record(bound: inspect.BoundArguments, result: Any) -> RecordedRewrite:
         arguments=arguments,
         result=result,
     )
+
+
+def pattern_rewrite(
+    search_fn: Callable[..., Any],
+    example_inputs: tuple[Any, ...],
+    *,
+    trace_fn: Callable[..., Any] | None = None,
+    scalar_workaround: Mapping[str, float | int] | None = None,
+    exclusive_arg_names: tuple[str, ...] = (),
+) -> RecordedRewrite:
+    """The rewrite of ``search_fn`` into itself that ``register_replacement(search_fn, search_fn,
+    example_inputs, trace_fn, ..., scalar_workaround=..., exclusive_arg_names=...)`` registers,
+    recorded without registering: for :meth:`RecordedRewrite.pattern_pass`, Inductor's own matcher
+    for a pattern given as a plain function (which constants it treats as wildcards, which
+    arguments must be distinct nodes). ``example_inputs`` as ``register_replacement`` takes them:
+    the search function's arguments less the ``scalar_workaround`` ones."""
+    from torch._inductor.pattern_matcher import fwd_only
+
+    bound = inspect.signature(original_register_replacement()).bind(
+        search_fn,
+        search_fn,
+        list(example_inputs),
+        trace_fn if trace_fn is not None else fwd_only,
+        [],
+        scalar_workaround=dict(scalar_workaround) if scalar_workaround else None,
+        exclusive_arg_names=tuple(exclusive_arg_names),
+    )
+    bound.apply_defaults()
+    return _record(bound, None)
 
 
 def _recording_register_replacement(*args: Any, **kwargs: Any) -> Any:

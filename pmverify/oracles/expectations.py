@@ -126,14 +126,37 @@ def check(pair: Any) -> list[Violation]:
                 )
             )
         elif instance.must_match is False and gone:
-            violations.append(
-                Violation(
-                    "expectations",
-                    f"near miss ({instance.reason}) of {instance.pattern} was rewritten; it must not match",
-                    tuple(gone),
-                )
-            )
+            violations.append(Violation("expectations", _near_miss_message(instance), tuple(gone)))
     return violations
+
+
+#: What to do about a rewritten near miss, by ``PlantedInstance.reason``: fix the pass, or tell
+#: the strategy what the pass rightly treats as a wildcard.
+_REMEDIES = {
+    "constant": "Inductor's matcher compares this literal exactly unless register_replacement's scalar_workaround "
+    "makes its argument a wildcard: if the pass registers it so, give planted(..., scalar_workaround={name: "
+    "example value}) or plant the recorded rewrite (planted(recorded)); otherwise the pass ignores a constant it "
+    "must compare",
+    "dim": "the pass must check this dim; if it is meant to match at any dim, leave 'dim' out of "
+    "planted(near_misses=...)",
+    "split_sizes": "the pass must check the split sizes; if it is meant to match any split, leave 'split_sizes' "
+    "out of planted(near_misses=...)",
+    "extra_user": "a value computed inside the instance is read outside it, so rewriting the instance computes it "
+    "twice or loses it (Inductor's matcher refuses such a match); leave 'extra_user' out of "
+    "planted(near_misses=...) only if the pass keeps that value on purpose",
+    "mutation_inside": "an in-place op between the instance's nodes changes what its later nodes read "
+    "(Inductor's matcher refuses a match across mutation regions)",
+    "extra_check": "the pattern's extra_check rejects these inputs",
+}
+
+
+def _near_miss_message(instance: Any) -> str:
+    """The finding for a rewritten near miss: what it changed (``instance.detail``) and the remedy."""
+    what = f"{instance.reason}: {instance.detail}" if getattr(instance, "detail", None) else instance.reason
+    remedy = _REMEDIES.get(
+        instance.reason, f"leave {instance.reason!r} out of planted(near_misses=...) if the pass is meant to match it"
+    )
+    return f"near miss ({what}) of {instance.pattern} was rewritten; it must not match. {remedy[0].upper()}{remedy[1:]}"
 
 
 def _check_count(pair: Any) -> list[Violation]:

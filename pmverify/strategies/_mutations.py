@@ -72,15 +72,18 @@ def mark_mutations_inside(graph: torch.fx.Graph, planted: Sequence[PlantedInstan
     stale ``mutation_region_id`` there would mislead ``PatternMatcherPass.apply``)."""
     from torch._inductor.pattern_matcher import is_mutation_op
 
-    order = {node.name: i for i, node in enumerate(graph.nodes)}
-    barriers = [i for i, node in enumerate(graph.nodes) if is_mutation_op(node)]
+    nodes = list(graph.nodes)
+    order = {node.name: i for i, node in enumerate(nodes)}
+    barriers = [i for i, node in enumerate(nodes) if is_mutation_op(node)]
     result = []
     for instance in planted:
         positions = [order[name] for name in instance.nodes if name in order]
         if instance.must_match is True and positions:
             first, last = min(positions), max(positions)
-            if any(first < b < last for b in barriers):
-                instance = dataclasses.replace(instance, must_match=False, reason=MUTATION_INSIDE)
+            inside = [nodes[b] for b in barriers if first < b < last]
+            if inside:
+                detail = f"the in-place {inside[0].target} ({inside[0].name}) lies among its nodes"
+                instance = dataclasses.replace(instance, must_match=False, reason=MUTATION_INSIDE, detail=detail)
         result.append(instance)
     return tuple(result)
 

@@ -54,6 +54,7 @@ class Traced:
     - ``must_match`` / ``reason``: the ground truth (see :class:`pmverify.PlantedInstance`).
     - ``extra_user``: name of the intermediate of ``gm`` to give a user outside the instance.
     - ``unused``: whether the instance's outputs are left unused.
+    - ``detail``: what a near miss changed, in words (``"aten.add.Tensor's other: 1e-06 -> 2e-06"``).
     """
 
     gm: torch.fx.GraphModule
@@ -62,6 +63,7 @@ class Traced:
     reason: str | None = None
     extra_user: str | None = None
     unused: bool = False
+    detail: str | None = None
 
 
 _TRACES: collections.OrderedDict[Any, torch.fx.GraphModule] = collections.OrderedDict()
@@ -210,6 +212,19 @@ def _apply_edit(gm: torch.fx.GraphModule, edit: tuple[int, int | str, Any]) -> t
     return torch.fx.GraphModule(gm, graph)
 
 
+def _describe_edit(gm: torch.fx.GraphModule, edit: tuple[int, int | str, Any]) -> str:
+    """``edit`` in words: ``"aten.add.Tensor's other (argument 1): 1e-06 -> 2e-06"``."""
+    node = list(gm.graph.nodes)[edit[0]]
+    names = _schema_names(node)
+    if isinstance(edit[1], int):
+        old = node.args[edit[1]]
+        name = names[edit[1]] if edit[1] < len(names) else None
+        where = f"{name} (argument {edit[1]})" if name else f"argument {edit[1]}"
+    else:
+        old, where = node.kwargs[edit[1]], f"{edit[1]} (keyword)"
+    return f"{node.target}'s {where}: {old!r} -> {edit[2]!r}"
+
+
 def _edited(base: Traced, kind: str, pick: Callable[[int], int]) -> Traced | None:
     finite = _all_finite(base.gm, base.args)
     edits = _edits(base.gm, kind)
@@ -217,7 +232,7 @@ def _edited(base: Traced, kind: str, pick: Callable[[int], int]) -> Traced | Non
         edit = edits.pop(pick(len(edits)))
         gm = _apply_edit(base.gm, edit)
         if _runs(gm, base.args, finite):
-            return Traced(gm, base.args, False, kind)
+            return Traced(gm, base.args, False, kind, detail=_describe_edit(base.gm, edit))
     return None
 
 
@@ -236,7 +251,7 @@ def _other_dtype(pattern: Callable[..., Any], base: Traced, trace_fn: Any, pick:
         except Exception:
             continue
         if signature(gm) != original and _runs(gm, args, True):
-            return Traced(gm, args, None, "dtype")
+            return Traced(gm, args, None, "dtype", detail=f"its {first} inputs cast to {dtype}")
     return None
 
 
@@ -254,18 +269,18 @@ def variants(
     pattern: Callable[..., Any], base: Traced, kind: str, trace_fn: Any, pick: Callable[[int], int]
 ) -> Traced | None:
     """The near miss of ``kind`` of the traced instance ``base``, or None when the pattern has no
-    valid one. ``pick(n)`` chooses among ``n`` candidates (a Hypothesis draw, shrinking to 0)."""
+    valid one. ``pick(n)`` chooses among ``n`` candidates (from a Hypothesis draw; 0 when shrunk)."""
     if kind in ("constant", "dim", "split_sizes"):
         return _edited(base, kind, pick)
     if kind == "dtype":
         return _other_dtype(pattern, base, trace_fn, pick)
     if kind == "extra_user":
         names = _intermediates(base.gm)
-        return (
-            dataclasses.replace(base, must_match=False, reason=kind, extra_user=names[pick(len(names))])
-            if names
-            else None
-        )
+        if not names:
+            return None
+        name = names[pick(len(names))]
+        detail = f"its intermediate {name} also used outside the instance"
+        return dataclasses.replace(base, must_match=False, reason=kind, extra_user=name, detail=detail)
     if kind == "unused":
-        return dataclasses.replace(base, must_match=None, reason=kind, unused=True)
+        return dataclasses.replace(base, must_match=None, reason=kind, unused=True, detail="its outputs unused")
     raise ValueError(f"kind={kind!r} is not one of {NEAR_MISS_KINDS}")

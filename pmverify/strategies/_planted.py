@@ -2,11 +2,12 @@
 
 A case is drawn in four steps:
 
-1. the number of instances, then a context :class:`~pmverify.GraphCase` (from ``context``; none at
-   all, the simplest, when there is at least one instance);
-2. per instance: inputs from ``inputs``, a trace of the pattern on them (Inductor's ``fwd_only``, as
-   ``register_replacement`` traces its search function), and a kind: a plain instance or a near miss
-   (:mod:`._near_miss`);
+1. the instances, as a linked list (each in a span of choices that ends in whether another follows
+   and holds the rest, so that the shrinker drops any one of them): inputs from ``inputs``, a trace of the pattern on them
+   (Inductor's ``fwd_only``, as ``register_replacement`` traces its search function), and a kind: a
+   plain instance or a near miss (:mod:`._near_miss`);
+2. a context :class:`~pmverify.GraphCase` (from ``context``; none at all, the simplest, when there
+   is at least one instance);
 3. per instance input: a placeholder used directly, or a placeholder turned into the input by a
    *late producer* (``clone``, or ``view`` of a flat input) placed right before the input's first
    use inside the instance; per instance output: returned directly, or through a *consumer*
@@ -26,7 +27,7 @@ import dataclasses
 import inspect
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -183,7 +184,7 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
         records += [dataclasses.replace(p, nodes=tuple(rename[n] for n in p.nodes)) for p in context.planted]
     for i, inst in enumerate(instances):
         names = tuple(env[i][n].name for n in inst.gm.graph.nodes if n.op == "call_function")
-        records.append(PlantedInstance(name, names, inst.must_match, inst.reason))
+        records.append(PlantedInstance(name, names, inst.must_match, inst.reason, inst.detail))
     return gm, tuple(values), tuple(records)
 
 
@@ -268,35 +269,131 @@ def _scalar_values(example: Any) -> st.SearchStrategy[Any]:
 
 @st.composite
 def _with_scalars(
-    draw: Any, inputs: st.SearchStrategy[tuple[Any, ...]], scalars: tuple[tuple[int, st.SearchStrategy[Any]], ...]
+    draw: Any,
+    inputs: st.SearchStrategy[Sequence[Any]],
+    count: int,
+    scalars: tuple[tuple[int, st.SearchStrategy[Any]], ...],
 ) -> tuple[Any, ...]:
-    """A tuple from ``inputs`` with each ``(position, strategy)`` of ``scalars`` drawn in place."""
-    args = list(draw(inputs))
+    """The ``count`` arguments of a pattern: a tuple from ``inputs`` with each ``(position,
+    strategy)`` of ``scalars`` drawn in place. ``inputs`` may draw every argument (the drawn value
+    at a scalar's position is replaced) or only the others, as ``register_replacement``'s
+    ``example_inputs`` hold them (the scalars are then put at their positions)."""
+    args = draw(inputs)
+    if not isinstance(args, (tuple, list)):
+        raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
+    args = list(args)
+    if len(args) == count - len(scalars):
+        for position, _ in sorted(scalars, key=lambda pair: pair[0]):
+            args.insert(position, None)
+    elif len(args) != count:
+        raise InvalidArgument(
+            f"inputs drew {len(args)} values; the pattern takes {count} arguments, {len(scalars)} of them "
+            "scalar_workaround ones: draw all of them, or all but those"
+        )
     for position, values in scalars:
         args[position] = draw(values)
     return tuple(args)
 
 
-def _workaround_positions(rewrite: RecordedRewrite) -> dict[int, Any]:
-    """The ``scalar_workaround`` arguments of ``rewrite``: position in the search args -> example."""
-    workaround = rewrite.scalar_workaround or {}
-    names = list(inspect.signature(rewrite.search_fn).parameters)
-    return {i: workaround[name] for i, name in enumerate(names) if name in workaround}
+def _parameters(pattern: Callable[..., Any]) -> list[str]:
+    """The parameter names of ``pattern``, in order (InvalidArgument when it has no signature)."""
+    try:
+        return list(inspect.signature(pattern).parameters)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(
+            f"pattern={_name(pattern)} has no signature to read its argument names from: {exc}"
+        ) from exc
 
 
-def _recorded_inputs(rewrite: RecordedRewrite) -> st.SearchStrategy[tuple[Any, ...]]:
-    """The default inputs of a recorded rewrite: ``like(rewrite.search_args)`` (the example
-    tensors' shapes and dtypes, random values), with every ``scalar_workaround`` argument drawn
-    from values of its type around and far from its example value (which it shrinks to): Inductor
-    matches such an argument at any value. Raises ``ValueError`` as
-    :attr:`~pmverify.RecordedRewrite.search_args`."""
-    example = rewrite.search_args
-    positions = _workaround_positions(rewrite)
-    strategy = like(example)
-    if positions:
-        strategy = _with_scalars(strategy, tuple((i, _scalar_values(v)) for i, v in positions.items()))
-        strategy.pmverify_example_inputs = example
-    return strategy
+def _check_wildcards(
+    pattern: Callable[..., Any], scalar_workaround: Any, exclusive_arg_names: Any
+) -> tuple[dict[int, Any], tuple[str, ...]]:
+    """Validate ``scalar_workaround`` / ``exclusive_arg_names`` as ``register_replacement`` takes
+    them; return the workaround values by argument position, and the exclusive names."""
+    if scalar_workaround is None and not exclusive_arg_names:
+        return {}, ()
+    names = _parameters(pattern)
+    workaround = {} if scalar_workaround is None else scalar_workaround
+    if not isinstance(workaround, Mapping):
+        raise InvalidArgument(f"scalar_workaround={workaround!r} must be a mapping of argument names to numbers")
+    for key, value in workaround.items():
+        if key not in names:
+            raise InvalidArgument(
+                f"scalar_workaround={dict(workaround)!r} names {key!r}, not an argument of pattern={_name(pattern)} "
+                f"(its arguments: {names})"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidArgument(f"scalar_workaround[{key!r}]={value!r} must be an int or a float")
+    if len(set(workaround.values())) != len(workaround):
+        raise InvalidArgument(
+            f"scalar_workaround={dict(workaround)!r} gives two arguments the same value: Inductor tells them apart "
+            "by value"
+        )
+    if isinstance(exclusive_arg_names, str) or not isinstance(exclusive_arg_names, Sequence):
+        raise InvalidArgument(f"exclusive_arg_names={exclusive_arg_names!r} must be a sequence of argument names")
+    for key in exclusive_arg_names:
+        if key not in names:
+            raise InvalidArgument(
+                f"exclusive_arg_names={tuple(exclusive_arg_names)!r} names {key!r}, not an argument of "
+                f"pattern={_name(pattern)} (its arguments: {names})"
+            )
+    positions = {i: workaround[name] for i, name in enumerate(names) if name in workaround}
+    return positions, tuple(exclusive_arg_names)
+
+
+def _full_example(example: Sequence[Any], count: int, positions: dict[int, Any]) -> tuple[Any, ...]:
+    """``example`` as the pattern's ``count`` arguments: given without the ``scalar_workaround``
+    ones (``register_replacement``'s form), their example values are put at their positions."""
+    example = list(example)
+    if len(example) == count - len(positions) and positions:
+        for position in sorted(positions):
+            example.insert(position, positions[position])
+    elif len(example) < count:
+        raise InvalidArgument(
+            f"example_inputs={short_repr(tuple(example))} holds {len(example)} values; the pattern takes {count} "
+            f"arguments ({len(positions)} of them scalar_workaround ones)"
+        )
+    return tuple(example[:count])
+
+
+#: Near misses made by editing an argument of the trace: a wildcard may hold that argument.
+_EDITED_KINDS = ("constant", "dim", "split_sizes")
+
+
+class _Wildcards:
+    """What a plain pattern's pass treats as wildcards (``register_replacement``'s
+    ``scalar_workaround`` and ``exclusive_arg_names``), and Inductor's matcher for the pattern
+    registered with them (built on first use, from the example inputs or the first drawn ones):
+    the ground truth of an edited near miss. Its repr (which keys the example database) names
+    the arguments only."""
+
+    def __init__(self, spec: dict[str, Any], positions: dict[int, Any], exclusive: tuple[str, ...]) -> None:
+        self.spec, self.positions, self.exclusive = spec, positions, exclusive
+        self._rewrite: RecordedRewrite | None = None
+
+    def rewrite(self, args: tuple[Any, ...]) -> RecordedRewrite:
+        if self._rewrite is None:
+            from .._record import pattern_rewrite
+
+            spec, names = self.spec, _parameters(self.spec["pattern"])
+            example = spec["example_inputs"] if spec["example_inputs"] is not None else args
+            tensors = tuple(
+                x.zeros() if isinstance(x, _TensorLike) else x for i, x in enumerate(example) if i not in self.positions
+            )
+            workaround = {names[i]: value for i, value in self.positions.items()}
+            self._rewrite = pattern_rewrite(
+                spec["pattern"],
+                tensors,
+                trace_fn=spec["trace_fn"],
+                scalar_workaround=workaround or None,
+                exclusive_arg_names=self.exclusive,
+            )
+        return self._rewrite
+
+    def __repr__(self) -> str:
+        names = _parameters(self.spec["pattern"])
+        workaround = {names[i]: value for i, value in self.positions.items()}
+        return f"wildcards(scalar_workaround={workaround!r}, exclusive_arg_names={self.exclusive!r})"
 
 
 def _traced(spec: dict[str, Any], args: tuple[Any, ...]) -> tuple[torch.fx.GraphModule, tuple[Any, ...]]:
@@ -313,39 +410,68 @@ def _traced(spec: dict[str, Any], args: tuple[Any, ...]) -> tuple[torch.fx.Graph
     return _trace_checked(spec["pattern"], fallback, spec["trace_fn"]), fallback
 
 
+def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
+    """One instance of the pattern: its inputs, trace, kind (plain or a near miss) and ground truth."""
+    pattern, trace_fn = spec["pattern"], spec["trace_fn"]
+    args = draw(spec["inputs"])
+    if not isinstance(args, (tuple, list)):
+        raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
+    gm, args = _traced(spec, tuple(args))
+    base = Traced(gm, args)
+    # Half the instances are plain (False shrinks first), the others one near-miss kind each. The
+    # kind and the choice among its variants are drawn either way: an instance's span has the same
+    # choices whatever its kind, so that shrinking it to a simpler kind misaligns no later choice.
+    near = bool(spec["kinds"]) and draw(st.booleans())
+    kind = draw(st.sampled_from(spec["kinds"])) if spec["kinds"] else None
+    which = draw(st.integers(0, 255)) if spec["kinds"] else 0
+    chosen = base
+    if near:
+        start = spec["kinds"].index(kind)
+        for k in spec["kinds"][start:] + spec["kinds"][:start]:  # fall through to the next kind
+            variant = variants(pattern, base, k, trace_fn, lambda n: which % n)
+            if variant is not None:
+                chosen = variant
+                break
+    if chosen.must_match is True and _reference(spec) not in (None, signature(chosen.gm, loose=True)):
+        # Another graph than the pass registered (e.g. a matmul traced as a broadcasting mul at a
+        # contracted size of 1): Inductor cannot match it, a hand-written pass may.
+        chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
+    if "rewrite" in spec and chosen.must_match is not None and not chosen.extra_user:
+        chosen = _isolated_truth(spec["rewrite"].rewrite, chosen)
+    elif "wildcards" in spec and chosen.must_match is False and chosen.reason in _EDITED_KINDS:
+        # the edited argument may be one the pass's matcher holds as a wildcard: ask it
+        chosen = _isolated_truth(spec["wildcards"].rewrite(args), chosen)
+    return chosen
+
+
+def _go_on(draw: Any) -> bool:
+    """Whether another instance follows: 2 in 3 do; shrinks to stop."""
+    return bool(draw(st.integers(0, 2)))
+
+
+@st.composite
+def _instances(draw: Any, spec: dict[str, Any], index: int) -> list[Traced]:
+    """Instance ``index`` and those after it: one instance, whether another follows (asked whenever
+    there is room, so that every instance has the same choices), and the rest nested inside, as a
+    linked list. The shrinker drops an instance by putting the rest in its place (a descendant span
+    of the same label), where a count drawn first would reinterpret every later instance's choices."""
+    instance = _instance(draw, spec)
+    count = index + 1
+    more = count < spec["max_instances"] and (_go_on(draw) or count < spec["min_instances"])
+    return [instance, *(draw(_instances(spec, count)) if more else [])]
+
+
 @st.composite
 def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
-    pattern, trace_fn, name = spec["pattern"], spec["trace_fn"], spec["name"]
-    count = draw(st.integers(spec["min_instances"], spec["max_instances"]))
+    name = spec["name"]
+    low, high = spec["min_instances"], spec["max_instances"]
+    instances = draw(_instances(spec, 0)) if high > 0 and (low > 0 or _go_on(draw)) else []
+    count = len(instances)
     context = None
     if count == 0 or (spec["context"] is not None and draw(st.booleans())):
         context = draw(spec["context"])
         if not isinstance(context, GraphCase) or context.tp_world != 1 or context.form != "functional":
             raise InvalidArgument(f"context drew {context!r}; it must draw functional GraphCases with tp_world=1")
-    instances = []
-    for _ in range(count):
-        args = draw(spec["inputs"])
-        if not isinstance(args, (tuple, list)):
-            raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
-        gm, args = _traced(spec, tuple(args))
-        base = Traced(gm, args)
-        # Half the instances are plain (False shrinks first), the others one near-miss kind each.
-        kind = draw(st.sampled_from(spec["kinds"])) if spec["kinds"] and draw(st.booleans()) else None
-        chosen = base
-        if kind is not None:
-            start = spec["kinds"].index(kind)
-            for k in spec["kinds"][start:] + spec["kinds"][:start]:  # fall through to the next kind
-                variant = variants(pattern, base, k, trace_fn, lambda n: draw(st.integers(0, n - 1)))
-                if variant is not None:
-                    chosen = variant
-                    break
-        if chosen.must_match is True and _reference(spec) not in (None, signature(chosen.gm, loose=True)):
-            # Another graph than the pass registered (e.g. a matmul traced as a broadcasting mul at a
-            # contracted size of 1): Inductor cannot match it, a hand-written pass may.
-            chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
-        if "rewrite" in spec and chosen.must_match is not None and not chosen.extra_user:
-            chosen = _isolated_truth(spec["rewrite"].rewrite, chosen)
-        instances.append(chosen)
     gm, inputs, records = _splice(draw, name, context, instances)
     propagate_fake(gm, inputs)
     kinds = [inst.reason or "plain" for inst in instances]
@@ -407,6 +533,8 @@ def planted(
     example_inputs: Sequence[Any] | None = None,
     pass_config: Any = None,
     name: str | None = None,
+    scalar_workaround: Mapping[str, float | int] | None = None,
+    exclusive_arg_names: Sequence[str] = (),
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs with instances of ``pattern``
     spliced into random context graphs, and the ground truth of each instance.
@@ -417,8 +545,9 @@ def planted(
     - ``inputs``: a strategy of input tuples for ``pattern`` (e.g. :func:`like` of the example
       inputs given to ``register_replacement``). A correct pass must match ``pattern`` on every
       tuple it draws: restrict it to the shapes and dtypes the pass claims. Required for a plain
-      function; for a recorded rewrite, default ``like(rewrite.search_args)`` with each
-      ``scalar_workaround`` argument varying (see below).
+      function; for a recorded rewrite, default ``like(rewrite.search_args)``. With
+      ``scalar_workaround`` arguments, it may draw every argument of ``pattern`` or all but those
+      (as ``register_replacement``'s ``example_inputs``); those are drawn (see below).
     - ``context``: a strategy of functional, single-rank cases to splice into; default
       :func:`fx_graphs`. Its planted instances, if any, are kept (renamed). A case with at least one
       instance may have no context at all (the simplest); ``st.nothing()`` means never a context
@@ -429,12 +558,15 @@ def planted(
       to draw from: ``"constant"``, ``"dim"``, ``"split_sizes"`` and ``"extra_user"`` near misses
       must not match (``must_match=False``); a ``"dtype"`` instance (the pattern on another float
       dtype) and an ``"unused"`` one (dead code) may match or not (``must_match=None``): the
-      semantics oracle judges a pass that rewrites them. Drop a kind your pass does not compare literally (e.g.
-      ``"constant"`` for a scalar given through ``scalar_workaround``). A kind a pattern has no valid
-      near miss of falls through to the next kind, then to a plain instance.
+      semantics oracle judges a pass that rewrites them. A ``"constant"``, ``"dim"`` or
+      ``"split_sizes"`` near miss that edits an argument the pass holds as a wildcard (give
+      ``scalar_workaround``) is ``must_match=None``. Drop a kind your pass rightly does not compare.
+      A kind a pattern has no valid near miss of falls through to the next kind, then to a plain
+      instance. The finding for a rewritten near miss names what it changed (``PlantedInstance.detail``).
     - ``trace_fn``: how to trace ``pattern`` (default ``torch._inductor.pattern_matcher.fwd_only``,
       as ``register_replacement``).
-    - ``example_inputs``: the example inputs the pass registers ``pattern`` with (default: those of
+    - ``example_inputs``: the example inputs the pass registers ``pattern`` with, with or without
+      the ``scalar_workaround`` arguments (default: those of
       ``inputs`` when it is a :func:`like` strategy itself; a derived strategy such as
       ``like(...).map(f)`` loses them, so give them here). A plain instance whose trace has another
       structure than the pattern traced on them (ops and wiring; sizes and other literals aside, as
@@ -445,19 +577,31 @@ def planted(
       the pass with); default the context case's.
     - ``name``: the pattern name in the ground truth and in node names (default
       ``pattern.__name__`` without a ``_pattern`` suffix; made an identifier: a lambda is ``lambda``).
+    - ``scalar_workaround``: as given to ``register_replacement``: argument names of ``pattern``
+      mapped to example values (``{"eps": 1e-6}``). Inductor's pattern holds a literal of that value
+      as a wildcard and matches it at any value, so each such argument is drawn, not fixed (see
+      below), and an edited near miss of it is judged by Inductor's own matcher for ``pattern``
+      registered with these arguments: one it matches is ``must_match=None`` (the semantics oracle
+      judges its rewrite). Without it, a pass that registers ``eps`` this way is flagged for
+      rewriting the ``"constant"`` near miss of ``eps``. Default none.
+    - ``exclusive_arg_names``: as given to ``register_replacement`` (arguments that must be
+      distinct nodes); given to that matcher. Default none.
 
     A :class:`~pmverify.RecordedRewrite` (from :func:`pmverify.record_patterns`) gives the search
-    function, ``trace_fn``, ``example_inputs`` and the name (its ``pattern_name``, else the search
-    function's): do not give ``trace_fn`` or ``example_inputs`` with it. ``inputs`` then draws the
-    search function's arguments, ``scalar_workaround`` values included (as
-    :attr:`~pmverify.RecordedRewrite.search_args` holds them). By default each ``scalar_workaround``
-    argument is drawn, not fixed at its example value: Inductor's pattern holds it as a wildcard and
+    function, ``trace_fn``, ``example_inputs``, ``scalar_workaround``, ``exclusive_arg_names`` and
+    the name (its ``pattern_name``, else the search function's): do not give those with it.
+    ``inputs`` then draws the search function's arguments (as
+    :attr:`~pmverify.RecordedRewrite.search_args` holds them).
+
+    Each ``scalar_workaround`` argument is drawn, not fixed at its example value (whatever
+    ``inputs`` drew there): Inductor's pattern holds it as a wildcard and
     matches it at any value, so a replacement that ignores it (hard-codes the example's ``eps``) is
     wrong on what Inductor rewrites. A float draws its example value (the simplest, shrunk to), 1e-2,
     0.5, 1, 10x and 0.1x the example, or a float of its sign from 0.1x to max(1, 10x); an int a
     small range of its sign around it; a bool either value. A drawn value the search function does
-    not trace with (e.g. a probability above 1) is put back to the example value. Its ground truth
-    comes from Inductor's matcher holding that rewrite alone
+    not trace with (e.g. a probability above 1) is put back to the example value.
+
+    A recorded rewrite's ground truth comes from Inductor's matcher holding that rewrite alone
     (:meth:`~pmverify.RecordedRewrite.pattern_pass`), run on each
     instance's own graph: a plain instance whose inputs the ``extra_check`` rejects is
     ``must_match=False, reason="extra_check"`` (so a pass that registers the same search function
@@ -477,42 +621,50 @@ def planted(
     Raises ``hypothesis.errors.InvalidArgument`` for a ``pattern`` that is not callable, ``inputs``
     or ``context`` not a strategy (``inputs`` missing for a plain function), non-int or negative
     bounds, ``min_instances > max_instances``, ``min_instances=0`` with ``context=st.nothing()``,
-    unknown near-miss kinds, ``example_inputs`` not a tuple or list, ``trace_fn`` or
-    ``example_inputs`` given with a recorded rewrite, a recorded rewrite whose example inputs
-    :func:`like` cannot draw; when drawing, for ``inputs``
-    drawing something other than a tuple or list, a pattern that does not trace, traces to no op
-    or to an in-place op, and a context that is not a functional single-rank case.
+    unknown near-miss kinds, ``example_inputs`` not a tuple or list or too short, ``trace_fn``,
+    ``example_inputs``, ``scalar_workaround`` or ``exclusive_arg_names`` given with a recorded
+    rewrite, a recorded rewrite whose example inputs :func:`like` cannot draw, a
+    ``scalar_workaround`` that is not a mapping of ``pattern``'s argument names to distinct ints or
+    floats, ``exclusive_arg_names`` that are not its argument names; when drawing, for ``inputs``
+    drawing something other than a tuple or list (or of another length), a pattern that does not
+    trace, traces to no op or to an in-place op, and a context that is not a functional single-rank
+    case.
 
-    Example::
+    Example, for a pass that registers ``rms_pattern`` with ``scalar_workaround={"eps": 1e-6}``::
 
-        def rms_pattern(x, w):
-            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        def rms_pattern(x, w, eps):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
-        cases = planted(rms_pattern, like((torch.empty(8, 16), torch.empty(16)),
-                                          vary={"tokens": [(0, 0)]}), min_instances=1)
+        example = (torch.empty(8, 16), torch.empty(16))  # register_replacement's example_inputs
+        cases = planted(rms_pattern, like(example, vary={"tokens": [(0, 0)]}), min_instances=1,
+                        scalar_workaround={"eps": 1e-6})
 
-        @given(cases)
-        def test_my_pass(case):
-            assert pmverify.check_case(MyPass(), case).ok
+        def test_my_pass():
+            pmverify.verify(MyRMSNormPass(), cases)
     """
     rewrite = pattern if isinstance(pattern, RecordedRewrite) else None
-    default_scalars: dict[int, Any] = {}
     if rewrite is not None:
-        for arg, value in (("trace_fn", trace_fn), ("example_inputs", example_inputs)):
+        given = (
+            ("trace_fn", trace_fn),
+            ("example_inputs", example_inputs),
+            ("scalar_workaround", scalar_workaround),
+            ("exclusive_arg_names", exclusive_arg_names or None),
+        )
+        for arg, value in given:
             if value is not None:
                 raise InvalidArgument(
-                    f"{arg}={short_repr(value)} is given by the recorded rewrite {rewrite!r}; leave it None"
+                    f"{arg}={short_repr(value)} is given by the recorded rewrite {rewrite!r}; leave it unset"
                 )
         try:
             example_inputs = rewrite.search_args
         except ValueError as exc:
             raise InvalidArgument(f"pattern={rewrite!r}: {exc}") from exc
         pattern, trace_fn = rewrite.search_fn, rewrite.trace_fn
+        scalar_workaround, exclusive_arg_names = rewrite.scalar_workaround or None, rewrite.exclusive_arg_names
         if name is None:
             name = rewrite.pattern_name
         if inputs is None:
-            inputs = _recorded_inputs(rewrite)
-            default_scalars = _workaround_positions(rewrite)
+            inputs = like(example_inputs)
     if not callable(pattern):
         raise InvalidArgument(f"pattern={_name(pattern)} must be a function, as given to register_replacement")
     if inputs is None:
@@ -548,6 +700,12 @@ def planted(
         example_inputs = getattr(inputs, "pmverify_example_inputs", None)
     elif isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
         raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
+    positions, exclusive = _check_wildcards(pattern, scalar_workaround, exclusive_arg_names)
+    if positions:  # drawn around their example values, as Inductor matches them at any value
+        count = len(_parameters(pattern))
+        inputs = _with_scalars(inputs, count, tuple((i, _scalar_values(v)) for i, v in positions.items()))
+        if example_inputs is not None:
+            example_inputs = _full_example(example_inputs, count, positions)
     spec = {
         "pattern": pattern,
         "inputs": inputs,
@@ -561,8 +719,11 @@ def planted(
         # shapes and dtypes only: the strategy's repr keys the example database
         "example_inputs": None if example_inputs is None else tuple(map(_TensorLike.of, example_inputs)),
     }
-    if rewrite is not None:  # only then: the spec's repr keys the example database of other cases
+    # only when given: the spec's repr keys the example database of other cases
+    if rewrite is not None:
         spec["rewrite"] = _Rewrite(rewrite)
-    if default_scalars:
-        spec["scalar_examples"] = default_scalars
+    elif positions or exclusive:
+        spec["wildcards"] = _Wildcards(spec, positions, exclusive)
+    if positions:
+        spec["scalar_examples"] = positions
     return _cases(spec)

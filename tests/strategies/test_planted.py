@@ -227,8 +227,12 @@ def test_a_pass_matching_near_misses_is_caught(finding_only):
     sloppy = PatternMatcherPass(pass_name="sloppy_eps")
     example = [*RMS_EXAMPLE, 1e-6]
     register_replacement(any_eps, any_eps, example, fwd_only, sloppy, scalar_workaround={"eps": 1e-6})
-    with finding_only(), pytest.raises(pmverify.PassVerificationError, match="near miss"):
+    with finding_only(), pytest.raises(pmverify.PassVerificationError, match="near miss") as raised:
         pmverify.verify(sloppy, cases("rms", near_misses=["constant"], min_instances=1), seed=0)
+    # the finding says which constant changed, and what to do when the pass rightly ignores it
+    (message,) = [v.message for v in raised.value.violations if v.oracle == "expectations"]
+    assert "aten.add.Tensor's other (argument 1): 1e-06 -> 2e-06" in message, message
+    assert "scalar_workaround" in message and "planted(recorded)" in message
 
 
 # ------------------------------------------------------------------------------------ arguments
@@ -471,6 +475,94 @@ def test_recorded_scalar_workaround_makes_constant_near_misses_optional():
     assert {(None, "constant"), (False, "constant")} <= seen
 
 
+def any_eps_pattern(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w * 0.5).to(x.dtype)
+
+
+@pytest.mark.parametrize("with_eps", [False, True], ids=["example_inputs", "every_argument"])
+def test_scalar_workaround_of_a_plain_pattern(with_eps):
+    """planted(pattern, inputs, scalar_workaround=...) knows the pass's wildcard: a constant near
+    miss of eps is either-is-right (judged by Inductor's matcher for the pattern), one of another
+    constant (the 0.5) stays a near miss; eps is drawn around its example value, whether
+    inputs draw it (replaced) or not (register_replacement's example_inputs)."""
+    from torch._inductor import pattern_matcher as pm
+
+    wildcard = pm.PatternMatcherPass(pass_name="plain_wildcard_eps")
+    pm.register_replacement(
+        any_eps_pattern, any_eps_pattern, list(RMS_EXAMPLE), pm.fwd_only, wildcard, scalar_workaround={"eps": 1e-6}
+    )
+    inputs = like((*RMS_EXAMPLE, 1e-6) if with_eps else RMS_EXAMPLE, vary={"tokens": [(0, 0)]})
+    strategy = planted(
+        any_eps_pattern,
+        inputs,
+        near_misses=["constant"],
+        context=st.nothing(),
+        min_instances=1,
+        scalar_workaround={"eps": 1e-6},
+    )
+    seen, eps = set(), set()
+
+    @settings(max_examples=30, database=None, deadline=None, derandomize=True)
+    @given(strategy)
+    def check(case):
+        seen.update((p.must_match, p.reason, "aten.add.Tensor" in (p.detail or "")) for p in case.planted)
+        eps.update(n.args[1] for n in case.gm.graph.find_nodes(op="call_function", target=torch.ops.aten.add.Tensor))
+        assert pmverify.check_case(wildcard, case).ok  # no false alarm on the correct pass
+
+    check()
+    assert {(None, "constant", True), (False, "constant", False), (True, None, False)} <= seen
+    assert (False, "constant", True) not in seen
+    assert len(eps) > 2 and 1e-6 in eps
+    assert minimal(strategy, lambda c: True).planted[0].must_match is True
+
+
+def test_scalar_workaround_of_a_plain_pattern_finds_a_hard_coded_eps(finding_only):
+    """A replacement that ignores its eps argument is wrong at every other eps: found with the
+    default arguments once the pass's scalar_workaround is given."""
+    from torch._inductor import pattern_matcher as pm
+
+    def hard_coded(x, w, eps):
+        return any_eps_pattern(x, w, 1e-6)
+
+    example = (torch.empty(4, 8), torch.empty(8))
+    wrong = pm.PatternMatcherPass(pass_name="plain_hard_coded_eps")
+    pm.register_replacement(
+        any_eps_pattern, hard_coded, list(example), pm.fwd_only, wrong, scalar_workaround={"eps": 1e-6}
+    )
+    inputs = like(example, vary={"tokens": [(0, 0)]})
+    with finding_only(), pytest.raises(pmverify.PassVerificationError, match="semantics"):
+        pmverify.verify(wrong, planted(any_eps_pattern, inputs, scalar_workaround={"eps": 1e-6}), seed=0)
+
+
+WILDCARD_BAD = [
+    ({"scalar_workaround": {"epsilon": 1e-6}}, "names 'epsilon', not an argument of pattern"),
+    ({"scalar_workaround": {"eps": "small"}}, r"scalar_workaround\['eps'\]='small' must be an int or a float"),
+    ({"scalar_workaround": {"eps": True}}, "must be an int or a float"),
+    ({"scalar_workaround": [("eps", 1e-6)]}, "must be a mapping"),
+    ({"scalar_workaround": {"eps": 0.5, "w": 0.5}}, "gives two arguments the same value"),
+    ({"exclusive_arg_names": "x"}, "exclusive_arg_names='x' must be a sequence"),
+    ({"exclusive_arg_names": ("x", "y")}, "names 'y', not an argument"),
+    ({"example_inputs": (torch.empty(4, 8),)}, "holds 1 values; the pattern takes 3 arguments"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), WILDCARD_BAD)
+def test_bad_wildcard_arguments(kwargs, message):
+    kwargs = {"scalar_workaround": {"eps": 1e-6}, **kwargs}
+    with pytest.raises(InvalidArgument, match=message):
+        planted(any_eps_pattern, RMS_INPUTS, **kwargs)
+
+
+def test_inputs_of_another_length_than_the_pattern_takes_are_an_error():
+    short = like((torch.empty(4, 8),))
+    with pytest.raises(InvalidArgument, match="example_inputs=.* holds 1 values; the pattern takes 3 arguments"):
+        planted(any_eps_pattern, short, min_instances=1, scalar_workaround={"eps": 1e-6})
+    strategy = planted(any_eps_pattern, short.map(tuple), min_instances=1, scalar_workaround={"eps": 1e-6})
+    with pytest.raises(InvalidArgument, match="inputs drew 1 values; the pattern takes 3 arguments"):
+        minimal(strategy)
+
+
 def rms_eps_pattern(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
@@ -534,7 +626,7 @@ def capped_pattern(x, p):
 
 def test_recorded_scalar_workaround_values_that_do_not_trace_fall_back():
     """A drawn scalar_workaround value the search function refuses (p above 1) is put back to the
-    example value, not raised; a value the caller's own inputs give is still an error."""
+    example value, not raised; the caller's own inputs draw it too (their value is replaced)."""
     from torch._inductor import pattern_matcher as pm
 
     from pmverify._record import record_patterns
@@ -551,8 +643,8 @@ def test_recorded_scalar_workaround_values_that_do_not_trace_fall_back():
 
     seen = _seen(strategy, ps, examples=30)
     assert len(seen) > 2 and 0.25 in seen and all(0 <= p <= 1 for p in seen)
-    with pytest.raises(InvalidArgument, match="does not trace"):
-        minimal(planted(recorded[0], st.just((torch.ones(4, 8), 2.0)), context=st.nothing(), min_instances=1))
+    given = planted(recorded[0], st.just((torch.ones(4, 8), 2.0)), context=st.nothing(), min_instances=1)
+    assert ps(minimal(given, lambda c: True)) == {0.25}
 
 
 def test_no_context():
@@ -563,6 +655,8 @@ def test_no_context():
 RECORDED_BAD = [
     ({"trace_fn": print}, "trace_fn=.* is given by the recorded rewrite"),
     ({"example_inputs": RMS_EXAMPLE}, "example_inputs=.* is given by the recorded rewrite"),
+    ({"scalar_workaround": {"x": 1.0}}, "scalar_workaround=.* is given by the recorded rewrite"),
+    ({"exclusive_arg_names": ("x",)}, "exclusive_arg_names=.* is given by the recorded rewrite"),
     ({"inputs": (torch.ones(2),)}, "inputs="),
 ]
 
