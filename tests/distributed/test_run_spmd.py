@@ -203,11 +203,26 @@ def interrupt_the_caller_then_all_reduce() -> None:
         dist.all_reduce(torch.ones(1))  # rank 1 never joins: the interrupted run must release it
 
 
-def test_an_interrupted_caller_leaves_no_collective_in_flight():
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt in the main thread, whatever an earlier test in this worker
+    process left behind (a handler, or SIGINT blocked: a lost signal hung this test for its whole
+    timeout once, in a full run under xdist); restored afterwards."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    yield f"SIGINT handler before: {handler!r}, blocked before: {signal.SIGINT in blocked}"
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    signal.signal(signal.SIGINT, handler)
+
+
+def test_an_interrupted_caller_leaves_no_collective_in_flight(sigint_raises):
     # The world is reused if every rank reports within a second, else replaced: either way the
     # next calls must not meet rank 0's abandoned all_reduce.
     with pytest.raises(KeyboardInterrupt):
-        run_spmd(interrupt_the_caller_then_all_reduce, 2, [(), ()])
+        try:
+            run_spmd(interrupt_the_caller_then_all_reduce, 2, [(), ()], timeout_s=30)
+        except SPMDError as exc:
+            raise AssertionError(f"the SIGINT never reached the caller ({sigint_raises})") from exc
     for _ in range(3):
         assert run_spmd(all_reduce_sum, 2, [(1.0,), (2.0,)]) == [3.0, 3.0]
 
