@@ -4,7 +4,9 @@ shared example database, the ``slow`` / ``gpu`` / ``multiproc`` markers and a JS
 Registered as the ``pmverify`` ``pytest11`` entry point. At load it imports the standard library,
 pytest and Hypothesis only: torch when a collected test is marked ``gpu``, redis-py for a
 ``redis://`` database, pmverify never (``pmverify fuzz --profile`` imports :data:`PROFILES`,
-:func:`load_profile` and :func:`example_database` from here).
+:func:`load_profile` and :func:`example_database` from here; every pmverify report, the CLI's and
+this plugin's, is written by :func:`write_output` after :func:`check_writable`; ``$PMVERIFY_SEED``
+is read by :func:`env_seed`).
 
 Options (group ``pmverify``):
 
@@ -16,7 +18,9 @@ Options (group ``pmverify``):
   ``pmverify.verify(..., seed=None)`` searches from it too. ``--hypothesis-seed`` turns this off.
 - ``--pmverify-db DIR|redis://HOST:PORT[/N]``: the example database of the loaded profile.
 - ``--pmverify-report PATH``: a JSON report of the session, written at its end by the controller
-  (under xdist too), with every ``PassVerificationError`` as a finding.
+  (under xdist too), with every ``PassVerificationError`` as a finding: a file replaced atomically
+  (a symlink's target), or ``-`` / ``/dev/stdout`` written after the terminal summary; a device,
+  FIFO, socket or directory is a usage error.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ import inspect
 import json
 import os
 import platform
+import re
+import stat
 import sys
 import tempfile
 import time
 import urllib.parse
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, is_hypothesis_test, settings
@@ -41,11 +47,16 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 __all__ = [
     "PROFILES",
     "check_writable",
+    "env_seed",
     "example_database",
     "load_profile",
+    "make_folder",
+    "output_file",
+    "output_stream",
     "profile_name",
     "redacted",
     "write_atomic",
+    "write_output",
 ]
 
 #: pmverify's Hypothesis profiles, by short name; registered as ``pmverify-<name>``.
@@ -125,11 +136,24 @@ def redacted(spec: str) -> str:
     return urllib.parse.urlunsplit(url)
 
 
+def env_seed() -> int | None:
+    """``$PMVERIFY_SEED`` as an int (the seed of ``pmverify.verify(seed=None)``), None when it is
+    unset or empty; raises ``ValueError`` (``"PMVERIFY_SEED='abc' is not an int ..."``) for anything
+    else. Read by ``verify``, and checked when pytest and the ``pmverify`` command start."""
+    text = os.environ.get("PMVERIFY_SEED", "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"PMVERIFY_SEED={text!r} is not an int (the seed of pmverify.verify(seed=None))") from None
+
+
 def example_database(spec: str) -> ExampleDatabase:
     """The Hypothesis example database ``spec`` names: a directory (``DirectoryBasedExampleDatabase``)
     or ``redis://HOST:PORT[/N]`` (``RedisExampleDatabase``, after a ping: 2 s to connect, 5 s a
     command). Raises ``ValueError`` with a one-line message (naming no option) for an empty spec,
-    a path that is a file, another URL scheme, a bad Redis URL, redis-py not installed, or a Redis
+    a path that is a file or under one, another URL scheme, a bad Redis URL, redis-py not installed, or a Redis
     server that cannot be reached."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"the example database {spec!r} is empty: give a directory or redis://HOST:PORT[/N]")
@@ -137,8 +161,8 @@ def example_database(spec: str) -> ExampleDatabase:
         if os.path.exists(spec) and not os.path.isdir(spec):
             raise ValueError(f"the example database {spec!r} is a file, not a directory")
         try:  # refused now: Hypothesis would fail to save into it silently
-            os.makedirs(spec, exist_ok=True)
-        except OSError as exc:
+            make_folder(spec)
+        except (OSError, ValueError) as exc:
             raise ValueError(f"the example database {spec!r} cannot be made a folder: {exc}") from None
         return DirectoryBasedExampleDatabase(spec)
     url = urllib.parse.urlsplit(spec)
@@ -222,6 +246,10 @@ def _resolve_profile(config: pytest.Config) -> tuple[str | None, str]:
 def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
+    try:  # the user's: refused now, not inside every verify() (under ci it is replaced below)
+        env_seed()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     profile, source = _resolve_profile(config)
     database = None
     spec = config.getoption("pmverify_db")
@@ -247,11 +275,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STATE] = state
     report = config.getoption("pmverify_report")
     if report and not hasattr(config, "workerinput"):  # the xdist controller, or no xdist
-        path = os.path.join(config.invocation_params.dir, report)
-        if os.path.isdir(path):
-            raise pytest.UsageError(f"--pmverify-report={report} is a directory")
+        path = report if output_stream(report) is not None else os.path.join(config.invocation_params.dir, report)
         try:  # refused now, not after the whole session has run
             check_writable(path)
+        except ValueError as exc:  # "'p' cannot be written: it is a FIFO, not a file; ..."
+            raise pytest.UsageError(f"--pmverify-report={exc}") from None
         except OSError as exc:
             raise pytest.UsageError(f"--pmverify-report={report} cannot be written: {exc}") from None
         config.pluginmanager.register(_Report(config, path), "pmverify-report")
@@ -444,8 +472,14 @@ class _Report:
                 {"nodeid": report.nodeid, "outcome": "error", "when": "collect", "duration_s": 0.0, "markers": []}
             )
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # around the terminal's: a stream gets it after the summary
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
+        try:
+            return (yield)
+        finally:
+            self._write(exitstatus)
+
+    def _write(self, exitstatus: int) -> None:
         state = self.config.stash.get(_STATE, {})
         counts = dict.fromkeys(("passed", "failed", "skipped", "error", "xfailed", "xpassed"), 0)
         for test in self.tests:
@@ -466,20 +500,98 @@ class _Report:
         }
         try:
             _write_json(self.path, data)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # (ValueError: no longer a file)
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 reporter.write_line(f"pmverify: --pmverify-report={self.path} not written: {exc}", red=True)
 
 
+# -- output paths: one writer for every report ------------------------------------------------------
+
+_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+_FD_PATH = re.compile(r"/(?:dev|proc/self)/fd/(\d+)")
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def output_stream(path: str | os.PathLike[str]) -> int | None:
+    """The file descriptor an output ``path`` names as a stream: 1 for ``-`` and ``/dev/stdout``, 2
+    for ``/dev/stderr``, N for ``/dev/fd/N`` and ``/proc/self/fd/N``; None for any other path."""
+    text = os.fspath(path)
+    if text == "-":  # (./- is a file)
+        return 1
+    text = os.path.normpath(text)
+    if text in _STREAMS:
+        return _STREAMS[text]
+    match = _FD_PATH.fullmatch(text)
+    return int(match.group(1)) if match else None
+
+
+def _not_a_folder(folder: str) -> str | None:
+    """The nearest of ``folder`` and the folders above it that exists, when it is not a folder."""
+    folder = os.path.abspath(folder)
+    while not os.path.exists(folder):
+        if os.path.dirname(folder) == folder:
+            return None
+        folder = os.path.dirname(folder)
+    return None if os.path.isdir(folder) else folder
+
+
+def make_folder(path: str | os.PathLike[str]) -> None:
+    """Make the folder ``path`` and those above it. Raises ``ValueError`` (``"'/a/file.py' is not a
+    folder"``) when it or one above it is there and is not a folder, ``OSError`` when it cannot be made."""
+    blocking = _not_a_folder(os.fspath(path))
+    if blocking is not None:
+        raise ValueError(f"{blocking!r} is not a folder")
+    os.makedirs(path, exist_ok=True)
+
+
+def output_file(path: str | os.PathLike[str]) -> str:
+    """The regular file an output at ``path`` replaces: ``path`` with its symlinks resolved (a
+    dangling link's target too), so that a link stays a link and its target is written; a file, or
+    a path that is not there yet.
+
+    Raises ``ValueError`` (``"'p' cannot be written: it is a FIFO, not a file; ..."``, to follow
+    an option's ``--report=``) for anything else: a stream (:func:`output_stream`), a directory, a
+    device, a FIFO, a socket, a symlink loop, or a path under something that is not a folder.
+    Nothing is opened or written.
+    """
+    text = os.fspath(path)
+    refused = f"{text!r} cannot be written"
+    if output_stream(text) is not None:
+        raise ValueError(f"{refused} as a file: it is a stream")
+    target = os.path.realpath(text)
+    try:
+        mode = os.lstat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        blocking = _not_a_folder(os.path.dirname(target))
+        if blocking is not None:
+            raise ValueError(f"{refused}: {blocking!r} is not a folder") from None
+        return target
+    if stat.S_ISREG(mode):
+        return target
+    if stat.S_ISLNK(mode):
+        raise ValueError(f"{refused}: it is a symlink loop")
+    what = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    where = f"it links to {target!r}, {what}" if target != os.path.abspath(text) else f"it is {what}"
+    raise ValueError(f"{refused}: {where}, not a file; give a file (replaced whole), - or /dev/stdout")
+
+
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``
-    (parent folders made): a reader, or a process killed mid-write, sees the old file or the new
-    one, never half of one. The file gets the mode ``open()`` would give it, not ``mkstemp``'s 0600.
-    Shared by the plugin's report and ``pmverify fuzz``'s report and JUnit XML."""
-    folder = os.path.dirname(os.fspath(path)) or "."
+    """Write ``text`` to the file ``path`` (its symlinks resolved, see :func:`output_file`) through a
+    temporary file in the same folder and ``os.replace`` (parent folders made): a reader, or a process
+    killed mid-write, sees the old file or the new one, never half of one. The file gets the mode
+    ``open()`` would give it, not ``mkstemp``'s 0600. Raises ``ValueError`` for a path that is not a
+    file (:func:`output_file`): a device, FIFO or directory is never replaced."""
+    target = output_file(path)
+    folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
@@ -488,23 +600,51 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
+def write_output(path: str | os.PathLike[str], text: str, *, stdout: TextIO | None = None) -> None:
+    """Write ``text`` to the output ``path``: through the stream it names (:func:`output_stream`;
+    descriptor 1 is ``stdout``, default ``sys.stdout``, and 2 is ``sys.stderr``), else with
+    :func:`write_atomic`. Shared by the plugin's report, ``pmverify fuzz``'s report and JUnit XML
+    and ``pmverify selfcheck``'s report: a stream is written once, at the end, never replaced."""
+    fd = output_stream(path)
+    if fd is None:
+        write_atomic(path, text)
+        return
+    stream = (stdout or sys.stdout) if fd == 1 else sys.stderr if fd == 2 else None
+    if stream is None:
+        with open(fd, "w", encoding="utf-8", closefd=False) as handle:
+            handle.write(text)
+        return
+    stream.write(text)
+    stream.flush()
+
+
 def check_writable(path: str | os.PathLike[str]) -> None:
-    """Raise ``OSError`` unless ``path`` can be written (parent folders are made); leaves no file
-    behind that was not there. For refusing a report path before a long run, not after it."""
-    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-    existed = os.path.exists(path)
-    with open(path, "a"):
-        pass
-    if not existed:
-        os.unlink(path)
+    """Raise unless the output ``path`` can be written: ``ValueError`` (see :func:`output_file`) for
+    a path that is neither a file, nor one not there yet, nor a stream; ``OSError`` for a file that
+    cannot be written (parent folders are made) or a stream whose descriptor is not open. Opens
+    nothing that could block, and leaves no file behind that was not there. For refusing a report
+    path before a long run, not after it."""
+    fd = output_stream(path)
+    if fd is not None:
+        os.fstat(fd)
+        return
+    target = output_file(path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    try:
+        handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        os.close(os.open(target, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK))
+        return
+    os.close(handle)
+    os.unlink(target)
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    write_output(path, json.dumps(data, indent=2, default=str) + "\n")

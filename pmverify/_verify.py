@@ -167,11 +167,10 @@ def verify(
         raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
-    if seed is None and (env_seed := os.environ.get("PMVERIFY_SEED", "").strip()):
-        try:
-            seed = int(env_seed)
-        except ValueError:
-            raise ValueError(f"PMVERIFY_SEED={env_seed!r} is not an int (the seed of verify(seed=None))") from None
+    if seed is None:
+        from pytest_pmverify import env_seed  # (torch-free; pytest and the CLI check it at start-up)
+
+        seed = env_seed()
     check_pass(pass_)
     overrides: dict[str, Any] = {
         "deadline": None,

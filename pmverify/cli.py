@@ -3,7 +3,7 @@ the bank, or your own) on random graphs within a time budget, crash-isolated; `p
 checks that pmverify catches every fault of its bank.
 
 Exit status: fuzz 0 when nothing was found, 1 when something was, 2 when nothing was but a target
-could not be searched, 130 when interrupted; selfcheck 0 when every fault was detected, 1 when one
+could not be searched or checked no case, 130 when interrupted; selfcheck 0 when every fault was detected, 1 when one
 escaped, 2 when none escaped but one could not run here; 2 for bad usage (including an environment
 the Triton kernels cannot run in, or an example database that cannot be reached).
 """
@@ -38,6 +38,13 @@ PROFILE_DEFAULTS = {
 MIN_CASE_TIMEOUT_S = 30.0
 #: About what a worker takes to start (torch, pmverify, Inductor's pattern matcher) on 2 cores.
 WORKER_START_S = 10.0
+#: The options that take a DURATION: ``--budget -5s`` is read as ``--budget=-5s`` (see :func:`_joined`).
+DURATION_OPTIONS = ("--budget", "--case-timeout", "--checkpoint-every")
+_DURATION_HELP = "a duration such as 90s, 30m, 8h, 1h30m or 1d, or a number of seconds"
+_OUTPUT_HELP = (
+    "PATH is a file (a symlink's target), replaced whole, or - or /dev/stdout, written once at the end "
+    "while the rest of the output goes to stderr"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         "--budget",
         type=_duration("--budget"),
         metavar="DURATION",
-        help="time for the search, e.g. 90s, 30m, 8h, 1h30m (a number is seconds); the real-model check runs after it",
+        help=f"time for the search, {_DURATION_HELP}; the real-model check runs after it",
     )
     fuzz.add_argument(
         "--max-examples", type=_positive(int, "--max-examples"), help="stop a target after this many cases"
@@ -130,21 +137,29 @@ def _parser() -> argparse.ArgumentParser:
         help="the Hypothesis example database: a folder, or a Redis server that many machines share "
         "(default: the profile's, .hypothesis/examples)",
     )
-    fuzz.add_argument("--report", type=pathlib.Path, metavar="PATH", help="JSON report, rewritten as a checkpoint")
-    fuzz.add_argument("--junit", type=pathlib.Path, metavar="PATH", help="JUnit XML: a testcase per case family")
+    fuzz.add_argument(
+        "--report",
+        type=pathlib.Path,
+        metavar="PATH",
+        help=f"JSON report, rewritten as a checkpoint; {_OUTPUT_HELP}",
+    )
+    fuzz.add_argument(
+        "--junit", type=pathlib.Path, metavar="PATH", help=f"JUnit XML, a testcase per case family; {_OUTPUT_HELP}"
+    )
     fuzz.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
     fuzz.add_argument(
         "--case-timeout",
         type=_duration("--case-timeout"),
         metavar="DURATION",
-        help="a case that runs longer is a hang: its worker is killed and restarted (default: the profile's)",
+        help=f"a case that runs longer is a hang: its worker is killed and restarted; {_DURATION_HELP} "
+        "(default: the profile's)",
     )
     fuzz.add_argument(
         "--checkpoint-every",
         type=_duration("--checkpoint-every"),
         default=60.0,
         metavar="DURATION",
-        help="rewrite the report this often (default 60s; also after every finding)",
+        help=f"rewrite the report this often, {_DURATION_HELP} (default 60s; also after every finding)",
     )
     fuzz.add_argument("--batch", type=_positive(int, "--batch"), help="cases per search (default: the profile's)")
     fuzz.add_argument(
@@ -185,7 +200,9 @@ def _parser() -> argparse.ArgumentParser:
         help="cases per fault at most, shrinking aside (default 200)",
     )
     selfcheck.add_argument("--seed", type=int, default=0, help="seed of the searches (default %(default)s)")
-    selfcheck.add_argument("--report", type=pathlib.Path, metavar="PATH", help="write the figures as JSON to this path")
+    selfcheck.add_argument(
+        "--report", type=pathlib.Path, metavar="PATH", help=f"write the figures as JSON to PATH; {_OUTPUT_HELP}"
+    )
     selfcheck.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
     selfcheck.add_argument("--no-shrink", action="store_true", help="report the first failing case unshrunk (faster)")
     return parser
@@ -237,6 +254,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     import pytest_pmverify
 
     from ._job import JobOptions, TargetError, format_duration, run_job
+    from ._job.report import write_outputs
     from ._job.targets import check
 
     out = out if out is not None else sys.stdout
@@ -264,10 +282,18 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     for option, path in (("--report", args.report), ("--junit", args.junit)):
         if not _writable("fuzz", path, option):
             return 2
+    streams = [pytest_pmverify.output_stream(path) for path in (args.report, args.junit) if path is not None]
+    if len(streams) == 2 and streams[0] is not None and streams[0] == streams[1]:
+        both = f"--report={str(args.report)!r} and --junit={str(args.junit)!r}"
+        print(f"pmverify fuzz: {both} are one stream: give one of them a file", file=sys.stderr)
+        return 2
+    stdout = out  # where --report - goes, written once at the end; nothing else goes there then
+    if 1 in streams:
+        out = sys.stderr
     if args.repro_dir is not None:  # (a --db folder is made by example_database above)
         try:
-            args.repro_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
+            pytest_pmverify.make_folder(args.repro_dir)
+        except (OSError, ValueError) as exc:
             print(f"pmverify fuzz: --repro-dir={str(args.repro_dir)!r} cannot be made a folder: {exc}", file=sys.stderr)
             return 2
     options = JobOptions(
@@ -299,19 +325,27 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     report, code = run_job(options, out)
     _summary(report, out)
     for option, path in (("report", args.report), ("junit", args.junit)):
-        if path is not None:
+        if path is not None and pytest_pmverify.output_stream(path) is None:
             print(f"{option}: {path}", file=out)
+    try:  # the streams, once: the job wrote only the files
+        write_outputs(report, args.report, args.junit, streams=True, stdout=stdout)
+    except OSError as exc:
+        print(f"pmverify fuzz: the report was not written to its stream: {exc}", file=sys.stderr)
     return code
 
 
 def _writable(command: str, path: pathlib.Path | None, option: str = "--report") -> bool:
-    """Whether ``path`` (given as ``option``) can be written; says why not on stderr."""
+    """Whether ``path`` (given as ``option``) can be written: a file, a path not there yet, or a
+    stream (:func:`pytest_pmverify.check_writable`); says why not in one line on stderr."""
     import pytest_pmverify
 
     if path is None:
         return True
     try:
         pytest_pmverify.check_writable(path)
+    except ValueError as exc:  # not a file: "'p' cannot be written: it is a FIFO, not a file; ..."
+        print(f"pmverify {command}: {option}={exc}", file=sys.stderr)
+        return False
     except OSError as exc:
         print(f"pmverify {command}: {option}={str(path)!r} cannot be written: {exc}", file=sys.stderr)
         return False
@@ -319,6 +353,8 @@ def _writable(command: str, path: pathlib.Path | None, option: str = "--report")
 
 
 def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
+    import pytest_pmverify
+
     from . import __version__
     from ._selfcheck import DEFAULT_MAX_EXAMPLES, report, table
     from ._selfcheck import selfcheck as run_selfcheck
@@ -331,6 +367,9 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
         return 2
     if not _writable("selfcheck", args.report):
         return 2
+    stdout = out  # where --report - goes, at the end; nothing else goes there then
+    if args.report is not None and pytest_pmverify.output_stream(args.report) == 1:
+        out = sys.stderr
     max_examples = args.max_examples or DEFAULT_MAX_EXAMPLES
     names = list(dict.fromkeys(args.fault or BANK))
     print(
@@ -363,8 +402,9 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
             shrink=not args.no_shrink,
             elapsed_s=round(time.monotonic() - start, 3),
         )
-        args.report.write_text(json.dumps(data, indent=2) + "\n")
-        print(f"report: {args.report}", file=out)
+        pytest_pmverify.write_output(args.report, json.dumps(data, indent=2) + "\n", stdout=stdout)
+        if pytest_pmverify.output_stream(args.report) is None:
+            print(f"report: {args.report}", file=out)
     if any(not r.detected and r.status != "error" for r in results):
         return 1  # an escape outranks a fault that could not be searched here
     return 2 if any(r.status == "error" for r in results) else 0
@@ -374,8 +414,27 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _joined(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--budget -5s`` as ``--budget=-5s`` (any of :data:`DURATION_OPTIONS`): argparse
+    takes a value starting with ``-`` (but for a negative number) for an option and says "expected
+    one argument", where the option's own check says what is wrong with the value."""
+    args = list(argv)
+    for i in range(len(args) - 2, -1, -1):
+        value = args[i + 1]
+        if args[i] in DURATION_OPTIONS and value.startswith("-") and not value.startswith("--") and value != "-":
+            args[i : i + 2] = [f"{args[i]}={value}"]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)  # bad usage ends here, before torch is imported
+    args = _parser().parse_args(_joined(sys.argv[1:] if argv is None else argv))
+    import pytest_pmverify  # (torch-free)
+
+    try:  # bad usage ends here, before torch is imported
+        pytest_pmverify.env_seed()
+    except ValueError as exc:
+        print(f"pmverify {args.command}: {exc}", file=sys.stderr)
+        return 2
     import torch
 
     # Without a GPU, pmverify's Triton kernels (the fused op's, and the kernel faults' of the bank)

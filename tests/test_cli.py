@@ -103,6 +103,42 @@ def test_unwritable_report_exits_2_before_running(tmp_path, capsys):
     assert "cannot be written" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", ["--budget", "--case-timeout", "--checkpoint-every"])
+@pytest.mark.parametrize("value", ["-5s", "-1h30m"])
+def test_a_negative_duration_reaches_the_options_own_check(option, value, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fuzz", option, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == f"pmverify fuzz: {option}='{value}' must be a positive, finite duration (see pmverify fuzz --help)\n"
+
+
+def test_only_a_duration_options_value_is_joined_to_it():
+    from pmverify.cli import _joined
+
+    argv = ["fuzz", "--budget", "-5s", "--seed", "-3", "--target", "-x", "--case-timeout", "--no-shrink"]
+    assert _joined(argv) == ["fuzz", "--budget=-5s", "--seed", "-3", "--target", "-x", "--case-timeout", "--no-shrink"]
+
+
+def test_every_duration_option_documents_days(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "1000")  # an option's help on one line
+    with pytest.raises(SystemExit):
+        main(["fuzz", "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    for option in ("--budget", "--case-timeout", "--checkpoint-every"):
+        (at,) = [i for i, line in enumerate(lines) if line.strip().startswith(f"{option} DURATION")]
+        help_text = " ".join(lines[at : at + 2])  # (a long option's help starts on the next line)
+        assert "90s, 30m, 8h, 1h30m or 1d" in help_text, help_text
+
+
+@pytest.mark.parametrize(("command", "bad"), [("fuzz", ["--target", "nope"]), ("selfcheck", ["--fault", "Nope"])])
+def test_a_bad_pmverify_seed_is_refused_at_start_up(command, bad, monkeypatch, capsys):
+    monkeypatch.setenv("PMVERIFY_SEED", "abc")
+    assert main([command, *bad]) == 2  # the seed first (and without a job run if it were not checked)
+    err = capsys.readouterr().err
+    assert err == f"pmverify {command}: PMVERIFY_SEED='abc' is not an int (the seed of pmverify.verify(seed=None))\n"
+
+
 def test_fuzz_searches_a_fault_in_its_own_families(tmp_path, capsys):
     """A fault outside the QK-norm domain is fuzzed on its bank row's cases; the real-model check,
     which builds passes from a QKNormConfig, is skipped with the reason."""

@@ -250,6 +250,15 @@ def test_bad_usage_is_a_usage_error(pytester, clean_env, monkeypatch):
     result.stderr.fnmatch_lines(["*PMVERIFY_PROFILE='fast' is not one of ci, dev, nightly*"])
 
 
+@pytest.mark.parametrize("args", [(), ("--pmverify-profile", "ci")], ids=["no profile", "ci sets its own"])
+def test_a_bad_pmverify_seed_is_a_usage_error(pytester, clean_env, monkeypatch, args):
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    monkeypatch.setenv("PMVERIFY_SEED", "abc")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*PMVERIFY_SEED='abc' is not an int (the seed of pmverify.verify(seed=None))"])
+
+
 def test_a_verification_error_is_found_in_groups_and_causes():
     try:
         from builtins import ExceptionGroup

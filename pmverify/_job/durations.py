@@ -1,4 +1,5 @@
-"""Durations as people write them on a command line: ``90``, ``90s``, ``30m``, ``8h``, ``1h30m``."""
+"""Durations as people write them on a command line: ``90``, ``90s``, ``30m``, ``8h``, ``1h30m``,
+``1d``."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ def parse_duration(text: str) -> float:
     try:
         seconds = float(spec)
     except ValueError:
-        parts = _PART.findall(spec)
+        body = spec.removeprefix("-")  # -5s is a duration, refused below for its sign
+        parts = _PART.findall(body)
         units = [unit for _, unit in parts]
-        if not parts or "".join(n + u for n, u in parts) != spec or units != sorted(set(units), key="dhms".index):
-            raise ValueError(f"{text!r} is not a duration (e.g. 90s, 30m, 8h, 1h30m)") from None
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
+        if not parts or "".join(n + u for n, u in parts) != body or units != sorted(set(units), key="dhms".index):
+            raise ValueError(f"{text!r} is not a duration (e.g. 90s, 30m, 8h, 1h30m, 1d)") from None
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts) * (-1 if body != spec else 1)
     if not (0 < seconds and math.isfinite(seconds)):
         raise ValueError(f"{text!r} must be a positive, finite duration")
     return seconds

@@ -1,5 +1,6 @@
 """The fuzzing job's outputs: the JSON report, rewritten whole as a checkpoint (so that a job killed
-at any moment leaves a valid one), and a JUnit XML file for CI dashboards."""
+at any moment leaves a valid one), and a JUnit XML file for CI dashboards; either, given as a
+stream (``-``, ``/dev/stdout``), is written once at the end instead."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import math
 import pathlib
 import re
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import Any, TextIO
 
-from pytest_pmverify import write_atomic
+from pytest_pmverify import output_stream, write_atomic, write_output
 
-__all__ = ["jsonable", "write_atomic", "write_json", "junit_xml"]
+__all__ = ["jsonable", "write_atomic", "write_json", "write_outputs", "junit_xml"]
 
 
 def jsonable(value: Any) -> Any:
@@ -36,6 +37,26 @@ def jsonable(value: Any) -> Any:
 def write_json(path: pathlib.Path, report: dict) -> None:
     """``report`` as JSON, written atomically (:func:`pytest_pmverify.write_atomic`)."""
     write_atomic(path, json.dumps(jsonable(report), indent=2) + "\n")
+
+
+def write_outputs(
+    report: dict,
+    json_path: pathlib.Path | None,
+    junit_path: pathlib.Path | None,
+    *,
+    streams: bool,
+    stdout: TextIO | None = None,
+) -> None:
+    """Write ``report`` as JSON to ``json_path`` and as JUnit XML to ``junit_path`` (None: not
+    asked for): with ``streams=False`` those that are files (the job's checkpoints, atomic), with
+    ``streams=True`` those that are streams (``-``, ``/dev/stdout``...: once, at the end; ``-`` to
+    ``stdout``). See :func:`pytest_pmverify.write_output`."""
+    for path, render in (
+        (json_path, lambda: json.dumps(jsonable(report), indent=2) + "\n"),
+        (junit_path, lambda: junit_xml(jsonable(report))),
+    ):
+        if path is not None and (output_stream(path) is not None) == streams:
+            write_output(path, render(), stdout=stdout)
 
 
 _NOT_XML = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
