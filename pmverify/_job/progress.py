@@ -31,15 +31,22 @@ class Display:
         pass
 
 
+def _counts(counts: dict[str, int], sep: str = ", ") -> str:
+    return sep.join(f"{counts[name]} {name}" for name in ("cases", "matches", "findings", "restarts"))
+
+
 def status_line(status: dict[str, Any]) -> str:
-    """``[  61.0s/ 8h] qk_norm (with_mutations): 1234 cases, 56 matches, 0 findings, 3 restarts (80 cases/min)``"""
+    """Each busy target with its own counts (``starting`` for a worker starting or restarting),
+    then the job's totals: ``[  61.0s/8h] qk_norm (with_mutations): 1234 cases, 56 matches,
+    0 findings, 3 restarts | all targets: 1234 cases, 56 matches, 0 findings, 3 restarts
+    (80 cases/min)``. ``status``: ``elapsed_s``, ``budget``, ``busy`` (a dict per busy target:
+    ``name``, ``doing`` and its counts) and ``total`` (``cases``, ``matches``, ``findings``,
+    ``restarts``)."""
     elapsed = status["elapsed_s"]
-    rate = 60 * status["cases"] / max(elapsed, 1e-9)
-    where = status.get("where") or "-"
-    return (
-        f"[{elapsed:7.1f}s/{status['budget']}] {where}: {status['cases']} cases, {status['matches']} matches, "
-        f"{status['findings']} findings, {status['restarts']} worker restarts ({rate:.0f} cases/min)"
-    )
+    total = status["total"]
+    rate = 60 * total["cases"] / max(elapsed, 1e-9)
+    busy = "".join(f"{target['name']} ({target['doing']}): {_counts(target)} | " for target in status["busy"])
+    return f"[{elapsed:7.1f}s/{status['budget']}] {busy}all targets: {_counts(total)} ({rate:.0f} cases/min)"
 
 
 class _RichDisplay(Display):
@@ -70,13 +77,17 @@ class _RichDisplay(Display):
     def status(self, status: dict[str, Any], *, force: bool = False) -> None:
         from rich.markup import escape
 
-        rate = 60 * status["cases"] / max(status["elapsed_s"], 1e-9)
+        total = status["total"]
+        rate = 60 * total["cases"] / max(status["elapsed_s"], 1e-9)
+        busy = "; ".join(
+            f"{target['name']} ({target['doing']}): {target['cases']} cases, {target['findings']} findings"
+            for target in status["busy"]
+        )
         self.progress.update(
             self.task,
             completed=min(status["elapsed_s"], status["budget_s"]),
-            description=escape(status.get("where") or "starting"),  # family names hold [...]
-            counts=f"{status['cases']} cases · {status['matches']} matches · {status['findings']} findings · "
-            f"{status['restarts']} restarts · {rate:.0f}/min",
+            description=escape(busy or "waiting"),  # family names hold [...]
+            counts=f"all targets: {_counts(total, ' · ')} · {rate:.0f}/min",
         )
 
     def close(self) -> None:

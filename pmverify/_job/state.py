@@ -141,7 +141,11 @@ class TargetRun:
         self.batches = 0
         self.findings: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
-        self.renders: list[tuple[dict[str, Any], int, bytes]] = []
+        #: crash and timeout findings whose reproducer a fresh worker writes: (finding, family,
+        #: choices, how the worker died: its exit code, or None for a timeout, whether to shrink it)
+        self.renders: list[tuple[dict[str, Any], int, bytes, int | None, bool]] = []
+        #: the choices of each family's first finding, as saved to the example database
+        self.first_choices: dict[int, bytes] = {}
         self.restarts = 0
         self.start_failures = 0
         self.failed = False
@@ -150,7 +154,10 @@ class TargetRun:
         self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self.events: collections.Counter[str] = collections.Counter()
         self.seconds = 0.0
-        self.stopped: dict[str, Any] | None = None
+        #: what its worker was doing when the budget ended / when the job was interrupted:
+        #: ``{"doing": "starting" | "search" | "replay" | ..., "family": ..., "in_case_s": ...}``
+        self.stopped_at_budget: dict[str, Any] | None = None
+        self.interrupted_in: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -174,6 +181,34 @@ class TargetRun:
             stats["seconds"] = round(stats["seconds"] + elapsed, 3)
             worker.job_start = time.monotonic()  # counted once
 
+    def counts(self) -> dict[str, int]:
+        """Its cases, matches, findings and worker restarts so far."""
+        return {"cases": self.cases, "matches": self.matches, "findings": len(self.findings), "restarts": self.restarts}
+
+    def no_cases_reason(self) -> str | None:
+        """Why it checked no case (None when it checked one): its worker could not start, the
+        budget ended (or the job was interrupted) while it was starting or in its first case,
+        every family's search raised, or its cases crashed or hung its worker."""
+        if self.cases:
+            return None
+        if self.failed:
+            return "its worker could not start (see its errors)"
+        cut = self.interrupted_in or self.stopped_at_budget
+        ended = "the job was interrupted" if self.interrupted_in else "the budget ended"
+        if cut is not None and cut["doing"] == "starting":
+            if self.families:
+                return f"{ended} while its worker was restarting"
+            return f"{ended} while its worker was starting (a worker takes about 10 s to import torch and Inductor)"
+        if not self.families:
+            return f"{ended} before its worker started"
+        if cut is not None and cut["in_case_s"] is not None:
+            return f"{ended} during its first case ({cut['in_case_s']:g}s into it)"
+        if self.findings:
+            return "its cases crashed or hung its worker (see its findings)"
+        if self.errors and len(self.retired) == len(self.families):
+            return "every family's search raised or ran no case (see its errors)"
+        return f"{ended} before it checked a case"
+
     def as_json(self) -> dict[str, Any]:
         violations = [
             {**v, "reproducer": finding["reproducer"], "kind": finding["kind"], "family": finding["family"]}
@@ -193,7 +228,9 @@ class TargetRun:
             "violations": violations,
             "errors": self.errors,
             "worker_restarts": self.restarts,
-            "stopped_at_budget": self.stopped,
+            "no_cases_reason": self.no_cases_reason(),
+            "stopped_at_budget": self.stopped_at_budget,
+            "interrupted_in": self.interrupted_in,
         }
 
 

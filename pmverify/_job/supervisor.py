@@ -4,13 +4,17 @@ crash or hang, and never loses what it found.
 - Each target runs in its own worker process (:mod:`.worker`). A worker that dies (a segfault,
   ``os._exit``) or stays silent for longer than the per-case timeout is killed if need be and
   restarted; the case it was on becomes a finding (kind ``crash`` or ``timeout``), saved to the
-  example database and given a reproducer drawn again from its choices by the next worker.
+  example database and given a reproducer drawn again from its choices by the next worker (fresh:
+  that is its first work), which first shrinks it within the budget (:mod:`.shrink`).
 - Every finding is saved to the example database before it is reported; the job's first work is
   to replay each family's saved failures, so what an earlier run (or another machine sharing a
-  Redis database) found is checked first.
+  Redis database) found is checked first; a replayed failure not marked minimal is shrunk.
+- A target that checked no case makes the run exit 2 (unless something was found, or it was
+  interrupted); its ``no_cases_reason`` says why.
 - A family with a finding is not searched again in this run; the job goes on with the others.
 - The JSON report is rewritten atomically at the start, after each finding, every
-  ``checkpoint_s`` and at the end.
+  ``checkpoint_s`` and at the end; a report or JUnit path that is a stream (``-``,
+  ``/dev/stdout``) is left to the caller, which writes the returned report to it once.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any, TextIO
 
 from . import report as reports
 from .progress import make_display
+from .shrink import minimal_key
 from .state import JobOptions, TargetRun, WorkerProcess, describe_exit
 
 __all__ = ["JobOptions", "run_job"]
@@ -108,53 +113,80 @@ class _Job:
 
     def checkpoint(self) -> None:
         self.last_checkpoint = time.monotonic()
-        data = self.report()
-        if self.options.report is not None:
-            reports.write_json(self.options.report, data)
-        if self.options.junit is not None:
-            reports.write_atomic(self.options.junit, reports.junit_xml(reports.jsonable(data)))
+        data = self.report()  # to the files only: the caller writes a stream once, at the end
+        reports.write_outputs(data, self.options.report, self.options.junit, streams=False)
 
     def progress(self, *, force: bool = False) -> None:
-        busy = next((run for run in self.runs if run.worker is not None and run.worker.state == "busy"), None)
-        where = None
-        if busy is not None and busy.worker.job[0] == "batch":
-            family = busy.families[busy.worker.job[1]]
-            where = f"{busy.name} ({'replay ' if busy.worker.job[4] else ''}{family})"
+        busy = []
+        for run in self.runs:
+            worker = run.worker
+            if worker is None or worker.state not in ("starting", "busy"):
+                continue
+            job = worker.job if worker.state == "busy" else ("starting",)
+            if job[0] == "batch":
+                doing = f"{'replay ' if job[4] else ''}{run.families[job[1]]}"
+            elif job[0] == "render":
+                kind = run.renders[0][0]["kind"] if run.renders else "finding"
+                doing = f"{'shrinking' if job[-1] is not None else 'reproducing'} its {kind}"
+            else:
+                doing = {"real_model": "real model"}.get(job[0], job[0])
+            busy.append({"name": run.name, "doing": doing, **run.counts()})
+        counts = [run.counts() for run in self.runs]
         self.display.status(
             {
                 "elapsed_s": time.monotonic() - self.start,
                 "budget_s": self.options.budget_s,
                 "budget": self.options.budget_text,
-                "where": where,
-                "cases": sum(run.cases for run in self.runs),
-                "matches": sum(run.matches for run in self.runs),
-                "findings": sum(len(run.findings) for run in self.runs),
-                "restarts": sum(run.restarts for run in self.runs),
+                "busy": busy,
+                "total": {name: sum(each[name] for each in counts) for name in counts[0]},
             },
             force=force,
         )
 
     # -- findings ---------------------------------------------------------------------------
 
-    def _save(self, run: TargetRun, family: int, choices: bytes) -> str | None:
-        """Into the example database, under the key ``verify`` uses for this pass and family;
-        returns why it could not be saved (a Redis server gone), else None."""
+    def _save(
+        self, run: TargetRun, family: int, choices: bytes, *, minimal: bool = False, replaces: bytes | None = None
+    ) -> str | None:
+        """Into the example database, under the key ``verify`` uses for this pass and family, and,
+        when ``minimal`` (shrunk to the end), under its :func:`.shrink.minimal_key` too;
+        ``replaces``: the choices it was shrunk from, moved to the key's secondary corpus (as
+        Hypothesis does with a case it shrank). Returns why it could not be saved (a Redis server
+        gone), else None."""
         if self.database is None or family >= len(run.keys):
             return None
+        key = run.keys[family]
         try:
-            self.database.save(run.keys[family], choices)
+            self.database.save(key, choices)
+            if replaces is not None and replaces != choices:
+                self.database.move(key, key + b".secondary", replaces)
+            if minimal:
+                self.database.save(minimal_key(key), choices)
         except Exception as exc:  # noqa: BLE001 - the finding is still reported, with the reason
             return f"it could not be saved to the example database: {type(exc).__name__}: {exc}"
         return None
+
+    def _known_minimal(self, run: TargetRun, family: int, choices: bytes) -> bool:
+        """Whether the example database holds ``choices`` as a failure of ``family`` shrunk to the end."""
+        if self.database is None or family >= len(run.keys):
+            return False
+        try:
+            return choices in set(self.database.fetch(minimal_key(run.keys[family])))
+        except Exception:  # noqa: BLE001 - a Redis server gone: shrink it again
+            return False
+
+    def _note_unsaved(self, run: TargetRun, finding: dict[str, Any], unsaved: str | None) -> None:
+        if unsaved is not None:
+            finding["note"] = unsaved
+            run.errors.append({"family": finding["family"], "message": unsaved})
 
     def found(self, run: TargetRun, finding: dict[str, Any]) -> None:
         family = run.families.index(finding["family"])
         choices = finding.pop("choices", None)
         if choices is not None:
-            unsaved = self._save(run, family, choices)  # before it is reported
-            if unsaved is not None:
-                finding["note"] = unsaved
-                run.errors.append({"family": finding["family"], "message": unsaved})
+            run.first_choices[family] = choices
+            # before it is reported
+            self._note_unsaved(run, finding, self._save(run, family, choices, minimal=finding.get("shrunk", False)))
         finding["seconds"] = round(time.monotonic() - self.start, 3)
         run.findings.append(finding)
         run.retired.add(family)
@@ -192,9 +224,15 @@ class _Job:
         if job is None:
             return
         if job[0] == "render":
-            job_finding = run.renders.pop(0)[0] if run.renders else None
-            if job_finding is not None:
-                job_finding["note"] = f"the worker drawing the case again {message}"
+            if not run.renders:
+                return
+            job_finding, family, choices, exit_code, _ = run.renders[0]
+            if job[-1] is not None:  # it was shrinking it: drawn again by the next worker, unshrunk
+                run.renders[0] = (job_finding, family, choices, exit_code, False)
+                job_finding["note"] = f"not shrunk: the worker shrinking the case ended ({message})"
+            else:
+                run.renders.pop(0)
+                job_finding["note"] = f"no reproducer: the worker drawing the case again ended ({message})"
             return
         if job[0] == "real_model":
             self.real_models.append({"name": "minimax_m2", "target": run.name, "ok": False, "error": message})
@@ -216,7 +254,9 @@ class _Job:
             finding["log_tail"] = worker.log_tail()
         if worker.case is not None and worker.case[1] is not None:
             finding["choices"] = worker.case[1]
-            run.renders.append((finding, family, worker.case[1]))
+            finding["shrunk"] = self._known_minimal(run, family, worker.case[1])
+            exit_code = worker.process.exitcode if kind == "crash" else None
+            run.renders.append((finding, family, worker.case[1], exit_code, True))
         elif worker.case is not None:
             finding["note"] = "this Hypothesis does not expose the case's choices: no reproducer"
         else:
@@ -226,13 +266,17 @@ class _Job:
     # -- the worker loop --------------------------------------------------------------------
 
     def _next_job(self, run: TargetRun) -> tuple | None:
-        if run.renders:
-            finding, family, choices = run.renders[0]
-            return ("render", family, choices, finding["violations"])
-        if run.finished:
-            return None
         # the wall-clock time (shared with the worker) by which its shrinking must be over
         stop_at = time.time() + self.deadline - time.monotonic() - 2.0
+        if run.renders:
+            finding, family, choices, exit_code, shrink = run.renders[0]
+            # shrunk in the budget's time only, not after it (a crash's exit code known)
+            shrink = shrink and self.options.shrink and self.status == "running" and not finding["shrunk"]
+            shrink = shrink and (finding["kind"] == "timeout" or exit_code is not None)
+            timeout = self.options.case_timeout_s
+            return ("render", family, choices, finding["violations"], exit_code, timeout, stop_at if shrink else None)
+        if run.finished:
+            return None
         todo = self.options.batch
         if self.options.max_examples is not None:  # cases per target
             todo = min(todo, self.options.max_examples - run.cases)
@@ -325,26 +369,41 @@ class _Job:
             worker.state = "idle"
             worker.job = None
         elif kind == "rendered":
-            _, path, note = message
-            finding = run.renders.pop(0)[0]
-            finding["reproducer"] = path
-            if path is None:
-                finding["note"] = note
-            else:
-                finding["case"] = note
-            self.display.line(f"reproducer of the {finding['kind']} in {run.name}: {path or note}")
+            rendered = message[1]
+            finding, family, choices, _, _ = run.renders.pop(0)
+            if rendered["choices"] is not None:  # shrunk (to the end, or as far as the budget let it)
+                finding["shrunk"] = rendered["shrunk"]
+                saved = self._save(run, family, rendered["choices"], minimal=rendered["shrunk"], replaces=choices)
+                self._note_unsaved(run, finding, saved)
+            finding["reproducer"] = rendered["reproducer"]
+            finding["case"] = rendered["case"] or finding["case"]
+            if rendered["note"]:
+                finding["note"] = rendered["note"]
+            what = f"{'shrunk ' if finding['shrunk'] else ''}{finding['kind']}"
+            self.display.line(f"reproducer of the {what} in {run.name}: {rendered['reproducer'] or rendered['note']}")
+            if rendered["reproducer"] and rendered["note"]:
+                self.display.line(f"  note: {rendered['note']}")
             worker.state = "idle"
             worker.job = None
             self.checkpoint()
+        elif kind == "alive":  # a forked candidate of a crash's shrinking is still running
+            pass
         elif kind == "real_model_done":
             self.real_models.append({"target": run.name, **message[1]})
             worker.state = "idle"
             worker.job = None
 
     def _shrunk(self, run: TargetRun, shrunk: dict[str, Any]) -> None:
-        """The search's final (shrunk) finding replaces the first one it reported."""
+        """The search's final (shrunk) finding replaces the first one it reported; its choices are
+        saved (the first one's moved aside), and marked minimal when they are."""
+        family = run.families.index(shrunk["family"])
         for finding in run.findings:
             if finding["family"] == shrunk["family"] and finding["kind"] == "violation" and not finding["shrunk"]:
+                choices = shrunk.pop("choices", None)
+                if choices is not None:
+                    first = run.first_choices.get(family)
+                    saved = self._save(run, family, choices, minimal=shrunk["shrunk"], replaces=first)
+                    self._note_unsaved(run, shrunk, saved)
                 finding.update(shrunk)
                 break
         else:
@@ -448,13 +507,25 @@ class _Job:
             self._run_on_worker(run, ("real_model",))
 
     def _stopped(self, run: TargetRun, worker: WorkerProcess) -> None:
-        """Say what a search stopped at the end of the budget was doing: a case that had run for
-        long may be a hang the per-case timeout had no time to catch."""
-        family = run.families[worker.job[1]]
+        """Say what a worker stopped at the end of the budget, or by an interrupt, was doing: a
+        case that had run for long may be a hang the per-case timeout had no time to catch."""
+        interrupted = self.status == "interrupted"
+        job = worker.job if worker.state == "busy" and worker.job else ("starting",)
+        if job[0] in ("render", "real_model") and not interrupted:
+            return  # a reproducer cut at the budget's end is written after it
+        names = {"batch": "replay" if job[0] == "batch" and job[4] else "search", "render": "reproducer"}
+        doing = names.get(job[0], job[0].replace("_", " "))
+        family = run.families[job[1]] if job[0] in ("batch", "render") else None
         in_case = time.monotonic() - worker.last_seen if worker.case is not None else None
-        run.stopped = {"family": family, "in_case_s": None if in_case is None else round(in_case, 1)}
-        where = f"{in_case:.0f}s into a case" if in_case is not None else "between cases"
-        self.display.line(f"stopped at the end of the budget: {run.name} ({family}), {where}")
+        where = {"doing": doing, "family": family, "in_case_s": None if in_case is None else round(in_case, 1)}
+        if interrupted:
+            run.interrupted_in = where
+        else:
+            run.stopped_at_budget = where
+        places = {"search": "between cases", "replay": "between cases", "starting": "while its worker was starting"}
+        place = f"{in_case:.0f}s into a case" if in_case is not None else places.get(doing, f"in its {doing}")
+        what = "interrupted" if interrupted else "stopped at the end of the budget"
+        self.display.line(f"{what}: {run.name}{f' ({family})' if family else ''}, {place}")
 
     def stop_workers(self) -> None:
         for run in self.runs:
@@ -463,7 +534,7 @@ class _Job:
                     run.worker.stop()
                 else:
                     worker = run.worker
-                    if worker.state == "busy" and worker.job and worker.job[0] == "batch":
+                    if worker.state in ("starting", "busy"):
                         self._stopped(run, worker)
                     run.end_search()
                     worker.kill()
@@ -473,7 +544,8 @@ class _Job:
 def run_job(options: JobOptions, out: TextIO | None = None) -> tuple[dict[str, Any], int]:
     """Run the fuzzing job; return its report and exit status: 1 when something was found, else 2
     when a target or family could not be searched (its worker failed to start, its strategy
-    raised), else 0; 130 when interrupted (SIGINT or SIGTERM), the report then says so."""
+    raised) or a target checked no case (its ``no_cases_reason`` says why), else 0; 130 when
+    interrupted (SIGINT or SIGTERM), the report then says so."""
     from hypothesis import settings
 
     out = out if out is not None else sys.stdout
@@ -507,6 +579,10 @@ def _run(job: _Job) -> tuple[dict[str, Any], int]:
         code = 130
     finally:
         job.stop_workers()
+        for run in job.runs:
+            reason = run.no_cases_reason()
+            if reason is not None:
+                job.display.line(f"NO CASES checked in {run.name}: {reason}")
         job.display.close()
         job.checkpoint()
     data = job.report()
@@ -514,6 +590,6 @@ def _run(job: _Job) -> tuple[dict[str, Any], int]:
         found = any(run.findings for run in job.runs) or any(
             not model["ok"] and not model.get("skipped") for model in job.real_models
         )
-        errors = any(run.errors for run in job.runs)
-        code = 1 if found else 2 if errors else 0
+        unchecked = any(run.errors or not run.cases for run in job.runs)
+        code = 1 if found else 2 if unchecked else 0
     return data, code

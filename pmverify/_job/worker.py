@@ -5,18 +5,23 @@ It talks to the job over a ``multiprocessing`` pipe. Requests, from the job:
 
 - ``("batch", family, seed, max_examples, replay, stop_at)``: one :func:`pmverify.verify` search
   of family ``family`` (an index into the target's families); ``replay`` replays the example
-  database's saved failures of that family only (no new cases); shrinking ends by ``stop_at``
-  (``time.time()``: the end of the job's budget).
-- ``("render", family, choices, violations)``: rebuild the case of ``choices`` (the bytes of a
-  Hypothesis choice sequence) and write its reproducer, without applying the pass.
+  database's saved failures of that family only (no new cases), then shrinks the failure replayed
+  unless it is known minimal (:mod:`.shrink`); shrinking ends by ``stop_at`` (``time.time()``:
+  the end of the job's budget).
+- ``("render", family, choices, violations, exit_code, timeout_s, stop_at)``: rebuild the case
+  of ``choices`` (the bytes of a Hypothesis choice sequence) of a crash (``exit_code``: how the
+  worker ended) or timeout (``exit_code`` None) finding and write its reproducer, the pass not
+  applied in this process; with a ``stop_at`` (else None), shrink it first, each candidate in a
+  forked child with the per-case ``timeout_s`` (:func:`.shrink.shrink_in_forks`).
 - ``("real_model",)``: the compiled tiny MiniMax-M2 check; ``("stop",)``.
 
 Messages, to the job: ``("ready", info)`` once; ``("case", family, choices)`` before the pass is
 applied to each case (so that the job knows which case a dead or silent worker was on);
 ``("result", stats)`` after it; ``("found", finding)`` at the first failing case of a search, with
 its choices and an unshrunk reproducer already written; ``("done", finding | None, error | None)``
-at the end of a search (the finding shrunk); ``("rendered", path | None, note)``;
-``("real_model_done", result)``.
+at the end of a search (the finding with its final choices, ``shrunk`` when it is minimal);
+``("alive",)`` about every second while a forked candidate runs; ``("rendered", rendered)``
+(``reproducer``, ``case``, ``note``, ``choices``, ``shrunk``); ``("real_model_done", result)``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import time
 import traceback
 import unittest
 from typing import Any
+
+from .shrink import current_choices, minimal_key, search_outcome, shrink_in_forks, shrinking_from, warm_up
 
 __all__ = ["serve"]
 
@@ -53,19 +60,6 @@ def _stats(result: Any) -> dict:
     }
 
 
-def _choices() -> bytes | None:
-    """The Hypothesis choice sequence of the case being run, as the example database stores it;
-    None where this Hypothesis does not expose it (then a case that kills the worker is reported
-    without a reproducer)."""
-    try:
-        from hypothesis.control import current_build_context
-        from hypothesis.database import choices_to_bytes
-
-        return choices_to_bytes(current_build_context().data.choices)
-    except (ImportError, AttributeError):  # pragma: no cover - Hypothesis internals moved
-        return None
-
-
 class _Worker:
     def __init__(self, conn: Any, name: str, cases: str | None, options: dict) -> None:
         import pytest_pmverify
@@ -83,17 +77,30 @@ class _Worker:
     def ready(self) -> None:
         from .._verify import database_key
 
+        self.keys = [database_key(self.target.pass_, strategy) for _, strategy in self.target.families]
         self.conn.send(
             (
                 "ready",
                 {
                     "families": [family for family, _ in self.target.families],
-                    "keys": [database_key(self.target.pass_, strategy).hex() for _, strategy in self.target.families],
+                    "keys": [key.hex() for key in self.keys],
                     "real_model": self.target.real_model,
                     "pid": os.getpid(),
                 },
             )
         )
+
+    def _known_minimal(self, family: int, choices: bytes | None) -> bool:
+        """Whether the example database holds ``choices`` as a failure of ``family`` shrunk to the end."""
+        from hypothesis import settings
+
+        database = settings.default.database
+        if database is None or choices is None:
+            return False
+        try:
+            return choices in set(database.fetch(minimal_key(self.keys[family])))
+        except Exception:  # noqa: BLE001 - a Redis server gone: shrink it again
+            return False
 
     def batch(self, family: int, seed: int, max_examples: int, replay: bool, stop_at: float) -> None:
         from hypothesis import Phase, settings
@@ -104,9 +111,11 @@ class _Worker:
 
         target = self.target
         first: list[dict] = []
+        last: list[bytes | None] = [None]  # the choices of the case run last: a failure's, at the end
 
         def on_case(case: Any) -> None:
-            self.conn.send(("case", family, _choices()))
+            last[0] = current_choices()
+            self.conn.send(("case", family, last[0]))
 
         def on_result(result: Any) -> None:
             self.conn.send(("result", _stats(result)))
@@ -117,21 +126,13 @@ class _Worker:
                 except (OSError, ValueError):
                     path = None
                 finding = _finding(target, family, result, path, shrunk=False, replayed=replay)
-                finding["choices"] = _choices()
+                finding["choices"] = last[0]
                 first.append(finding)
                 self.conn.send(("found", finding))
                 # Hypothesis times its shrinking from when it starts, which is about now
                 engine.MAX_SHRINKING_SECONDS = max(1, int(stop_at - time.time()))
 
-        phases = [Phase.explicit, Phase.reuse] if replay else [Phase.explicit, Phase.generate, Phase.target]
-        if self.options["shrink"] and not replay:
-            phases.append(Phase.shrink)
-        previous = settings.default
-        # one bug a search: shrinking starts at the first failure, not after more generation
-        settings.register_profile("pmverify-job-batch", parent=previous, phases=phases, report_multiple_bugs=False)
-        settings.load_profile("pmverify-job-batch")
-        found = error = None
-        try:
+        def search() -> None:
             verify(
                 target.pass_,
                 target.families[family][1],
@@ -141,9 +142,23 @@ class _Worker:
                 on_case=on_case,
                 repro_dir=self.options["repro_dir"],
             )
-        except PassVerificationError as failure:
-            shrunk = self.options["shrink"] and not replay
-            found = _finding(target, family, failure.result, failure.reproducer, shrunk=shrunk, replayed=replay)
+
+        shrink = self.options["shrink"]
+        phases = [Phase.explicit, Phase.reuse] if replay else [Phase.explicit, Phase.generate, Phase.target]
+        if shrink and not replay:
+            phases.append(Phase.shrink)
+        previous = settings.default
+        # one bug a search: shrinking starts at the first failure, not after more generation
+        settings.register_profile("pmverify-job-batch", parent=previous, phases=phases, report_multiple_bugs=False)
+        settings.load_profile("pmverify-job-batch")
+        failure = error = None
+        minimal = False
+        try:
+            with search_outcome() as outcome:
+                search()
+        except PassVerificationError as exc:
+            failure = exc
+            minimal = shrink and not replay and outcome["finished"]
         except unittest.SkipTest:
             if not replay:  # a replay of an empty database runs no case: Hypothesis says so this way
                 error = "Hypothesis ran no case: " + traceback.format_exc(limit=2)
@@ -152,17 +167,45 @@ class _Worker:
         finally:
             settings.register_profile("pmverify-job-restored", parent=previous)
             settings.load_profile("pmverify-job-restored")
+        choices = last[0]
+        if failure is not None and replay:
+            minimal = self._known_minimal(family, choices)
+            if not minimal and shrink and choices is not None and stop_at - time.time() >= 1:
+                # a failure saved unshrunk (a job stopped while shrinking it, --no-shrink): shrink it now
+                try:
+                    with shrinking_from(self.keys[family], choices, stop_at) as outcome:
+                        search()
+                except PassVerificationError as exc:
+                    failure, choices, minimal = exc, last[0], outcome["finished"]
+                except Exception:  # noqa: BLE001 - it did not fail again (flaky) or raised: the replay's stands
+                    pass
+        found = None
+        if failure is not None:
+            found = _finding(target, family, failure.result, failure.reproducer, shrunk=minimal, replayed=replay)
+            found["choices"] = choices
         self.conn.send(("done", found, error))
 
-    def render(self, family: int, choices: bytes, violations: list[dict]) -> None:
+    def render(
+        self,
+        family: int,
+        choices: bytes,
+        violations: list[dict],
+        exit_code: int | None,
+        timeout_s: float,
+        stop_at: float | None,
+    ) -> None:
         """Write the reproducer of the case ``choices`` encode, found by the job (the worker that
-        ran it died or hung): the case is drawn again from the choices, the pass is not run."""
+        ran it died or hung): the case is drawn again from the choices, the pass is not run in this
+        process. With a ``stop_at``, the case is first shrunk: each candidate in a forked child,
+        interesting when it dies as the finding's worker did (``exit_code``) or, for a timeout
+        (``exit_code`` None), outlasts ``timeout_s``."""
         from hypothesis import HealthCheck, Phase, given, settings
         from hypothesis.database import InMemoryExampleDatabase
 
         from .. import _reproducer
         from ..oracles import Violation
 
+        rendered: dict[str, Any] = {"reproducer": None, "case": None, "note": None, "choices": None, "shrunk": False}
         database = InMemoryExampleDatabase()
         database.save(b"pmverify-render", choices)
         drawn: list[Any] = []
@@ -182,18 +225,43 @@ class _Worker:
         try:
             draw()
         except Exception as exc:  # noqa: BLE001 - the job reports the note
-            self.conn.send(("rendered", None, f"the case could not be drawn again: {type(exc).__name__}: {exc}"))
+            rendered["note"] = f"the case could not be drawn again: {type(exc).__name__}: {exc}"
+            self.conn.send(("rendered", rendered))
             return
         if not drawn:
-            self.conn.send(("rendered", None, "the saved choices no longer draw a case from this strategy"))
+            rendered["note"] = "the saved choices no longer draw a case from this strategy"
+            self.conn.send(("rendered", rendered))
             return
+        case = drawn[0]
+        if stop_at is not None and stop_at - time.time() >= 1:
+            warm_up(case)
+            try:
+                shrunk = shrink_in_forks(
+                    self.target.families[family][1],
+                    self.target.pass_,
+                    choices,
+                    exit_code=exit_code,
+                    timeout_s=timeout_s,
+                    stop_at=stop_at,
+                    heartbeat=lambda: self.conn.send(("alive",)),
+                )
+            except Exception as exc:  # noqa: BLE001 - the unshrunk case's reproducer is still written
+                shrunk = None
+                rendered["note"] = f"it was not shrunk: {type(exc).__name__}: {exc}"
+            else:
+                if shrunk is None:
+                    rendered["note"] = "it was not shrunk: the case did not end the same way in a forked process"
+            if shrunk is not None:
+                rendered["choices"], case, rendered["shrunk"] = shrunk
         found = [Violation(v["oracle"], v["message"]) for v in violations]
         try:
-            path = _reproducer.write(drawn[0], self.target.pass_, found, self.options["repro_dir"])
+            path = _reproducer.write(case, self.target.pass_, found, self.options["repro_dir"])
         except (OSError, ValueError) as exc:
-            self.conn.send(("rendered", None, f"the reproducer was not written: {exc}"))
+            rendered["note"] = f"the reproducer was not written: {exc}"
+            self.conn.send(("rendered", rendered))
             return
-        self.conn.send(("rendered", str(path), repr(drawn[0])))
+        rendered.update(reproducer=str(path), case=repr(case))
+        self.conn.send(("rendered", rendered))
 
     def real_model(self) -> None:
         from ..real_models import check_minimax_m2
@@ -256,6 +324,23 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="pmverify-parent-watch", daemon=True).start()
 
 
+def _quiet_tqdm() -> None:
+    """Keep tqdm (which ``torch.fx.Interpreter`` runs, disabled, in every case) from making
+
+    - the named ``multiprocessing`` semaphore it locks its bars across processes with: a semaphore
+      this process registers with the job's resource tracker (a spawned process shares its
+      parent's), which a killed worker never unregisters, so that every job ended warning of
+      "leaked semaphore objects" (tqdm's thread lock stays: no bars cross processes here);
+    - its monitor thread, so that a worker can fork a child to run a case (:mod:`.shrink`)."""
+    try:
+        from tqdm.std import TqdmDefaultWriteLock, tqdm
+    except ImportError:  # pragma: no cover - tqdm is optional to torch
+        return
+    if not hasattr(TqdmDefaultWriteLock, "mp_lock"):
+        TqdmDefaultWriteLock.mp_lock = None  # what tqdm sets where multiprocessing has no locks
+    tqdm.monitor_interval = 0
+
+
 def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
     """The worker process's main: build the target, say ready, then serve requests until
     ``("stop",)`` or the pipe closes. ``options``: ``profile``, ``db`` (spec or None),
@@ -263,6 +348,7 @@ def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
     if options.get("log"):
         _log_to(options["log"])
     _die_with_parent()
+    _quiet_tqdm()
     try:
         worker = _Worker(conn, name, cases, options)
     except BaseException as exc:  # noqa: BLE001 - the job reports why the worker could not start

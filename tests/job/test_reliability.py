@@ -44,13 +44,13 @@ def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp
     start = time.monotonic()
     code, report = _fuzz(
         tmp_path,
+        "hangs",  # first: its timeout, then its shrinking (a timeout a candidate that hangs), take longest
         "segfault",
         "exits",
-        "hangs",
         "malformed_graph",
         "raises",
         # two at a time: the others go on while one worker hangs
-        extra=["--budget", str(budget), "--case-timeout", "15s", "--junit", str(tmp_path / "j.xml"), "--jobs", "2"],
+        extra=["--budget", str(budget), "--case-timeout", "10s", "--junit", str(tmp_path / "j.xml"), "--jobs", "2"],
     )
     elapsed = time.monotonic() - start
     assert code == 1 and report["status"] == "finished"
@@ -68,13 +68,14 @@ def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp
     # the worker's output, with faulthandler's Python stack of the segfault
     assert "Segmentation fault" in findings["segfault"][0]["log_tail"]
     assert "in segfault" in pathlib.Path(findings["segfault"][0]["log"]).read_text()
-    assert "per-case timeout of 15s" in message["hangs"]
+    assert "per-case timeout of 10s" in message["hangs"]
     # where the pass hung: the worker's Python stack, written before it was killed
     assert "in hangs" in findings["hangs"][0]["log_tail"]
     assert findings["malformed_graph"][0]["violations"][0]["oracle"] == "structure"
-    # the job's last searches still shrink their findings before it ends
-    for name in ("malformed_graph", "raises"):
-        assert findings[name][0]["shrunk"] and "fx_graphs: 1 ops" in findings[name][0]["case"]
+    # the job's last searches still shrink their findings before it ends; crashes and hangs are
+    # shrunk too, each candidate in a process forked for it
+    for name in ("malformed_graph", "raises", "segfault", "exits", "hangs"):
+        assert findings[name][0]["shrunk"] and "fx_graphs: 1 ops" in findings[name][0]["case"], name
     assert "raises() cannot handle this graph" in message["raises"]
     for found in findings.values():
         assert pathlib.Path(found[0]["reproducer"]).is_file()
@@ -134,6 +135,8 @@ def test_kill_9_mid_run_keeps_database_and_report_and_the_next_run_replays_first
     for name in ("segfault", "malformed_graph"):
         (finding,) = findings[name]
         assert finding["replayed"], f"{name}: found by a new search, not replayed from the database"
+        # shrunk when the killed job had not finished shrinking it; else known minimal: shrunk
+        assert finding["shrunk"] and "fx_graphs: 1 ops" in finding["case"], name
     assert findings["segfault"][0]["kind"] == "crash"
     assert again["targets"][1]["families"][CASES]["batches"] == 1  # the replay, nothing after it
     assert time.monotonic() - start < 120
@@ -188,6 +191,8 @@ def test_redis_database_shares_findings_between_runs(tmp_path, redis_url):
     code, second = _fuzz(tmp_path / "other", "malformed_graph", db=redis_url, extra=["--budget", "120"])
     (finding,) = _findings(second)["malformed_graph"]
     assert code == 1 and finding["replayed"]
+    # saved unshrunk (--no-shrink), shrunk once replayed
+    assert finding["shrunk"] and "fx_graphs: 1 ops" in finding["case"]
 
 
 @pytest.mark.parametrize(
@@ -215,15 +220,16 @@ def test_bad_usage_is_one_line_and_exit_2(argv, message):
 
 def test_sigterm_finishes_the_report_as_interrupted(tmp_path):
     report = tmp_path / "r.json"
-    job = subprocess.Popen(
-        [sys.executable, "-m", "pmverify", "fuzz", "--cases", CASES, "--target", "_crashing_passes:identity"]
-        + ["--budget", "10m", "--checkpoint-every", "1s", "--no-real-model", "--progress", "plain"]
-        + ["--db", str(tmp_path / "db"), "--report", str(report)],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "pmverify", "fuzz", "--cases", CASES, "--target", "_crashing_passes:identity"]
+            + ["--budget", "10m", "--checkpoint-every", "1s", "--no-real-model", "--progress", "plain"]
+            + ["--db", str(tmp_path / "db"), "--report", str(report)],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -235,11 +241,33 @@ def test_sigterm_finishes_the_report_as_interrupted(tmp_path):
                 continue
         job.send_signal(signal.SIGTERM)
         assert job.wait(60) == 130
+        # multiprocessing's resource tracker (of the job's session) says what leaked once the job is gone
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _alive(job.pid):
+            time.sleep(0.2)
     finally:
         with contextlib.suppress(ProcessLookupError):  # the job and its workers are gone: good
             os.killpg(job.pid, signal.SIGKILL)
     data = json.loads(report.read_text())
-    assert data["status"] == "interrupted" and data["targets"][0]["cases"] > 0
+    (target,) = data["targets"]
+    assert data["status"] == "interrupted" and target["cases"] > 0
+    # the worker killed in its search was interrupted, not stopped at the budget's end (the signal
+    # may come in the instant between two searches: then no worker was at work)
+    lines = (tmp_path / "out").read_text()
+    assert target["stopped_at_budget"] is None and "end of the budget" not in lines
+    if target["interrupted_in"] is not None:
+        assert target["interrupted_in"]["doing"] == "search"
+        assert "interrupted: _crashing_passes:identity (_crashing_passes:CASES)" in lines
+    assert "leaked semaphore" not in (tmp_path / "err").read_text()
+
+
+def _alive(group):
+    """Whether a process of the process group ``group`` is left."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _children(pid):

@@ -24,6 +24,12 @@ def test_parse_duration_refuses(text):
         parse_duration(text)
 
 
+@pytest.mark.parametrize("text", ["-5s", "-1h30m", "-.5m", "-1d", "-1", "-0s"])
+def test_a_negative_duration_is_said_to_be_one(text):
+    with pytest.raises(ValueError, match=rf"^'{text}' must be a positive, finite duration$"):
+        parse_duration(text)
+
+
 @pytest.mark.parametrize(("seconds", "text"), [(28800, "8h"), (5400, "1h30m"), (90, "1m30s"), (12.5, "12.5s")])
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
@@ -107,11 +113,8 @@ def test_progress_is_plain_off_a_terminal_and_rich_on_request():
         "elapsed_s": 61.0,
         "budget_s": 120.0,
         "budget": "2m",
-        "where": "t (cases)",
-        "cases": 120,
-        "matches": 7,
-        "findings": 1,
-        "restarts": 2,
+        "busy": [{"name": "t", "doing": "cases", "cases": 120, "matches": 7, "findings": 1, "restarts": 2}],
+        "total": {"cases": 120, "matches": 7, "findings": 1, "restarts": 2},
     }
     plain = io.StringIO()
     display = make_display("auto", plain, 120.0)
@@ -119,7 +122,8 @@ def test_progress_is_plain_off_a_terminal_and_rich_on_request():
     display.status(status, force=True)
     display.line("FOUND in t")
     assert plain.getvalue().splitlines() == [
-        "[   61.0s/2m] t (cases): 120 cases, 7 matches, 1 findings, 2 worker restarts (118 cases/min)",
+        "[   61.0s/2m] t (cases): 120 cases, 7 matches, 1 findings, 2 restarts | "
+        "all targets: 120 cases, 7 matches, 1 findings, 2 restarts (118 cases/min)",
         "FOUND in t",
     ]
     live = io.StringIO()

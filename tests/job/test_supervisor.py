@@ -1,0 +1,295 @@
+"""The fuzzing job's supervisor logic, on a ``_Job`` whose workers are stand-ins: what a run that
+checked nothing says and exits with, what an interrupt says, the per-target status lines."""
+
+import io
+import json
+import time
+import types
+
+import pytest
+
+from pmverify._job import JobOptions
+from pmverify._job.state import TargetRun
+from pmverify._job.supervisor import _Job, _run
+
+
+class FakeWorker:
+    """What the supervisor reads of a ``WorkerProcess``; no process behind it."""
+
+    def __init__(self, state, job=None, case=None, since_s=0.0):
+        self.state, self.job, self.case = state, job, case
+        self.last_seen = self.job_start = time.monotonic() - since_s
+        self.process = types.SimpleNamespace(is_alive=lambda: True)
+        self.log = None
+        self.killed = False
+
+    def kill(self):
+        self.killed = True
+
+    def stop(self):
+        self.killed = True
+
+
+@pytest.fixture
+def make_job(tmp_path):
+    """A ``_Job`` of targets named ``names`` (``search`` and the real-model check stubbed out by the
+    tests), writing its report to ``tmp_path / "r.json"``; the Hypothesis profile it loads is
+    restored."""
+    from hypothesis import settings
+
+    previous = settings.default
+
+    def make(*names, **options):
+        options = {"report": tmp_path / "r.json", "repro_dir": tmp_path, "real_model": False, **options}
+        job = _Job(JobOptions(targets=list(names), progress="plain", **options), io.StringIO())
+        for run in job.runs:
+            run.families, run.keys = ["cases"], [b"key"]
+            run.family_stats = {"cases": {"cases": 0, "batches": 0, "seconds": 0.0}}
+        return job
+
+    yield make
+    settings.register_profile("test-restored", parent=previous)
+    settings.load_profile("test-restored")
+
+
+def _run_with(job, search):
+    """``_run(job)`` with ``search`` in place of the job's search loop."""
+    job.search = lambda: search(job)
+    data, code = _run(job)
+    return data, code, job.out.getvalue()
+
+
+def test_a_run_whose_worker_was_still_starting_checked_nothing_and_exits_2(make_job):
+    job = make_job("mod:Pass")
+    job.runs[0].families = []  # never ready
+
+    def search(job):
+        job.runs[0].worker = FakeWorker("starting")
+
+    data, code, out = _run_with(job, search)
+    (target,) = data["targets"]
+    assert code == 2 and data["status"] == "finished" and target["cases"] == 0
+    assert "while its worker was starting" in target["no_cases_reason"]
+    assert target["stopped_at_budget"]["doing"] == "starting" and target["interrupted_in"] is None
+    assert "NO CASES checked in mod:Pass: the budget ended while its worker was starting" in out
+    assert json.loads(job.options.report.read_text())["targets"][0]["no_cases_reason"] == target["no_cases_reason"]
+
+
+def test_a_run_that_checked_cases_exits_0_and_says_nothing_of_it(make_job):
+    job = make_job("mod:Pass")
+
+    def search(job):
+        job.runs[0].cases = 3
+
+    data, code, out = _run_with(job, search)
+    assert code == 0 and data["targets"][0]["no_cases_reason"] is None and "NO CASES" not in out
+
+
+def test_one_target_that_checked_nothing_makes_the_run_exit_2(make_job):
+    job = make_job("a:Pass", "b:Pass")
+
+    def search(job):
+        job.runs[0].cases = 3
+        job.runs[1].worker = FakeWorker("busy", job=("batch", 0, 0, 25, False, 0.0), case=(0, b""), since_s=4)
+
+    data, code, out = _run_with(job, search)
+    assert code == 2
+    assert [target["no_cases_reason"] for target in data["targets"]] == [
+        None,
+        "the budget ended during its first case (4s into it)",
+    ]
+    assert "stopped at the end of the budget: b:Pass (cases), 4s into a case" in out
+
+
+def test_a_finding_still_exits_1_when_no_case_finished(make_job):
+    job = make_job("mod:Pass")
+
+    def search(job):
+        job.runs[0].findings.append({"family": "cases", "kind": "crash", "violations": []})
+
+    data, code, _ = _run_with(job, search)
+    assert code == 1 and "crashed or hung its worker" in data["targets"][0]["no_cases_reason"]
+
+
+def test_an_interrupt_is_not_the_end_of_the_budget(make_job):
+    job = make_job("mod:Pass")
+
+    def search(job):
+        job.runs[0].cases = 7
+        job.runs[0].worker = FakeWorker("busy", job=("batch", 0, 0, 25, True, 0.0), case=(0, b""), since_s=3)
+        raise KeyboardInterrupt
+
+    data, code, out = _run_with(job, search)
+    (target,) = data["targets"]
+    assert code == 130 and data["status"] == "interrupted"
+    assert target["stopped_at_budget"] is None
+    assert target["interrupted_in"] == {"doing": "replay", "family": "cases", "in_case_s": pytest.approx(3, abs=1)}
+    assert "interrupted: mod:Pass (cases), 3s into a case" in out and "end of the budget" not in out
+
+
+def test_an_interrupt_before_any_case_says_so(make_job):
+    job = make_job("mod:Pass")
+
+    def search(job):
+        job.runs[0].worker = FakeWorker("busy", job=("batch", 0, 0, 25, False, 0.0))
+        raise KeyboardInterrupt
+
+    data, code, out = _run_with(job, search)
+    assert code == 130
+    assert data["targets"][0]["no_cases_reason"] == "the job was interrupted before it checked a case"
+    assert "interrupted: mod:Pass (cases), between cases" in out
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ({"failed": True, "families": []}, "its worker could not start"),
+        ({"families": []}, "the budget ended before its worker started"),
+        (
+            {"stopped_at_budget": {"doing": "starting", "family": None, "in_case_s": None}},
+            "while its worker was restarting",
+        ),
+        ({"errors": [{"family": "cases", "message": "boom"}], "retired": {0}}, "every family's search raised"),
+        ({}, "the budget ended before it checked a case"),
+        ({"cases": 1}, None),
+    ],
+)
+def test_no_cases_reason(state, reason):
+    run = TargetRun("t")
+    run.families = ["cases"]
+    for name, value in state.items():
+        setattr(run, name, value)
+    if reason is None:
+        assert run.no_cases_reason() is None
+    else:
+        assert reason in run.no_cases_reason()
+
+
+def test_status_lines_count_each_busy_target_and_label_the_totals(make_job):
+    """Three targets, two at work: one searching, one restarting; the third idle."""
+    job = make_job("a:P", "b:P", "c:P", jobs=2)
+    a, b, c = job.runs
+    a.cases, a.matches, a.findings = 10, 2, [{}]
+    b.cases, b.restarts = 5, 1
+    c.cases = 7
+    a.worker = FakeWorker("busy", job=("batch", 0, 0, 25, False, 0.0))
+    b.worker = FakeWorker("starting")
+    c.worker = FakeWorker("idle")
+    job.progress(force=True)
+    (line,) = job.out.getvalue().splitlines()
+    assert line.split("] ", 1)[1] == (
+        "a:P (cases): 10 cases, 2 matches, 1 findings, 0 restarts | "
+        "b:P (starting): 5 cases, 0 matches, 0 findings, 1 restarts | "
+        f"all targets: 22 cases, 2 matches, 1 findings, 1 restarts ({line.rsplit('(', 1)[1]}"
+    )
+
+
+def _violation_finding(shrunk, choices, case="GraphCase(...)"):
+    return {
+        "target": "mod:Pass",
+        "family": "cases",
+        "kind": "violation",
+        "violations": [{"oracle": "crash", "message": "boom", "nodes": []}],
+        "case": case,
+        "reproducer": None,
+        "shrunk": shrunk,
+        "replayed": True,
+        "choices": choices,
+    }
+
+
+def test_a_shrunk_finding_takes_the_place_of_the_saved_one_and_is_marked_minimal(make_job):
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from pmverify._job.shrink import minimal_key
+
+    job = make_job("mod:Pass")
+    job.database = InMemoryExampleDatabase()
+    (run,) = job.runs
+    job.found(run, _violation_finding(False, b"big"))
+    assert set(job.database.fetch(b"key")) == {b"big"}
+    job._shrunk(run, _violation_finding(True, b"small", case="GraphCase(fx_graphs: 1 ops)"))
+    assert set(job.database.fetch(b"key")) == {b"small"}
+    assert set(job.database.fetch(b"key.secondary")) == {b"big"}  # as Hypothesis keeps a case it shrank
+    assert set(job.database.fetch(minimal_key(b"key"))) == {b"small"}
+    (finding,) = run.findings
+    assert finding["shrunk"] and finding["case"] == "GraphCase(fx_graphs: 1 ops)" and "choices" not in finding
+
+
+def test_a_finding_shrunk_only_as_far_as_the_budget_let_it_is_not_marked_minimal(make_job):
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from pmverify._job.shrink import minimal_key
+
+    job = make_job("mod:Pass")
+    job.database = InMemoryExampleDatabase()
+    (run,) = job.runs
+    job.found(run, _violation_finding(False, b"big"))
+    job._shrunk(run, _violation_finding(False, b"smaller"))
+    assert set(job.database.fetch(b"key")) == {b"smaller"} and not list(job.database.fetch(minimal_key(b"key")))
+    assert not run.findings[0]["shrunk"]
+
+
+def _crashed(job, run, exit_code=-11):
+    """What ``died`` leaves of a worker killed by SIGSEGV in a case of choices ``b"big"``."""
+    worker = FakeWorker("busy", job=("batch", 0, 0, 25, False, 0.0), case=(0, b"big"))
+    worker.process.exitcode = exit_code
+    run.worker = worker
+    job.died(run, "crash", "the worker process was killed by SIGSEGV (signal 11)")
+
+
+def test_a_crash_is_shrunk_by_a_fresh_worker_within_the_budget(make_job):
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from pmverify._job.shrink import minimal_key
+
+    job = make_job("mod:Pass", case_timeout_s=15.0)
+    job.database = InMemoryExampleDatabase()
+    (run,) = job.runs
+    _crashed(job, run)
+    kind, family, choices, _, exit_code, timeout, stop_at = job._next_job(run)
+    assert (kind, family, choices, exit_code, timeout) == ("render", 0, b"big", -11, 15.0)
+    assert stop_at == pytest.approx(time.time() + job.deadline - time.monotonic() - 2.0, abs=1)
+    run.worker = FakeWorker("busy", job=("render",))
+    rendered = {"reproducer": "/r.py", "case": "GraphCase(fx_graphs: 1 ops)", "note": None, "choices": b"small"}
+    job._handle(run, ("rendered", {**rendered, "shrunk": True}))
+    (finding,) = run.findings
+    assert finding["shrunk"] and finding["reproducer"] == "/r.py" and "1 ops" in finding["case"]
+    assert set(job.database.fetch(b"key")) == {b"small"} and set(job.database.fetch(minimal_key(b"key"))) == {b"small"}
+    # the next run replays it: minimal already, its reproducer is written without shrinking
+    run.findings.clear()
+    _crashed(job, run)
+    assert run.renders[0][0]["shrunk"] is False  # b"big" again: not minimal
+    run.renders.clear()
+    run.worker = FakeWorker("busy", job=("batch", 0, 0, 25, True, 0.0), case=(0, b"small"))
+    run.worker.process.exitcode = -11
+    job.died(run, "crash", "killed")
+    assert run.renders[0][0]["shrunk"] is True and job._next_job(run)[-1] is None
+
+
+@pytest.mark.parametrize("why", ["no-shrink", "after the budget", "exit code unknown"])
+def test_a_crash_is_not_shrunk(make_job, why):
+    job = make_job("mod:Pass", shrink=why != "no-shrink")
+    (run,) = job.runs
+    _crashed(job, run, exit_code=None if why == "exit code unknown" else -11)
+    if why == "after the budget":
+        job.status = "finishing"
+    assert job._next_job(run)[-1] is None
+
+
+def test_a_worker_that_dies_shrinking_a_crash_leaves_it_to_the_next_one_unshrunk(make_job):
+    job = make_job("mod:Pass")
+    (run,) = job.runs
+    _crashed(job, run)
+    render = job._next_job(run)
+    assert render[-1] is not None
+    run.worker = FakeWorker("busy", job=render)
+    run.worker.process.exitcode = -9
+    job.died(run, "crash", "the worker process was killed by SIGKILL (signal 9)")
+    (finding,) = run.findings
+    assert (
+        "not shrunk: the worker shrinking the case ended (the worker process was killed by SIGKILL" in finding["note"]
+        and not finding["shrunk"]
+    )
+    again = job._next_job(run)
+    assert again[:3] == render[:3] and again[-1] is None  # drawn again, not shrunk
