@@ -660,7 +660,11 @@ def planted(
         except ValueError as exc:
             raise InvalidArgument(f"pattern={rewrite!r}: {exc}") from exc
         pattern, trace_fn = rewrite.search_fn, rewrite.trace_fn
-        scalar_workaround, exclusive_arg_names = rewrite.scalar_workaround or None, rewrite.exclusive_arg_names
+        # as Inductor uses them: names that are no argument of the search function draw nothing
+        names = _parameters(pattern)
+        workaround = {k: v for k, v in (rewrite.scalar_workaround or {}).items() if k in names}
+        scalar_workaround = workaround or None
+        exclusive_arg_names = tuple(k for k in rewrite.exclusive_arg_names if k in names)
         if name is None:
             name = rewrite.pattern_name
         if inputs is None:

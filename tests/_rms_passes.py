@@ -1,0 +1,63 @@
+"""An RMSNorm fusion written as a pass author writes one: ``register_replacement`` with
+``scalar_workaround={"eps": ...}`` into a fused custom op. The pass of README's "Testing your own
+pass" recipe (tests/test_readme_recipe.py runs it), correct, and with a replacement that hard-codes
+the example's eps."""
+
+import torch
+from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+
+@torch.library.custom_op("pmverify_test_rms::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x * rsqrt(mean(x^2, -1) + eps) * w`` in float32, cast back: x [T, H], w [H]."""
+    xf = x.float()
+    return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)) * w).to(x.dtype)
+
+
+@rms_norm.register_fake
+def _(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def rms_pattern(x, w, eps):
+    xf = x.float()
+    return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)) * w).to(x.dtype)
+
+
+def rms_replacement(x, w, eps):
+    return torch.ops.pmverify_test_rms.rms_norm(x, w, eps)
+
+
+def hard_coded_replacement(x, w, eps):
+    return torch.ops.pmverify_test_rms.rms_norm(x, w, 1e-6)  # the bug: eps is a wildcard
+
+
+RMS_EXAMPLE_INPUTS = (torch.empty(8, 16), torch.empty(16))
+
+
+class MyRMSNormPass:
+    """The fusion as a ``CustomGraphPass``-style callable: registers once per object."""
+
+    replacement = staticmethod(rms_replacement)
+
+    def __init__(self) -> None:
+        self.patterns = PatternMatcherPass(pass_name=type(self).__name__)
+        register_replacement(
+            rms_pattern,
+            type(self).replacement,
+            list(RMS_EXAMPLE_INPUTS),
+            fwd_only,
+            self.patterns,
+            scalar_workaround={"eps": 1e-6},
+        )
+        self.matched_count = 0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.matched_count = self.patterns.apply(graph)
+
+    def uuid(self) -> str:
+        return type(self).__name__
+
+
+class HardCodedEpsPass(MyRMSNormPass):
+    replacement = staticmethod(hard_coded_replacement)
