@@ -26,7 +26,7 @@ import torch
 
 from ._case import GraphCase
 
-__all__ = ["render", "write", "write_picture", "pass_recipe", "default_repro_dir"]
+__all__ = ["render", "write", "write_picture", "pass_recipe", "import_source", "default_repro_dir"]
 
 
 def default_repro_dir() -> pathlib.Path:
@@ -69,8 +69,10 @@ def pass_recipe(pass_: Any) -> tuple[list[str], str] | None:
     """Imports and an expression that rebuild ``pass_`` in a fresh interpreter, or None.
 
     A class or a module-level function is imported; an instance with a ``config`` whose repr
-    evaluates is rebuilt as ``type(pass_)(config)``. Anything else (a ``PatternMatcherPass``, a
-    closure, an object with other state) cannot be rebuilt from outside: None.
+    evaluates is rebuilt as ``type(pass_)(config)``; an instance of a class whose constructor
+    takes no argument (nothing it was built with can be lost) as ``type(pass_)()``. Anything else
+    (a ``PatternMatcherPass``, a closure, an object built with arguments) cannot be rebuilt from
+    outside: None.
     """
     try:
         if isinstance(pass_, type) or inspect.isfunction(pass_):
@@ -84,7 +86,20 @@ def pass_recipe(pass_: Any) -> tuple[list[str], str] | None:
         recipe = _object_recipe(config)
         if recipe is not None:
             return [line, *recipe[0]], f"{cls_expr}({recipe[1]})"
-    return None
+        return None
+    try:
+        takes = inspect.signature(type(pass_)).parameters
+    except (TypeError, ValueError):
+        return None
+    return ([line], f"{cls_expr}()") if not takes else None
+
+
+def import_source(spec: str) -> str:
+    """``PASS = ...`` code importing the object ``MODULE:ATTRIBUTE`` names (the attribute may be
+    dotted), for a pass given by name (``pmverify fuzz --target``): the script gets the very object."""
+    module, _, attribute = spec.partition(":")
+    top = attribute.split(".")[0]
+    return f"from {module} import {top}\nPASS = {attribute}"
 
 
 def _oracle_recipe(oracles: Sequence[Any] | None, imports: set[str]) -> str:
@@ -187,13 +202,19 @@ def render(
     oracles: Sequence[Any] | None = None,
     pass_source: str | None = None,
     mode: str = "direct",
+    hang_s: float | None = None,
+    dies: bool = False,
 ) -> str:
     """Return the source of a standalone script reproducing ``violations`` of ``pass_`` on ``case``.
 
     ``pass_source``, when given, is Python code that defines ``PASS``; it replaces the recipe
     pmverify derives (see :func:`pass_recipe`). ``mode`` is the apply mode the script's
-    ``check_case`` call uses (``"direct"`` or ``"compiled"``). Raises ``ValueError`` when the graph holds an
-    argument that cannot be written as Python.
+    ``check_case`` call uses (``"direct"`` or ``"compiled"``). For a case on which the pass hung
+    (a ``pmverify fuzz`` timeout finding), ``hang_s`` is its per-case timeout: the script prints
+    where the pass is and exits 1 when the case is still running after that many seconds. For a
+    case on which the pass killed its process (``dies``), the script dies the same way while the
+    pass is wrong, as its header says. Raises ``ValueError`` when the graph holds an argument that
+    cannot be written as Python.
     """
     from . import __version__
 
@@ -220,7 +241,18 @@ def render(
         f"# Written by pmverify {__version__} (torch {torch.__version__}) on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
         "# Run it as a script (the pass's module must import from here or from where it was written): it",
-        "# prints the violations and exits 1 while the pass is wrong, 0 once fixed, 2 when it cannot run.",
+        *(
+            [
+                f"# exits 1 when the pass still hangs after {hang_s:g}s (printing where), 0 once fixed, 2 when it cannot run."
+            ]
+            if hang_s is not None
+            else [
+                "# dies as the pass made its process die while the pass is wrong, exits 0 once fixed, 2 when it",
+                "# cannot run.",
+            ]
+            if dies
+            else ["# prints the violations and exits 1 while the pass is wrong, 0 once fixed, 2 when it cannot run."]
+        ),
     ]
     expected = [str(v) for v in violations]
     from .fusions.qk_norm.ops import IMPL_ENV
@@ -287,7 +319,19 @@ def render(
         "    if PASS is None:",
         '        print("edit PASS in this script: pmverify could not rebuild the pass", file=sys.stderr)',
         "        sys.exit(2)",
+        *(
+            [
+                "    import faulthandler",
+                "",
+                f"    # the pass hung on this case in pmverify fuzz: the stacks and exit 1 after {hang_s:g}s",
+                f"    print('if the pass still hangs: its stack, and exit 1 after {hang_s:g}s', file=sys.stderr, flush=True)",
+                f"    faulthandler.dump_traceback_later({hang_s!r}, exit=True)",
+            ]
+            if hang_s is not None
+            else []
+        ),
         f"    result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r})",
+        *(["    faulthandler.cancel_dump_traceback_later()"] if hang_s is not None else []),
         '    print("graph before the pass:", result.pair.before.code, sep="\\n")',
         "    if result.pair.after is not None:",
         '        print("graph after the pass:", result.pair.after.code, sep="\\n")',
@@ -310,10 +354,14 @@ def write(
     oracles: Sequence[Any] | None = None,
     pass_source: str | None = None,
     mode: str = "direct",
+    hang_s: float | None = None,
+    dies: bool = False,
 ) -> pathlib.Path:
     """Write the reproducer of :func:`render` under ``directory`` (default
     :func:`default_repro_dir`) and return its path; the file name carries the oracle and a hash."""
-    source = render(case, pass_, violations, oracles=oracles, pass_source=pass_source, mode=mode)
+    source = render(
+        case, pass_, violations, oracles=oracles, pass_source=pass_source, mode=mode, hang_s=hang_s, dies=dies
+    )
     directory = pathlib.Path(directory) if directory is not None else default_repro_dir()
     directory.mkdir(parents=True, exist_ok=True)
     oracle = getattr(violations[0], "oracle", "case") if violations else "case"

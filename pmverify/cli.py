@@ -283,10 +283,16 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         if not _writable("fuzz", path, option):
             return 2
     streams = [pytest_pmverify.output_stream(path) for path in (args.report, args.junit) if path is not None]
-    if len(streams) == 2 and streams[0] is not None and streams[0] == streams[1]:
+    if len(streams) == 2:  # one would overwrite the other
         both = f"--report={str(args.report)!r} and --junit={str(args.junit)!r}"
-        print(f"pmverify fuzz: {both} are one stream: give one of them a file", file=sys.stderr)
-        return 2
+        if streams[0] is not None and streams[0] == streams[1]:
+            print(f"pmverify fuzz: {both} are one stream: give one of them a file", file=sys.stderr)
+            return 2
+        if streams == [None, None] and pytest_pmverify.output_file(args.report) == pytest_pmverify.output_file(
+            args.junit
+        ):
+            print(f"pmverify fuzz: {both} are one file: give them two", file=sys.stderr)
+            return 2
     stdout = out  # where --report - goes, written once at the end; nothing else goes there then
     if 1 in streams:
         out = sys.stderr

@@ -234,6 +234,14 @@ def test_fuzz_refuses_two_documents_on_one_stream(tmp_path, monkeypatch, capsys)
     assert os.listdir(tmp_path) == []
 
 
+def test_fuzz_refuses_two_documents_in_one_file(tmp_path, capsys):
+    (tmp_path / "link.json").symlink_to(tmp_path / "same.json")
+    for junit in ("same.json", "link.json"):
+        assert main(["fuzz", "--report", str(tmp_path / "same.json"), "--junit", str(tmp_path / junit)]) == 2
+        assert "are one file: give them two" in capsys.readouterr().err
+    assert not (tmp_path / "same.json").exists()
+
+
 def test_fuzz_report_to_stdout_is_the_whole_stdout_and_a_linked_junit_stays_a_link(tmp_path, monkeypatch, capsys):
     """A real (short) job: the JSON report is written once, after the summary, alone on stdout
     (the progress and summary go to stderr); no checkpoint reaches it."""

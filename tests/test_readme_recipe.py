@@ -38,3 +38,4 @@ def test_the_recipe_finds_a_hard_coded_eps(finding_only, tmp_path, monkeypatch):
         recipe["test_my_pass"]()
     assert {v.oracle for v in raised.value.violations} == {"semantics"}
     assert raised.value.reproducer is not None and raised.value.reproducer.is_file()
+    assert "PASS = HardCodedEpsPass()" in raised.value.reproducer.read_text()  # it runs as written

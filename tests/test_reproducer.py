@@ -30,6 +30,26 @@ def test_pass_recipes():
     from torch._inductor.pattern_matcher import PatternMatcherPass
 
     assert pass_recipe(PatternMatcherPass()) is None  # its patterns cannot be rebuilt from outside
+    # an instance of a class built with no argument (README's recipe): nothing to lose rebuilding it
+    from _rms_passes import MyRMSNormPass
+
+    assert pass_recipe(MyRMSNormPass()) == (["from _rms_passes import MyRMSNormPass"], "MyRMSNormPass()")
+
+
+class _Scaled:
+    def __init__(self, scale=2.0):
+        self.scale = scale
+
+
+def test_an_instance_built_with_arguments_is_not_rebuilt_without_them():
+    assert pass_recipe(_Scaled(3.0)) is None
+
+
+def test_a_hang_reproducer_stops_with_exit_1_after_the_timeout_and_a_crash_one_says_it_dies():
+    hang = render(_case(), QKNormFusionPass, [], hang_s=10.0)
+    assert "faulthandler.dump_traceback_later(10.0, exit=True)" in hang and "exits 1 when the pass still hangs" in hang
+    assert "dies as the pass made its process die" in render(_case(), QKNormFusionPass, [], dies=True)
+    compile(hang, "repro.py", "exec")
 
 
 def test_unimportable_oracle_is_refused():

@@ -208,12 +208,12 @@ class _Job:
         job = worker.job
         if worker.state == "starting":
             run.start_failures += 1
-            tail = worker.log_tail()
+            tail = (worker.log_tail() or "").strip()
+            said = message if message.startswith("the worker") else f"the worker: {message}"
             run.errors.append(
                 {
                     "family": None,
-                    "message": f"the worker {message} before it was ready"
-                    + (f"; its output ends:\n{tail}" if tail else ""),
+                    "message": f"{said} before it was ready" + (f"; its output ends:\n{tail}" if tail else ""),
                     "log": str(worker.log) if worker.log else None,
                 }
             )

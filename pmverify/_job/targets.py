@@ -31,12 +31,15 @@ class Target:
     - ``families``: the ``(name, strategy)`` case families searched in rotation.
     - ``real_model``: whether the compiled tiny MiniMax-M2 check applies (a pass built from a
       ``QKNormConfig``).
+    - ``pass_source``: for a user's pass, code importing it by name for the reproducers
+      (``from mypkg.passes import MyPass``), so that they get the very object; None otherwise.
     """
 
     name: str
     pass_: Any
     families: list[tuple[str, Any]]
     real_model: bool
+    pass_source: str | None = None
 
 
 def builtin_names() -> list[str]:
@@ -142,7 +145,9 @@ def load(name: str, cases: str | None = None) -> Target:
         ) from None
     if cases is None:
         raise TargetError(f"--target={name!r} is a user pass: give its case strategy as --cases MODULE:ATTRIBUTE")
-    return Target(name, pass_, [(cases, _strategy(cases))], real_model=False)
+    from .._reproducer import import_source
+
+    return Target(name, pass_, [(cases, _strategy(cases))], real_model=False, pass_source=import_source(name))
 
 
 def check(names: list[str], cases: str | None) -> None:

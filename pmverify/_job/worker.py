@@ -122,7 +122,13 @@ class _Worker:
             if result.violations and not first:
                 # Written now, unshrunk: a job stopped while this search shrinks keeps a reproducer.
                 try:
-                    path = _reproducer.write(result.case, target.pass_, result.violations, self.options["repro_dir"])
+                    path = _reproducer.write(
+                        result.case,
+                        target.pass_,
+                        result.violations,
+                        self.options["repro_dir"],
+                        pass_source=target.pass_source,
+                    )
                 except (OSError, ValueError):
                     path = None
                 finding = _finding(target, family, result, path, shrunk=False, replayed=replay)
@@ -141,6 +147,7 @@ class _Worker:
                 on_result=on_result,
                 on_case=on_case,
                 repro_dir=self.options["repro_dir"],
+                pass_source=target.pass_source,
             )
 
         shrink = self.options["shrink"]
@@ -255,7 +262,15 @@ class _Worker:
                 rendered["choices"], case, rendered["shrunk"] = shrunk
         found = [Violation(v["oracle"], v["message"]) for v in violations]
         try:
-            path = _reproducer.write(case, self.target.pass_, found, self.options["repro_dir"])
+            path = _reproducer.write(
+                case,
+                self.target.pass_,
+                found,
+                self.options["repro_dir"],
+                pass_source=self.target.pass_source,
+                hang_s=timeout_s if exit_code is None else None,
+                dies=exit_code is not None,
+            )
         except (OSError, ValueError) as exc:
             rendered["note"] = f"the reproducer was not written: {exc}"
             self.conn.send(("rendered", rendered))

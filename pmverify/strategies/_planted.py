@@ -322,8 +322,8 @@ def _check_wildcards(
                 f"scalar_workaround={dict(workaround)!r} names {key!r}, not an argument of pattern={_name(pattern)} "
                 f"(its arguments: {names})"
             )
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InvalidArgument(f"scalar_workaround[{key!r}]={value!r} must be an int or a float")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidArgument(f"scalar_workaround[{key!r}]={value!r} must be a finite int or float")
     if len(set(workaround.values())) != len(workaround):
         raise InvalidArgument(
             f"scalar_workaround={dict(workaround)!r} gives two arguments the same value: Inductor tells them apart "
@@ -331,6 +331,8 @@ def _check_wildcards(
         )
     if isinstance(exclusive_arg_names, str) or not isinstance(exclusive_arg_names, Sequence):
         raise InvalidArgument(f"exclusive_arg_names={exclusive_arg_names!r} must be a sequence of argument names")
+    if len(set(exclusive_arg_names)) != len(exclusive_arg_names):
+        raise InvalidArgument(f"exclusive_arg_names={tuple(exclusive_arg_names)!r} names an argument twice")
     for key in exclusive_arg_names:
         if key not in names:
             raise InvalidArgument(
@@ -341,19 +343,46 @@ def _check_wildcards(
     return positions, tuple(exclusive_arg_names)
 
 
-def _full_example(example: Sequence[Any], count: int, positions: dict[int, Any]) -> tuple[Any, ...]:
-    """``example`` as the pattern's ``count`` arguments: given without the ``scalar_workaround``
-    ones (``register_replacement``'s form), their example values are put at their positions."""
+def _arity(pattern: Callable[..., Any]) -> tuple[int, int] | None:
+    """How many arguments ``pattern`` takes at least and at most, when they are positional ones."""
+    try:
+        parameters = inspect.signature(pattern).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not all(p.kind in positional for p in parameters):
+        return None
+    return sum(p.default is inspect.Parameter.empty for p in parameters), len(parameters)
+
+
+def _full_example(pattern: Callable[..., Any], example: Sequence[Any], positions: dict[int, Any]) -> tuple[Any, ...]:
+    """``example`` as the pattern's arguments: given without the ``scalar_workaround`` ones
+    (``register_replacement``'s form), their example values are put at their positions.
+    InvalidArgument when its length fits neither form, or it holds a tensor where a
+    ``scalar_workaround`` argument goes."""
+    arity = _arity(pattern)
     example = list(example)
-    if len(example) == count - len(positions) and positions:
+    if arity is None:
+        return tuple(example)
+    low, count = arity
+    if positions and len(example) == count - len(positions):
         for position in sorted(positions):
             example.insert(position, positions[position])
-    elif len(example) < count:
+    elif not low <= len(example) <= count or (positions and len(example) != count):
+        takes = f"{count}" if low == count or positions else f"{low} to {count}"
+        scalars = f" ({len(positions)} of them scalar_workaround ones)" if positions else ""
         raise InvalidArgument(
-            f"example_inputs={short_repr(tuple(example))} holds {len(example)} values; the pattern takes {count} "
-            f"arguments ({len(positions)} of them scalar_workaround ones)"
+            f"example_inputs={short_repr(tuple(example))} holds {len(example)} values; pattern={_name(pattern)} "
+            f"takes {takes} arguments{scalars}"
         )
-    return tuple(example[:count])
+    names = _parameters(pattern)
+    for position in positions:
+        if isinstance(example[position], (torch.Tensor, _TensorLike)):
+            raise InvalidArgument(
+                f"scalar_workaround names {names[position]!r}, but example_inputs[{position}] is the tensor "
+                f"{short_repr(example[position])}: a scalar_workaround argument is a Python number"
+            )
+    return tuple(example)
 
 
 #: Near misses made by editing an argument of the trace: a wildcard may hold that argument.
@@ -705,11 +734,11 @@ def planted(
     elif isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
         raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
     positions, exclusive = _check_wildcards(pattern, scalar_workaround, exclusive_arg_names)
+    if example_inputs is not None:  # (its length checked now, not when drawing)
+        example_inputs = _full_example(pattern, example_inputs, positions)
     if positions:  # drawn around their example values, as Inductor matches them at any value
         count = len(_parameters(pattern))
         inputs = _with_scalars(inputs, count, tuple((i, _scalar_values(v)) for i, v in positions.items()))
-        if example_inputs is not None:
-            example_inputs = _full_example(example_inputs, count, positions)
     spec = {
         "pattern": pattern,
         "inputs": inputs,

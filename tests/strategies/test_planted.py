@@ -537,13 +537,21 @@ def test_scalar_workaround_of_a_plain_pattern_finds_a_hard_coded_eps(finding_onl
 
 WILDCARD_BAD = [
     ({"scalar_workaround": {"epsilon": 1e-6}}, "names 'epsilon', not an argument of pattern"),
-    ({"scalar_workaround": {"eps": "small"}}, r"scalar_workaround\['eps'\]='small' must be an int or a float"),
-    ({"scalar_workaround": {"eps": True}}, "must be an int or a float"),
+    ({"scalar_workaround": {"eps": "small"}}, r"scalar_workaround\['eps'\]='small' must be a finite int or float"),
+    ({"scalar_workaround": {"eps": True}}, "must be a finite int or float"),
+    ({"scalar_workaround": {"eps": float("inf")}}, "must be a finite int or float"),
+    ({"scalar_workaround": {"eps": float("nan")}}, "must be a finite int or float"),
+    (
+        {"scalar_workaround": {"x": 0.5}, "example_inputs": (*RMS_EXAMPLE, 1e-6)},
+        "scalar_workaround names 'x', but example_inputs\\[0\\] is the tensor",
+    ),
+    ({"exclusive_arg_names": ("x", "x")}, "names an argument twice"),
     ({"scalar_workaround": [("eps", 1e-6)]}, "must be a mapping"),
     ({"scalar_workaround": {"eps": 0.5, "w": 0.5}}, "gives two arguments the same value"),
     ({"exclusive_arg_names": "x"}, "exclusive_arg_names='x' must be a sequence"),
     ({"exclusive_arg_names": ("x", "y")}, "names 'y', not an argument"),
-    ({"example_inputs": (torch.empty(4, 8),)}, "holds 1 values; the pattern takes 3 arguments"),
+    ({"example_inputs": (torch.empty(4, 8),)}, "holds 1 values; pattern=any_eps_pattern takes 3 arguments"),
+    ({"scalar_workaround": None, "example_inputs": (torch.empty(4, 8),) * 2}, "holds 2 values; .* takes 3 arg"),
 ]
 
 
@@ -556,7 +564,7 @@ def test_bad_wildcard_arguments(kwargs, message):
 
 def test_inputs_of_another_length_than_the_pattern_takes_are_an_error():
     short = like((torch.empty(4, 8),))
-    with pytest.raises(InvalidArgument, match="example_inputs=.* holds 1 values; the pattern takes 3 arguments"):
+    with pytest.raises(InvalidArgument, match="example_inputs=.* holds 1 values; pattern=any_eps_pattern takes 3"):
         planted(any_eps_pattern, short, min_instances=1, scalar_workaround={"eps": 1e-6})
     strategy = planted(any_eps_pattern, short.map(tuple), min_instances=1, scalar_workaround={"eps": 1e-6})
     with pytest.raises(InvalidArgument, match="inputs drew 1 values; the pattern takes 3 arguments"):
