@@ -7,6 +7,7 @@ import pytest
 from pmverify.cli import main
 
 
+@pytest.mark.slow
 def test_fuzz_clean_run_writes_report(tmp_path, capsys):
     report = tmp_path / "r.json"
     code = main(

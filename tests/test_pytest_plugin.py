@@ -343,6 +343,7 @@ def test_setup_error(broken):
 """
 
 
+@pytest.mark.slow
 def test_report_under_xdist_holds_the_finding_and_the_database_replays_it(pytester, clean_env, monkeypatch):
     pytester.makepyfile(test_project=PROJECT)
     report = pytester.path / "out" / "report.json"

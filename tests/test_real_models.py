@@ -10,6 +10,7 @@ import torch
 from pmverify.real_models import TRANSFORMERS_MISSING, check_minimax_m2
 
 
+@pytest.mark.slow
 def test_minimax_m2_compiled_with_and_without_pass():
     # One compiled end-to-end check (~12-25 s on 2 cores): the q and k norm of both layers fuse, the
     # fused graph holds the ops, and the output stays within the tolerance.

@@ -228,6 +228,7 @@ def test_importing_the_faults_decorates_no_kernel():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CLI turns the interpreter on only without a GPU")
+@pytest.mark.slow
 def test_cli_selfcheck_turns_the_interpreter_on_without_a_gpu(tmp_path):
     """In a fresh process without ``TRITON_INTERPRET``: importing the CLI imports no triton (Triton's
     own jit functions would be compiled ones) and no kernel, and ``pmverify selfcheck`` of a kernel
@@ -264,6 +265,7 @@ def test_cli_selfcheck_turns_the_interpreter_on_without_a_gpu(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the kernel faults run there")
+@pytest.mark.slow
 def test_without_the_interpreter_the_kernel_faults_are_errors_not_detections(tmp_path):
     """``TRITON_INTERPRET=0`` on a machine without a GPU: selfcheck reports ERROR and exits 2 (the
     op would raise, which the semantics oracle would otherwise take for a finding); fuzz refuses the
@@ -298,7 +300,11 @@ def test_without_the_interpreter_the_kernel_faults_are_errors_not_detections(tmp
     ("env", "message"),
     [
         ({"PMVERIFY_QK_NORM_IMPL": "cuda"}, "PMVERIFY_QK_NORM_IMPL='cuda': expected one of auto, triton, torch"),
-        ({"PMVERIFY_QK_NORM_IMPL": "triton", "TRITON_INTERPRET": "0"}, "PMVERIFY_QK_NORM_IMPL=triton runs the Triton"),
+        pytest.param(
+            {"PMVERIFY_QK_NORM_IMPL": "triton", "TRITON_INTERPRET": "0"},
+            "PMVERIFY_QK_NORM_IMPL=triton runs the Triton",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_the_cli_refuses_a_fused_op_setting_it_cannot_run(env, message):

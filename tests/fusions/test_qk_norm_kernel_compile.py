@@ -68,6 +68,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="Triton's bundled ptxas is for Linux")
+@pytest.mark.slow
 def test_kernels_compile_to_cubins_for_sm80_and_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(tmp_path)}
     run = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)

@@ -338,7 +338,7 @@ def test_opcheck_with_the_triton_implementation(monkeypatch, tp):
         torch.library.opcheck(torch.ops.pmverify.qk_norm.default, (qkv, q_weight, k_weight, 30, 5, 1e-6, True))
 
 
-@pytest.mark.parametrize("tensor_parallel", [False, True])
+@pytest.mark.parametrize("tensor_parallel", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_shipped_pass_with_kernels_behind_its_ops_is_verified(monkeypatch, tensor_parallel):
     """pmverify's own oracles on the shipped pass whose fused ops run the kernels (fp32 and fp16:
     the interpreter's bf16 truncation is not the kernel's rounding on a GPU)."""

@@ -39,6 +39,7 @@ def _findings(report):
     return {target["name"].split(":")[1]: target["findings"] for target in report["targets"]}
 
 
+@pytest.mark.slow
 def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp_path):
     budget = 300
     start = time.monotonic()
@@ -85,18 +86,27 @@ def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp
     assert (tmp_path / "j.xml").read_text().count("<failure") == 5
 
 
-def test_a_crash_reproducer_crashes_the_same_way(tmp_path):
-    code, report = _fuzz(tmp_path, "exits", extra=["--budget", "120"])
-    (finding,) = _findings(report)["exits"]
-    run = subprocess.run(
-        [sys.executable, finding["reproducer"]],
-        env={**os.environ, "PYTHONPATH": str(HERE)},
-        capture_output=True,
-        timeout=120,
-    )
-    assert code == 1 and run.returncode == 3
+@pytest.mark.slow
+def test_a_crash_reproducer_crashes_the_same_way_and_a_hang_one_exits_1_after_the_timeout(tmp_path):
+    code, report = _fuzz(tmp_path, "hangs", "exits", extra=["--budget", "120", "--case-timeout", "10s"])
+    assert code == 1
+    runs = {}
+    for name in ("exits", "hangs"):
+        (finding,) = _findings(report)[name]
+        runs[name] = subprocess.run(
+            [sys.executable, finding["reproducer"]],
+            env={**os.environ, "PYTHONPATH": str(HERE)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert runs["exits"].returncode == 3
+    # the very pass, imported by name; a hang stops at the timeout with its stack, exit 1
+    assert "from _crashing_passes import hangs" in pathlib.Path(_findings(report)["hangs"][0]["reproducer"]).read_text()
+    assert runs["hangs"].returncode == 1 and "in hangs" in runs["hangs"].stderr, runs["hangs"].stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_keeps_database_and_report_and_the_next_run_replays_first(tmp_path):
     report = tmp_path / "r.json"
     job = subprocess.Popen(
@@ -179,6 +189,7 @@ def redis_url(tmp_path_factory):
         proc.wait(10)
 
 
+@pytest.mark.slow
 def test_redis_database_shares_findings_between_runs(tmp_path, redis_url):
     import redis
 
@@ -218,6 +229,7 @@ def test_bad_usage_is_one_line_and_exit_2(argv, message):
     assert run.stdout == ""
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_report_as_interrupted(tmp_path):
     report = tmp_path / "r.json"
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
@@ -281,6 +293,7 @@ def _children(pid):
 
 
 @pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.slow
 def test_workers_die_with_the_job_even_when_only_the_job_is_killed(tmp_path):
     report = tmp_path / "r.json"
     job = subprocess.Popen(
@@ -325,6 +338,7 @@ def _state(pid):
     return "gone"
 
 
+@pytest.mark.slow
 def test_a_user_module_imports_from_the_current_folder(tmp_path):
     """The console script (whose sys.path holds its own folder, not the current one) finds the
     user's MODULE:ATTRIBUTE next to where it runs, as python -m would."""
