@@ -29,7 +29,15 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["current_choices", "minimal_key", "search_outcome", "shrinking_from", "shrink_in_forks", "warm_up"]
+__all__ = [
+    "current_choices",
+    "known_minimal",
+    "minimal_key",
+    "search_outcome",
+    "shrinking_from",
+    "shrink_in_forks",
+    "warm_up",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +49,18 @@ def minimal_key(key: bytes) -> bytes:
     """Where the choices of the failures under the example-database key ``key`` that are shrunk to
     the end are kept."""
     return key + b"." + MINIMAL
+
+
+def known_minimal(database: Any, key: bytes, choices: bytes | None) -> bool:
+    """Whether ``database`` holds ``choices`` as a failure under the example-database ``key`` shrunk
+    to the end (under :func:`minimal_key`); False without a database or choices, or when the
+    database cannot be read (a Redis server gone: the failure is shrunk again)."""
+    if database is None or choices is None:
+        return False
+    try:
+        return choices in set(database.fetch(minimal_key(key)))
+    except Exception:  # noqa: BLE001 - see the docstring
+        return False
 
 
 def current_choices() -> bytes | None:

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from . import report as reports
 from .progress import make_display
-from .shrink import minimal_key
+from .shrink import known_minimal, minimal_key
 from .state import JobOptions, TargetRun, WorkerProcess, describe_exit
 
 __all__ = ["JobOptions", "run_job"]
@@ -166,15 +166,6 @@ class _Job:
             return f"it could not be saved to the example database: {type(exc).__name__}: {exc}"
         return None
 
-    def _known_minimal(self, run: TargetRun, family: int, choices: bytes) -> bool:
-        """Whether the example database holds ``choices`` as a failure of ``family`` shrunk to the end."""
-        if self.database is None or family >= len(run.keys):
-            return False
-        try:
-            return choices in set(self.database.fetch(minimal_key(run.keys[family])))
-        except Exception:  # noqa: BLE001 - a Redis server gone: shrink it again
-            return False
-
     def _note_unsaved(self, run: TargetRun, finding: dict[str, Any], unsaved: str | None) -> None:
         if unsaved is not None:
             finding["note"] = unsaved
@@ -254,7 +245,8 @@ class _Job:
             finding["log_tail"] = worker.log_tail()
         if worker.case is not None and worker.case[1] is not None:
             finding["choices"] = worker.case[1]
-            finding["shrunk"] = self._known_minimal(run, family, worker.case[1])
+            known = family < len(run.keys) and known_minimal(self.database, run.keys[family], worker.case[1])
+            finding["shrunk"] = known
             exit_code = worker.process.exitcode if kind == "crash" else None
             run.renders.append((finding, family, worker.case[1], exit_code, True))
         elif worker.case is not None:

@@ -32,7 +32,7 @@ import traceback
 import unittest
 from typing import Any
 
-from .shrink import current_choices, minimal_key, search_outcome, shrink_in_forks, shrinking_from, warm_up
+from .shrink import current_choices, known_minimal, search_outcome, shrink_in_forks, shrinking_from, warm_up
 
 __all__ = ["serve"]
 
@@ -89,18 +89,6 @@ class _Worker:
                 },
             )
         )
-
-    def _known_minimal(self, family: int, choices: bytes | None) -> bool:
-        """Whether the example database holds ``choices`` as a failure of ``family`` shrunk to the end."""
-        from hypothesis import settings
-
-        database = settings.default.database
-        if database is None or choices is None:
-            return False
-        try:
-            return choices in set(database.fetch(minimal_key(self.keys[family])))
-        except Exception:  # noqa: BLE001 - a Redis server gone: shrink it again
-            return False
 
     def batch(self, family: int, seed: int, max_examples: int, replay: bool, stop_at: float) -> None:
         from hypothesis import Phase, settings
@@ -176,7 +164,7 @@ class _Worker:
             settings.load_profile("pmverify-job-restored")
         choices = last[0]
         if failure is not None and replay:
-            minimal = self._known_minimal(family, choices)
+            minimal = known_minimal(settings.default.database, self.keys[family], choices)
             if not minimal and shrink and choices is not None and stop_at - time.time() >= 1:
                 # a failure saved unshrunk (a job stopped while shrinking it, --no-shrink): shrink it now
                 try:
