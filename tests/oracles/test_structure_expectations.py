@@ -139,6 +139,19 @@ def test_pattern_matcher_multi_output_replacement_out_of_order_is_not_reported()
     assert result.ok, result.violations
 
 
+def test_with_strict_order_the_pattern_entrys_disorder_is_reported():
+    """vLLM's pass manager runs the next pass on the graph as the pass left it, before any sort."""
+    case, pass_ = _multi_output_case_and_pass()
+    result = check_case(pass_, case, oracles=["structure", "semantics"], strict_order=True)
+    assert result.pair.strict_order and result.pair.unsorted == [("mul_tensor", "mul")]
+    (violation,) = result.violations
+    assert violation.oracle == "structure" and violation.nodes == ("mul_tensor", "mul")
+    assert violation.message.startswith(
+        "an Inductor pattern entry (ReplacementPatternEntry at sin.default) inserted `mul_tensor` before its input `mul` is defined"
+    )
+    assert "strict_order=True judges the graph as the pass left it" in violation.message
+
+
 def test_use_of_an_erased_node_is_reported():
     def use_erased(graph):
         mul = next(n for n in graph.nodes if n.target is torch.ops.aten.mul.Tensor)
