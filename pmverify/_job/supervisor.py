@@ -12,9 +12,8 @@ crash or hang, and never loses what it found.
 - A target that checked no case makes the run exit 2 (unless something was found, or it was
   interrupted); its ``no_cases_reason`` says why.
 - A family with a finding is not searched again in this run; the job goes on with the others.
-- A target whose whole run rewrote nothing (no case of any family, replays included) and found
-  nothing else gets a finding of kind ``never_matched`` at the end of the run: it was checked on
-  nothing it rewrites (:class:`pmverify.RewriteNeverMatched`, judged over the run, not per batch).
+- A target whose whole run (every family, not a batch) rewrote nothing and found nothing else
+  gets a ``never_matched`` finding at the end: nothing it rewrites was checked.
 - The JSON report is rewritten atomically at the start, after each finding, every
   ``checkpoint_s`` and at the end; a report or JUnit path that is a stream (``-``,
   ``/dev/stdout``) is left to the caller, which writes the returned report to it once.
@@ -344,8 +343,7 @@ class _Job:
             family = run.families[worker.job[1]]
             run.cases += 1
             run.matches += stats["matches"]
-            if "summary" in stats:
-                run.summary = run.summary + stats["summary"]
+            run.summary = run.summary + stats["summary"]
             run.family_stats[family]["cases"] += 1
             run.tp_worlds[stats["tp_world"]].update(cases=1, matches=stats["matches"])
             run.events.update(stats["events"])

@@ -92,15 +92,17 @@ class _Worker:
         database = pytest_pmverify.example_database(options["db"]) if options.get("db") else None
         pytest_pmverify.load_profile(options["profile"], database=database)
         self.target = load(name, cases)
+        # --strict-order, or a fault of the bank only a graph judged in the pass's order shows
+        self.strict_order = bool(options.get("strict_order")) or self.target.strict_order
         # Inductor's pattern matcher takes seconds to import: not inside the first case's timeout.
         import torch._inductor.pattern_matcher  # noqa: F401
 
     def ready(self) -> None:
         from .._verify import database_key
 
-        strict = self.options.get("strict_order", False)
         self.keys = [
-            database_key(self.target.pass_, strategy, strict_order=strict) for _, strategy in self.target.families
+            database_key(self.target.pass_, strategy, strict_order=self.strict_order)
+            for _, strategy in self.target.families
         ]
         self.conn.send(
             (
@@ -140,7 +142,7 @@ class _Worker:
                         result.violations,
                         self.options["repro_dir"],
                         pass_source=target.pass_source,
-                        strict_order=self.options.get("strict_order", False),
+                        strict_order=self.strict_order,
                     )
                 except (OSError, ValueError):
                     path = None
@@ -161,7 +163,7 @@ class _Worker:
                 on_case=on_case,
                 repro_dir=self.options["repro_dir"],
                 pass_source=target.pass_source,
-                strict_order=self.options.get("strict_order", False),
+                strict_order=self.strict_order,
                 allow_no_rewrites=True,  # the job judges a target's whole run (never_matched), not a batch
             )
 
@@ -287,7 +289,7 @@ class _Worker:
                 pass_source=self.target.pass_source,
                 hang_s=timeout_s if exit_code is None else None,
                 dies=exit_code is not None,
-                strict_order=self.options.get("strict_order", False),
+                strict_order=self.strict_order,
             )
         except (OSError, ValueError) as exc:
             rendered["note"] = f"the reproducer was not written: {exc}"

@@ -244,3 +244,18 @@ def test_a_finding_lists_the_other_oracles_first_failing_cases():
             "reproducer": "/tmp/s.py",
         }
     ]
+
+
+def test_a_fault_whose_bank_row_asks_for_strict_order_is_fuzzed_with_it(monkeypatch):
+    import types
+
+    from pmverify.faults import BANK
+
+    class Unsorted:
+        def __init__(self, config):
+            self.config = config
+
+    row = types.SimpleNamespace(pass_cls=Unsorted, families=lambda: [], requires=None)
+    monkeypatch.setitem(BANK, "PlainFault", row)
+    monkeypatch.setitem(BANK, "UnsortedFault", types.SimpleNamespace(**vars(row), strict_order=True))
+    assert load("UnsortedFault").strict_order and not load("PlainFault").strict_order
