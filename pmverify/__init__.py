@@ -5,7 +5,8 @@ is applied to them and oracles check that semantics are preserved, no rewrite cr
 barrier, auto_functionalized tuples are routed right, the graph stays well formed, planted
 instances are rewritten exactly when they must be, and ``uuid()`` tells configs apart.
 ``record_patterns`` captures a pass's ``register_replacement`` calls; ``check_rewrite`` checks one
-in isolation.
+in isolation. ``verify`` returns a ``VerifySummary`` of what it checked, and raises a
+``VacuousSearch`` (``RewriteNeverMatched``, ``AllCasesVoid``) for a search that checked nothing.
 """
 
 __version__ = "0.1.0"
@@ -13,11 +14,13 @@ __version__ = "0.1.0"
 from ._case import GraphCase, MutationSite, PlantedInstance
 from ._check import CaseResult, check_case
 from ._record import RecordedRewrite, record_patterns
-from ._rewrite import RewriteNeverMatched, RewriteResult, check_rewrite
+from ._rewrite import RewriteResult, check_rewrite
+from ._summary import AllCasesVoid, RewriteNeverMatched, VacuousSearch, VerifySummary
 from ._verify import PassVerificationError, verify
 from .oracles import Violation
 
 __all__ = [
+    "AllCasesVoid",
     "CaseResult",
     "GraphCase",
     "MutationSite",
@@ -26,6 +29,8 @@ __all__ = [
     "RecordedRewrite",
     "RewriteNeverMatched",
     "RewriteResult",
+    "VacuousSearch",
+    "VerifySummary",
     "Violation",
     "__version__",
     "check_case",

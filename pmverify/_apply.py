@@ -7,7 +7,9 @@ post-grad passes), runs the pass on the copy's graph, sorts it with Inductor's
 and vLLM's ``PostCleanupPass`` after its fusions: the pattern matcher does not promise a sorted
 graph, e.g. a multi-output replacement goes before the first output, ahead of a late input) and
 recompiles it. A graph that cannot be sorted (a cycle) is left as the pass left it, for the
-structure oracle to report. The pass may be:
+structure oracle to report. The disorder the pass's own code made is recorded (``RunPair.unsorted``);
+with ``strict_order=True``, that of the nodes a pattern entry inserted too (vLLM's pass manager runs
+its next pass on the graph a pass left, before any sort). The pass may be:
 
 - anything with ``__call__(torch.fx.Graph)`` (Inductor's ``CustomGraphPass``, vLLM's passes);
 - a ``PatternMatcherPass`` (called through ``.apply``);
@@ -85,8 +87,11 @@ class RunPair:
     - ``matches``: every rewrite made through an Inductor pattern entry, in order (empty for a pass
       that rewrites by hand).
     - ``unsorted``: ``(node, input)`` name pairs where the pass left ``node`` before the definition
-      of its ``input``, leaving out nodes an Inductor pattern entry inserted (Inductor puts a
-      multi-output replacement before the first output, relying on the sort that follows).
+      of its ``input``: with ``strict_order``, every such pair; else leaving out nodes an Inductor
+      pattern entry inserted (Inductor puts a multi-output replacement before the first output,
+      relying on the sort that follows).
+    - ``strict_order``: whether the case was applied with ``strict_order=True`` (see
+      :func:`apply_direct`).
     - ``mode``: ``"direct"`` or ``"compiled"``; ``compiled``: what the compiled mode measured.
     - ``cache``: values the oracles share (the float64 reference run, node values...).
     - ``ranks``: for a tensor-parallel case in direct mode, the runs of ranks 1..tp_world-1 (each a
@@ -109,6 +114,7 @@ class RunPair:
     compiled: Any = None
     cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     ranks: list[RunPair] = dataclasses.field(default_factory=list, repr=False)
+    strict_order: bool = False
 
 
 def rank_pair(pair: RunPair, rank: int) -> RunPair:
@@ -194,9 +200,14 @@ def error_summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def pass_made_unsorted(pairs: list[tuple[str, str]], matches: list[MatchRecord]) -> list[tuple[str, str]]:
-    """The ``(node, input)`` out-of-order pairs the pass's own code made: those of nodes an
-    Inductor pattern entry inserted left out (it relies on the sort after the custom passes)."""
+def pass_made_unsorted(
+    pairs: list[tuple[str, str]], matches: list[MatchRecord], strict_order: bool = False
+) -> list[tuple[str, str]]:
+    """The ``(node, input)`` out-of-order pairs judged: with ``strict_order`` all of ``pairs``;
+    else those the pass's own code made, the pairs of nodes an Inductor pattern entry inserted left
+    out (it relies on the sort after the custom passes)."""
+    if strict_order:
+        return list(pairs)
     inserted = {name for record in matches for name in record.replacement}
     return [(node, arg) for node, arg in pairs if node not in inserted]
 
@@ -278,15 +289,20 @@ def quiet_fake_tensor_errors():
         fake_log.setLevel(level)
 
 
-def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
+def apply_direct(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> RunPair:
     """Apply ``pass_`` to a copy of ``case.gm`` without compiling, once per rank of a
     tensor-parallel case (see the module docstring); never raises for the pass's own errors (they
-    land in ``RunPair.error``; a rank other than 0 that raises is named there)."""
-    pair = _apply_rank(build_pass(pass_, case), case, 0)
+    land in ``RunPair.error``; a rank other than 0 that raises is named there).
+
+    ``strict_order``: record in ``RunPair.unsorted`` every node the pass left before one of its
+    inputs, those an Inductor pattern entry inserted too (default False: those left out, as
+    Inductor sorts the graph right after ``post_grad_custom_post_pass``). The graph is sorted
+    either way, so that the other oracles can run it."""
+    pair = _apply_rank(build_pass(pass_, case), case, 0, strict_order)
     if case.tp_world == 1 or pair.error is not None:
         return pair
     for rank in range(1, case.tp_world):
-        run = _apply_rank(build_pass(pass_, case, rank), case, rank)
+        run = _apply_rank(build_pass(pass_, case, rank), case, rank, strict_order)
         pair.ranks.append(run)
         if run.error is not None:
             pair.error, pair.error_summary = f"rank {rank}: {run.error}", f"{run.error_summary} on rank {rank}"
@@ -295,7 +311,7 @@ def apply_direct(pass_: Any, case: GraphCase) -> RunPair:
     return pair
 
 
-def _apply_rank(pass_obj: Any, case: GraphCase, rank: int) -> RunPair:
+def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -> RunPair:
     after = copy.deepcopy(case.gm)
     propagate_fake(after, case.inputs[rank])
     cache = {"before_outputs": output_vals(after)}  # the structure oracle's reference, propagated once
@@ -307,7 +323,15 @@ def _apply_rank(pass_obj: Any, case: GraphCase, rank: int) -> RunPair:
         after.recompile()
     except Exception as exc:  # noqa: BLE001 - a raising pass is a finding, reported by check_case
         return RunPair(
-            case, case.gm, None, pass_obj, None, traceback.format_exc(), time.perf_counter() - start, error_summary(exc)
+            case,
+            case.gm,
+            None,
+            pass_obj,
+            None,
+            traceback.format_exc(),
+            time.perf_counter() - start,
+            error_summary(exc),
+            strict_order=strict_order,
         )
     return RunPair(
         case,
@@ -319,6 +343,7 @@ def _apply_rank(pass_obj: Any, case: GraphCase, rank: int) -> RunPair:
         time.perf_counter() - start,
         resorted=bool(pairs),
         matches=matches,
-        unsorted=pass_made_unsorted(pairs, matches),
+        unsorted=pass_made_unsorted(pairs, matches, strict_order),
         cache=cache,
+        strict_order=strict_order,
     )

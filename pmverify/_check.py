@@ -12,7 +12,7 @@ from ._case import GraphCase
 from .oracles import ORACLES, Violation, semantics
 from .oracles.expectations import matched_instances, rewrite_count
 
-__all__ = ["CaseResult", "check_case", "MODES"]
+__all__ = ["CaseResult", "check_case", "judged_by", "MODES"]
 
 #: Apply modes: ``"direct"`` (no compile, the fast path) and ``"compiled"`` (``torch.compile``).
 MODES = ("direct", "compiled")
@@ -33,6 +33,9 @@ class CaseResult:
     - ``void``: why the case says nothing about semantics (its float64 reference is NaN/Inf, see
       :mod:`pmverify.oracles.semantics`), else None. A void case is neither a pass nor a
       violation of semantics; the other oracles still judge it.
+    - ``judged``: the oracles that had something to judge on the case (:func:`judged_by`).
+    - ``rewritten``: whether the pass rewrote anything: ``matches > 0``, or it changed the graph
+      (a hand-written pass that reports no count and rewrote nothing planted).
     """
 
     case: GraphCase
@@ -42,6 +45,8 @@ class CaseResult:
     matched: list[bool]
     elapsed_s: float
     void: str | None = None
+    judged: tuple[str, ...] = ()
+    rewritten: bool = False
 
     @property
     def ok(self) -> bool:
@@ -73,8 +78,84 @@ def _resolve_oracles(oracles: Sequence[OracleSpec] | None) -> list[tuple[str, Ca
     return resolved
 
 
+def _mutates(pair: RunPair) -> bool:
+    from .oracles.mutation_barriers import mutation_regions
+
+    return bool(mutation_regions(pair.before.graph)[1])
+
+
+def _auto_functionalized(pair: RunPair) -> bool:
+    names = ("auto_functionalized", "auto_functionalized_v2")
+    graphs = [pair.before.graph] + ([pair.after.graph] if pair.after is not None else [])
+    return any(
+        node.op == "call_function" and getattr(node.target, "__name__", None) in names
+        for graph in graphs
+        for node in graph.nodes
+    )
+
+
+def _judges_expectations(pair: RunPair) -> bool:
+    if getattr(pair, "mode", "direct") == "compiled":
+        return bool(pair.case.planted) and rewrite_count(pair) is not None
+    return any(instance.must_match is not None for instance in pair.case.planted)
+
+
+def _judges_cache_key(pair: RunPair) -> bool:
+    config = getattr(pair.pass_, "config", None) or pair.case.pass_config
+    return callable(getattr(pair.pass_, "uuid", None)) and config is not None
+
+
+#: When a built-in oracle has something to judge on a case whose pass ran (see :func:`judged_by`).
+_JUDGES: dict[str, Callable[[RunPair], bool]] = {
+    "mutation_barriers": _mutates,
+    "functionalization": _auto_functionalized,
+    "tensor_parallel": lambda pair: pair.case.tp_world > 1 and bool(pair.ranks),
+    "expectations": _judges_expectations,
+    "cache_key": _judges_cache_key,
+}
+
+
+def judged_by(pair: RunPair, names: Sequence[str], void: str | None) -> tuple[str, ...]:
+    """The oracles of ``names`` that had something to judge on ``pair``: none when the pass raised;
+    ``semantics`` when the case is not void; ``mutation_barriers`` when the graph has an in-place op;
+    ``functionalization`` when it has an auto_functionalized node (before or after the pass);
+    ``tensor_parallel`` on more than one rank; ``expectations`` when an instance is planted with a
+    verdict (in compiled mode: and the pass's rewrites can be counted); ``cache_key`` for a pass
+    with ``uuid()`` and a configuration; ``structure`` and a callable oracle always."""
+    if pair.error is not None or pair.after is None:
+        return ()
+    judged = []
+    for name in names:
+        if name == "semantics":
+            ok = void is None
+        else:
+            try:
+                ok = _JUDGES.get(name, lambda pair: True)(pair)
+            except Exception:  # noqa: BLE001 - the oracle itself reports a graph it cannot read
+                ok = True
+        if ok:
+            judged.append(name)
+    return tuple(judged)
+
+
+def _changed(pair: RunPair) -> bool:
+    """Whether the pass changed the graph (a node inserted, erased or given other arguments)."""
+    if pair.after is None:
+        return False
+
+    def signature(gm: Any) -> set[tuple[str, str, str]]:
+        return {(node.name, str(node.target), repr((node.args, node.kwargs))) for node in gm.graph.nodes}
+
+    return signature(pair.before) != signature(pair.after)
+
+
 def check_case(
-    pass_: Any, case: GraphCase, *, oracles: Sequence[OracleSpec] | None = None, mode: str = "direct"
+    pass_: Any,
+    case: GraphCase,
+    *,
+    oracles: Sequence[OracleSpec] | None = None,
+    mode: str = "direct",
+    strict_order: bool = False,
 ) -> CaseResult:
     """Apply ``pass_`` to ``case`` and return what the oracles found; never raises on a finding.
 
@@ -88,6 +169,13 @@ def check_case(
       every rank; see :mod:`pmverify._compiled`). Compiled mode takes seconds a case, not
       milliseconds; ``pair.before`` / ``pair.after`` are then Inductor's post-grad graphs, and the
       expectations oracle judges the pass's match count, not node names.
+    - ``strict_order``: a node the pass leaves before one of its inputs is a structure finding even
+      when an Inductor pattern entry put it there (a multi-output replacement goes before its first
+      output). Default False: Inductor's behaviour, which sorts the graph right after
+      ``post_grad_custom_post_pass`` and so forgives the pattern entries' disorder (the pass's own
+      code's is reported either way). Use True for a pass that another pass may run after before
+      any sort: vLLM's pass manager runs its passes back to back, and so does a pass installed as
+      ``post_grad_custom_pre_pass`` ahead of Inductor's own. Works in both modes.
 
     A tensor-parallel case (``tp_world > 1``) is applied once per rank in direct mode and run on a
     real world of ``tp_world`` ranks (:mod:`pmverify.distributed`, threaded backend).
@@ -112,9 +200,9 @@ def check_case(
                 "check it in direct mode, or compile it per rank with pmverify.distributed.run_spmd(backend='gloo')"
             )
 
-        pair = apply_compiled(pass_, case)
+        pair = apply_compiled(pass_, case, strict_order=strict_order)
     else:
-        pair = apply_direct(pass_, case)
+        pair = apply_direct(pass_, case, strict_order=strict_order)
     violations: list[Violation] = []
     if pair.error is not None:
         violations.append(Violation("crash", f"the pass raised {pair.error_summary}"))
@@ -133,4 +221,8 @@ def check_case(
     matched = matched_instances(pair)
     count = rewrite_count(pair)
     matches = count if count is not None else sum(matched)
-    return CaseResult(case, pair, violations, matches, matched, time.perf_counter() - start, void)
+    judged = judged_by(pair, [name for name, _ in checks], void)
+    rewritten = pair.error is None and (matches > 0 or _changed(pair))
+    return CaseResult(
+        case, pair, violations, matches, matched, time.perf_counter() - start, void, judged, bool(rewritten)
+    )

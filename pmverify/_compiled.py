@@ -335,7 +335,7 @@ def _alignment(case: GraphCase, captured: torch.fx.GraphModule, examples: Any, a
     return _Alignment(names, metas, index, constants)
 
 
-def apply_compiled(pass_: Any, case: GraphCase) -> RunPair:
+def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> RunPair:
     """Apply ``pass_`` to ``case`` through ``torch.compile``, compared with the compile without it.
 
     Returns a :class:`~pmverify._apply.RunPair` with ``mode="compiled"``: ``before`` / ``after``
@@ -343,7 +343,8 @@ def apply_compiled(pass_: Any, case: GraphCase) -> RunPair:
     ``matched_count``, ``matches`` and ``unsorted`` from the pass's run in the compile, and
     ``compiled`` a :class:`CompiledRun` (the semantics oracle compares its runs, against the
     float64 reference of ``case.gm``, whose outputs line up with the compiled functions').
-    Never raises for the pass's own errors: one raised by the pass lands in
+    ``strict_order`` as for :func:`~pmverify._apply.apply_direct`: the disorder is read on the
+    copy of the graph taken right after the pass, before Inductor sorts it. Never raises for the pass's own errors: one raised by the pass lands in
     ``RunPair.error``; a compile (or run) with the pass that fails after the pass returned lands in
     ``compiled.after`` for the semantics oracle to report.
 
@@ -397,6 +398,7 @@ def apply_compiled(pass_: Any, case: GraphCase) -> RunPair:
             recorder.error_summary,
             mode="compiled",
             compiled=run,
+            strict_order=strict_order,
         )
     pair = RunPair(
         case,
@@ -408,8 +410,9 @@ def apply_compiled(pass_: Any, case: GraphCase) -> RunPair:
         recorder.elapsed_s,
         resorted=bool(recorder.pairs),
         matches=recorder.matches,
-        unsorted=pass_made_unsorted(recorder.pairs, recorder.matches),
+        unsorted=pass_made_unsorted(recorder.pairs, recorder.matches, strict_order),
         mode="compiled",
         compiled=run,
+        strict_order=strict_order,
     )
     return pair

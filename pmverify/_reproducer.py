@@ -204,12 +204,16 @@ def render(
     mode: str = "direct",
     hang_s: float | None = None,
     dies: bool = False,
+    strict_order: bool = False,
+    others: Sequence[tuple[str, str]] = (),
 ) -> str:
     """Return the source of a standalone script reproducing ``violations`` of ``pass_`` on ``case``.
 
     ``pass_source``, when given, is Python code that defines ``PASS``; it replaces the recipe
-    pmverify derives (see :func:`pass_recipe`). ``mode`` is the apply mode the script's
-    ``check_case`` call uses (``"direct"`` or ``"compiled"``). For a case on which the pass hung
+    pmverify derives (see :func:`pass_recipe`). ``mode`` and ``strict_order`` are those of the
+    script's ``check_case`` call. ``others``: ``(oracle, reproducer path)`` of the other oracles
+    that fired during the search on cases of their own (``PassVerificationError.other_failures``),
+    listed in the script's header and printed when it runs. For a case on which the pass hung
     (a ``pmverify fuzz`` timeout finding), ``hang_s`` is its per-case timeout: the script prints
     where the pass is and exits 1 when the case is still running after that many seconds. For a
     case on which the pass killed its process (``dies``), the script dies the same way while the
@@ -252,6 +256,14 @@ def render(
             ]
             if dies
             else ["# prints the violations and exits 1 while the pass is wrong, 0 once fixed, 2 when it cannot run."]
+        ),
+        *(
+            [
+                "# Other oracles broke during the search, each on a case of its own (its first, not shrunk):",
+                *(f"#   {oracle}: {path}" for oracle, path in others),
+            ]
+            if others
+            else []
         ),
     ]
     expected = [str(v) for v in violations]
@@ -330,7 +342,8 @@ def render(
             if hang_s is not None
             else []
         ),
-        f"    result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r})",
+        f"    result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r}"
+        + (", strict_order=True)" if strict_order else ")"),
         *(["    faulthandler.cancel_dump_traceback_later()"] if hang_s is not None else []),
         '    print("graph before the pass:", result.pair.before.code, sep="\\n")',
         "    if result.pair.after is not None:",
@@ -339,6 +352,16 @@ def render(
         '        print("VIOLATION", violation)',
         f"    expected = {expected!r}",
         '    print(f"{len(result.violations)} violation(s); {len(expected)} when this script was written")',
+        *(
+            [
+                f"    others = {list(others)!r}",
+                '    print("other oracles broke during the search on cases of their own:", file=sys.stderr)',
+                "    for oracle, path in others:",
+                '        print(f"  {oracle}: {path}", file=sys.stderr)',
+            ]
+            if others
+            else []
+        ),
         "    sys.exit(1 if result.violations else 0)",
         "",
     ]
@@ -356,11 +379,22 @@ def write(
     mode: str = "direct",
     hang_s: float | None = None,
     dies: bool = False,
+    strict_order: bool = False,
+    others: Sequence[tuple[str, str]] = (),
 ) -> pathlib.Path:
     """Write the reproducer of :func:`render` under ``directory`` (default
     :func:`default_repro_dir`) and return its path; the file name carries the oracle and a hash."""
     source = render(
-        case, pass_, violations, oracles=oracles, pass_source=pass_source, mode=mode, hang_s=hang_s, dies=dies
+        case,
+        pass_,
+        violations,
+        oracles=oracles,
+        pass_source=pass_source,
+        mode=mode,
+        hang_s=hang_s,
+        dies=dies,
+        strict_order=strict_order,
+        others=others,
     )
     directory = pathlib.Path(directory) if directory is not None else default_repro_dir()
     directory.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from hypothesis.strategies import SearchStrategy
 
 from ._check import CaseResult
 from ._record import RecordedRewrite
+from ._summary import AllCasesVoid, RewriteNeverMatched, VerifySummary, vacuous_error
 from ._verify import PassVerificationError, verify
 
 __all__ = ["RewriteResult", "RewriteNeverMatched", "check_rewrite"]
@@ -48,21 +49,16 @@ class RewriteResult:
     outcomes: dict[str, int]
 
 
-class RewriteNeverMatched(AssertionError):
-    """:func:`check_rewrite` drew no input on which the rewrite matches: nothing was compared.
-
-    - ``result``: the :class:`RewriteResult` (``matched == 0``; ``outcomes`` says why).
-    """
-
-    def __init__(self, result: RewriteResult) -> None:
-        self.result = result
-        why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
-        super().__init__(
-            f"rewrite {result.rewrite.name} never matched: Inductor's matcher holding only "
-            f"{result.rewrite!r} rewrote none of {result.examples} cases drawn like its example inputs "
-            f"(ground truth of the instances: {why or 'none'}); nothing was compared. Give check_rewrite "
-            "inputs= drawing inputs its extra_check accepts, or fix the pattern or extra_check"
-        )
+def _never_matched(result: RewriteResult, summary: VerifySummary) -> RewriteNeverMatched:
+    why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
+    return RewriteNeverMatched(
+        f"rewrite {result.rewrite.name} never matched: Inductor's matcher holding only "
+        f"{result.rewrite!r} rewrote none of {result.examples} cases drawn like its example inputs "
+        f"(ground truth of the instances: {why or 'none'}); nothing was compared. Give check_rewrite "
+        "inputs= drawing inputs its extra_check accepts, or fix the pattern or extra_check",
+        summary,
+        result,
+    )
 
 
 def _outcome(instance: Any) -> str:
@@ -105,7 +101,8 @@ def check_rewrite(
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the replacement breaks a
     property (``violations`` name the oracle: ``semantics``, ``structure``...);
     :class:`RewriteNeverMatched` when no case was rewritten (e.g. ``extra_check`` rejected every
-    input: the rewrite was not checked at all); ``InvalidArgument`` for a ``recorded`` that is not a
+    input: the rewrite was not checked at all; its ``result`` is the :class:`RewriteResult`);
+    :class:`AllCasesVoid` when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for a ``recorded`` that is not a
     :class:`RecordedRewrite`, an ``inputs`` that is not a strategy, or example inputs
     :func:`~pmverify.strategies.like` cannot draw; ``ValueError`` when the rewrite cannot be
     registered again.
@@ -139,7 +136,7 @@ def check_rewrite(
         outcomes.update(_outcome(instance) for instance in result.case.planted)
 
     try:
-        verify(
+        summary = verify(
             recorded.pattern_pass(),
             cases,
             max_examples=max_examples,
@@ -147,14 +144,24 @@ def check_rewrite(
             repro_dir=repro_dir,
             pass_source=pass_source,
             on_result=count,
+            allow_no_rewrites=True,  # judged below, with the rewrite's own message
         )
     except PassVerificationError as error:
-        note = (
-            str(error).partition("\nnote: ")[2].replace("give verify() pass_source", "give check_rewrite() pass_source")
-        )
+        note = error.note.replace("give verify() pass_source", "give check_rewrite() pass_source")
         notes = [f"the pass is {recorded!r} alone (check_rewrite)", *([note] if note else [])]
-        raise PassVerificationError(error.result, error.reproducer, "; ".join(notes)) from None
+        raise PassVerificationError(
+            error.result,
+            error.reproducer,
+            "; ".join(notes),
+            error.pictures,
+            other_failures=error.other_failures,
+            other_reproducers=error.other_reproducers,
+            summary=error.summary,
+        ) from None
     result = RewriteResult(recorded, counts["examples"], counts["matched"], dict(outcomes))
     if not result.matched:
-        raise RewriteNeverMatched(result)
+        raise _never_matched(result, summary)
+    error = vacuous_error(summary, f"check_rewrite({recorded.name})")
+    if isinstance(error, AllCasesVoid):
+        raise error
     return result

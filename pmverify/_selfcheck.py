@@ -128,6 +128,8 @@ def run_fault(
                 seed=seed,
                 on_result=counter,
                 repro_dir=repro_dir,
+                # a bank row may ask for strict order (a fault only a graph judged unsorted shows)
+                strict_order=getattr(fault, "strict_order", False),
             ):
                 if error is not None:
                     result.family = family

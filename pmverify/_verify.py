@@ -24,6 +24,7 @@ from hypothesis.strategies import SearchStrategy
 from . import _reproducer
 from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
+from ._summary import VerifySummary, vacuous_error
 
 __all__ = ["PassVerificationError", "verify", "case_events", "database_key", "verify_in_rotation", "fresh_search"]
 
@@ -31,11 +32,16 @@ __all__ = ["PassVerificationError", "verify", "case_events", "database_key", "ve
 class PassVerificationError(AssertionError):
     """A pass broke a property on some case.
 
-    - ``case``: the shrunk :class:`GraphCase`; ``violations``: what broke;
+    - ``case``: the shrunk :class:`GraphCase`; ``violations``: every violation of it;
     - ``result``: the full :class:`CaseResult`; ``reproducer``: path of a standalone script that
       shows the violation when run (None if it could not be written).
     - ``pictures``: the before/after picture of the graph next to the reproducer, replaced and
       inserted nodes marked: a Graphviz ``.dot`` file, and an ``.svg`` when Graphviz is installed.
+    - ``other_failures``: for each oracle that fired during the search but not on the shrunk case,
+      the first case it fired on (a :class:`CaseResult`, not shrunk): shrinking follows one failure
+      and may leave another behind (a stride finding must not hide a semantic one).
+      ``other_reproducers``: a reproducer script of each (None where it could not be written).
+    - ``summary``: the :class:`VerifySummary` of the search up to here, shrinking included.
     """
 
     def __init__(
@@ -44,18 +50,33 @@ class PassVerificationError(AssertionError):
         reproducer: pathlib.Path | None,
         note: str = "",
         pictures: Sequence[pathlib.Path] = (),
+        *,
+        other_failures: dict[str, CaseResult] | None = None,
+        other_reproducers: dict[str, pathlib.Path | None] | None = None,
+        summary: VerifySummary | None = None,
     ) -> None:
         self.result = result
         self.case = result.case
         self.violations = list(result.violations)
         self.reproducer = reproducer
         self.pictures = list(pictures)
+        self.other_failures = dict(other_failures or {})
+        self.other_reproducers = dict(other_reproducers or {})
+        self.summary = summary
+        self.note = note
         count = len(self.violations)
         lines = [
             f"{_pass_name(result.pair.pass_)} broke {count} propert{'y' if count == 1 else 'ies'} on {self.case!r}"
         ]
         lines += [f"  - {violation}" for violation in self.violations]
         lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
+        if self.other_failures:
+            lines.append("other oracles broken during the search, each on its first failing case (not shrunk):")
+            for oracle, other in self.other_failures.items():
+                lines.append(f"  - {oracle} on {other.case!r}:")
+                lines += [f"      {violation}" for violation in other.violations if violation.oracle == oracle]
+                path = self.other_reproducers.get(oracle)
+                lines.append(f"    reproducer: {path if path else 'not written'}")
         if self.pictures:
             lines.append(f"picture: {', '.join(str(path) for path in self.pictures)}")
         if note:
@@ -81,6 +102,8 @@ def case_events(result: CaseResult) -> list[str]:
             labels.append(f"{instance.reason or 'may match'}: {'matched' if matched else 'left alone'}")
         else:
             labels.append(f"near miss {instance.reason}: {'wrongly matched' if matched else 'rejected'}")
+    if not result.rewritten:
+        labels.append("not rewritten")
     if result.pair.resorted:
         labels.append("pass left the graph unsorted (stable_topological_sort ran after it)")
     if result.case.mutations:
@@ -131,9 +154,12 @@ def verify(
     on_result: Any = None,
     mode: str = "direct",
     on_case: Callable[[Any], None] | None = None,
-) -> None:
-    """Search ``cases`` for a case on which ``pass_`` breaks a property; return None when none is
-    found, else raise :class:`PassVerificationError` for the shrunk case.
+    strict_order: bool = False,
+    allow_no_rewrites: bool = False,
+) -> VerifySummary:
+    """Search ``cases`` for a case on which ``pass_`` breaks a property; return a
+    :class:`VerifySummary` of what was checked when none is found, else raise
+    :class:`PassVerificationError` for the shrunk case.
 
     - ``pass_``: a pass object, or a pass class built per case as ``pass_(case.pass_config)``.
     - ``cases``: a Hypothesis strategy of :class:`GraphCase` (e.g. ``strategies.qk_norm_cases()``).
@@ -152,12 +178,32 @@ def verify(
     - ``mode``: how each case is applied, as for :func:`check_case`: ``"direct"`` (default) or
       ``"compiled"`` (two ``torch.compile`` runs a case: seconds each, so keep ``max_examples``
       small); the reproducer runs the same mode.
+    - ``strict_order``: judge the graph in the order the pass left it, as for :func:`check_case`
+      (default False: Inductor's order, sorted after ``post_grad_custom_post_pass``; True for a
+      pass that the next one may run after before any sort, as in vLLM's pass manager). The
+      reproducer replays with the same setting, and the example database keeps the two searches'
+      failures apart (see :func:`database_key`).
+    - ``allow_no_rewrites``: accept a search in which no case was rewritten, or every case was
+      void (default False: those raise, see below); for cases on which the pass rightly rewrites
+      nothing (a family of near misses) and for batches whose caller judges the whole run.
 
     Runs under the active Hypothesis settings profile (``deadline`` is always None: torch code
     trips it at random). The failing case is saved to the Hypothesis example database before this
-    raises, and replayed first on the next run. Raises ``InvalidArgument`` for a ``cases`` that is
-    not a strategy or a ``max_examples`` below 1, ``ValueError`` for an unknown ``mode`` or a
+    raises, and replayed first on the next run. When a case breaks several oracles, Hypothesis
+    shrinks toward one of them: the error also names, for each other oracle that fired, its own
+    first failing case and reproducer (``other_failures``), at no extra search.
+
+    Raises :class:`PassVerificationError` as said; unless ``allow_no_rewrites``, when no property
+    broke, :class:`~pmverify.RewriteNeverMatched` if no case was rewritten and
+    :class:`~pmverify.AllCasesVoid` if every case was void (each with the ``summary``: what was
+    drawn, and the planted ground truth). ``InvalidArgument`` for a ``cases`` that is not a
+    strategy or a ``max_examples`` below 1, ``ValueError`` for an unknown ``mode`` or a
     ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass.
+
+    Example::
+
+        summary = pmverify.verify(MyPass(), pmverify.strategies.planted(pattern, inputs), max_examples=200)
+        print(summary.describe())
     """
     if not isinstance(cases, SearchStrategy):
         raise InvalidArgument(f"cases={cases!r} must be a Hypothesis strategy of GraphCase")
@@ -179,12 +225,18 @@ def verify(
     if max_examples is not None:
         overrides["max_examples"] = max_examples
 
+    tally = [VerifySummary()]
+    first: dict[str, CaseResult] = {}  # each oracle's first failing case
+
     @settings(**overrides)
     @given(cases)
     def run_case(case: Any) -> None:
         if on_case is not None:
             on_case(case)
-        result = check_case(pass_, case, oracles=oracles, mode=mode)
+        result = check_case(pass_, case, oracles=oracles, mode=mode, strict_order=strict_order)
+        tally[0] = tally[0] + VerifySummary.of(result)
+        for violation in result.violations:
+            first.setdefault(violation.oracle, result)
         for label in case_events(result):
             event(label)
         if on_result is not None:
@@ -197,7 +249,7 @@ def verify(
         # must still save its failures (tests/test_verify.py checks this against Hypothesis).
         run_case._hypothesis_internal_use_seed = seed
     # Hypothesis reads the example database key from here before deriving one from the test's source.
-    run_case._hypothesis_internal_database_key = database_key(pass_, cases, mode)
+    run_case._hypothesis_internal_database_key = database_key(pass_, cases, mode, strict_order)
     try:
         run_case()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
@@ -210,10 +262,28 @@ def verify(
             notes.append("it cannot rebuild the pass: edit PASS in it, or give verify() pass_source='PASS = ...'")
         if isinstance(error, FlakyFailure):
             notes.append("Hypothesis found the failure flaky: the pass did not fail every time on this case")
+        write = functools.partial(
+            _reproducer.write,
+            pass_=pass_,
+            directory=repro_dir,
+            oracles=oracles,
+            pass_source=pass_source,
+            mode=mode,
+            strict_order=strict_order,
+        )
+        shown = {violation.oracle for violation in result.violations}
+        others = {oracle: other for oracle, other in first.items() if oracle not in shown}
+        other_paths: dict[str, pathlib.Path | None] = {}
+        for oracle, other in others.items():  # its violations first: the file is named after the first
+            ordered = sorted(other.violations, key=lambda violation: violation.oracle != oracle)
+            try:
+                other_paths[oracle] = write(other.case, violations=ordered)
+            except (OSError, ValueError) as exc:
+                other_paths[oracle] = None
+                notes.append(f"the reproducer of the {oracle} failure was not written: {exc}")
+        listed = [(oracle, str(path) if path else "not written") for oracle, path in other_paths.items()]
         try:
-            path = _reproducer.write(
-                result.case, pass_, result.violations, repro_dir, oracles=oracles, pass_source=pass_source, mode=mode
-            )
+            path = write(result.case, violations=result.violations, others=listed)
         except (OSError, ValueError) as exc:
             path = None
             notes.insert(0, str(exc))
@@ -223,15 +293,33 @@ def verify(
                 pictures = _reproducer.write_picture(result.pair, path)
             except OSError as exc:
                 notes.append(f"the picture was not written: {exc}")
-        raise PassVerificationError(result, path, "; ".join(notes), pictures) from None
+        raise PassVerificationError(
+            result,
+            path,
+            "; ".join(notes),
+            pictures,
+            other_failures=others,
+            other_reproducers=other_paths,
+            summary=tally[0],
+        ) from None
+    summary = tally[0]
+    error = None if allow_no_rewrites else vacuous_error(summary, f"verify({_pass_name(pass_)}, {cases!r})")
+    if error is not None:
+        raise error
+    return summary
 
 
-def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct") -> bytes:
+def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct", strict_order: bool = False) -> bytes:
     """The example-database key under which :func:`verify` saves the failures of ``pass_`` on
     ``cases`` in ``mode``: a digest of the pass's class (and config) and the strategy's repr, so
     that every search of the same pass on the same strategy (a test, ``pmverify fuzz``, another
-    machine sharing the database) replays the same failures first. Seeds do not enter it."""
+    machine sharing the database) replays the same failures first. Seeds do not enter it.
+
+    ``strict_order`` gets keys of its own: a strict search's failures may hold only a disorder the
+    default forgives (a default search replaying them would pass them and delete them from the
+    database), and a default search's failures are the strict search's to find on its own."""
     key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}" + ("" if mode == "direct" else f":{mode}")
+    key += ":strict_order" if strict_order else ""
     key = re.sub(r" at 0x[0-9a-fA-F]+", "", key)  # default reprs hold addresses that change every run
     return hashlib.sha256(key.encode()).digest()
 
@@ -257,12 +345,14 @@ def verify_in_rotation(
     seed: int = 0,
     on_result: Any = None,
     repro_dir: str | os.PathLike[str] | None = None,
+    strict_order: bool = False,
 ) -> Iterator[tuple[str, PassVerificationError | None]]:
     """Run :func:`verify` on ``families`` (``(name, strategy)`` pairs) in rotation, ``batch`` cases
     of one family at a time, while ``remaining()`` (checked before each batch) says how many cases
     may still be tried; yield ``(family name, the PassVerificationError or None)`` after each
     batch. Batch ``i`` is seeded ``seed * 100_003 + i``, so a run is reproducible batch by batch.
-    What ``pmverify fuzz`` and ``pmverify selfcheck`` search with."""
+    A batch that rewrites nothing is no error (``allow_no_rewrites=True``): the caller judges the
+    whole run, e.g. from ``on_result``. What ``pmverify selfcheck`` searches with."""
     index = 0
     while (todo := min(batch, remaining())) > 0:
         family, cases = families[index % len(families)]
@@ -274,6 +364,8 @@ def verify_in_rotation(
                 seed=seed * 100_003 + index,
                 on_result=on_result,
                 repro_dir=repro_dir,
+                strict_order=strict_order,
+                allow_no_rewrites=True,
             )
         except PassVerificationError as error:
             yield family, error

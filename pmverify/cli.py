@@ -2,7 +2,8 @@
 the bank, or your own) on random graphs within a time budget, crash-isolated; `pmverify selfcheck`
 checks that pmverify catches every fault of its bank.
 
-Exit status: fuzz 0 when nothing was found, 1 when something was, 2 when nothing was but a target
+Exit status: fuzz 0 when nothing was found, 1 when something was (a target whose whole run rewrote
+nothing included: a never_matched finding), 2 when nothing was but a target
 could not be searched or checked no case, 130 when interrupted; selfcheck 0 when every fault was detected, 1 when one
 escaped, 2 when none escaped but one could not run here; 2 for bad usage (including an environment
 the Triton kernels cannot run in, or an example database that cannot be reached).
@@ -170,6 +171,13 @@ def _parser() -> argparse.ArgumentParser:
         help="targets searched at once, each in its worker process (default %(default)s; one core or more each)",
     )
     fuzz.add_argument("--no-shrink", action="store_true", help="report the first failing case unshrunk (faster)")
+    fuzz.add_argument(
+        "--strict-order",
+        action="store_true",
+        help="a graph the pass leaves out of topological order is a finding even where an Inductor pattern entry "
+        "put a node before its input (default: forgiven, as Inductor sorts the graph right after "
+        "post_grad_custom_post_pass); for a pass another may run after before any sort, as in vLLM's pass manager",
+    )
     fuzz.add_argument("--no-real-model", action="store_true", help="skip the compiled real-model check")
     fuzz.add_argument(
         "--progress",
@@ -227,11 +235,18 @@ def _summary(report: dict[str, Any], out: Any) -> None:
         if worlds:
             print(f"  {worlds}", file=out)
         for finding in target["findings"]:
+            if finding["family"] is None:  # a finding of the whole run: never_matched
+                print(f"  {finding['kind']}: {finding['violations'][0]['message']}", file=out)
+                continue
             oracles = ", ".join(dict.fromkeys(v["oracle"] for v in finding["violations"]))
             print(
                 f"  {finding['kind']} in {finding['family']} ({oracles}): {finding['reproducer'] or 'no reproducer'}",
                 file=out,
             )
+            for other in finding.get("other_failures") or ():
+                print(
+                    f"    also {other['oracle']}, on another case: {other['reproducer'] or 'no reproducer'}", file=out
+                )
         for error in target["errors"]:
             print(f"  error in {error['family'] or 'the worker'}: {error['message'].splitlines()[0]}", file=out)
     for model in report["real_models"]:
@@ -321,6 +336,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         real_model=not args.no_real_model,
         progress=args.progress,
         jobs=args.jobs,
+        strict_order=args.strict_order,
     )
     if case_timeout + WORKER_START_S >= budget:  # said once the usage is known good
         print(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from torch._inductor import pattern_matcher as pm
 
+import pmverify
 from pmverify import PassVerificationError
 from pmverify._record import record_patterns
 from pmverify._rewrite import RewriteNeverMatched, RewriteResult, check_rewrite
@@ -135,6 +136,9 @@ def test_a_rewrite_that_never_matches_is_an_error():
     assert info.value.result.matched == 0 and info.value.result.examples == 6
     assert info.value.result.outcomes.get("extra_check", 0) > 0
     assert "extra_check: " in str(info.value)
+    # the exception verify() raises for a search that rewrote nothing, with verify's summary
+    assert isinstance(info.value, pmverify.VacuousSearch) and RewriteNeverMatched is pmverify.RewriteNeverMatched
+    assert info.value.summary.cases == 6 and info.value.summary.rewritten_cases == 0
 
 
 def test_inputs_the_extra_check_rejects_in_part():

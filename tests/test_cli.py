@@ -114,6 +114,18 @@ def test_a_negative_duration_reaches_the_options_own_check(option, value, capsys
     assert err == f"pmverify fuzz: {option}='{value}' must be a positive, finite duration (see pmverify fuzz --help)\n"
 
 
+def test_strict_order_reaches_the_job(monkeypatch):
+    from pmverify import cli
+
+    seen = []
+    monkeypatch.setattr("pmverify._job.run_job", lambda options, out: seen.append(options) or ({}, 0))
+    monkeypatch.setattr("pmverify._job.targets.check", lambda names, cases: None)
+    monkeypatch.setattr(cli, "_summary", lambda report, out: None)
+    assert main(["fuzz", "--strict-order", "--no-real-model", "--budget", "5m"]) == 0
+    assert main(["fuzz", "--no-real-model", "--budget", "5m"]) == 0
+    assert [options.strict_order for options in seen] == [True, False]
+
+
 def test_only_a_duration_options_value_is_joined_to_it():
     from pmverify.cli import _joined
 

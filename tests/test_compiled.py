@@ -239,3 +239,27 @@ def test_mutated_qkv_input_matches_under_compile():
     assert before.count(split) == 3 and before.index(copy) < len(before) - 1 - before[::-1].index(split)
     after = [n.target for n in result.pair.after.graph.nodes]
     assert torch.ops.pmverify.qk_norm.default in after and copy in after
+
+
+@pytest.mark.slow
+def test_strict_order_reads_the_graph_the_pass_left_before_inductor_sorts_it():
+    """An Inductor pattern entry's multi-output replacement goes before its input: forgiven by
+    default (Inductor sorts right after the pass), a structure finding with strict_order=True."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    pass_ = PatternMatcherPass()
+    register_replacement(
+        lambda a, b: (a.sin(), (a.sin() * b).cos()),
+        lambda a, b: (a.sin() + 0.0, ((a.sin() + 0.0) * b).cos()),
+        [torch.randn(4), torch.randn(4)],
+        fwd_only,
+        pass_,
+    )
+    x = torch.randn(4)
+    case = GraphCase(fwd_only(lambda x: (x.sin(), (x.sin() * (x * 2)).cos()), [x]), [(x,)])
+    strict = check_case(pass_, case, mode="compiled", oracles=["structure", "semantics"], strict_order=True)
+    assert strict.matches == 1 and strict.pair.unsorted
+    assert [v.oracle for v in strict.violations] == ["structure"]
+    assert "an Inductor pattern entry (ReplacementPatternEntry at" in strict.violations[0].message
+    default = check_case(pass_, case, mode="compiled", oracles=["structure", "semantics"])
+    assert default.matches == 1 and default.pair.unsorted == [] and default.ok, default.violations

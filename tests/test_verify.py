@@ -22,9 +22,15 @@ CONFIG_F32 = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.float32, ma
 def test_shipped_pass_preserves_semantics():
     # The property test of semantic preservation (plus structure and expectations) on random cases.
     results = []
-    verify(QKNormFusionPass, qk_norm_cases(), max_examples=30, on_result=results.append)
+    summary = verify(QKNormFusionPass, qk_norm_cases(), max_examples=30, on_result=results.append)
     assert len(results) == 30
     assert sum(r.matches for r in results) > 0
+    assert isinstance(summary, pmverify.VerifySummary)
+    assert summary.cases == 30 and summary.rewrites == sum(r.matches for r in results)
+    assert summary.rewritten_cases == sum(r.rewritten for r in results) > 0 and summary.failing_cases == 0
+    assert summary.judged["structure"] == 30 and summary.judged["semantics"] == 30 - summary.void_cases
+    assert summary.planted["must match"] >= summary.rewritten_cases
+    assert summary.describe().startswith(f"30 cases, {summary.rewritten_cases} rewritten")
 
 
 def test_shipped_pass_with_fixed_config():
@@ -182,3 +188,167 @@ def test_database_key_tells_passes_apart():
     assert len(keys) == 8
     assert database_key(first, cases) == database_key(first, cases)
     assert database_key(QKNormFusionPass, cases, "compiled") != database_key(QKNormFusionPass, cases)
+
+
+# -- strict order, vacuous searches, other oracles' failures ---------------------------------------
+
+_X = torch.randn(4, 3)
+
+
+def _traced(fn):
+    from torch._inductor.pattern_matcher import fwd_only
+
+    return fwd_only(fn, [_X])
+
+
+class MultiOutputSinPass:
+    """Inductor's own register_replacement of ``(sin(a), cos(sin(a) * b))`` by an equal two-output
+    replacement: the pattern entry inserts it before the match's first output, ahead of ``b``."""
+
+    def __init__(self):
+        from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+        def search(a, b):
+            s = a.sin()
+            return s, (s * b).cos()
+
+        def replace(a, b):
+            s = a.sin() + 0.0
+            return s, (s * b).cos()
+
+        self.patterns = PatternMatcherPass()
+        register_replacement(search, replace, [torch.randn(4), torch.randn(4)], fwd_only, self.patterns)
+
+    def __call__(self, graph):
+        self.matched_count = self.patterns.apply(graph)
+
+
+def _multi_output_case():
+    def fn(x):
+        s = x.sin()
+        return s, (s * (x * 2)).cos()
+
+    return pmverify.GraphCase(_traced(fn), [(_X,)])
+
+
+def _run_reproducer(path, monkeypatch):
+    """Run a reproducer script in this process (torch already imported); its exit status."""
+    import runpy
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script prepends its folders
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(path), run_name="__main__")
+    return info.value.code
+
+
+def test_strict_order_finds_a_pattern_entrys_disorder_and_keeps_its_failures_apart(tmp_path, monkeypatch):
+    from hypothesis import settings
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from pmverify._verify import database_key
+
+    db = InMemoryExampleDatabase()
+    previous = settings.get_current_profile_name()
+    settings.register_profile("pmverify-test-strict", settings.get_profile(previous), database=db)
+    settings.load_profile("pmverify-test-strict")
+    try:
+        pass_, cases = MultiOutputSinPass(), st.just(_multi_output_case())
+        with pytest.raises(PassVerificationError) as info:
+            verify(pass_, cases, strict_order=True, repro_dir=tmp_path)
+        assert [v.oracle for v in info.value.violations] == ["structure"]
+        strict, default = database_key(pass_, cases, strict_order=True), database_key(pass_, cases)
+        assert strict != default and db.data.get(strict) and not db.data.get(default)
+        # the default search judges Inductor's order: quiet, and it leaves the strict search's failure saved
+        summary = verify(pass_, cases, max_examples=1)
+        assert summary.rewritten_cases == summary.cases == 1 and db.data.get(strict)
+    finally:
+        settings.load_profile(previous)
+    script = info.value.reproducer.read_text()
+    assert "mode='direct', strict_order=True)" in script
+    assert _run_reproducer(info.value.reproducer, monkeypatch) == 1
+    fixed = pmverify._reproducer.write(info.value.case, pass_, info.value.violations, tmp_path / "default")
+    assert _run_reproducer(fixed, monkeypatch) == 0  # the same case in Inductor's order
+
+
+def _identity(graph):
+    pass
+
+
+def _recompute_sin(graph):
+    """A correct rewrite: every ``sin`` recomputed by a new node."""
+    for node in list(graph.find_nodes(op="call_function", target=torch.ops.aten.sin.default)):
+        with graph.inserting_after(node):
+            new = graph.call_function(torch.ops.aten.sin.default, node.args)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+
+
+def test_a_search_that_rewrote_nothing_raises_rewrite_never_matched():
+    cases = st.just(pmverify.GraphCase(_traced(lambda x: x.sin() + 1), [(_X,)]))
+    with pytest.raises(pmverify.RewriteNeverMatched) as info:
+        verify(_identity, cases, max_examples=3)
+    error = info.value
+    assert isinstance(error, pmverify.VacuousSearch) and error.result is None
+    assert error.summary.cases == 1 and error.summary.rewritten_cases == 0
+    message = str(error)
+    assert message.startswith("verify(_identity, just(GraphCase(graph: 2 ops")
+    assert "the pass rewrote nothing in the 1 case drawn (no pattern instance was planted)" in message
+    assert "pass allow_no_rewrites=True" in message
+    summary = verify(_identity, cases, max_examples=3, allow_no_rewrites=True)
+    assert summary == pmverify.VerifySummary(cases=1, judged={"structure": 1, "semantics": 1})
+
+
+def test_a_search_whose_every_case_was_void_raises_all_cases_void():
+    x = torch.tensor([[float("nan"), 1.0, 2.0]])
+    cases = st.just(pmverify.GraphCase(_traced(lambda x: x.sin() + 1), [(x,)]))
+    with pytest.raises(pmverify.AllCasesVoid) as info:
+        verify(_recompute_sin, cases)
+    assert info.value.summary.void_cases == info.value.summary.cases == 1
+    assert "every one of the 1 case drawn was void (the float64 reference is NaN or Inf, first: " in str(info.value)
+    assert verify(_recompute_sin, cases, allow_no_rewrites=True).judged.get("semantics") is None
+
+
+class StridesThenValues:
+    """Wrong from ``config`` 3 up: the output comes back transposed (its strides change); from 4
+    up, also doubled (its values change). Shrinking walks from a case breaking both to 3, which
+    breaks the strides only."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def __call__(self, graph):
+        if self.config < 3:
+            return _recompute_sin(graph)
+        aten = torch.ops.aten
+        (output,) = graph.find_nodes(op="output")
+        value = output.args[0]
+        with graph.inserting_before(output):
+            new = graph.call_function(aten.t.default, (value,))
+            new = graph.call_function(aten.clone.default, (new,), {"memory_format": torch.contiguous_format})
+            new = graph.call_function(aten.t.default, (new,))
+            if self.config >= 4:
+                new = graph.call_function(aten.mul.Tensor, (new, 2))
+        output.args = (new,)
+
+
+def test_an_oracle_the_shrunk_case_no_longer_breaks_keeps_its_first_failing_case(tmp_path, monkeypatch):
+    from pmverify._verify import fresh_search
+
+    gm = _traced(lambda x: x.sin() + 1)
+    cases = st.integers(0, 8).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
+    with fresh_search(), pytest.raises(PassVerificationError) as info:  # (no saved failure replayed first)
+        verify(StridesThenValues, cases, max_examples=30, seed=0, repro_dir=tmp_path)
+    error = info.value
+    assert error.case.pass_config == 3 and [v.oracle for v in error.violations] == ["structure"]
+    (other,) = error.other_failures.values()
+    assert list(error.other_failures) == ["semantics"] and other.case.pass_config >= 4
+    assert [v.oracle for v in other.violations] == ["structure", "semantics"]
+    path = error.other_reproducers["semantics"]
+    assert path.name.startswith("repro_semantics_") and path.parent == tmp_path
+    message = str(error)
+    assert "other oracles broken during the search, each on its first failing case (not shrunk):" in message
+    assert f"  - semantics on {other.case!r}:\n      semantics: " in message and f"reproducer: {path}" in message
+    assert error.summary.failing_cases >= 2
+    script = error.reproducer.read_text()
+    assert f"#   semantics: {path}" in script
+    assert _run_reproducer(path, monkeypatch) == 1

@@ -71,13 +71,24 @@ def _finding_text(finding: dict) -> str:
     lines = [f"{v['oracle']}: {v['message']}" for v in finding["violations"]]
     lines.append(f"case: {finding.get('case') or 'unknown'}")
     lines.append(f"reproducer: {finding.get('reproducer') or 'not written'}")
+    for other in finding.get("other_failures") or ():
+        lines.append(f"also broken during the search, {other['oracle']} on its first failing case: {other['case']}")
+        lines += [f"  {v['oracle']}: {v['message']}" for v in other["violations"]]
+        lines.append(f"  reproducer: {other.get('reproducer') or 'not written'}")
     return _xml_text("\n".join(lines))
+
+
+def _failure(case: ET.Element, finding: dict) -> None:
+    oracles = ", ".join(dict.fromkeys(v["oracle"] for v in finding["violations"]))
+    element = ET.SubElement(case, "failure", message=_xml_text(f"{finding['kind']}: {oracles}"), type=finding["kind"])
+    element.text = _finding_text(finding)
 
 
 def junit_xml(report: dict) -> str:
     """JUnit XML of ``report``: a ``testsuite`` per target, a ``testcase`` per case family (a
-    ``failure`` per finding, an ``error`` for a search that could not run), and a testcase per
-    real-model check."""
+    ``failure`` per finding, an ``error`` for a search that could not run), a ``whole run``
+    testcase for a finding of the whole run (``never_matched``), and a testcase per real-model
+    check."""
     suites = ET.Element("testsuites", name="pmverify fuzz")
     for target in report["targets"]:
         suite = ET.SubElement(suites, "testsuite", name=target["name"])
@@ -96,14 +107,15 @@ def junit_xml(report: dict) -> str:
             ET.SubElement(case, "system-out").text = f"{counts.get('cases', 0)} cases"
             for finding in (f for f in target["findings"] if f["family"] == family):
                 failures += 1
-                oracles = ", ".join(dict.fromkeys(v["oracle"] for v in finding["violations"]))
-                message = _xml_text(f"{finding['kind']}: {oracles}")
-                element = ET.SubElement(case, "failure", message=message, type=finding["kind"])
-                element.text = _finding_text(finding)
+                _failure(case, finding)
             for error in (e for e in target["errors"] if e.get("family") == family):
                 errors += 1
                 text = _xml_text(error["message"])
                 ET.SubElement(case, "error", message=text.splitlines()[0] if text else "").text = text
+        for finding in (f for f in target["findings"] if f["family"] is None):
+            failures += 1
+            name = "whole run"
+            _failure(ET.SubElement(suite, "testcase", classname=f"pmverify.fuzz.{target['name']}", name=name), finding)
         for error in (e for e in target["errors"] if e.get("family") is None):
             errors += 1
             case = ET.SubElement(suite, "testcase", classname=f"pmverify.fuzz.{target['name']}", name="worker")

@@ -11,6 +11,7 @@ import signal
 import time
 from typing import Any
 
+from .._summary import VerifySummary
 from .worker import serve
 
 __all__ = ["JobOptions", "WorkerProcess", "TargetRun", "describe_exit"]
@@ -39,6 +40,7 @@ class JobOptions:
     real_model: bool = True
     progress: str = "auto"
     jobs: int = 1
+    strict_order: bool = False
 
 
 class WorkerProcess:
@@ -54,6 +56,7 @@ class WorkerProcess:
             "repro_dir": str(options.repro_dir) if options.repro_dir else None,
             "shrink": options.shrink,
             "log": str(log) if log else None,
+            "strict_order": options.strict_order,
         }
         self.process = context.Process(
             target=serve, args=(child, name, options.cases, worker_options), name=f"pmverify-worker[{name}]"
@@ -151,6 +154,8 @@ class TargetRun:
         self.failed = False
         self.cases = 0
         self.matches = 0
+        #: what its cases checked, added up case by case (:class:`pmverify.VerifySummary`)
+        self.summary = VerifySummary()
         self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self.events: collections.Counter[str] = collections.Counter()
         self.seconds = 0.0
@@ -209,6 +214,28 @@ class TargetRun:
             return "every family's search raised or ran no case (see its errors)"
         return f"{ended} before it checked a case"
 
+    def never_matched(self) -> dict[str, Any] | None:
+        """The ``never_matched`` finding of a target whose whole run rewrote nothing (judged over
+        every case of every family, not batch by batch), else None: none when it checked no case or
+        found something else (a pass that crashes on every case is reported as crashing)."""
+        summary = self.summary
+        if summary.cases == 0 or summary.rewritten_cases > 0 or self.findings:
+            return None
+        from .._summary import vacuous_error
+
+        message = str(vacuous_error(summary, f"{self.name} on {', '.join(self.families)}"))
+        message = message.replace("pass allow_no_rewrites=True", "leave this target out of the run")
+        return {
+            "target": self.name,
+            "family": None,
+            "kind": "never_matched",
+            "violations": [{"oracle": "never_matched", "message": message, "nodes": []}],
+            "case": None,
+            "reproducer": None,
+            "shrunk": False,
+            "replayed": False,
+        }
+
     def as_json(self) -> dict[str, Any]:
         violations = [
             {**v, "reproducer": finding["reproducer"], "kind": finding["kind"], "family": finding["family"]}
@@ -219,6 +246,10 @@ class TargetRun:
             "name": self.name,
             "cases": self.cases,
             "matches": self.matches,
+            "rewritten_cases": self.summary.rewritten_cases,
+            "void_cases": self.summary.void_cases,
+            "judged": dict(self.summary.judged),
+            "planted": dict(sorted(self.summary.planted.items())),
             "elapsed_s": round(self.searching_s(), 3),
             "cases_per_min": round(60 * self.cases / max(self.searching_s(), 1e-9), 1),
             "families": {name: dict(stats) for name, stats in self.family_stats.items()},

@@ -12,6 +12,8 @@ crash or hang, and never loses what it found.
 - A target that checked no case makes the run exit 2 (unless something was found, or it was
   interrupted); its ``no_cases_reason`` says why.
 - A family with a finding is not searched again in this run; the job goes on with the others.
+- A target whose whole run (every family, not a batch) rewrote nothing and found nothing else
+  gets a ``never_matched`` finding at the end: nothing it rewrites was checked.
 - The JSON report is rewritten atomically at the start, after each finding, every
   ``checkpoint_s`` and at the end; a report or JUnit path that is a stream (``-``,
   ``/dev/stdout``) is left to the caller, which writes the returned report to it once.
@@ -341,6 +343,7 @@ class _Job:
             family = run.families[worker.job[1]]
             run.cases += 1
             run.matches += stats["matches"]
+            run.summary = run.summary + stats["summary"]
             run.family_stats[family]["cases"] += 1
             run.tp_worlds[stats["tp_world"]].update(cases=1, matches=stats["matches"])
             run.events.update(stats["events"])
@@ -484,6 +487,16 @@ class _Job:
                     run.restarts += 1
                 self._run_on_worker(run, self._next_job(run))
 
+    def judge_rewrites(self) -> None:
+        """Add the ``never_matched`` finding of each target whose whole run rewrote nothing."""
+        for run in self.runs:
+            finding = run.never_matched()
+            if finding is None:
+                continue
+            finding["seconds"] = round(time.monotonic() - self.start, 3)
+            run.findings.append(finding)
+            self.display.line(f"NEVER MATCHED in {run.name}: {run.summary.describe()}")
+
     def check_real_models(self) -> None:
         for run in self.runs:
             if not run.families or run.failed:
@@ -534,7 +547,8 @@ class _Job:
 
 
 def run_job(options: JobOptions, out: TextIO | None = None) -> tuple[dict[str, Any], int]:
-    """Run the fuzzing job; return its report and exit status: 1 when something was found, else 2
+    """Run the fuzzing job; return its report and exit status: 1 when something was found (a
+    target that rewrote nothing in its whole run included: ``never_matched``), else 2
     when a target or family could not be searched (its worker failed to start, its strategy
     raised) or a target checked no case (its ``no_cases_reason`` says why), else 0; 130 when
     interrupted (SIGINT or SIGTERM), the report then says so."""
@@ -562,6 +576,7 @@ def _run(job: _Job) -> tuple[dict[str, Any], int]:
         job.status = "finishing"
         job.stop_workers()
         job.finish_renders()
+        job.judge_rewrites()
         job.checkpoint()
         if options.real_model:
             job.check_real_models()

@@ -33,6 +33,8 @@ class Target:
       ``QKNormConfig``).
     - ``pass_source``: for a user's pass, code importing it by name for the reproducers
       (``from mypkg.passes import MyPass``), so that they get the very object; None otherwise.
+    - ``strict_order``: searched with ``strict_order=True`` whatever ``--strict-order`` says (a
+      fault whose bank row asks for it).
     """
 
     name: str
@@ -40,6 +42,7 @@ class Target:
     families: list[tuple[str, Any]]
     real_model: bool
     pass_source: str | None = None
+    strict_order: bool = False
 
 
 def builtin_names() -> list[str]:
@@ -130,7 +133,13 @@ def load(name: str, cases: str | None = None) -> Target:
                 fault.requires()
             except RuntimeError as exc:
                 raise TargetError(f"--target={name}: {exc}") from None
-        return Target(name, fault.pass_cls, fault.families(), real_model=_takes_qk_norm_config(fault.pass_cls))
+        return Target(
+            name,
+            fault.pass_cls,
+            fault.families(),
+            real_model=_takes_qk_norm_config(fault.pass_cls),
+            strict_order=getattr(fault, "strict_order", False),
+        )
     if ":" not in name:
         raise TargetError(
             f"--target={name!r} is unknown; choose qk_norm, a fault ({', '.join(BANK)}), or MODULE:ATTRIBUTE of a pass"

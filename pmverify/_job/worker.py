@@ -17,7 +17,8 @@ It talks to the job over a ``multiprocessing`` pipe. Requests, from the job:
 
 Messages, to the job: ``("ready", info)`` once; ``("case", family, choices)`` before the pass is
 applied to each case (so that the job knows which case a dead or silent worker was on);
-``("result", stats)`` after it; ``("found", finding)`` at the first failing case of a search, with
+``("result", stats)`` after it (its ``summary``: the case's :class:`pmverify.VerifySummary`, which
+the job adds up); ``("found", finding)`` at the first failing case of a search, with
 its choices and an unshrunk reproducer already written; ``("done", finding | None, error | None)``
 at the end of a search (the finding with its final choices, ``shrunk`` when it is minimal);
 ``("alive",)`` about every second while a forked candidate runs; ``("rendered", rendered)``
@@ -37,26 +38,46 @@ from .shrink import current_choices, known_minimal, search_outcome, shrink_in_fo
 __all__ = ["serve"]
 
 
-def _finding(target: Any, family: int, result: Any, reproducer: Any, *, shrunk: bool, replayed: bool) -> dict:
+def _violations(violations: Any) -> list[dict]:
+    return [{"oracle": v.oracle, "message": v.message, "nodes": list(v.nodes)} for v in violations]
+
+
+def _finding(
+    target: Any, family: int, result: Any, reproducer: Any, *, shrunk: bool, replayed: bool, error: Any = None
+) -> dict:
+    """A violation finding; with ``error`` (the search's ``PassVerificationError``), the other
+    oracles that fired during the search on cases of their own (``other_failures``)."""
+    others = error.other_failures if error is not None else {}
     return {
         "target": target.name,
         "family": target.families[family][0],
         "kind": "violation",
-        "violations": [{"oracle": v.oracle, "message": v.message, "nodes": list(v.nodes)} for v in result.violations],
+        "violations": _violations(result.violations),
         "case": repr(result.case),
         "reproducer": str(reproducer) if reproducer else None,
         "shrunk": shrunk,
         "replayed": replayed,
+        "other_failures": [
+            {
+                "oracle": oracle,
+                "violations": _violations(v for v in other.violations if v.oracle == oracle),
+                "case": repr(other.case),
+                "reproducer": str(error.other_reproducers[oracle]) if error.other_reproducers.get(oracle) else None,
+            }
+            for oracle, other in others.items()
+        ],
     }
 
 
 def _stats(result: Any) -> dict:
+    from .._summary import VerifySummary
     from .._verify import case_events
 
     return {
         "tp_world": result.case.tp_world,
         "matches": result.matches,
         "events": [label for label in case_events(result) if not label.startswith("matches")],
+        "summary": VerifySummary.of(result),
     }
 
 
@@ -71,13 +92,18 @@ class _Worker:
         database = pytest_pmverify.example_database(options["db"]) if options.get("db") else None
         pytest_pmverify.load_profile(options["profile"], database=database)
         self.target = load(name, cases)
+        # --strict-order, or a fault of the bank only a graph judged in the pass's order shows
+        self.strict_order = bool(options.get("strict_order")) or self.target.strict_order
         # Inductor's pattern matcher takes seconds to import: not inside the first case's timeout.
         import torch._inductor.pattern_matcher  # noqa: F401
 
     def ready(self) -> None:
         from .._verify import database_key
 
-        self.keys = [database_key(self.target.pass_, strategy) for _, strategy in self.target.families]
+        self.keys = [
+            database_key(self.target.pass_, strategy, strict_order=self.strict_order)
+            for _, strategy in self.target.families
+        ]
         self.conn.send(
             (
                 "ready",
@@ -116,6 +142,7 @@ class _Worker:
                         result.violations,
                         self.options["repro_dir"],
                         pass_source=target.pass_source,
+                        strict_order=self.strict_order,
                     )
                 except (OSError, ValueError):
                     path = None
@@ -136,6 +163,8 @@ class _Worker:
                 on_case=on_case,
                 repro_dir=self.options["repro_dir"],
                 pass_source=target.pass_source,
+                strict_order=self.strict_order,
+                allow_no_rewrites=True,  # the job judges a target's whole run (never_matched), not a batch
             )
 
         shrink = self.options["shrink"]
@@ -176,7 +205,9 @@ class _Worker:
                     pass
         found = None
         if failure is not None:
-            found = _finding(target, family, failure.result, failure.reproducer, shrunk=minimal, replayed=replay)
+            found = _finding(
+                target, family, failure.result, failure.reproducer, shrunk=minimal, replayed=replay, error=failure
+            )
             found["choices"] = choices
         self.conn.send(("done", found, error))
 
@@ -258,6 +289,7 @@ class _Worker:
                 pass_source=self.target.pass_source,
                 hang_s=timeout_s if exit_code is None else None,
                 dies=exit_code is not None,
+                strict_order=self.strict_order,
             )
         except (OSError, ValueError) as exc:
             rendered["note"] = f"the reproducer was not written: {exc}"
@@ -347,7 +379,7 @@ def _quiet_tqdm() -> None:
 def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
     """The worker process's main: build the target, say ready, then serve requests until
     ``("stop",)`` or the pipe closes. ``options``: ``profile``, ``db`` (spec or None),
-    ``repro_dir``, ``shrink``, ``log`` (a file for its output, or None)."""
+    ``repro_dir``, ``shrink``, ``log`` (a file for its output, or None), ``strict_order``."""
     if options.get("log"):
         _log_to(options["log"])
     _die_with_parent()

@@ -1,12 +1,31 @@
 """Expectations oracle: the pass rewrote what it must and left alone what it must not.
 
-For each planted instance of the case (``GraphCase.planted``): a must-match instance is matched
-when none of its compute nodes is left in the rewritten graph; a must-not-match instance is
-untouched when all of them are; an instance with ``must_match=None`` (either is correct) is not
-judged. View nodes (``getitem``, ``split``, ``slice``, ``view``... any aten overload whose schema
-aliases its input) are not judged: a correct replacement may keep or rebuild
-them (e.g. the slice that yields v). "Silently never matches" is a finding, as is a match on a near
-miss.
+For each planted instance of the case (``GraphCase.planted``), judged on the rewritten graph after
+dead-code elimination (nodes neither the output nor an impure node reads are dropped: a
+replacement may leave matched nodes dead, as Inductor's own passes do, relying on its DCE):
+
+- the instance's *outputs* are its nodes read outside it (or by the graph's output), or read by
+  nothing at all; view nodes (``getitem``, ``split``, ``slice``, ``view``... any aten overload
+  whose schema aliases its input) among them are not judged, unless all are views: a correct
+  replacement may keep or rebuild them (e.g. the slice that yields v);
+- an output is *rewritten* when it is no longer computed (its users now read what the pass
+  inserted, or another node), or when it is still there but reads, through the instance's own
+  nodes, a node the pass inserted in place of one of the instance's nodes (a pattern covering the
+  head of the instance);
+- a must-match instance is matched when every judged output is rewritten; a pattern covering only
+  part of the planted function (the tail ``c -> d`` of ``a -> b -> c -> d``, reading ``b``) still
+  rewrites its outputs, and the nodes it keeps are not held against it. An instance with
+  ``must_match=None`` (either is correct) is not judged;
+- a must-not-match instance (a near miss) is rewritten when a judged output is rewritten by a
+  replacement that computes it from the instance's inputs or view nodes (the whole instance), or
+  that leaves one of the instance's compute nodes computed beside it (neither feeding the
+  replacement nor fed by it: computed twice, what Inductor's matcher refuses for an intermediate
+  with an extra user). A replacement starting from the near miss's own compute nodes and leaving
+  nothing beside (a pattern covering its tail or its head) rewrote only a part of it, which need
+  not hold what makes it a near miss: not a finding here; if that part did hold it, the values
+  tell (semantics oracle).
+
+"Silently never matches" is a finding, as is a match on a near miss.
 
 In compiled mode (``pair.mode == "compiled"``) the graphs are Inductor's post-grad graphs,
 re-traced by dynamo and AOT autograd: the planted node names no longer apply, so the oracle judges
@@ -34,11 +53,106 @@ from ._violation import Violation
 __all__ = ["check", "matched_instances", "rewrite_count"]
 
 
-def _compute_nodes(pair: Any, instance: Any) -> list[str]:
-    """The instance's nodes that compute, not view (see the module docstring)."""
-    targets = {node.name: node.target for node in pair.before.graph.nodes}
-    judged = [name for name in instance.nodes if not is_view(targets.get(name))]
-    return judged or list(instance.nodes)
+def _live(pair: Any) -> dict[str, Any]:
+    """The nodes of the rewritten graph that dead-code elimination keeps, by name: those the output
+    or an impure node (an in-place op, a collective...) reads, directly or not (cached per pair)."""
+    cache = getattr(pair, "cache", None)
+    if cache is not None and "expectations_live" in cache:
+        return cache["expectations_live"]
+    stack = [node for node in pair.after.graph.nodes if node.op in ("output", "placeholder") or node.is_impure()]
+    live: dict[str, Any] = {}
+    while stack:
+        node = stack.pop()
+        if node.name not in live:
+            live[node.name] = node
+            stack.extend(node.all_input_nodes)
+    if cache is not None:
+        cache["expectations_live"] = live
+    return live
+
+
+def _outputs(before: dict[str, Any], instance: Any) -> list[str]:
+    """The instance's judged outputs (see the module docstring)."""
+    members = set(instance.nodes)
+    outputs = [
+        name
+        for name in instance.nodes
+        if name in before and (not before[name].users or any(user.name not in members for user in before[name].users))
+    ]
+    judged = [name for name in outputs if not is_view(before[name].target)]
+    return judged or outputs or list(instance.nodes)
+
+
+def _fed_by_rewrite(name: str, before: dict[str, Any], live: dict[str, Any], members: set[str]) -> bool:
+    """Whether ``name`` (an instance node still live) reads, through the instance's live nodes, a
+    node the pass inserted in place of one of the instance's nodes."""
+    stack, seen = [name], set()
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        was = {node.name for node in before[current].all_input_nodes} & members
+        now = {node.name for node in live[current].all_input_nodes}
+        if was - now and any(other not in before for other in now):
+            return True
+        stack.extend(other for other in now & members if other in before)
+    return False
+
+
+def _rewritten_outputs(pair: Any, instance: Any) -> tuple[list[str], list[str]]:
+    """(the instance's judged outputs, those rewritten), in direct mode (see the module docstring)."""
+    before = {node.name: node for node in pair.before.graph.nodes}
+    live = _live(pair)
+    members = {name for name in instance.nodes if name in before}
+    judged = _outputs(before, instance)
+    rewritten = [
+        name for name in judged if name not in live or (name in before and _fed_by_rewrite(name, before, live, members))
+    ]
+    return judged, rewritten
+
+
+def _closure(start: set[str], step: Any) -> set[str]:
+    """``start`` and everything ``step(name)`` reaches from it, transitively."""
+    seen: set[str] = set()
+    stack = list(start)
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            stack.extend(step(name))
+    return seen
+
+
+def _partial_rewrite(pair: Any, instance: Any, rewritten: list[str]) -> bool:
+    """Whether the replacement of the instance's ``rewritten`` outputs starts from the instance's
+    own nodes (a pattern covering its tail, or its head) and leaves none of its compute nodes
+    computed beside it: a part of the instance, which may not hold a near miss's difference (see
+    the module docstring)."""
+    before = {node.name: node for node in pair.before.graph.nodes}
+    live = _live(pair)
+    members = {name for name in instance.nodes if name in before}
+    kept = {name for name in members if name in live}
+    inserted = {name for name in live if name not in before}
+
+    def inputs(name: str) -> set[str]:
+        return {node.name for node in live[name].all_input_nodes}
+
+    # the inserted nodes computing the rewritten outputs: read by their users outside the
+    # instance, or by the instance's own nodes still computed (a pattern covering its head)
+    users = {user.name for name in rewritten for user in before[name].users if user.name not in members}
+    seeds = {name for reader in (users | kept) & live.keys() for name in inputs(reader) & inserted}
+    replacement = _closure(seeds, lambda name: inputs(name) & inserted) or inserted
+    boundary = {name for node in replacement for name in inputs(node) & kept if not is_view(before[name].target)}
+    if not boundary:  # it computes them from the instance's inputs (or views of them): the whole instance
+        return False
+    upstream = _closure(boundary, lambda name: inputs(name) & kept)
+    downstream = _closure(
+        {name for name in kept if inputs(name) & replacement},
+        lambda name: {user.name for user in live[name].users if user.name in kept},
+    )
+    beside = [name for name in kept - upstream - downstream if not is_view(before[name].target)]
+    return not beside
 
 
 #: Near misses of the in-place form only (see the module docstring), by ``PlantedInstance.reason``.
@@ -90,7 +204,9 @@ def _compiled_guess(pair: Any) -> list[bool]:
 
 
 def matched_instances(pair: Any) -> list[bool]:
-    """For each planted instance, whether the pass rewrote it (no compute node of it left).
+    """For each planted instance, whether the pass rewrote it: every judged output of a must-match
+    instance rewritten; another rewritten as a near miss is judged, a partial rewrite aside (see
+    the module docstring).
 
     In compiled mode node names do not survive re-tracing: this is a best effort from the pass's
     match count (see :func:`_compiled_guess`), exact when the count equals the must-match
@@ -100,8 +216,14 @@ def matched_instances(pair: Any) -> list[bool]:
         return [False] * len(pair.case.planted)
     if getattr(pair, "mode", "direct") == "compiled":
         return _compiled_guess(pair)
-    left = {node.name for node in pair.after.graph.nodes}
-    return [not (set(_compute_nodes(pair, instance)) & left) for instance in pair.case.planted]
+    matched = []
+    for instance in pair.case.planted:
+        judged, rewritten = _rewritten_outputs(pair, instance)
+        if instance.must_match is True:
+            matched.append(len(rewritten) == len(judged))
+        else:
+            matched.append(bool(rewritten) and not _partial_rewrite(pair, instance, rewritten))
+    return matched
 
 
 def check(pair: Any) -> list[Violation]:
@@ -110,23 +232,23 @@ def check(pair: Any) -> list[Violation]:
         return []
     if getattr(pair, "mode", "direct") == "compiled":
         return _check_count(pair)
-    left = {node.name for node in pair.after.graph.nodes}
     violations = []
     for instance in pair.case.planted:
-        judged = _compute_nodes(pair, instance)
-        gone = [name for name in judged if name not in left]
-        if instance.must_match is True and len(gone) != len(judged):
-            kept = tuple(name for name in judged if name in left)
+        if instance.must_match is None:
+            continue
+        judged, rewritten = _rewritten_outputs(pair, instance)
+        if instance.must_match is True and len(rewritten) != len(judged):
+            kept = tuple(name for name in judged if name not in rewritten)
             violations.append(
                 Violation(
                     "expectations",
-                    f"planted {instance.pattern} instance was not rewritten ({len(kept)} of "
-                    f"{len(judged)} compute nodes left)",
+                    f"planted {instance.pattern} instance was not rewritten: {len(kept)} of its {len(judged)} "
+                    f"output(s) still computed by its own nodes after dead-code elimination",
                     kept,
                 )
             )
-        elif instance.must_match is False and gone:
-            violations.append(Violation("expectations", _near_miss_message(instance), tuple(gone)))
+        elif instance.must_match is False and rewritten and not _partial_rewrite(pair, instance, rewritten):
+            violations.append(Violation("expectations", _near_miss_message(instance), tuple(rewritten)))
     return violations
 
 

@@ -4,13 +4,14 @@ Checked, on the graph the pass left:
 
 - it has one output node and ``Graph.lint()`` passes (topological order, no use of erased nodes,
   targets exist);
-- the pass left no node before the definition of one of its inputs (``RunPair.unsorted``; nodes an
-  Inductor pattern entry inserted are left out, since the pattern matcher itself puts a
-  multi-output replacement before its first output and relies on the sort that follows).
-  ``apply_direct`` sorts the graph as Inductor does after ``post_grad_custom_post_pass``, so lint
-  passes anyway; but a pass that runs before others (vLLM's pass manager,
-  ``post_grad_custom_pre_pass``) hands them a graph that does not lint. A use of a node the pass
-  erased is reported as such;
+- the pass left no node before the definition of one of its inputs (``RunPair.unsorted``). By
+  default nodes an Inductor pattern entry inserted are left out, since the pattern matcher itself
+  puts a multi-output replacement before its first output and relies on the sort that follows
+  (Inductor's ``stable_topological_sort`` right after ``post_grad_custom_post_pass``); with
+  ``strict_order=True`` (``check_case``, ``verify``, ``pmverify fuzz --strict-order``) they are
+  findings too. ``apply_direct`` sorts the graph as Inductor does, so lint passes anyway; but a
+  pass that runs before others (vLLM's pass manager, ``post_grad_custom_pre_pass``) hands them a
+  graph that does not lint. A use of a node the pass erased is reported as such;
 - fake tensors re-propagate through it (on a copy, in one fresh ``FakeTensorMode``);
 - every ``meta["val"]`` the pass left (tensors, and tensors in tuples/lists) has the shape and dtype
   re-propagation gives: stale meta misleads later passes, which read shapes and dtypes from it;
@@ -48,10 +49,19 @@ def _unsorted(pair: Any) -> tuple[list[Violation], list[Violation]]:
     """Violations for the ``(node, input)`` pairs the pass left out of order: (inputs defined
     later, inputs the pass erased)."""
     names = {node.name for node in pair.after.graph.nodes}
+    entries = {name: record.entry for record in getattr(pair, "matches", None) or [] for name in record.replacement}
     later, erased = [], []
     for node, arg in getattr(pair, "unsorted", None) or []:
         if arg not in names:
             erased.append(Violation("structure", f"the pass left `{node}` using `{arg}`, which it erased", (node, arg)))
+        elif node in entries:  # only with strict_order (see pass_made_unsorted)
+            message = (
+                f"an Inductor pattern entry ({entries[node]}) inserted `{node}` before its input `{arg}` is defined; "
+                "Inductor's stable_topological_sort after post_grad_custom_post_pass hides it, but strict_order=True "
+                "judges the graph as the pass left it: a pass manager that runs the next pass before any sort "
+                "(vLLM's) hands it a graph that does not lint"
+            )
+            later.append(Violation("structure", message, (node, arg)))
         else:
             message = (
                 f"the pass inserted `{node}` before its input `{arg}` is defined; Inductor's stable_topological_sort "

@@ -293,3 +293,38 @@ def test_a_worker_that_dies_shrinking_a_crash_leaves_it_to_the_next_one_unshrunk
     )
     again = job._next_job(run)
     assert again[:3] == render[:3] and again[-1] is None  # drawn again, not shrunk
+
+
+def test_a_target_whose_whole_run_rewrote_nothing_is_a_never_matched_finding(make_job, tmp_path):
+    """Judged over every case of the run, not batch by batch: a target that rewrote in one case of
+    its third batch is quiet; one that never rewrote is a finding (JSON, JUnit, summary, exit 1)."""
+    from pmverify import VerifySummary
+    from pmverify.cli import _summary
+
+    job = make_job("a:Pass", "b:Pass", junit=tmp_path / "j.xml")
+
+    def search(job):
+        for run, rewrites in zip(job.runs, (0, 1), strict=True):
+            for batch in range(3):
+                run.worker = FakeWorker("busy", job=("batch", 0, batch, 25, False, 0.0))
+                one = VerifySummary(cases=1, rewritten_cases=rewrites * (batch == 2), planted={"near miss (eps)": 1})
+                job._handle(run, ("result", {"tp_world": 1, "matches": 0, "events": [], "summary": one}))
+            run.worker = None
+
+    data, code, out = _run_with(job, search)
+    assert code == 1
+    (finding,) = data["targets"][0]["findings"]
+    assert finding["kind"] == "never_matched" and finding["family"] is None and data["targets"][1]["findings"] == []
+    (violation,) = finding["violations"]
+    assert violation["oracle"] == "never_matched"
+    assert violation["message"].startswith("a:Pass on cases: the pass rewrote nothing in the 3 cases drawn")
+    assert "planted ground truth: near miss (eps): 3" in violation["message"]
+    assert "leave this target out of the run" in violation["message"]
+    assert [t["rewritten_cases"] for t in data["targets"]] == [0, 1]
+    assert "NEVER MATCHED in a:Pass: 3 cases, 0 rewritten (0 rewrites), 0 void" in out
+    junit = (tmp_path / "j.xml").read_text()
+    assert '<testcase classname="pmverify.fuzz.a:Pass" name="whole run">' in junit
+    assert '<failure message="never_matched: never_matched" type="never_matched">' in junit
+    table = io.StringIO()
+    _summary(data, table)
+    assert "  never_matched: a:Pass on cases: the pass rewrote nothing" in table.getvalue()

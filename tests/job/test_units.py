@@ -1,6 +1,7 @@
 """The fuzzing job's small parts: durations, the JSON checkpoint and JUnit XML, target resolution."""
 
 import json
+import pathlib
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -43,6 +44,14 @@ def _report():
         "violations": [{"oracle": "crash", "message": "the worker process was killed by SIGSEGV", "nodes": []}],
         "case": "GraphCase(...)",
         "reproducer": "/tmp/r.py",
+        "other_failures": [
+            {
+                "oracle": "semantics",
+                "violations": [{"oracle": "semantics", "message": "out: 3 elements differ", "nodes": []}],
+                "case": "GraphCase(first)",
+                "reproducer": "/tmp/s.py",
+            }
+        ],
     }
     return {
         "seed": 0,
@@ -68,6 +77,11 @@ def test_junit_has_a_testcase_per_family_with_findings_and_errors():
     assert suite.get("tests") == "2" and suite.get("failures") == "1" and suite.get("errors") == "1"
     failure = suite.find("testcase[@name='cases']/failure")
     assert failure.get("type") == "crash" and "SIGSEGV" in failure.text and "/tmp/r.py" in failure.text
+    # what shrinking left behind: another oracle's first failing case, under the finding
+    assert failure.text.endswith(
+        "also broken during the search, semantics on its first failing case: GraphCase(first)\n"
+        "  semantics: out: 3 elements differ\n  reproducer: /tmp/s.py"
+    )
     assert suite.find("testcase[@name='other']/error").get("message") == "ValueError: bad strategy"
     assert root.find("testsuite[@name='real_models']/testcase/skipped") is not None
 
@@ -205,3 +219,43 @@ def test_database_keys_do_not_hold_memory_addresses():
     assert database_key(functools.partial(tuned, Knob()), cases) == database_key(
         functools.partial(tuned, Knob()), cases
     )
+
+
+def test_a_finding_lists_the_other_oracles_first_failing_cases():
+    import types
+
+    from pmverify import Violation
+    from pmverify._job.worker import _finding
+
+    structure, semantics = Violation("structure", "strides"), Violation("semantics", "values")
+    shrunk = types.SimpleNamespace(violations=[structure], case="shrunk")
+    first = types.SimpleNamespace(violations=[structure, semantics], case="first")
+    error = types.SimpleNamespace(
+        other_failures={"semantics": first}, other_reproducers={"semantics": pathlib.Path("/tmp/s.py")}
+    )
+    target = types.SimpleNamespace(name="t", families=[("cases", None)])
+    finding = _finding(target, 0, shrunk, "/tmp/r.py", shrunk=True, replayed=False, error=error)
+    assert finding["violations"] == [{"oracle": "structure", "message": "strides", "nodes": []}]
+    assert finding["other_failures"] == [
+        {
+            "oracle": "semantics",
+            "violations": [{"oracle": "semantics", "message": "values", "nodes": []}],
+            "case": "'first'",
+            "reproducer": "/tmp/s.py",
+        }
+    ]
+
+
+def test_a_fault_whose_bank_row_asks_for_strict_order_is_fuzzed_with_it(monkeypatch):
+    import types
+
+    from pmverify.faults import BANK
+
+    class Unsorted:
+        def __init__(self, config):
+            self.config = config
+
+    row = types.SimpleNamespace(pass_cls=Unsorted, families=lambda: [], requires=None)
+    monkeypatch.setitem(BANK, "PlainFault", row)
+    monkeypatch.setitem(BANK, "UnsortedFault", types.SimpleNamespace(**vars(row), strict_order=True))
+    assert load("UnsortedFault").strict_order and not load("PlainFault").strict_order

@@ -108,9 +108,7 @@ def test_use_before_definition_is_sorted_but_reported():
     assert result.violations[0].nodes == ("add_1", "add")
 
 
-def test_pattern_matcher_multi_output_replacement_out_of_order_is_not_reported():
-    """The pattern matcher puts a multi-output replacement before the match's first output, ahead
-    of ``mul`` (an input defined later), and relies on the sort: not the pass's fault."""
+def _multi_output_case_and_pass():
     from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
 
     def search(a, b):
@@ -129,9 +127,29 @@ def test_pattern_matcher_multi_output_replacement_out_of_order_is_not_reported()
         return s, (s * (x * 2)).cos()
 
     x = torch.randn(4)
-    result = check_case(pass_, GraphCase(fwd_only(fn, [x]), [(x,)]), oracles=["structure", "semantics"])
+    return GraphCase(fwd_only(fn, [x]), [(x,)]), pass_
+
+
+def test_pattern_matcher_multi_output_replacement_out_of_order_is_not_reported():
+    """The pattern matcher puts a multi-output replacement before the match's first output, ahead
+    of ``mul`` (an input defined later), and relies on the sort: not the pass's fault."""
+    case, pass_ = _multi_output_case_and_pass()
+    result = check_case(pass_, case, oracles=["structure", "semantics"])
     assert result.matches == 1 and result.pair.resorted and result.pair.unsorted == []
     assert result.ok, result.violations
+
+
+def test_with_strict_order_the_pattern_entrys_disorder_is_reported():
+    """vLLM's pass manager runs the next pass on the graph as the pass left it, before any sort."""
+    case, pass_ = _multi_output_case_and_pass()
+    result = check_case(pass_, case, oracles=["structure", "semantics"], strict_order=True)
+    assert result.pair.strict_order and result.pair.unsorted == [("mul_tensor", "mul")]
+    (violation,) = result.violations
+    assert violation.oracle == "structure" and violation.nodes == ("mul_tensor", "mul")
+    assert violation.message.startswith(
+        "an Inductor pattern entry (ReplacementPatternEntry at sin.default) inserted `mul_tensor` before its input `mul` is defined"
+    )
+    assert "strict_order=True judges the graph as the pass left it" in violation.message
 
 
 def test_use_of_an_erased_node_is_reported():
@@ -276,6 +294,217 @@ def test_view_nodes_a_rewrite_keeps_are_not_judged():
     assert result.matched == [True]
     kept = {n.name for n in result.pair.after.graph.nodes} & set(result.case.planted[0].nodes)
     assert kept and all(n.startswith("view") for n in kept)
+
+
+def _chain_case(*verdicts):
+    """``x -> sin -> mul -> exp -> add -> mul_1``, with a planted instance per verdict: one
+    instance ``sin, mul, exp, add`` (``a -> b -> c -> d``), or two, ``sin, mul`` then ``exp, add``."""
+    import torch.fx.traceback as fxt
+    from torch._inductor.pattern_matcher import fwd_only
+
+    def fn(x):
+        with fxt.annotate({"pmverify_instance": 0}):
+            a = x.sin()
+            b = a * 2
+        with fxt.annotate({"pmverify_instance": len(verdicts) - 1}):
+            c = b.exp()
+            d = c + 1
+        return d * 3
+
+    x = torch.randn(4, 3)
+    gm = fwd_only(fn, [x])
+    planted = tuple(
+        PlantedInstance(
+            "chain",
+            tuple(n.name for n in gm.graph.nodes if n.meta.get("custom", {}).get("pmverify_instance") == i),
+            must_match,
+            None if must_match else "eps",
+        )
+        for i, must_match in enumerate(verdicts)
+    )
+    return GraphCase(gm, [(x,)], planted=planted)
+
+
+def _tail_replacement():
+    """Inductor's register_replacement of ``exp(b) + 1`` (the tail ``c -> d`` of the chain, reading
+    ``b``) by ``expm1(b) + 2``."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    def search(b):
+        return b.exp() + 1
+
+    def replace(b):
+        return torch.special.expm1(b) + 2
+
+    pass_ = PatternMatcherPass()
+    register_replacement(search, replace, [torch.randn(4)], fwd_only, pass_)
+    return pass_
+
+
+def _tail_handler_leaving_matched_nodes_dead():
+    """Inductor's register_graph_pattern of the same tail, whose handler redirects the users and
+    leaves the matched ``exp`` and ``add`` dead in the graph, for Inductor's dead-code elimination."""
+    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, PatternMatcherPass, register_graph_pattern
+
+    aten = torch.ops.aten
+    pass_ = PatternMatcherPass()
+
+    @register_graph_pattern(
+        CallFunction(aten.add.Tensor, CallFunction(aten.exp.default, KeywordArg("b")), 1), pass_dict=pass_
+    )
+    def handler(match, b):
+        output = match.output_node()
+        with match.graph.inserting_before(output):
+            fused = match.graph.call_function(aten.add.Tensor, (match.graph.call_function(aten.expm1.default, (b,)), 2))
+        output.replace_all_uses_with(fused)
+
+    return pass_
+
+
+def _hand_tail_keeping_exp(graph):
+    """A hand-written pass: ``add(exp, 1)`` becomes ``add(exp, 0.5) + 0.5``, keeping the matched
+    ``exp`` (live) and leaving the matched ``add`` dead."""
+    aten = torch.ops.aten
+    add = next(n for n in graph.nodes if n.target is aten.add.Tensor and n.args[0].target is aten.exp.default)
+    with graph.inserting_after(add):
+        half = graph.call_function(aten.add.Tensor, (add.args[0], 0.5))
+    with graph.inserting_after(half):
+        fused = graph.call_function(aten.add.Tensor, (half, 0.5))
+    add.replace_all_uses_with(fused, delete_user_cb=lambda user: user is not half)
+
+
+def _hand_head(graph):
+    """A hand-written pass covering the head ``a -> b`` of the chain: ``sin(x) * 2`` becomes
+    ``sin(x) + sin(x)``; ``exp`` and ``add`` stay, now reading the inserted node."""
+    aten = torch.ops.aten
+    mul = next(n for n in graph.nodes if n.target is aten.mul.Tensor and n.args[0].target is aten.sin.default)
+    with graph.inserting_after(mul):
+        twice = graph.call_function(aten.add.Tensor, (mul.args[0], mul.args[0]))
+    mul.replace_all_uses_with(twice)
+    graph.erase_node(mul)
+
+
+_PARTIAL_PASSES = {
+    "register_replacement of the tail": _tail_replacement,
+    "register_graph_pattern leaving matched nodes dead": _tail_handler_leaving_matched_nodes_dead,
+    "hand-written, keeping a matched node": lambda: _hand_tail_keeping_exp,
+    "hand-written, covering the head": lambda: _hand_head,
+}
+
+
+@pytest.mark.parametrize("make_pass", list(_PARTIAL_PASSES.values()), ids=list(_PARTIAL_PASSES))
+def test_a_correct_pass_covering_part_of_the_instance_or_keeping_matched_nodes_is_quiet(make_pass):
+    """Judged after dead-code elimination, by the instance's output: a pattern covering only part of
+    the planted function, or a replacement leaving matched nodes behind (dead or still read), is a
+    match. (Judged by the compute nodes left, all four were reported as never matching.)"""
+    result = check_case(make_pass(), _chain_case(True))
+    assert result.ok, result.violations
+    assert result.matched == [True]
+
+
+@pytest.mark.parametrize("make_pass", list(_PARTIAL_PASSES.values()), ids=list(_PARTIAL_PASSES))
+def test_such_a_pass_rewriting_part_of_a_near_miss_is_left_to_the_values(make_pass):
+    """Its replacement starts from the near miss's own nodes and leaves none beside it: what makes
+    the instance a near miss may lie outside that part (the semantics oracle judges the values)."""
+    result = check_case(make_pass(), _chain_case(False))
+    assert result.ok, result.violations
+    assert result.matched == [False]
+
+
+def _whole_chain_replacement():
+    """register_replacement of the whole chain ``(sin(x) * 2).exp() + 1``."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    pass_ = PatternMatcherPass()
+    register_replacement(
+        lambda x: (x.sin() * 2).exp() + 1,
+        lambda x: torch.special.expm1(x.sin() * 2) + 2,
+        [torch.randn(4)],
+        fwd_only,
+        pass_,
+    )
+    return pass_
+
+
+def _whole_chain_handler_leaving_matched_nodes_dead():
+    """register_graph_pattern of the whole chain, whose handler leaves the matched nodes dead."""
+    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, PatternMatcherPass, register_graph_pattern
+
+    aten = torch.ops.aten
+    pass_ = PatternMatcherPass()
+    sin = CallFunction(aten.sin.default, KeywordArg("x"))
+    chain = CallFunction(aten.add.Tensor, CallFunction(aten.exp.default, CallFunction(aten.mul.Tensor, sin, 2)), 1)
+
+    @register_graph_pattern(chain, pass_dict=pass_)
+    def handler(match, x):
+        output, graph = match.output_node(), match.graph
+        with graph.inserting_before(output):
+            b = graph.call_function(aten.mul.Tensor, (graph.call_function(aten.sin.default, (x,)), 2))
+            fused = graph.call_function(aten.add.Tensor, (graph.call_function(aten.expm1.default, (b,)), 2))
+        output.replace_all_uses_with(fused)
+
+    return pass_
+
+
+@pytest.mark.parametrize("make_pass", [_whole_chain_replacement, _whole_chain_handler_leaving_matched_nodes_dead])
+def test_a_whole_near_miss_rewritten_is_caught(make_pass):
+    """(The handler leaving the matched nodes dead got away with it when judged by nodes left.)"""
+    result = check_case(make_pass(), _chain_case(False))
+    assert [v.oracle for v in result.violations] == ["expectations"]
+    assert "near miss (eps) of chain was rewritten" in result.violations[0].message
+    assert result.violations[0].nodes == ("add",) and result.matched == [True]
+
+
+def test_a_partial_rewrite_computing_a_near_miss_node_twice_is_caught():
+    """``exp`` is also read outside the instance (an extra_user near miss): a hand-written tail
+    pass that rewrites ``exp(b) + 1`` anyway keeps ``exp`` for that user beside its replacement."""
+    import torch.fx.traceback as fxt
+    from torch._inductor.pattern_matcher import fwd_only
+
+    def fn(x):
+        with fxt.annotate({"pmverify_instance": 0}):
+            c = (x.sin() * 2).exp()
+            d = c + 1
+        return d * 3, c
+
+    x = torch.randn(4, 3)
+    gm = fwd_only(fn, [x])
+    names = tuple(n.name for n in gm.graph.nodes if n.meta.get("custom", {}).get("pmverify_instance") == 0)
+    case = GraphCase(gm, [(x,)], planted=(PlantedInstance("chain", names, False, "extra_user"),))
+
+    def tail_ignoring_users(graph):
+        aten = torch.ops.aten
+        add = next(n for n in graph.nodes if n.target is aten.add.Tensor)
+        with graph.inserting_after(add):
+            expm1 = graph.call_function(aten.expm1.default, (add.args[0].args[0],))
+        with graph.inserting_after(expm1):
+            fused = graph.call_function(aten.add.Tensor, (expm1, 2))
+        add.replace_all_uses_with(fused)
+        graph.erase_node(add)
+
+    result = check_case(tail_ignoring_users, case)
+    assert [v.oracle for v in result.violations] == ["expectations"]
+    assert "near miss (extra_user) of chain was rewritten" in result.violations[0].message
+    assert check_case(_hand_tail_keeping_exp, case).ok  # (its replacement reads exp: nothing computed twice)
+
+
+def test_a_pass_that_silently_never_matches_is_still_caught():
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    never = PatternMatcherPass()  # registers cos(b) + 1: no instance of it in the chain
+    register_replacement(lambda b: b.cos() + 1, lambda b: b.cos() + 1.0, [torch.randn(4)], fwd_only, never)
+    result = check_case(never, _chain_case(True))
+    assert [v.oracle for v in result.violations] == ["expectations"]
+    assert result.violations[0].message.startswith("planted chain instance was not rewritten: 1 of its 1 output(s)")
+    assert result.violations[0].nodes == ("add",) and result.matched == [False]
+
+
+def test_a_rewrite_upstream_of_a_near_miss_is_not_its_match():
+    """The must-match head ``sin, mul`` is rewritten; the near miss ``exp, add`` after it now reads
+    the inserted node, as its input, not in place of one of its own nodes: it was left alone."""
+    result = check_case(_hand_head, _chain_case(True, False))
+    assert result.ok, result.violations
+    assert result.matched == [True, False]
 
 
 def test_unlinked_output_is_a_structure_violation():

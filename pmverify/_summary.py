@@ -1,0 +1,158 @@
+"""What a :func:`pmverify.verify` search checked, and the errors of a search that checked nothing.
+
+Why: a search that passes because the pass never fired, or because every case's reference was
+NaN, proves nothing; like Hypothesis' health checks, ``verify`` says so unless told it is expected
+(``allow_no_rewrites=True``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["VerifySummary", "VacuousSearch", "RewriteNeverMatched", "AllCasesVoid", "vacuous_error", "outcome"]
+
+
+def outcome(instance: Any) -> str:
+    """The planted ground truth of ``instance`` in words: ``"must match"``, ``"may match (unused)"``,
+    ``"near miss (eps)"``..."""
+    if instance.must_match is True:
+        return "must match"
+    kind = "may match" if instance.must_match is None else "near miss"
+    return f"{kind} ({instance.reason})" if instance.reason else kind
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifySummary:
+    """What a search checked: :func:`pmverify.verify` returns it, and its errors carry it
+    (``PassVerificationError.summary``, ``VacuousSearch.summary``).
+
+    - ``cases``: cases run (replayed ones from the example database included; when a failure was
+      found, the cases its shrinking ran too).
+    - ``rewrites``: rewrites made, summed over the cases (``CaseResult.matches``).
+    - ``rewritten_cases``: cases in which the pass rewrote something (``CaseResult.rewritten``).
+    - ``void_cases``: cases whose float64 reference is NaN/Inf, on which semantics said nothing
+      (``CaseResult.void``); ``first_void``: why the first of them was.
+    - ``failing_cases``: cases with a violation.
+    - ``judged``: per oracle, the cases it had something to judge (``CaseResult.judged``).
+    - ``planted``: the planted ground truth, per instance: ``{"must match": 12, "near miss (eps)":
+      3, ...}`` (see :func:`outcome`).
+
+    Summaries add up: ``total = total + summary`` (what ``pmverify fuzz`` does over a target's
+    batches). Example::
+
+        summary = pmverify.verify(MyPass(), cases, max_examples=100)
+        assert summary.rewritten_cases > 50, summary
+    """
+
+    cases: int = 0
+    rewrites: int = 0
+    rewritten_cases: int = 0
+    void_cases: int = 0
+    failing_cases: int = 0
+    judged: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    planted: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    first_void: str | None = None
+
+    @classmethod
+    def of(cls, result: Any) -> VerifySummary:
+        """The summary of one :class:`~pmverify.CaseResult`."""
+        return cls(
+            cases=1,
+            rewrites=int(result.matches),
+            rewritten_cases=int(bool(getattr(result, "rewritten", result.matches > 0))),
+            void_cases=int(result.void is not None),
+            failing_cases=int(bool(result.violations)),
+            judged=dict.fromkeys(getattr(result, "judged", ()), 1),
+            planted=dict(collections.Counter(outcome(instance) for instance in result.case.planted)),
+            first_void=result.void,
+        )
+
+    def __add__(self, other: VerifySummary) -> VerifySummary:
+        if not isinstance(other, VerifySummary):
+            return NotImplemented
+        return VerifySummary(
+            cases=self.cases + other.cases,
+            rewrites=self.rewrites + other.rewrites,
+            rewritten_cases=self.rewritten_cases + other.rewritten_cases,
+            void_cases=self.void_cases + other.void_cases,
+            failing_cases=self.failing_cases + other.failing_cases,
+            judged=dict(collections.Counter(self.judged) + collections.Counter(other.judged)),
+            planted=dict(collections.Counter(self.planted) + collections.Counter(other.planted)),
+            first_void=self.first_void if self.first_void is not None else other.first_void,
+        )
+
+    def describe(self) -> str:
+        """One line: ``"30 cases, 12 rewritten (15 rewrites), 2 void; planted: must match 12, ...;
+        judged: structure 30, semantics 28, ..."``."""
+        planted = ", ".join(f"{kind} {count}" for kind, count in sorted(self.planted.items())) or "no instance"
+        judged = ", ".join(f"{name} {count}" for name, count in self.judged.items()) or "nothing"
+        return (
+            f"{self.cases} cases, {self.rewritten_cases} rewritten ({self.rewrites} rewrites), {self.void_cases} void; "
+            f"planted: {planted}; judged: {judged}"
+        )
+
+
+class VacuousSearch(AssertionError):
+    """A search that checked nothing it was meant to check; the base of :class:`RewriteNeverMatched`
+    and :class:`AllCasesVoid`. ``summary``: the search's :class:`VerifySummary` (None when the
+    error does not come from :func:`pmverify.verify`)."""
+
+    def __init__(self, message: str, summary: VerifySummary | None = None) -> None:
+        self.summary = summary
+        super().__init__(message)
+
+
+class RewriteNeverMatched(VacuousSearch):
+    """No case of the search was rewritten: nothing the pass rewrites was compared.
+
+    Raised by :func:`pmverify.verify` (``summary`` set, ``result`` None) and by
+    :func:`pmverify.check_rewrite` (``result``: its ``RewriteResult``, whose ``outcomes`` say why;
+    ``summary`` set too).
+    """
+
+    def __init__(self, message: str, summary: VerifySummary | None = None, result: Any = None) -> None:
+        self.result = result
+        super().__init__(message, summary)
+
+
+class AllCasesVoid(VacuousSearch):
+    """Every case of the search was void: its float64 reference is NaN or Inf, so the semantics
+    oracle judged none (see :mod:`pmverify.oracles.semantics`). Raised by :func:`pmverify.verify`."""
+
+
+def vacuous_error(summary: VerifySummary, what: str) -> VacuousSearch | None:
+    """The error of a search that checked nothing (``what`` names the pass and the cases), else
+    None: :class:`RewriteNeverMatched` when no case was rewritten, :class:`AllCasesVoid` when every
+    case was void. A search that ran no case is left to Hypothesis."""
+    if summary.cases == 0:
+        return None
+    drawn = f"{summary.cases} case{'s' if summary.cases != 1 else ''}"
+    planted = ", ".join(f"{kind}: {count}" for kind, count in sorted(summary.planted.items()))
+    truth = f"planted ground truth: {planted}" if planted else "no pattern instance was planted"
+    if summary.rewritten_cases == 0:
+        void = f", {summary.void_cases} of them void" if summary.void_cases else ""
+        must = summary.planted.get("must match", 0)
+        hint = (
+            f"{must} must-match instance(s) were left alone: run with the expectations oracle to see where"
+            if must
+            else "plant instances of its pattern (pmverify.strategies.planted) or draw graphs that hold some"
+        )
+        return RewriteNeverMatched(
+            f"{what}: the pass rewrote nothing in the {drawn} drawn{void} ({truth}), so nothing it rewrites was "
+            f"checked. If it should match these cases, check that its patterns are registered and that their "
+            f"extra_check accepts the inputs drawn; {hint}. If rewriting nothing is right here (a family of near "
+            "misses, say), pass allow_no_rewrites=True",
+            summary,
+        )
+    if summary.void_cases == summary.cases:
+        return AllCasesVoid(
+            f"{what}: every one of the {drawn} drawn was void (the float64 reference is NaN or Inf, first: "
+            f"{summary.first_void}), so the semantics oracle judged none of the {summary.rewritten_cases} "
+            f"rewritten ({truth}). Draw inputs whose results stay finite, or pass allow_no_rewrites=True to accept a "
+            "search that judged no semantics",
+            summary,
+        )
+    return None
