@@ -409,31 +409,32 @@ class _Wildcards:
         self.spec, self.positions, self.exclusive = spec, positions, exclusive
         self.given = bool(positions or exclusive)
         self.broken = False  # the pattern does not register: no matcher to ask
+        self.reference: tuple[Any, ...] | None = None  # the structure of the registered trace
         self._rewrite: RecordedRewrite | None = None
 
     def rewrite(self, args: tuple[Any, ...]) -> RecordedRewrite:
         if self._rewrite is None:
             from .._record import pattern_rewrite
 
-            spec, names = self.spec, _parameters(self.spec["pattern"])
+            spec = self.spec
             example = spec["example_inputs"] if spec["example_inputs"] is not None else args
-            tensors = tuple(
-                x.zeros() if isinstance(x, _TensorLike) else x for i, x in enumerate(example) if i not in self.positions
-            )
-            workaround = {names[i]: value for i, value in self.positions.items()}
+            example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in example)
+            self.reference = signature(trace(spec["pattern"], example, spec["trace_fn"]), loose=True)
             self._rewrite = pattern_rewrite(
                 spec["pattern"],
-                tensors,
+                tuple(x for i, x in enumerate(example) if i not in self.positions),
                 trace_fn=spec["trace_fn"],
-                scalar_workaround=workaround or None,
+                scalar_workaround=self._workaround() or None,
                 exclusive_arg_names=self.exclusive,
             )
         return self._rewrite
 
+    def _workaround(self) -> dict[str, Any]:
+        names = _parameters(self.spec["pattern"]) if self.positions else []
+        return {names[i]: value for i, value in self.positions.items()}
+
     def __repr__(self) -> str:
-        names = _parameters(self.spec["pattern"])
-        workaround = {names[i]: value for i, value in self.positions.items()}
-        return f"wildcards(scalar_workaround={workaround!r}, exclusive_arg_names={self.exclusive!r})"
+        return f"wildcards(scalar_workaround={self._workaround()!r}, exclusive_arg_names={self.exclusive!r})"
 
 
 def _traced(spec: dict[str, Any], args: tuple[Any, ...]) -> tuple[torch.fx.GraphModule, tuple[Any, ...]]:
@@ -484,24 +485,27 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
             # the edited argument may be one the pass's matcher holds as a wildcard: ask it
             chosen = _isolated_truth(wildcards.rewrite(args), chosen)
         elif chosen.reason in _ASKED_KINDS:
-            chosen = _asked_truth(wildcards, args, chosen)
+            chosen = _asked_truth(wildcards, args, chosen, signature(gm, loose=True))
     return chosen
 
 
-def _asked_truth(wildcards: _Wildcards, args: tuple[Any, ...], inst: Traced) -> Traced:
+def _asked_truth(wildcards: _Wildcards, args: tuple[Any, ...], inst: Traced, structure: tuple[Any, ...]) -> Traced:
     """The ground truth of an :data:`_ASKED_KINDS` near miss of a plain pattern, from Inductor's
-    matcher for the pattern; ``must_match=None`` (either is right) when the pattern does not
-    register (e.g. it does not trace on zeros): nothing to ask."""
+    matcher for the pattern; ``must_match=None`` (either is right) where it cannot tell: the
+    pattern does not register (e.g. it does not trace on zeros), or the instance before the change
+    has another ``structure`` (loose signature) than the registered trace (without example inputs
+    the matcher is registered on the first drawn ones, e.g. at a contracted size of 1)."""
     if not wildcards.broken:
-        rewrite = wildcards.rewrite(args)
         try:
+            rewrite = wildcards.rewrite(args)
             rewrite._isolated_pass()
         except Exception:  # noqa: BLE001 - whatever register_replacement raises: no matcher
             if wildcards.given:
                 raise
             wildcards.broken = True
         else:
-            return _isolated_truth(rewrite, inst)
+            if wildcards.reference == structure:
+                return _isolated_truth(rewrite, inst)
     return dataclasses.replace(inst, must_match=None)
 
 

@@ -508,6 +508,32 @@ def test_examples_bool_outputs_get_a_bool_consumer():
     _check_valid(case)
 
 
+def mm_add_pattern(x, w, b):
+    return x @ w + b
+
+
+def test_examples_a_matcher_registered_on_another_structure_does_not_judge():
+    """Without example inputs, the matcher planted asks is registered on the first drawn inputs; at
+    a contracted size of 1 ``x @ w`` traces as a broadcasting mul, and that matcher cannot match an
+    instance traced with ``mm``: a near miss of it is either-is-right, not a near miss it "leaves"."""
+    small = (torch.rand(4, 1), torch.rand(1, 6), torch.rand(6))
+    big = (torch.rand(4, 8), torch.rand(8, 6), torch.rand(6))
+    strategy = planted(
+        mm_add_pattern,
+        st.sampled_from([small, big]),
+        context=st.nothing(),
+        min_instances=1,
+        max_instances=1,
+        near_misses=["optional_arg"],
+    )
+
+    def near_miss_at(k):
+        return lambda c: c.planted[0].reason == "optional_arg" and c.inputs[0][0].numel() == 4 * k
+
+    assert minimal(strategy, near_miss_at(1)).planted[0].must_match is None  # registered on it: matched
+    assert minimal(strategy, near_miss_at(8)).planted[0].must_match is None  # another structure
+
+
 def test_examples_in_place_patterns_are_refused():
     def in_place(x):
         return x.clone().add_(1)
