@@ -61,6 +61,11 @@ def _never_matched(result: RewriteResult, summary: VerifySummary) -> RewriteNeve
     )
 
 
+#: The near misses check_rewrite draws: those Inductor's matcher may rewrite (the others it leaves
+#: alone by construction, and the pass under test is that matcher).
+_NEAR_MISSES = ("optional_arg", "overload", "reduction_dim", "values", "dtype")
+
+
 def _outcome(instance: Any) -> str:
     return "must match" if instance.must_match is True else (instance.reason or "may match")
 
@@ -92,8 +97,14 @@ def check_rewrite(
       and sets ``PASS = rewrites[i].pattern_pass()``.
 
     Each case holds one instance of the search function in no context, traced with the rewrite's
-    ``trace_fn``: the inputs as drawn, or (half the cases) cast to another float dtype, which
-    Inductor's matcher also matches unless ``extra_check`` refuses it. The pass under test is
+    ``trace_fn``: the inputs as drawn, or (half the cases) a near miss of what the trace does not
+    pin, which Inductor's matcher may rewrite too (:func:`~pmverify.strategies.planted`'s
+    ``"optional_arg"``, ``"overload"``, ``"reduction_dim"``, ``"values"`` and ``"dtype"``): an
+    optional argument the pattern omits set on a call (``alpha=0.5``, ``dtype=``: the matcher
+    ignores keyword arguments its pattern does not hold), another overload, another reduction dim,
+    a 0/1 mask given 2 or -inf or a bias given large values, the inputs cast to another float dtype.
+    So a replacement that drops an argument the pattern never mentions, or assumes 0/1 mask values,
+    is a semantics finding. The pass under test is
     :meth:`RecordedRewrite.pattern_pass`; ``extra_check`` decides where it fires (instances it
     rejects are left alone, and pass trivially), and every oracle of :func:`check_case` judges the
     result. Runs under the active Hypothesis settings profile, as :func:`verify`.
@@ -125,7 +136,7 @@ def check_rewrite(
         context=st.nothing(),
         min_instances=1,
         max_instances=1,
-        near_misses=("dtype",),
+        near_misses=_NEAR_MISSES,
     )
     outcomes: collections.Counter[str] = collections.Counter()
     counts = {"examples": 0, "matched": 0}

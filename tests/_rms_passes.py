@@ -1,7 +1,8 @@
 """An RMSNorm fusion written as a pass author writes one: ``register_replacement`` with
-``scalar_workaround={"eps": ...}`` into a fused custom op. The pass of README's "Testing your own
-pass" recipe (tests/test_readme_recipe.py runs it), correct, and with a replacement that hard-codes
-the example's eps."""
+``scalar_workaround={"eps": ...}`` into a fused custom op, refusing calls with keyword arguments its
+pattern does not hold. The pass of README's "Testing your own pass" recipe
+(tests/test_readme_recipe.py runs it), correct, and with a replacement that hard-codes the
+example's eps."""
 
 import torch
 from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
@@ -22,6 +23,13 @@ def _(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 def rms_pattern(x, w, eps):
     xf = x.float()
     return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)) * w).to(x.dtype)
+
+
+def only_pattern_keywords(match) -> bool:
+    """Refuse a call with keyword arguments (the pattern's calls carry none): Inductor's matcher
+    ignores those its pattern does not hold, e.g. ``add(ms, eps, alpha=0.5)``, which the
+    replacement would drop."""
+    return not any(node.kwargs for node in match.nodes)
 
 
 def rms_replacement(x, w, eps):
@@ -48,6 +56,7 @@ class MyRMSNormPass:
             list(RMS_EXAMPLE_INPUTS),
             fwd_only,
             self.patterns,
+            extra_check=only_pattern_keywords,
             scalar_workaround={"eps": 1e-6},
         )
         self.matched_count = 0

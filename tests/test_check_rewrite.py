@@ -79,13 +79,22 @@ def _rms_eps(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def _eps_rewrite(replace_fn):
+def only_pattern_keywords(match) -> bool:
+    """Refuse a match whose calls carry keyword arguments (these patterns' calls carry none):
+    Inductor's matcher ignores those its pattern does not hold (``alpha=``, ``dtype=``), and a
+    replacement traced without them drops them."""
+    return not any(node.kwargs for node in match.nodes)
+
+
+def _eps_rewrite(replace_fn, extra_check=None):
     """``rms_eps_pattern -> replace_fn`` registered with eps as a scalar_workaround, as recorded."""
-    patterns = pm.PatternMatcherPass(pass_name=f"test_eps_{replace_fn.__name__}")
+    checked = "_checked" if extra_check else ""
+    patterns = pm.PatternMatcherPass(pass_name=f"test_eps_{replace_fn.__name__}{checked}")
     example = [torch.empty(4, 16), torch.empty(16)]
+    kwargs = {"extra_check": extra_check} if extra_check else {}
     with record_patterns() as rewrites:
         pm.register_replacement(
-            rms_eps_pattern, replace_fn, example, pm.fwd_only, patterns, scalar_workaround={"eps": 1e-6}
+            rms_eps_pattern, replace_fn, example, pm.fwd_only, patterns, scalar_workaround={"eps": 1e-6}, **kwargs
         )
     return rewrites[0]
 
@@ -100,8 +109,67 @@ def test_a_replacement_hard_coding_a_scalar_workaround_is_caught(finding_only, t
 
 
 def test_a_replacement_using_its_scalar_workaround_checks_out():
-    result = check_rewrite(_eps_rewrite(_rms_eps), max_examples=15, seed=0)
-    assert result.matched == result.examples == 15 and result.outcomes["must match"] > 0
+    """Correct: it uses its eps, and its extra_check refuses the calls with keyword arguments the
+    pattern does not hold (check_rewrite draws them: alpha=, dtype=...)."""
+    result = check_rewrite(_eps_rewrite(_rms_eps, only_pattern_keywords), max_examples=15, seed=0)
+    assert result.matched >= result.outcomes["must match"] > 0
+    assert set(result.outcomes) - {"must match"}  # near misses were drawn, and left alone or matched rightly
+
+
+def test_a_replacement_dropping_an_argument_the_pattern_omits_is_caught(finding_only):
+    """Without that extra_check, Inductor's matcher also rewrites ``mean(..., dtype=...)`` or
+    ``add(..., alpha=...)``, which the replacement drops: a finding of check_rewrite."""
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(_eps_rewrite(_rms_eps), max_examples=15, seed=0)
+    assert {v.oracle for v in info.value.violations} <= {"semantics", "structure"}
+    assert [p.reason for p in info.value.result.case.planted] == ["optional_arg"]
+
+
+def addmm_pattern(b, x, w):
+    return torch.addmm(b, x, w)
+
+
+def _mm_plus_bias(b, x, w):
+    """Wrong where the call has beta= or alpha=, which Inductor's matcher ignores."""
+    return x @ w + b
+
+
+def mask_pattern(x, mask):
+    return x * mask
+
+
+def _mask_as_bool(x, mask):
+    """Wrong: takes a 0/1 mask for a bool one."""
+    return torch.where(mask.bool(), x, 0.0)
+
+
+def _recorded(search_fn, replace_fn, example):
+    with record_patterns(register=False) as rewrites:
+        pm.register_replacement(search_fn, replace_fn, list(example), pm.fwd_only, [])
+    return rewrites[0]
+
+
+def test_a_replacement_dropping_alpha_or_beta_is_caught(finding_only):
+    rewrite = _recorded(addmm_pattern, _mm_plus_bias, (torch.empty(8), torch.empty(4, 6), torch.empty(6, 8)))
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(rewrite, max_examples=20, seed=0)
+    assert {v.oracle for v in info.value.violations} == {"semantics"}
+    (instance,) = info.value.result.case.planted
+    assert instance.reason == "optional_arg" and "aten.addmm.default's" in instance.detail
+
+
+def test_a_replacement_assuming_a_0_1_mask_is_caught(finding_only):
+    """The inputs draw 0/1 masks, on which the replacement is right; check_rewrite's ``"values"``
+    near miss gives the mask 2, -1 or 0.5 (Inductor's matcher does not see values)."""
+    from pmverify.strategies import tensors
+
+    rewrite = _recorded(mask_pattern, _mask_as_bool, (torch.empty(4, 8), torch.empty(4, 8)))
+    masks = tensors(torch.float32, (4, 8), elements=st.sampled_from([0.0, 1.0]))
+    inputs = st.tuples(tensors(torch.float32, (4, 8)), masks)
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(rewrite, inputs=inputs, max_examples=30, seed=0)
+    assert {v.oracle for v in info.value.violations} == {"semantics"}
+    assert [p.reason for p in info.value.result.case.planted] == ["values"]
 
 
 PASS_SOURCE = """
@@ -162,3 +230,31 @@ def test_bad_arguments(kwargs, message):
     args = {"recorded": recorded()["rms_norm"], **kwargs}
     with pytest.raises(InvalidArgument, match=message):
         check_rewrite(args.pop("recorded"), **args)
+
+
+@pytest.fixture(scope="module")
+def inductor_sfdp() -> dict:
+    """Inductor's own attention fusions (torch/_inductor/fx_passes/fuse_attention.py), recorded
+    without registering, by name."""
+    from torch._inductor.fx_passes import fuse_attention
+
+    with record_patterns(register=False) as rewrites:
+        fuse_attention._sfdp_init(torch.device("cpu"))
+    return {r.name: r for r in rewrites}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("_sfdp_pattern_5_inference", "optional_arg"), ("_sfdp_pattern_19_inference", "reduction_dim")],
+)
+def test_inductor_attention_fusions_drop_an_alpha_and_the_softmax_dim(inductor_sfdp, name, reason, finding_only):
+    """Two bugs of torch 2.13's own attention fusion, found by check_rewrite's near misses and shown
+    under torch.compile (same results): its matcher ignores ``alpha=`` on the mask add
+    (``softmax(q @ k.T / s + mask)`` with ``torch.add(..., mask, alpha=3.0)`` compiles to SDPA with
+    the mask added once), and its serialized patterns hold softmax's dim as ``Ignored()`` without a
+    re-trace (a softmax over dim -2 compiles to SDPA, which softmaxes over -1)."""
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(inductor_sfdp[name], max_examples=10, seed=0)
+    assert {v.oracle for v in info.value.violations} == {"semantics"}
+    assert [p.reason for p in info.value.result.case.planted] == [reason]

@@ -269,6 +269,15 @@ _REMEDIES = {
     "mutation_inside": "an in-place op between the instance's nodes changes what its later nodes read "
     "(Inductor's matcher refuses a match across mutation regions)",
     "extra_check": "the pattern's extra_check rejects these inputs",
+    "optional_arg": "Inductor's matcher compares a node's positional arguments (and the keywords its pattern holds), "
+    "so it leaves this call alone: the pass must compare the argument the pattern's trace leaves at its default, or "
+    "leave 'optional_arg' out of planted(near_misses=...) if it is meant to match any value of it",
+    "overload": "Inductor's matcher compares the op overload (aten.add.Tensor is not aten.add.Scalar) and a literal "
+    "is not a tensor input: the pass must check node.target and its argument kinds, or leave 'overload' out of "
+    "planted(near_misses=...) if it is meant to match both forms (the semantics oracle still judges its rewrite)",
+    "reduction_dim": "the same ops over another dim compute something else: the pass must check the dims of the "
+    "instance's reductions (a softmax over dim -1 is not one over dim 0); if it is meant to match at any dim, leave "
+    "'reduction_dim' out of planted(near_misses=...)",
 }
 
 

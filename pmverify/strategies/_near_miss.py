@@ -15,7 +15,11 @@ and compares the literals exactly), so a pass registered for the pattern must no
 - ``"extra_user"``: an intermediate (not an output) of the instance given a user outside it
   (``fx_to_pattern`` records every pattern node's user count, outputs excepted);
 - ``"unused"``: no output of the instance is used. Inductor matches dead instances (outputs are
-  exempt from the user count), so a correct pass may rewrite it or not: ``must_match=None``.
+  exempt from the user count), so a correct pass may rewrite it or not: ``must_match=None``;
+- ``"optional_arg"``, ``"overload"``, ``"reduction_dim"``, ``"values"``: changes to what the trace
+  does *not* pin (an optional argument the trace omits, another overload, every reduction dim
+  moved, mask or bias values), made by :mod:`._argument_near_miss`, which says how their ground
+  truth is found.
 
 A changed graph is kept only when it still runs on the drawn inputs and stays finite where the
 original was, so the strategy never draws an invalid case; a kind with no valid change for a
@@ -40,8 +44,20 @@ from ._validation import FLOAT_DTYPES
 
 __all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants"]
 
-#: Near-miss kinds, in the order shrinking prefers them.
-NEAR_MISS_KINDS = ("constant", "dim", "split_sizes", "dtype", "extra_user", "unused")
+#: Near-miss kinds, in the order shrinking prefers them (those of :mod:`._argument_near_miss` after
+#: the literal edits: each changes something the pattern's trace does not pin).
+NEAR_MISS_KINDS = (
+    "constant",
+    "dim",
+    "split_sizes",
+    "optional_arg",
+    "overload",
+    "reduction_dim",
+    "values",
+    "dtype",
+    "extra_user",
+    "unused",
+)
 
 _INT_CONSTANT_ARGS = ("exponent", "other", "alpha", "value", "scalar")
 
@@ -274,6 +290,10 @@ def variants(
         return _edited(base, kind, pick)
     if kind == "dtype":
         return _other_dtype(pattern, base, trace_fn, pick)
+    if kind in ("optional_arg", "overload", "reduction_dim", "values"):
+        from ._argument_near_miss import argument_variant
+
+        return argument_variant(base, kind, pick)
     if kind == "extra_user":
         names = _intermediates(base.gm)
         if not names:

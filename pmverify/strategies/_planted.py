@@ -18,6 +18,11 @@ A case is drawn in four steps:
 Instances share no value with the context or each other, so every interleaving is a topological
 order and the case is valid by construction: the strategy never filters (0 % rejections in
 Hypothesis statistics, e.g. ``pytest tests/strategies/test_planted.py --hypothesis-show-statistics``).
+
+Cost (the planted rows of ``benchmarks/strategies.py``, 200 draws, in CPU seconds on the 2-core
+machine shared with other jobs, where wall time varies twofold): ``planted(rms_norm)`` about 39
+cases/s before the argument near misses of issue 15 and 34 after (their ground truth costs a matcher
+run per near miss of new shapes); ``planted(qk_norm)`` 28-38 before, 27-37 after, within noise.
 """
 
 from __future__ import annotations
@@ -387,42 +392,49 @@ def _full_example(pattern: Callable[..., Any], example: Sequence[Any], positions
 
 #: Near misses made by editing an argument of the trace: a wildcard may hold that argument.
 _EDITED_KINDS = ("constant", "dim", "split_sizes")
+#: Near misses in what the trace does not pin (:mod:`._argument_near_miss`): Inductor's matcher
+#: for the pattern judges them, for every plain pattern (it ignores keyword arguments the pattern
+#: does not hold, so it rewrites some of them).
+_ASKED_KINDS = ("optional_arg", "overload", "reduction_dim")
 
 
 class _Wildcards:
     """What a plain pattern's pass treats as wildcards (``register_replacement``'s
-    ``scalar_workaround`` and ``exclusive_arg_names``), and Inductor's matcher for the pattern
-    registered with them (built on first use, from the example inputs or the first drawn ones):
-    the ground truth of an edited near miss. Its repr (which keys the example database) names
-    the arguments only."""
+    ``scalar_workaround`` and ``exclusive_arg_names``, maybe none), and Inductor's matcher for the
+    pattern registered with them (built on first use, from the example inputs or the first drawn
+    ones): the ground truth of an edited near miss. Its repr (which keys the example database)
+    names the arguments only."""
 
     def __init__(self, spec: dict[str, Any], positions: dict[int, Any], exclusive: tuple[str, ...]) -> None:
         self.spec, self.positions, self.exclusive = spec, positions, exclusive
+        self.given = bool(positions or exclusive)
+        self.broken = False  # the pattern does not register: no matcher to ask
+        self.reference: tuple[Any, ...] | None = None  # the structure of the registered trace
         self._rewrite: RecordedRewrite | None = None
 
     def rewrite(self, args: tuple[Any, ...]) -> RecordedRewrite:
         if self._rewrite is None:
             from .._record import pattern_rewrite
 
-            spec, names = self.spec, _parameters(self.spec["pattern"])
+            spec = self.spec
             example = spec["example_inputs"] if spec["example_inputs"] is not None else args
-            tensors = tuple(
-                x.zeros() if isinstance(x, _TensorLike) else x for i, x in enumerate(example) if i not in self.positions
-            )
-            workaround = {names[i]: value for i, value in self.positions.items()}
+            example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in example)
+            self.reference = signature(trace(spec["pattern"], example, spec["trace_fn"]), loose=True)
             self._rewrite = pattern_rewrite(
                 spec["pattern"],
-                tensors,
+                tuple(x for i, x in enumerate(example) if i not in self.positions),
                 trace_fn=spec["trace_fn"],
-                scalar_workaround=workaround or None,
+                scalar_workaround=self._workaround() or None,
                 exclusive_arg_names=self.exclusive,
             )
         return self._rewrite
 
+    def _workaround(self) -> dict[str, Any]:
+        names = _parameters(self.spec["pattern"]) if self.positions else []
+        return {names[i]: value for i, value in self.positions.items()}
+
     def __repr__(self) -> str:
-        names = _parameters(self.spec["pattern"])
-        workaround = {names[i]: value for i, value in self.positions.items()}
-        return f"wildcards(scalar_workaround={workaround!r}, exclusive_arg_names={self.exclusive!r})"
+        return f"wildcards(scalar_workaround={self._workaround()!r}, exclusive_arg_names={self.exclusive!r})"
 
 
 def _traced(spec: dict[str, Any], args: tuple[Any, ...]) -> tuple[torch.fx.GraphModule, tuple[Any, ...]]:
@@ -467,10 +479,34 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
         chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
     if "rewrite" in spec and chosen.must_match is not None and not chosen.extra_user:
         chosen = _isolated_truth(spec["rewrite"].rewrite, chosen)
-    elif "wildcards" in spec and chosen.must_match is False and chosen.reason in _EDITED_KINDS:
-        # the edited argument may be one the pass's matcher holds as a wildcard: ask it
-        chosen = _isolated_truth(spec["wildcards"].rewrite(args), chosen)
+    elif "wildcards" in spec and chosen.must_match is False:
+        wildcards = spec["wildcards"]
+        if wildcards.given and chosen.reason in _EDITED_KINDS:
+            # the edited argument may be one the pass's matcher holds as a wildcard: ask it
+            chosen = _isolated_truth(wildcards.rewrite(args), chosen)
+        elif chosen.reason in _ASKED_KINDS:
+            chosen = _asked_truth(wildcards, args, chosen, signature(gm, loose=True))
     return chosen
+
+
+def _asked_truth(wildcards: _Wildcards, args: tuple[Any, ...], inst: Traced, structure: tuple[Any, ...]) -> Traced:
+    """The ground truth of an :data:`_ASKED_KINDS` near miss of a plain pattern, from Inductor's
+    matcher for the pattern; ``must_match=None`` (either is right) where it cannot tell: the
+    pattern does not register (e.g. it does not trace on zeros), or the instance before the change
+    has another ``structure`` (loose signature) than the registered trace (without example inputs
+    the matcher is registered on the first drawn ones, e.g. at a contracted size of 1)."""
+    if not wildcards.broken:
+        try:
+            rewrite = wildcards.rewrite(args)
+            rewrite._isolated_pass()
+        except Exception:  # noqa: BLE001 - whatever register_replacement raises: no matcher
+            if wildcards.given:
+                raise
+            wildcards.broken = True
+        else:
+            if wildcards.reference == structure:
+                return _isolated_truth(rewrite, inst)
+    return dataclasses.replace(inst, must_match=None)
 
 
 def _go_on(draw: Any) -> bool:
@@ -589,9 +625,22 @@ def planted(
       dtype) and an ``"unused"`` one (dead code) may match or not (``must_match=None``): the
       semantics oracle judges a pass that rewrites them. A ``"constant"``, ``"dim"`` or
       ``"split_sizes"`` near miss that edits an argument the pass holds as a wildcard (give
-      ``scalar_workaround``) is ``must_match=None``. Drop a kind your pass rightly does not compare.
-      A kind a pattern has no valid near miss of falls through to the next kind, then to a plain
-      instance. The finding for a rewritten near miss names what it changed (``PlantedInstance.detail``).
+      ``scalar_workaround``) is ``must_match=None``. Near misses in what the pattern's trace does
+      not pin (:mod:`._argument_near_miss`): ``"optional_arg"`` (an optional argument the trace
+      omits set on one call: ``alpha=0.5``, ``beta=2``, ``dtype=``, ``keepdim``...),
+      ``"overload"`` (``aten.add.Scalar`` for ``aten.add.Tensor``, a literal made a 0-d tensor
+      input) and ``"reduction_dim"`` (every ``dim`` argument moved to another dim) are judged by
+      Inductor's matcher for the pattern (registered as ``register_replacement`` does, with
+      ``scalar_workaround``; a matcher run, up to 25-50 ms, per instance of new shapes): one it
+      rewrites is ``must_match=None`` (it ignores keyword arguments its pattern does not hold, so a
+      replacement that drops ``alpha=`` is a semantics finding), one it leaves is
+      ``must_match=False``. A ``"values"`` instance (a 0/1 mask given 2, -inf, -1 or 0.5, an
+      additive mask 1 or -1e4, a bias +-1e4 or -inf, at every other element) is
+      ``must_match=None``: the matcher does not see values, the semantics oracle judges the rewrite
+      (a case whose float64 reference is non-finite is void). Drop a kind your pass rightly does
+      not compare. A kind a pattern has no valid near miss of falls through to the next kind, then
+      to a plain instance. The finding for a rewritten near miss names what it changed
+      (``PlantedInstance.detail``).
     - ``trace_fn``: how to trace ``pattern`` (default ``torch._inductor.pattern_matcher.fwd_only``,
       as ``register_replacement``).
     - ``example_inputs``: the example inputs the pass registers ``pattern`` with, with or without
@@ -752,11 +801,12 @@ def planted(
         # shapes and dtypes only: the strategy's repr keys the example database
         "example_inputs": None if example_inputs is None else tuple(map(_TensorLike.of, example_inputs)),
     }
-    # only when given: the spec's repr keys the example database of other cases
+    # Inductor's matcher for the pattern (the ground truth of some near misses); the spec's repr keys
+    # the example database: each prints its arguments only
     if rewrite is not None:
         spec["rewrite"] = _Rewrite(rewrite)
-    elif positions or exclusive:
+    else:
         spec["wildcards"] = _Wildcards(spec, positions, exclusive)
-    if positions:
+    if positions:  # only when given, as it enters the repr
         spec["scalar_examples"] = positions
     return _cases(spec)
