@@ -19,8 +19,14 @@ At ``tp_world > 1`` the all-reduce forms of :mod:`.tp` (``qk_norm_tp``, ``qk_nor
 registered first; the rank-local forms above stay registered, since a rank-local norm in a
 tensor-parallel graph is still rewritten exactly.
 
-Safety (``can_fuse``: dtypes, widths, layout) is kept apart from profitability (``should_fuse``:
-token count); both are read from the fake tensors on the matched nodes and never raise.
+Safety (``can_fuse``: dtypes, widths, layout, and no keyword argument the patterns do not hold) is
+kept apart from profitability (``should_fuse``: token count); both are read from the matched nodes
+and their fake tensors and never raise.
+
+Why the keyword check: Inductor's matcher compares only the keyword arguments a pattern's node
+holds and ignores the others (``_TargetArgsExpr._match``), so ``mean(x², [-1], True,
+dtype=torch.float64)`` matches the pattern's ``mean(x², [-1], True)`` and the fused op would drop the
+``dtype``. None of these patterns' nodes holds a keyword argument, so a match with one is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import torch
 from . import ops  # noqa: F401  (registers torch.ops.pmverify.*)
 from .config import QKNormConfig
 
-__all__ = ["Rewrite", "rewrites", "can_fuse_qkv", "can_fuse_rms", "should_fuse"]
+__all__ = ["Rewrite", "rewrites", "can_fuse_qkv", "can_fuse_rms", "should_fuse", "holds_no_keywords"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +61,11 @@ def _val(match: Any, name: str) -> Any:
 
 def _static_int(value: Any) -> int | None:
     return value if isinstance(value, int) else None
+
+
+def holds_no_keywords(match: Any) -> bool:
+    """Whether no matched node carries a keyword argument (see the module docstring)."""
+    return not any(getattr(node, "kwargs", None) for node in match.nodes)
 
 
 def should_fuse(config: QKNormConfig, tokens: Any) -> bool:
@@ -138,13 +149,13 @@ def rewrites(config: QKNormConfig) -> list[Rewrite]:
 
     def qkv_check(match: Any) -> bool:
         qkv = _val(match, "qkv")
-        return can_fuse_qkv(config, qkv, _val(match, "q_weight"), _val(match, "k_weight")) and should_fuse(
-            config, qkv.shape[0]
-        )
+        fusable = can_fuse_qkv(config, qkv, _val(match, "q_weight"), _val(match, "k_weight"))
+        return fusable and holds_no_keywords(match) and should_fuse(config, qkv.shape[0])
 
     def rms_check(match: Any) -> bool:
         x = _val(match, "x")
-        return can_fuse_rms(config, x, _val(match, "weight")) and should_fuse(config, x.numel() // x.shape[-1])
+        fusable = can_fuse_rms(config, x, _val(match, "weight")) and holds_no_keywords(match)
+        return fusable and should_fuse(config, x.numel() // x.shape[-1])
 
     tokens = 4
     if config.tp_world > 1:
