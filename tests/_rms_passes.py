@@ -70,3 +70,35 @@ class MyRMSNormPass:
 
 class HardCodedEpsPass(MyRMSNormPass):
     replacement = staticmethod(hard_coded_replacement)
+
+
+# A pattern with its eps written as a literal (only 1e-6 matches), as vLLM's and Inductor's own
+# fusions often have it, and a replacement that hard-codes a nearby eps: found only on rows whose
+# mean square is near or below 1e-5 (tensors() draws them).
+def literal_eps_pattern(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def literal_eps_replacement(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def nearby_eps_replacement(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w  # the bug: 1e-5 for 1e-6
+
+
+class LiteralEpsRMSNormPass(MyRMSNormPass):
+    """Rewrites ``literal_eps_pattern`` into its own trace (a correct pass)."""
+
+    replacement = staticmethod(literal_eps_replacement)
+
+    def __init__(self) -> None:
+        self.patterns = PatternMatcherPass(pass_name=type(self).__name__)
+        register_replacement(
+            literal_eps_pattern, type(self).replacement, list(RMS_EXAMPLE_INPUTS), fwd_only, self.patterns
+        )
+        self.matched_count = 0
+
+
+class NearbyEpsRMSNormPass(LiteralEpsRMSNormPass):
+    replacement = staticmethod(nearby_eps_replacement)
