@@ -5,6 +5,27 @@ Run: ``python benchmarks/strategies.py [--examples N] [--json PATH]``. Each stra
 (imports, op registration), with ``planted``'s memo of pattern traces emptied before each row so
 rows do not depend on their order; the table gives wall seconds and cases per second. Figures, not
 assertions: timing is not tested (shared machines make timed tests flaky).
+
+Before / after issue 15 part 1 (fx_graphs from 38 ops in one form each to 81 ops in every argument
+form and 7 dtypes; tensors() with scales and row kinds), cases/s with ``--examples 100``, two runs
+each, back to back on the same 2 shared cores (torch 2.13.0 CPU), so differences under ~15 % are
+noise::
+
+    strategy                                      before        after
+    tensors(float32, [64, 64])                1500-1620    1065-1090
+    fx_graphs()                                 137-141      133-167
+    fx_graphs(max_nodes=30)                       37-37       32-34
+    like(qk_norm example)                       770-772      576-604
+    planted(rms_norm)                             38-46       42-45
+    planted(qk_norm)                              32-35       32-34
+    qk_norm_cases()          (own tensors)        28-36       34-38
+    with_mutations(planted(rms_norm))             35-41       34-35
+    with_mutating_custom_ops(planted(rms_norm))   27-29       23-27
+    tp_cases(planted(rms_norm))                   50-58       51-62
+
+A tensor costs up to three more choices (scale, row kind) and a row pass; a graph holds more nodes
+per op on average (unbind's and split's getitems, guarded ops), so fx_graphs' larger cases are ~10 %
+slower; planted, which traces patterns, is as fast as before.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -133,7 +134,7 @@ class _Builder:
         """One of the ``_WINDOW`` most recent values that ``accepts`` (the most recent first), or a
         new input of one of ``dtypes`` whose shape ``fresh`` draws (and that ``accepts`` by the op
         table's contract), with values from ``elements`` if given (index tensors)."""
-        candidates = [value for value in reversed(self.values) if accepts(value)][:_WINDOW]
+        candidates = list(itertools.islice((value for value in reversed(self.values) if accepts(value)), _WINDOW))
         if candidates:
             i = self.draw(st.integers(0, len(candidates)))
             if i < len(candidates):

@@ -15,6 +15,7 @@ a value (at most 2 per in-place op).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -89,22 +90,37 @@ def kind_of(dtype: torch.dtype) -> str:
     return "float" if dtype.is_floating_point else "int"
 
 
-def _meta(operand: Any) -> Any:
+def _key(operand: Any) -> tuple[Any, bool]:
+    """What type promotion reads of an operand: its dtype (a Python type for a number) and whether
+    it is a dimensionless (0-d or Python number) operand."""
     if isinstance(operand, Val):
-        return torch.empty((1,) * min(operand.rank, 1), dtype=operand.dtype, device="meta")
-    return operand
+        return operand.dtype, operand.rank == 0
+    return type(operand), True
+
+
+@functools.lru_cache(maxsize=1024)
+def _promoted(keys: tuple[tuple[Any, bool], ...]) -> torch.dtype:
+    def meta(key: tuple[Any, bool]) -> Any:
+        kind, zero_dim = key
+        if isinstance(kind, torch.dtype):
+            return torch.empty(() if zero_dim else (1,), dtype=kind, device="meta")
+        return kind(1)
+
+    result = meta(keys[0])
+    if not isinstance(result, torch.Tensor):
+        result = torch.tensor(result, device="meta")
+    for key in keys[1:]:
+        other = meta(key)
+        dtype = torch.result_type(result, other)
+        zero_dim = result.dim() == 0 and (not isinstance(other, torch.Tensor) or other.dim() == 0)
+        result = torch.empty(() if zero_dim else (1,), dtype=dtype, device="meta")
+    return result.dtype
 
 
 def promoted(*operands: Any) -> torch.dtype:
     """The dtype torch's type promotion gives ``operands`` (:class:`Val` or Python numbers); a 0-d
     value counts as a 0-d tensor, as in torch."""
-    metas = [_meta(op) for op in operands]
-    result = metas[0] if isinstance(metas[0], torch.Tensor) else torch.tensor(metas[0], device="meta")
-    for other in metas[1:]:
-        dtype = torch.result_type(result, other)
-        zero_dim = result.dim() == 0 and (not isinstance(other, torch.Tensor) or other.dim() == 0)
-        result = torch.empty(() if zero_dim else (1,), dtype=dtype, device="meta")
-    return result.dtype
+    return _promoted(tuple(_key(op) for op in operands))
 
 
 @dataclasses.dataclass

@@ -2,8 +2,9 @@
 
 Tensors are drawn as a *fill kind*, a *scale*, a *row kind* and a seed, not element by element: a
 ``torch.Generator`` seeded from the draw makes the values, so a tensor costs at most six choices
-whatever its size (making a 4x4 tensor takes ~40 µs, a 32K-element one ~1.5 ms; Hypothesis' own
-overhead per case is larger) and shrinks to all zeros. Floating values are base values in [-2, 2]
+whatever its size (making the values of a 4x4 tensor takes 20-90 µs, of a 32K-element one
+0.15-0.55 ms, by fill and row kind; Hypothesis' own overhead per case is larger) and shrinks to all
+zeros. Floating values are base values in [-2, 2]
 times a scale of 2**e per tensor, e in -24..16 (-24..7 in float16, whose range ends at 65504), so
 that a norm meets rows whose mean square is far below a typical eps (1e-6) as well as large ones;
 a row kind then makes some rows zero or all-equal, scales some rows down by up to 2**-24, keeps a
@@ -11,7 +12,8 @@ few outliers among small values, or writes negative zeros. With ``elements`` giv
 that strategy: one fill value plus a few drawn positions, as ``hypothesis.extra.numpy.arrays``
 does, without needing numpy.
 
-Nothing is filtered: 0 % of draws are rejected (tests/strategies/test_rejections.py).
+Nothing is filtered: 0 % of draws are rejected (0 of 1000 ``tensors(float32, (4, 8))`` draws in
+Hypothesis' statistics; tests/strategies/test_rejections.py).
 """
 
 from __future__ import annotations
