@@ -34,7 +34,7 @@ from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase
 from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp, Val
-from ._ops_core import kind_of
+from ._ops_core import kind_of, provisional
 from ._tensors import DEFAULT_BOUND, max_magnitude_of, tensors
 from ._validation import check_choices, check_dtypes, check_int, check_optional_int, check_order
 
@@ -48,14 +48,6 @@ DEFAULT_GRAPH_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int6
 #: How many of the most recent fitting values an operand is drawn from (besides a new input).
 _WINDOW = 4
 _BY_NAME = {op.name: op for op in OPS}
-
-
-def _provisional(shape: tuple[int, ...], dtype: torch.dtype) -> Val:
-    """A value standing for a new input of ``shape`` and ``dtype`` at its smallest bound."""
-    fake = torch.empty(shape, dtype=dtype, device="meta")
-    return Val(
-        None, DEFAULT_BOUND if dtype.is_floating_point else max_magnitude_of(dtype), fake, not dtype.is_floating_point
-    )
 
 
 class _Builder:
@@ -104,10 +96,13 @@ class _Builder:
         node.meta["val"] = self.mode.from_tensor(real)
         self._last_input = node
         self.inputs.append(real)
-        magnitude = float(real.abs().max()) if real.numel() and dtype != torch.bool else float(dtype == torch.bool)
-        nonneg = dtype == torch.bool or real.numel() == 0 or bool(real.min() >= 0) and not dtype.is_floating_point
-        if dtype.is_floating_point:
-            magnitude = max(magnitude, DEFAULT_BOUND)
+        if dtype == torch.bool:
+            magnitude, nonneg = 1.0, True
+        elif dtype.is_floating_point:  # with_mutations may make it negative
+            magnitude, nonneg = max(float(real.abs().max()) if real.numel() else 0.0, DEFAULT_BOUND), False
+        else:  # never written: exact
+            magnitude = float(real.abs().max()) if real.numel() else 0.0
+            nonneg = not real.numel() or bool(real.min() >= 0)
         value = Val(node, magnitude, node.meta["val"], nonneg)
         self.values.append(value)
         return value
@@ -140,7 +135,7 @@ class _Builder:
             if i < len(candidates):
                 return candidates[i]
         shape = self.draw(fresh)
-        fitting = list(dtypes) if elements is not None else [d for d in dtypes if accepts(_provisional(shape, d))]
+        fitting = list(dtypes) if elements is not None else [d for d in dtypes if accepts(provisional(shape, d))]
         if not fitting:
             raise AssertionError(f"the op table's fresh input of shape {shape} is accepted in none of {list(dtypes)}")
         dtype = self.draw(st.sampled_from(fitting))

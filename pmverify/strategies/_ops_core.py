@@ -2,7 +2,7 @@
 
 A :class:`Val` is a value of the graph under construction (its node, fake tensor, a bound on its
 magnitude, and whether it is known non-negative); a :class:`GraphOp` is one entry of the table. The
-families of ops live in ``_ops_elementwise``, ``_ops_reductions``, ``_ops_views``, ``_ops_indexing``,
+families of ops live in ``_ops_elementwise``, ``_ops_reductions``, ``_ops_views``, ``_ops_slicing``,
 ``_ops_creation`` and ``_ops_contraction``; ``_graph_ops`` assembles them in order.
 
 Values stay finite by construction: each op computes the bound of its result from its operands'
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from hypothesis import strategies as st
 
-from ._tensors import shapes
+from ._tensors import DEFAULT_BOUND, max_magnitude_of, shapes
 
 if TYPE_CHECKING:
     from ._graphs import _Builder
@@ -53,6 +53,8 @@ __all__ = [
     "optional",
     "kwargs_of",
     "FRESH",
+    "fresh_bound",
+    "provisional",
 ]
 
 aten = torch.ops.aten
@@ -197,6 +199,19 @@ class GraphOp:
 
     def dtypes(self, dtypes: Sequence[torch.dtype]) -> tuple[torch.dtype, ...]:
         return self.operand_dtypes(self, dtypes)
+
+
+def fresh_bound(dtype: torch.dtype) -> float:
+    """The bound a new input of ``dtype`` has at least: 2 for floats (see ``_Builder.new_input``),
+    7 for integers (values in [0, 8)), 1 for bool."""
+    return DEFAULT_BOUND if dtype.is_floating_point else max_magnitude_of(dtype)
+
+
+def provisional(shape: tuple[int, ...], dtype: torch.dtype) -> Val:
+    """A value standing for a new input of ``shape`` and ``dtype`` at its smallest bound: what the
+    builder asks an op's ``accepts`` before drawing the input."""
+    fake = torch.empty(shape, dtype=dtype, device="meta")
+    return Val(None, fresh_bound(dtype), fake, not dtype.is_floating_point)
 
 
 def fits(shape: tuple[int, ...] | None) -> bool:

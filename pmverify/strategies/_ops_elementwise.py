@@ -29,31 +29,23 @@ from ._ops_core import (
     broadcast,
     broadcastable,
     fits,
+    fresh_bound,
     kind_of,
     kwargs_of,
     of_kinds,
     optional,
     promoted,
+    provisional,
 )
-from ._tensors import DEFAULT_BOUND, max_magnitude_of
+from ._tensors import DEFAULT_BOUND
 
 if TYPE_CHECKING:
     from ._graphs import _Builder
 
-__all__ = ["ELEMENTWISE_OPS", "second", "fresh_bound"]
+__all__ = ["ELEMENTWISE_OPS", "second"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
-
-
-def fresh_bound(dtype: torch.dtype) -> float:
-    """The bound of a new input of ``dtype`` drawn at the smallest magnitude: 2 for floats, 7 for
-    integers (values in [0, 8)), 1 for bool."""
-    return DEFAULT_BOUND if dtype.is_floating_point else max_magnitude_of(dtype)
-
-
-def _provisional(shape: tuple[int, ...], dtype: torch.dtype) -> Val:
-    return Val(None, fresh_bound(dtype), torch.empty(shape, dtype=dtype, device="meta"), not dtype.is_floating_point)
 
 
 def second(
@@ -62,13 +54,12 @@ def second(
     bound: Callable[[float, float], float],
     *,
     kinds: Sequence[str] = ANY,
-    result: Callable[[torch.dtype], bool] = lambda dtype: True,
     same_shape: bool = False,
 ) -> Val:
     """A second operand ``y`` that broadcasts with ``x`` (to ``x``'s shape with ``same_shape``): of
     a kind in ``kinds``, with ``bound(x.bound, y.bound)`` under the cap of the promoted dtype, which
-    must be one of the case's dtypes and satisfy ``result``. ``x`` itself first, then recent
-    values, then a new input of ``x``'s dtype (simplest) or another that fits."""
+    must be one of the case's dtypes. ``x`` itself first, then recent values, then a new input of
+    ``x``'s dtype (simplest) or another that fits."""
 
     def accepts(v: Val) -> bool:
         if v.kind not in kinds:
@@ -77,9 +68,9 @@ def second(
         if not fits(shape) or (same_shape and shape != x.shape):
             return False
         dtype = promoted(x, v)
-        return b.allows(dtype) and result(dtype) and bound(x.bound, v.bound) <= bound_cap(dtype)
+        return b.allows(dtype) and bound(x.bound, v.bound) <= bound_cap(dtype)
 
-    dtypes = [d for d in [x.dtype, *b.of_kinds(kinds)] if accepts(_provisional(x.shape, d))]
+    dtypes = [d for d in [x.dtype, *b.of_kinds(kinds)] if accepts(provisional(x.shape, d))]
     return b.operand(accepts, broadcastable(x.shape), list(dict.fromkeys(dtypes)))
 
 
@@ -188,7 +179,7 @@ def _scalar_op(
 
     def emit(b: _Builder, x: Val) -> None:
         forms = [*_SCALAR_FORMS[: 3 if zero_dim else 2], *(["reverse"] if reverse is not None else [])]
-        if zero_dim and not zero_dim_ok(b, x)(_provisional((), x.dtype)):
+        if zero_dim and not zero_dim_ok(b, x)(provisional((), x.dtype)):
             forms.remove("0-d")
         form = b.draw(st.sampled_from(forms))
         if form == "0-d":
