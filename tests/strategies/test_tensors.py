@@ -142,6 +142,31 @@ def test_tensors_examples(dtype, shape, elements):
     check()
 
 
+# Explicit edge cases of the value options: a cap below every scale, an int cap below 1, NaN asked
+# of a bool tensor (ignored), non-finite values in float16, a cap of 0.
+@pytest.mark.parametrize(
+    ("dtype", "kwargs", "holds"),
+    [
+        (torch.float16, {"max_magnitude": 1e-30}, lambda x: not x.any()),  # below float16's subnormals
+        (torch.int8, {"max_magnitude": 0.5}, lambda x: not x.any()),
+        (torch.bool, {"allow_nan": True}, lambda x: x.dtype == torch.bool),
+        (
+            torch.float16,
+            {"allow_nan": True, "allow_infinity": True},
+            lambda x: (x[torch.isfinite(x)].abs() <= 2**8).all(),
+        ),
+        (torch.bfloat16, {"max_magnitude": 0}, lambda x: not x.any()),
+    ],
+)
+def test_value_options_examples(dtype, kwargs, holds):
+    @settings(max_examples=10)
+    @given(tensors(dtype, (3, 5), **kwargs))
+    def check(x):
+        assert x.dtype == dtype and tuple(x.shape) == (3, 5) and holds(x)
+
+    check()
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
