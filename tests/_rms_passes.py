@@ -95,7 +95,12 @@ class LiteralEpsRMSNormPass(MyRMSNormPass):
     def __init__(self) -> None:
         self.patterns = PatternMatcherPass(pass_name=type(self).__name__)
         register_replacement(
-            literal_eps_pattern, type(self).replacement, list(RMS_EXAMPLE_INPUTS), fwd_only, self.patterns
+            literal_eps_pattern,
+            type(self).replacement,
+            list(RMS_EXAMPLE_INPUTS),
+            fwd_only,
+            self.patterns,
+            extra_check=only_pattern_keywords,
         )
         self.matched_count = 0
 
