@@ -28,8 +28,9 @@ def rms_pattern(x, w, eps):
 def only_pattern_keywords(match) -> bool:
     """Refuse a call with keyword arguments (the pattern's calls carry none): Inductor's matcher
     ignores those its pattern does not hold, e.g. ``add(ms, eps, alpha=0.5)``, which the
-    replacement would drop."""
-    return not any(node.kwargs for node in match.nodes)
+    replacement would drop. Refuse too an ``eps`` that is a tensor, not a number: the wildcard takes
+    a 0-d tensor (``ms + eps_buffer``), and the fused op's ``eps`` is a float."""
+    return not any(node.kwargs for node in match.nodes) and not isinstance(match.kwargs.get("eps"), torch.fx.Node)
 
 
 def rms_replacement(x, w, eps):
