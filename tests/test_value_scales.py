@@ -25,7 +25,7 @@ def _cases(vary):
 @pytest.mark.parametrize("vary", sorted(VARY))
 def test_a_replacement_hard_coding_a_nearby_eps_is_found(vary, finding_only, tmp_path):
     with finding_only(), pytest.raises(pmverify.PassVerificationError) as info:
-        pmverify.verify(NearbyEpsRMSNormPass(), _cases(vary), max_examples=30, seed=0, repro_dir=tmp_path)
+        pmverify.verify(NearbyEpsRMSNormPass(), _cases(vary), max_examples=60, seed=0, repro_dir=tmp_path)
     assert any(v.oracle == "semantics" for v in info.value.violations), info.value.violations
 
 

@@ -376,7 +376,7 @@ def test_a_hand_written_pass_dropping_arguments_is_caught(finding_only):
     finding; the same pass refusing them is quiet."""
     strategy = planted(addmm_sum_pattern, ADDMM_SUM_INPUTS)
     with finding_only(), pytest.raises(pmverify.PassVerificationError) as raised:
-        pmverify.verify(AddmmSumPass(), strategy, max_examples=40, seed=0)
+        pmverify.verify(AddmmSumPass(), strategy, max_examples=80, seed=0)
     assert {v.oracle for v in raised.value.violations} <= {"semantics", "structure"}
     assert any(p.reason == "optional_arg" for p in raised.value.result.case.planted)
     with finding_only():
