@@ -5,6 +5,29 @@ Run: ``python benchmarks/strategies.py [--examples N] [--json PATH]``. Each stra
 (imports, op registration), with ``planted``'s memo of pattern traces emptied before each row so
 rows do not depend on their order; the table gives wall seconds and cases per second. Figures, not
 assertions: timing is not tested (shared machines make timed tests flaky).
+
+Before / after issue 15 part 1 (fx_graphs from 38 ops in one form each to 81 ops in every argument
+form and 7 dtypes; tensors() with scales and row kinds), cases/s with ``--examples 100``: four runs
+of main (f5b8d07) and two of the branch, alternating on the same 2 shared cores (torch 2.13.0 CPU).
+Rows whose code did not change (qk_norm_cases, qk_norm_tp_cases) moved by up to 30 % between runs::
+
+    strategy                                      before        after
+    tensors(float32, [64, 64])                1518-1778    1340-1533
+    fx_graphs()                                 142-156      133-164
+    fx_graphs(max_nodes=30)                       33-48       32-33
+    like(qk_norm example)                       693-834      612-694
+    planted(rms_norm)                             33-44       35-38
+    planted(qk_norm)                              29-48       26-35
+    qk_norm_cases()          (own tensors)        31-38       31-35
+    qk_norm_tp_cases()       (own tensors)        26-32       21-24
+    with_mutations(planted(rms_norm))             29-40       36-37
+    with_mutating_custom_ops(planted(rms_norm))   27-31       23-28
+    tp_cases(planted(rms_norm))                   43-54       60-66
+
+A tensor costs one more choice (scale and row kind together) and a row pass on half of the draws
+(~15 % fewer tensors and like() tuples a second); a graph holds more nodes per op on average
+(unbind's and split's getitems, guarded ops), so fx_graphs' largest cases are up to ~20 % slower;
+planted, which traces patterns, is about as fast as before.
 """
 
 from __future__ import annotations

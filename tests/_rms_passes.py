@@ -28,8 +28,9 @@ def rms_pattern(x, w, eps):
 def only_pattern_keywords(match) -> bool:
     """Refuse a call with keyword arguments (the pattern's calls carry none): Inductor's matcher
     ignores those its pattern does not hold, e.g. ``add(ms, eps, alpha=0.5)``, which the
-    replacement would drop."""
-    return not any(node.kwargs for node in match.nodes)
+    replacement would drop. Refuse too an ``eps`` that is a tensor, not a number: the wildcard takes
+    a 0-d tensor (``ms + eps_buffer``), and the fused op's ``eps`` is a float."""
+    return not any(node.kwargs for node in match.nodes) and not isinstance(match.kwargs.get("eps"), torch.fx.Node)
 
 
 def rms_replacement(x, w, eps):
@@ -70,3 +71,40 @@ class MyRMSNormPass:
 
 class HardCodedEpsPass(MyRMSNormPass):
     replacement = staticmethod(hard_coded_replacement)
+
+
+# A pattern with its eps written as a literal (only 1e-6 matches), as vLLM's and Inductor's own
+# fusions often have it, and a replacement that hard-codes a nearby eps: found only on rows whose
+# mean square is near or below 1e-5 (tensors() draws them).
+def literal_eps_pattern(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def literal_eps_replacement(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def nearby_eps_replacement(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w  # the bug: 1e-5 for 1e-6
+
+
+class LiteralEpsRMSNormPass(MyRMSNormPass):
+    """Rewrites ``literal_eps_pattern`` into its own trace (a correct pass)."""
+
+    replacement = staticmethod(literal_eps_replacement)
+
+    def __init__(self) -> None:
+        self.patterns = PatternMatcherPass(pass_name=type(self).__name__)
+        register_replacement(
+            literal_eps_pattern,
+            type(self).replacement,
+            list(RMS_EXAMPLE_INPUTS),
+            fwd_only,
+            self.patterns,
+            extra_check=only_pattern_keywords,
+        )
+        self.matched_count = 0
+
+
+class NearbyEpsRMSNormPass(LiteralEpsRMSNormPass):
+    replacement = staticmethod(nearby_eps_replacement)

@@ -3,8 +3,8 @@ instances with near misses, mutation placements, auto_functionalized forms and t
 inputs. Each returns a strategy; bad arguments raise ``hypothesis.errors.InvalidArgument``."""
 
 from ._auto_functionalized import with_mutating_custom_ops
-from ._graph_ops import GRAPH_OPS
-from ._graphs import fx_graphs
+from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS
+from ._graphs import DEFAULT_GRAPH_DTYPES, fx_graphs
 from ._like import Dim, like
 from ._mutations import with_mutations
 from ._near_miss import NEAR_MISS_KINDS
@@ -31,6 +31,8 @@ __all__ = [
     "Replicate",
     "Shard",
     "GRAPH_OPS",
+    "GRAPH_DTYPES",
+    "DEFAULT_GRAPH_DTYPES",
     "NEAR_MISS_KINDS",
     "PRODUCERS",
 ]

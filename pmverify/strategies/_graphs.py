@@ -9,20 +9,21 @@ Shapes, dtypes and strides come from running each op on fake tensors in the case
 where its shape rules, and a bound on the magnitude of values (see :mod:`._graph_ops`), hold.
 
 Nothing is filtered: measured with Hypothesis' statistics (``hypothesis.statistics.collector``, what
-``pytest --hypothesis-show-statistics`` prints) over 1000 generated ``fx_graphs()`` cases, the
-filter/``assume`` rejection rate is 0% (0 cases of status "invalid"; ``tests/strategies/
-test_graphs.py`` checks it stays under 1%). The ~250 "overrun" attempts that the statistics also
-count as invalid are not rejections: the engine cuts its early test cases at 5 times the length of
-the minimal one, as for any strategy of varying size (``st.lists(st.tuples(st.integers(),
-st.floats()))`` shows ~15 per 100).
+``pytest --hypothesis-show-statistics`` prints) over 1000 generated ``fx_graphs()`` cases (81 ops,
+every argument form and dtype), the filter/``assume`` rejection rate is 0% (0 cases of status
+"invalid"; ``tests/strategies/test_graphs.py`` checks it stays under 1%). The ~300 "overrun"
+attempts that the statistics also count as invalid are not rejections: the engine cuts its early
+test cases at 5 times the length of the minimal one, as for any strategy of varying size
+(``st.lists(st.tuples(st.integers(), st.floats()))`` shows ~15 per 100).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,24 +33,29 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase
-from ._graph_ops import GRAPH_OPS, OPS, GraphOp, Val
-from ._tensors import DEFAULT_BOUND, tensors
+from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp, Val
+from ._ops_core import kind_of, provisional
+from ._tensors import DEFAULT_BOUND, max_magnitude_of, tensors
 from ._validation import check_choices, check_dtypes, check_int, check_optional_int, check_order
 
-__all__ = ["fx_graphs", "GRAPH_OPS"]
+__all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES"]
 
 _DEFAULT_MAX_NODES = 8
+#: Dtypes of ``fx_graphs()``, simplest first: float32, then the other floating dtypes real
+#: post-grad graphs compute in, int64 (indices, argmax), int32 and bool (masks). float64 is left
+#: out: the semantics oracle's reference computes in float64, so a float64 graph is its own reference.
+DEFAULT_GRAPH_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
 #: How many of the most recent fitting values an operand is drawn from (besides a new input).
 _WINDOW = 4
 _BY_NAME = {op.name: op for op in OPS}
 
 
 class _Builder:
-    """A graph under construction: its nodes, fake mode, float values and real inputs."""
+    """A graph under construction: its nodes, fake mode, values and real inputs."""
 
     def __init__(self, draw: Any, dtypes: Sequence[torch.dtype]) -> None:
         self.draw = draw
-        self.dtypes = dtypes
+        self.dtypes = tuple(dtypes)
         self.graph = torch.fx.Graph()
         self.mode = FakeTensorMode()
         self.values: list[Val] = []
@@ -57,11 +63,28 @@ class _Builder:
         self.op_nodes = 0
         self._last_input: torch.fx.Node | None = None
 
-    def new_input(self, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> Val:
-        """A new placeholder (after the others) holding a drawn tensor; ``dtype`` drawn if None."""
-        if dtype is None:
-            dtype = self.draw(st.sampled_from(self.dtypes))
-        real = self.draw(tensors(dtype, shape))
+    def allows(self, dtype: torch.dtype) -> bool:
+        """Whether values of ``dtype`` may appear (``dtype`` is one of the case's dtypes)."""
+        return dtype in self.dtypes
+
+    def of_kinds(self, kinds: Sequence[str]) -> list[torch.dtype]:
+        return [d for d in self.dtypes if kind_of(d) in kinds]
+
+    def new_input(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        *,
+        max_magnitude: float | None = None,
+        elements: st.SearchStrategy | None = None,
+    ) -> Val:
+        """A new placeholder (after the others) holding a tensor drawn by :func:`tensors`. Its bound
+        is its real magnitude, at least 2 for a floating input (room for what ``with_mutations`` and
+        ``tp_cases`` may give it)."""
+        if elements is not None:
+            real = self.draw(tensors(dtype, shape, elements=elements))
+        else:
+            real = self.draw(tensors(dtype, shape, max_magnitude=max_magnitude))
         if self._last_input is not None:
             where = self.graph.inserting_after(self._last_input)
         elif len(self.graph.nodes):
@@ -73,28 +96,73 @@ class _Builder:
         node.meta["val"] = self.mode.from_tensor(real)
         self._last_input = node
         self.inputs.append(real)
-        value = Val(node, DEFAULT_BOUND)
+        if dtype == torch.bool:
+            magnitude, nonneg = 1.0, True
+        elif dtype.is_floating_point:  # with_mutations may make it negative
+            magnitude, nonneg = max(float(real.abs().max()) if real.numel() else 0.0, DEFAULT_BOUND), False
+        else:  # never written: exact
+            magnitude = float(real.abs().max()) if real.numel() else 0.0
+            nonneg = not real.numel() or bool(real.min() >= 0)
+        value = Val(node, magnitude, node.meta["val"], nonneg)
         self.values.append(value)
         return value
 
-    def operand(self, accepts: Any, fresh: st.SearchStrategy[tuple[int, ...]], dtype: torch.dtype | None = None) -> Val:
+    def _largest_accepted(self, accepts: Callable[[Val], bool], shape: tuple[int, ...], dtype: torch.dtype) -> float:
+        """The largest magnitude (a power of two from the dtype's default down to 2) at which
+        ``accepts`` takes a new input of ``shape`` and ``dtype``."""
+        meta = torch.empty(shape, dtype=dtype, device="meta")
+        if not dtype.is_floating_point:
+            return max_magnitude_of(dtype)
+        magnitude = max_magnitude_of(dtype)
+        while magnitude > DEFAULT_BOUND and not accepts(Val(None, magnitude, meta)):
+            magnitude /= 2
+        return magnitude
+
+    def operand(
+        self,
+        accepts: Callable[[Val], bool],
+        fresh: st.SearchStrategy[tuple[int, ...]],
+        dtypes: Sequence[torch.dtype],
+        *,
+        elements: st.SearchStrategy | None = None,
+    ) -> Val:
         """One of the ``_WINDOW`` most recent values that ``accepts`` (the most recent first), or a
-        new input whose shape ``fresh`` draws (and that ``accepts`` by the op table's contract)."""
-        candidates = [value for value in reversed(self.values) if accepts(value)][:_WINDOW]
+        new input of one of ``dtypes`` whose shape ``fresh`` draws (and that ``accepts`` by the op
+        table's contract), with values from ``elements`` if given (index tensors)."""
+        candidates = list(itertools.islice((value for value in reversed(self.values) if accepts(value)), _WINDOW))
         if candidates:
             i = self.draw(st.integers(0, len(candidates)))
             if i < len(candidates):
                 return candidates[i]
-        value = self.new_input(self.draw(fresh), dtype)
+        shape = self.draw(fresh)
+        fitting = list(dtypes) if elements is not None else [d for d in dtypes if accepts(provisional(shape, d))]
+        if not fitting:
+            raise AssertionError(f"the op table's fresh input of shape {shape} is accepted in none of {list(dtypes)}")
+        dtype = self.draw(st.sampled_from(fitting))
+        if elements is not None:
+            value = self.new_input(shape, dtype, elements=elements)
+        else:
+            value = self.new_input(shape, dtype, max_magnitude=self._largest_accepted(accepts, shape, dtype))
         if not accepts(value):
-            raise AssertionError(f"the op table's fresh shape {value.shape} is not accepted")
+            raise AssertionError(f"the op table's fresh {dtype} input of shape {value.shape} is not accepted")
         return value
 
     def call(
-        self, target: Any, args: tuple, kwargs: dict | None = None, *, bound: float | None = None
+        self,
+        target: Any,
+        args: tuple,
+        kwargs: dict | None = None,
+        *,
+        bound: float | None = None,
+        nonneg: bool = False,
     ) -> torch.fx.Node:
-        """Emit ``target(*args, **kwargs)``; with ``bound``, its result becomes a float value."""
+        """Emit ``target(*args, **kwargs)``; with ``bound``, its result becomes a value (of one of the
+        case's dtypes, with that bound on its magnitude)."""
         kwargs = kwargs or {}
+        if isinstance(target, torch._ops.OpOverload):
+            positional = {a.name for a in target._schema.arguments if not a.kwarg_only}
+            if positional & set(kwargs):  # make_fx's convention: positional arguments positionally
+                raise AssertionError(f"{target} given positional arguments {positional & set(kwargs)} as keywords")
         name = "getitem" if target is operator.getitem else target._opname
         node = self.graph.create_node("call_function", target, args, kwargs, name=name)
         fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
@@ -106,7 +174,12 @@ class _Builder:
         if target is not operator.getitem:
             self.op_nodes += 1
         if bound is not None:
-            self.values.append(Val(node, bound))
+            if node.meta["val"].dtype == torch.bool:
+                bound, nonneg = 1.0, True
+            value = Val(node, float(bound), node.meta["val"], nonneg)
+            if not self.allows(value.dtype):
+                raise AssertionError(f"{target} made a {value.dtype} value; the case's dtypes are {self.dtypes}")
+            self.values.append(value)
         return node
 
     def finish(self, label: str) -> GraphCase:
@@ -154,7 +227,12 @@ def _graphs(draw: Any, spec: _Spec) -> GraphCase:
     builder = _Builder(draw, spec.dtypes)
     while True:
         op = draw(st.sampled_from(spec.fitting(builder.op_nodes)))
-        x = builder.operand(op.accepts, op.fresh)
+        x = None
+        if not op.nullary:
+            try:
+                x = builder.operand(lambda v, op=op: op.takes(builder, v), op.fresh, op.dtypes(spec.dtypes))
+            except AssertionError as error:
+                raise AssertionError(f"{op.name}: {error}") from None
         before = builder.op_nodes
         op.emit(builder, x)
         if builder.op_nodes - before != op.cost:
@@ -175,50 +253,82 @@ def fx_graphs(
     dtypes: Sequence[torch.dtype] | None = None,
     ops: Sequence[str] | None = None,
 ) -> st.SearchStrategy[GraphCase]:
-    """Return a strategy for :class:`~pmverify.GraphCase` graphs of random aten ops.
+    """Return a strategy for :class:`~pmverify.GraphCase` graphs of random aten ops, each drawn
+    with the arguments it really takes.
 
     Each case's ``gm`` is a DAG of ``call_function`` nodes on ``torch.ops.aten`` (and
-    ``torch.ops.prims.convert_element_type``) overloads, as Inductor's post-grad graphs hold: one
-    placeholder per input (``x0``, ``x1``, ... first), ops in topological order, and an output that
-    returns the tuple of every sink (no node is dead). Every node carries ``meta["val"]``, a fake
-    tensor from one ``FakeTensorMode`` per case. ``inputs`` holds one tuple of real CPU tensors
-    drawn by :func:`~pmverify.strategies.tensors` (finite, in [-2, 2]); ``tp_world=1``,
-    ``form="functional"``, ``planted=()``, ``label="fx_graphs"``. Every value is finite on every such
-    input, in every dtype; values have rank 1..4, at most 1024 elements and magnitude at most 1024.
+    ``torch.ops.prims.convert_element_type``) overloads, as Inductor's post-grad graphs and make_fx
+    traces hold them: one placeholder per input (``x0``, ``x1``, ... first), ops in topological
+    order, and an output that returns the tuple of every sink (no node is dead). Arguments follow
+    make_fx's convention: positional arguments positionally, trailing defaults omitted or spelled
+    out, keyword-only arguments (``alpha``, ``dtype``, ``memory_format``...) as keywords. Every node
+    carries ``meta["val"]``, a fake tensor from one ``FakeTensorMode`` per case. ``inputs`` holds
+    one tuple of real CPU tensors drawn by :func:`~pmverify.strategies.tensors` (floats at scales
+    2**-24 .. 2**16 with zero, all-equal, tiny and outlier rows; ints in [0, 8), index tensors in
+    range); ``tp_world=1``, ``form="functional"``, ``planted=()``, ``label="fx_graphs"``. Every value
+    is finite on its inputs (and on any no larger in magnitude); values have rank 0..4, at most 1024
+    elements, and a dtype among ``dtypes`` (bool masks ``where`` builds for itself aside).
 
-    The ops (:data:`GRAPH_OPS`, simplest first): unary ``neg abs relu tanh sigmoid sin cos exp``
-    (on values bounded by 4), ``log`` (emitted as ``log(|x| + 1)``: abs, add, log), ``pow`` (square),
-    ``add_scalar`` / ``mul_scalar`` (``aten.add.Tensor(x, 1.0)``), ``clamp``,
-    ``convert_element_type`` (``prims.convert_element_type`` to another of float32, float16,
-    bfloat16); binary, broadcasting ``add sub mul maximum minimum``, ``div`` (emitted as
-    ``x / (|y| + 1)``), ``where`` (``where(x > 0, x, y)``: gt, where); reductions over one dim with
-    or without keepdim ``sum mean amax amin``; views ``view`` (of contiguous values), ``reshape``
-    (emitted decomposed: ``clone`` + ``_unsafe_view``), ``permute transpose unsqueeze expand slice``,
-    ``split`` (``split_with_sizes`` and a ``getitem`` per piece), ``cat``; contractions ``mm bmm
-    addmm`` and ``matmul`` (emitted decomposed, as post-grad graphs hold it: ``view`` to 2-D, ``mm``,
-    ``_unsafe_view`` back). A binary op's other operand is a recent value of the same dtype whose
-    shape fits (broadcasts, same size along the contracted dim...) or a new input shaped to fit.
+    The ops (:data:`GRAPH_OPS`, simplest first; see :mod:`._graph_ops` for every form):
+
+    - elementwise: ``neg abs relu tanh sigmoid sin cos exp`` (exp on values bounded by 4; int
+      values promote to float32), ``log`` (``log(|x| + 1)``), ``pow`` (2, 2.0, 3), ``add_scalar
+      mul_scalar sub_scalar div_scalar`` (``aten.add.Tensor(x, 2.0)``, ``aten.add.Scalar``, a 0-d
+      tensor operand, ``rsub``), ``clamp`` (both bounds, ``None``, one, ``clamp_min`` /
+      ``clamp_max``), ``convert_element_type`` and ``to_copy`` (``_to_copy(dtype=,
+      non_blocking=, memory_format=)``, ``to.dtype`` with ``copy``), ``gelu`` (``approximate``),
+      binary broadcasting ``add sub`` (``alpha``) ``mul maximum minimum`` over any dtypes torch
+      promotes, ``div`` (``x / (|y| + 1)``, ``rounding_mode`` trunc / floor), ``where`` (``where(x >
+      0, x, y)``, ``ScalarOther`` / ``ScalarSelf``), ``where_scalar`` (a ``scalar_tensor`` branch),
+      ``where_mask`` and ``masked_fill`` (a bool mask value), ``compare`` (gt lt ge le eq ne,
+      Scalar or Tensor), ``logical_not logical_and``, ``addcmul`` (``value``);
+    - reductions and scans: ``sum mean amax amin`` (one dim, maybe negative, two, or all;
+      ``keepdim``; ``dtype=``), ``var std`` (``correction``), ``argmax``, ``softmax log_softmax``
+      (``_softmax(x, d, False)`` or ``softmax.int(x, d[, dtype])``), ``cumsum cumprod`` (``dtype=``);
+    - views: ``view`` (a -1 size), ``reshape`` (``clone`` + ``_unsafe_view``), ``aten_reshape``,
+      ``unsafe_view``, ``permute transpose t unsqueeze squeeze flatten unflatten`` (negative dims),
+      ``expand`` (-1 sizes), ``as_strided`` (of contiguous inputs), ``clone`` (``memory_format``);
+    - slicing and indexing: ``slice`` (start and end negative, None, past the size,
+      9223372036854775807; step 2 or 3; empty results), ``select narrow unbind split cat
+      slice_scatter select_scatter index_select gather`` (index tensors valid by construction);
+    - contractions: ``mm bmm``, ``matmul`` (``view``, ``mm``, ``_unsafe_view``), ``addmm baddbmm``
+      (``beta`` / ``alpha``);
+    - creation: ``full ones zeros`` (``dtype=``, ``layout=``, ``device=``, ``pin_memory=``),
+      ``empty_fill`` (``empty.memory_format`` + the functional ``fill.Scalar``), ``arange``,
+      ``full_like ones_like zeros_like``, ``scalar_tensor``.
+
+    A binary op's other operand is a recent value whose shape fits (broadcasts, same size along the
+    contracted dim...) or a new input shaped to fit. Empty values (from ``slice``, ``narrow``...)
+    flow on only into ops that take them (elementwise ops, views, ``sum``, ``cat``...; never a
+    ``mean`` or ``amax`` over an empty dim).
 
     - ``min_nodes`` / ``max_nodes``: bounds on the number of op nodes (``call_function`` nodes
-      other than ``operator.getitem``; an op emitted with guards counts every node it adds: ``log``
-      and ``div`` 3, ``matmul`` 3, ``where`` and ``reshape`` 2). Default 1..8 (``max_nodes=None``:
-      8, or ``min_nodes`` if larger). Past ``min_nodes`` the graph grows by one more op with
-      probability k / (k + 1), k = max(1, (max_nodes - min_nodes) // 2).
-    - ``dtypes``: the dtypes inputs are drawn in, simplest first (default float32, float16,
-      bfloat16). ``convert_element_type`` may still cast to any of the three, and a binary op on a
-      cast value that takes a new input takes it in the cast's dtype (no mixed-dtype ops).
+      other than ``operator.getitem``; an op emitted with guards counts every node it adds: ``log``,
+      ``div``, ``matmul`` and ``where_scalar`` 3, ``where``, ``reshape`` and ``empty_fill`` 2).
+      Default 1..8 (``max_nodes=None``: 8, or ``min_nodes`` if larger). Past ``min_nodes`` the graph
+      grows by one more op with probability k / (k + 1), k = max(1, (max_nodes - min_nodes) // 2).
+    - ``dtypes``: the dtypes of inputs and values, simplest first, from :data:`GRAPH_DTYPES`
+      (float32, float16, bfloat16, float64, int64, int32, bool); default
+      :data:`DEFAULT_GRAPH_DTYPES`: all but float64 (the semantics oracle's float64 reference would
+      be the graph itself), so that int index tensors and bool masks show up by default while
+      float32 stays the simplest. An op applies to the dtypes it supports (``exp`` to floats,
+      ``argmax`` where int64 is allowed...), and only where its result's dtype is allowed.
     - ``ops``: names from :data:`GRAPH_OPS` to draw from, simplest first in the caller's order
-      (default all). Any single op can make a graph: an op that fits no value gets a new input.
+      (default all); those that apply to none of ``dtypes`` are left out. Any single op can make a
+      graph: an op that fits no value gets a new input.
 
-    Shrinks toward one op on one input: ``x0 -> neg -> output``, x0 a float32 ``[1]`` of zeros.
+    Shrinks toward one op on one input with default arguments: ``x0 -> neg -> output``, x0 a
+    float32 ``[1]`` of zeros; each op toward its simplest form (``slice.Tensor(x, 0, 0, 1)``,
+    ``sum.dim_IntList(x, [0])``, ``add.Tensor(x, 1.0)``).
 
     Raises ``hypothesis.errors.InvalidArgument`` for bounds that are not ints or are below 1,
     ``min_nodes > max_nodes``, a bound no sum of the ops' node counts can meet, ``dtypes`` empty or
-    holding another dtype, ``ops`` empty, a string, or holding an unknown name.
+    holding another dtype, ``ops`` empty, a string, holding an unknown name, or none of which
+    applies to ``dtypes``.
 
     Example::
 
-        @given(fx_graphs(max_nodes=12, dtypes=[torch.bfloat16]))
+        @given(fx_graphs(max_nodes=12, dtypes=[torch.bfloat16, torch.int64, torch.bool]))
         def test_my_pass(case):
             result = pmverify.check_case(MyPass(), case)
             assert result.ok, result.violations
@@ -228,8 +338,11 @@ def fx_graphs(
     if max_nodes is None:
         max_nodes = max(_DEFAULT_MAX_NODES, min_nodes)
     check_order("min_nodes", min_nodes, "max_nodes", max_nodes)
-    dtypes = check_dtypes("dtypes", dtypes)
-    names = GRAPH_OPS if ops is None else check_choices("ops", ops, GRAPH_OPS)
+    dtypes = DEFAULT_GRAPH_DTYPES if dtypes is None else check_dtypes("dtypes", dtypes, GRAPH_DTYPES)
+    given = GRAPH_OPS if ops is None else check_choices("ops", ops, GRAPH_OPS)
+    names = tuple(name for name in given if _BY_NAME[name].dtypes(dtypes))
+    if not names:
+        raise InvalidArgument(f"none of ops={list(given)!r} applies to dtypes={list(dtypes)!r}")
     chosen = tuple(_BY_NAME[name] for name in names)
     completable = _completable(min_nodes, max_nodes, {op.cost for op in chosen})
     if not completable[0]:

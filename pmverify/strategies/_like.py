@@ -160,7 +160,8 @@ def like(
 ) -> st.SearchStrategy[tuple[Any, ...]]:
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
-    :func:`~pmverify.strategies.tensors` (CPU, contiguous; floats in [-2, 2]).
+    :func:`~pmverify.strategies.tensors` (CPU, contiguous; floats at scales 2**-24 .. 2**16 per tensor,
+    with zero, all-equal, tiny and outlier rows; ints in [0, 8)).
 
     - ``example_inputs``: a tuple or list of tensors and other items (Python scalars...), as given to
       ``register_replacement``. Items that are not tensors are passed through unchanged.

@@ -60,6 +60,9 @@ _OP = {
 }
 #: Ops whose output may share storage with an input although their schema does not say so.
 _HIDDEN_ALIASES = frozenset({"aten::_unsafe_view", "aten::_reshape_alias", "aten::lift_fresh"})
+#: Ops whose output holds uninitialised memory (fx_graphs' ``empty`` + ``fill``): never a buffer to
+#: write or copy from.
+_UNINITIALISED = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty"})
 
 
 # ------------------------------------------------------------------------------------ ground truth
@@ -243,6 +246,7 @@ class _Editor:
                 or target.is_view
                 or target._schema.is_mutable
                 or target._schema.name in _HIDDEN_ALIASES
+                or target._schema.name in _UNINITIALISED
                 or not _writable(_val(node))
             ):
                 continue

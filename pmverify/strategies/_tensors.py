@@ -1,17 +1,25 @@
 """Strategies for the leaves of a case: dtypes, shapes, real CPU tensors and tensor-parallel sizes.
 
-Tensors are drawn as a *fill kind* and a seed, not element by element: a ``torch.Generator`` seeded
-from the draw makes the values, so a tensor costs at most three choices whatever its size (making a
-4x4 tensor takes ~30 µs, a 32K-element one ~1 ms; Hypothesis' own overhead per case is larger) and
-shrinks to all zeros. With ``elements`` given, values come from that strategy: one fill value plus a
-few drawn positions, as ``hypothesis.extra.numpy.arrays`` does, without needing numpy.
+Tensors are drawn as a *fill kind*, a *scale* and *row kind* (one choice), and a seed, not element
+by element: a ``torch.Generator`` seeded from the draw makes the values, so a tensor costs at most
+four choices whatever its size (making the values of a 4x4 tensor takes 20-90 µs, of a
+32K-element one 0.15-0.55 ms, by fill and row kind; Hypothesis' own overhead per case is larger)
+and shrinks to all zeros. Floating values are base values in [-2, 2] times a scale of 2**e per
+tensor, e in -24..16 (-24..7 in float16, whose range ends at 65504), so that a norm meets rows whose
+mean square is far below a typical eps (1e-6) as well as large ones; a row kind then makes some
+rows zero or all-equal, scales some rows down by up to 2**-24, keeps a few outliers among small
+values, or writes negative zeros. With ``elements`` given, values come from that strategy: one fill
+value plus a few drawn positions, as ``hypothesis.extra.numpy.arrays`` does, without needing numpy.
 
-Nothing is filtered: 0 % of draws are rejected (tests/strategies/test_rejections.py).
+Nothing is filtered: 0 % of draws are rejected (0 of 1000 ``tensors(float32, (4, 8))`` draws in
+Hypothesis' statistics; tests/strategies/test_rejections.py).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,15 +27,30 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from ._validation import FLOAT_DTYPES, check_dtypes, check_int, check_order, check_strategy
+from ._validation import FLOAT_DTYPES, check_bool, check_dtypes, check_int, check_order, check_strategy
 
-__all__ = ["dtypes", "shapes", "tensors", "tp_sizes", "TENSOR_DTYPES", "DEFAULT_BOUND"]
+__all__ = [
+    "dtypes",
+    "shapes",
+    "tensors",
+    "tp_sizes",
+    "TENSOR_DTYPES",
+    "DEFAULT_BOUND",
+    "MIN_SCALE_EXPONENT",
+    "max_magnitude_of",
+]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 #: Dtypes :func:`tensors` draws: floating (also float64), integer (index tensors) and bool.
 TENSOR_DTYPES = (*FLOAT_DTYPES, torch.float64, *_INT_DTYPES, torch.bool)
-#: Floating values are drawn in [-DEFAULT_BOUND, DEFAULT_BOUND] unless ``elements`` is given.
+#: Base floating values lie in [-DEFAULT_BOUND, DEFAULT_BOUND], before the tensor's scale.
 DEFAULT_BOUND = 2.0
+#: Smallest scale exponent: 2**-24 (float16's smallest subnormal; squares far below any eps).
+MIN_SCALE_EXPONENT = -24
+#: Largest scale exponent per dtype (default 16): values up to 2**17; float16 stops at 2**8 so
+#: that squares and small sums of its values stay finite (its range ends at 65504).
+_MAX_SCALE_EXPONENT = {torch.float16: 7}
+_DEFAULT_MAX_SCALE_EXPONENT = 16
 #: Integer values are drawn in [0, _INT_HIGH) unless ``elements`` is given.
 _INT_HIGH = 8
 #: Fill kinds, simplest first; "uniform" is listed 13 times so that most draws are random (an
@@ -37,9 +60,24 @@ _FLOAT_CONSTANTS = (1.0, -1.0, 0.5, 2.0, -2.0)
 _INT_CONSTANTS = (1, 2, _INT_HIGH - 1)
 #: Values that "specials" writes over about a quarter of the positions of a uniform tensor.
 _FLOAT_SPECIALS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)
+#: What a random floating tensor does to some of its rows (along the last dim), simplest first;
+#: "plain" is listed 5 times so that half of the draws are plain.
+ROW_KINDS = ("plain",) * 5 + ("zero_rows", "equal_rows", "scaled_rows", "outliers", "negative_zeros")
+#: Outliers: the other values are scaled down by this factor (2**-6), the outliers keep the scale.
+_OUTLIER_DAMPING = 2.0**-6
 #: With ``elements``: up to this many elements are drawn one by one; bigger tensors get a fill
 #: value and a list of (position, value) overrides.
 _DENSE_LIMIT = 16
+
+
+def max_magnitude_of(dtype: torch.dtype) -> float:
+    """The largest magnitude a default :func:`tensors` draw of ``dtype`` reaches: 2**17 for
+    float32, bfloat16 and float64, 2**8 for float16, 7 for integer dtypes, 1 for bool."""
+    if dtype == torch.bool:
+        return 1.0
+    if not dtype.is_floating_point:
+        return float(_INT_HIGH - 1)
+    return DEFAULT_BOUND * 2.0 ** _MAX_SCALE_EXPONENT.get(dtype, _DEFAULT_MAX_SCALE_EXPONENT)
 
 
 def dtypes(*, allowed: Sequence[torch.dtype] | None = None) -> st.SearchStrategy[torch.dtype]:
@@ -105,16 +143,62 @@ def _constants(dtype: torch.dtype) -> tuple[Any, ...]:
     return _FLOAT_CONSTANTS if dtype.is_floating_point else _INT_CONSTANTS
 
 
-def _generated(dtype: torch.dtype, shape: tuple[int, ...], kind: str, constant: Any, seed: int) -> torch.Tensor:
-    """The tensor of one fill kind: zeros, a constant, or seeded random values (with specials)."""
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _some(count: int, generator: torch.Generator) -> torch.Tensor:
+    """A mask of about a quarter of ``count`` positions, at least one."""
+    pick = torch.rand(count, generator=generator) < 0.25
+    pick[torch.randint(0, count, (1,), generator=generator)] = True
+    return pick
+
+
+def _with_rows(
+    values: torch.Tensor, rows: str, generator: torch.Generator, nonfinite: tuple[float, ...]
+) -> torch.Tensor:
+    """``values`` (base values in [-2, 2]) with the row kind applied to some rows along the last dim."""
+    if rows == "plain" or values.numel() == 0:
+        return values
+    flat = values.reshape(-1, values.shape[-1] if values.dim() else 1).clone()
+    count, width = flat.shape
+    if rows == "zero_rows":
+        flat[_some(count, generator)] = 0.0
+    elif rows == "equal_rows":
+        pick = _some(count, generator)
+        flat[pick] = flat[pick][:, :1].expand(-1, width)
+    elif rows == "scaled_rows":
+        exponents = torch.randint(4, -MIN_SCALE_EXPONENT + 1, (count, 1), generator=generator).to(flat.dtype)
+        flat = flat * torch.where(_some(count, generator)[:, None], torch.exp2(-exponents), 1.0)
+    elif rows == "outliers":
+        positions = torch.randint(0, flat.numel(), (1 + flat.numel() // 64,), generator=generator)
+        signs = torch.randint(0, 2, positions.shape, generator=generator).to(flat.dtype) * 2 - 1
+        flat = flat * _OUTLIER_DAMPING
+        flat.view(-1)[positions] = signs * DEFAULT_BOUND * (1 - torch.rand(positions.shape, generator=generator) / 2)
+    elif rows == "negative_zeros":
+        flat.view(-1)[_some(flat.numel(), generator)] = -0.0
+    else:  # "nonfinite": a few positions
+        positions = torch.randint(0, flat.numel(), (1 + flat.numel() // 64,), generator=generator)
+        picks = torch.randint(0, len(nonfinite), positions.shape, generator=generator)
+        flat.view(-1)[positions] = torch.tensor(nonfinite, dtype=flat.dtype)[picks]
+    return flat.reshape(values.shape)
+
+
+def _floating(
+    dtype: torch.dtype,
+    shape: tuple[int, ...],
+    kind: str,
+    constant: Any,
+    seed: int,
+    scale: float,
+    rows: str,
+    nonfinite: tuple[float, ...],
+) -> torch.Tensor:
+    """The floating tensor of one fill kind, scale and row kind."""
     if kind == "zeros":
         return torch.zeros(shape, dtype=dtype)
     if kind == "constant":
-        return torch.full(shape, constant, dtype=dtype)
-    if dtype == torch.bool:
-        return torch.rand(shape, generator=_gen(seed)) < 0.5
-    if not dtype.is_floating_point:
-        return torch.randint(0, _INT_HIGH, shape, generator=_gen(seed), dtype=dtype)
+        return torch.full(shape, constant * scale, dtype=dtype)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     generator = _gen(seed)
     values = (torch.rand(shape, generator=generator, dtype=work) * 2 - 1) * DEFAULT_BOUND
@@ -123,19 +207,62 @@ def _generated(dtype: torch.dtype, shape: tuple[int, ...], kind: str, constant: 
         index = torch.randint(0, len(_FLOAT_SPECIALS), (values.numel(),), generator=generator)
         picks = specials.index_select(0, index).reshape(shape)  # 80x faster than specials[index] here
         values = torch.where(torch.rand(shape, generator=generator) < 0.25, picks, values)
-    return values.to(dtype)
+        if nonfinite:
+            values = _with_rows(values, "nonfinite", generator, nonfinite)
+    values = _with_rows(values, rows, generator, nonfinite)
+    return (values if scale == 1.0 else values * scale).to(dtype)
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+def _generated(
+    dtype: torch.dtype, shape: tuple[int, ...], kind: str, constant: Any, seed: int, high: int
+) -> torch.Tensor:
+    """The integer or bool tensor of one fill kind: zeros, a constant, or seeded random values."""
+    if kind == "zeros":
+        return torch.zeros(shape, dtype=dtype)
+    if kind == "constant":
+        return torch.full(shape, constant, dtype=dtype)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=_gen(seed)) < 0.5
+    return torch.randint(0, high, shape, generator=_gen(seed), dtype=dtype)
+
+
+@functools.cache
+def _variants(highest: int, with_rows: bool, nonfinite: bool) -> st.SearchStrategy[tuple[int, str]]:
+    """(scale exponent, row kind) pairs: (0, "plain") first, the simplest, then the others in a fixed
+    shuffled order (Hypothesis draws low indices of a long list more often; shuffled, that favours
+    no scale or row kind). Half of them have scale 1 (exponent 0), the others an exponent in
+    -24..``highest``; half of the row kinds are "plain". One strategy object per argument set:
+    ``sampled_from`` checks its elements when built."""
+    others = [e for e in range(MIN_SCALE_EXPONENT, highest + 1) if e != 0]
+    exponents = [0] * len(others) + others
+    rows = (ROW_KINDS + (("nonfinite",) if nonfinite else ())) if with_rows else ("plain",)
+    pairs = [(e, r) for e in exponents for r in rows]
+    rest = pairs[1:]
+    random.Random(0).shuffle(rest)
+    return st.sampled_from((pairs[0], *rest))
 
 
 @st.composite
-def _seeded(draw: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+def _seeded(
+    draw: Any, dtype: torch.dtype, shape: tuple[int, ...], max_magnitude: float | None, nonfinite: tuple[float, ...]
+) -> torch.Tensor:
     kind = draw(st.sampled_from(_KINDS))
-    constant = draw(st.sampled_from(_constants(dtype))) if kind == "constant" else None
+    if not dtype.is_floating_point:
+        high = _INT_HIGH if max_magnitude is None else max(1, min(_INT_HIGH, math.floor(max_magnitude) + 1))
+        constants = [c for c in _constants(dtype) if c < high] or [0]
+        constant = draw(st.sampled_from(constants)) if kind == "constant" else None
+        seed = draw(st.integers(0, 2**32 - 1)) if kind == "uniform" or kind == "specials" else 0
+        return _generated(dtype, shape, kind, constant, seed, high)
+    constant = draw(st.sampled_from(_FLOAT_CONSTANTS)) if kind == "constant" else None
+    highest = _MAX_SCALE_EXPONENT.get(dtype, _DEFAULT_MAX_SCALE_EXPONENT)
+    exponent, rows = 0, "plain"
+    if kind != "zeros":  # one choice for both, so that shrinking a tensor costs few attempts
+        exponent, rows = draw(_variants(highest, kind == "uniform", bool(nonfinite)))
     seed = draw(st.integers(0, 2**32 - 1)) if kind in ("uniform", "specials") else 0
-    return _generated(dtype, shape, kind, constant, seed)
+    scale = 2.0**exponent
+    if max_magnitude is not None:
+        scale = min(scale, max_magnitude / DEFAULT_BOUND)
+    return _floating(dtype, shape, kind, constant, seed, scale, rows, nonfinite)
 
 
 def _from_values(values: list[Any], dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
@@ -158,8 +285,23 @@ def _from_elements(draw: Any, dtype: torch.dtype, shape: tuple[int, ...], elemen
     return _from_values(values, dtype, shape)
 
 
+def _check_magnitude(value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"max_magnitude={value!r} must be a number")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgument(f"max_magnitude={value!r} must be finite and at least 0")
+
+
 def tensors(
-    dtype: torch.dtype, shape: tuple[int, ...], *, elements: st.SearchStrategy[Any] | None = None
+    dtype: torch.dtype,
+    shape: tuple[int, ...],
+    *,
+    elements: st.SearchStrategy[Any] | None = None,
+    max_magnitude: float | None = None,
+    allow_nan: bool = False,
+    allow_infinity: bool = False,
 ) -> st.SearchStrategy[torch.Tensor]:
     """Return a strategy for real, contiguous CPU tensors of ``dtype`` and ``shape``.
 
@@ -170,24 +312,50 @@ def tensors(
       with, rounded to ``dtype``; values it draws that ``dtype`` cannot hold overflow as torch's
       casts do. Up to 16 elements are drawn one by one; a bigger tensor gets a fill value and a few
       drawn positions (as ``hypothesis.extra.numpy.arrays`` does).
+    - ``max_magnitude``: a cap on ``|value|`` of the default values (a number >= 0; default None:
+      :func:`max_magnitude_of` ``dtype``, 2**17, 2**8 in float16); it lowers scales, never widens
+      them. Integers are then drawn in [0, min(8, floor(max_magnitude) + 1)).
+    - ``allow_nan`` / ``allow_infinity``: whether default floating values may hold NaN / ±inf
+      (default False: every value is finite): a few positions of some draws, as "specials" do.
 
-    By default floating values are finite and lie in [-2, 2] (:data:`DEFAULT_BOUND`), and integer
-    values in [0, 8) (indices into a side of 8; pass ``elements`` for other index ranges). A default
-    tensor is all zeros, one constant (±1, ±0.5, ±2; 1, 2 or 7; True), uniform random values,
-    or uniform values with about a quarter of the positions set to 0, ±0.5, ±1 or ±2, made by a
-    ``torch.Generator`` from a drawn seed. Shrinks toward all zeros.
+    Default floating values: base values times a scale ``2**e`` per tensor (e = 0 for about half of
+    the draws, else drawn in -24..16; -24..7 in float16). Base values are all zeros, one constant
+    (±1, ±0.5, ±2), uniform random in [-2, 2], or uniform with about a quarter of the positions set
+    to 0, ±0.5, ±1 or ±2; half of the uniform draws also have a row kind (rows: slices along the
+    last dim, about a quarter of them, at least one): zero rows, all-equal rows, rows scaled down by
+    2**-4 .. 2**-24, a few outliers (the other values scaled down by 2**-6), or negative zeros. So
+    |value| <= 2**17 (2**8 in float16), and rows' mean squares range from 0 and far below 1e-6 to
+    2**34. Integer values lie in [0, 8) (indices into a side of 8; pass ``elements`` for other index
+    ranges); bools are all False, all True or random. Everything comes from a ``torch.Generator``
+    seeded from the draw. Shrinks toward all zeros, then scale 1 and plain rows.
 
     Raises ``hypothesis.errors.InvalidArgument`` when ``dtype`` is not a supported torch dtype,
-    ``shape`` is not a tuple of non-negative ints, or ``elements`` is not a strategy.
+    ``shape`` is not a tuple of non-negative ints, ``elements`` is not a strategy, ``max_magnitude``
+    is not a finite number >= 0, ``allow_nan`` / ``allow_infinity`` are not bools, or ``elements`` is
+    given with any of those three (it draws the values itself).
 
-    Example: ``tensors(torch.bfloat16, (4, 8))``;
-    ``tensors(torch.int64, (3,), elements=st.integers(0, 15))`` for indices into a side of 16.
+    Example: ``tensors(torch.bfloat16, (4, 8))``; ``tensors(torch.float32, (4, 8), max_magnitude=2.0)``
+    for values in [-2, 2]; ``tensors(torch.int64, (3,), elements=st.integers(0, 15))`` for indices into
+    a side of 16.
+
+    Why: pattern replacements go wrong at the edges of the value range (an eps hard-coded to a
+    nearby value shows only on rows whose mean square is near or below it; fp16 overflows past
+    65504), so one scale per tensor and row kinds reach those edges at the cost of a few choices.
     """
     _check_dtype(dtype)
     shape = _check_shape("shape", shape)
+    _check_magnitude(max_magnitude)
+    check_bool("allow_nan", allow_nan)
+    check_bool("allow_infinity", allow_infinity)
     if elements is None:
-        return _seeded(dtype, shape)
+        nonfinite = ((math.nan,) if allow_nan else ()) + ((math.inf, -math.inf) if allow_infinity else ())
+        return _seeded(dtype, shape, max_magnitude, nonfinite if dtype.is_floating_point else ())
     check_strategy("elements", elements)
+    if max_magnitude is not None or allow_nan or allow_infinity:
+        raise InvalidArgument(
+            f"elements={elements!r} draws the values itself: drop max_magnitude={max_magnitude!r}, "
+            f"allow_nan={allow_nan!r} and allow_infinity={allow_infinity!r}"
+        )
     return _from_elements(dtype, shape, elements)
 
 

@@ -5,7 +5,8 @@ graph input gets a placement from ``torch.distributed.tensor`` (``Replicate()``:
 every rank, as activations entering a column-parallel layer; ``Shard(dim)``: each rank holds its
 own slice of a full tensor along ``dim``, as sharded weights or split activations). Rank 0 keeps the
 drawn case's inputs; a sharded input gets fresh values of the same shape and dtype on every other
-rank, so the full tensor is the concatenation of the rank slices along ``dim``. Nothing is filtered:
+rank (no larger in magnitude than rank 0's, or 2), so the full tensor is the concatenation of the
+rank slices along ``dim``. Nothing is filtered:
 0 % of draws are rejected (tests/strategies/test_rejections.py).
 """
 
@@ -21,7 +22,7 @@ from hypothesis.errors import InvalidArgument
 from torch.distributed.tensor import Replicate, Shard
 
 from .._case import GraphCase
-from ._tensors import tensors, tp_sizes
+from ._tensors import DEFAULT_BOUND, tensors, tp_sizes
 from ._validation import check_drawn_case, check_strategy, short_repr
 
 __all__ = ["tp_cases", "Replicate", "Shard"]
@@ -63,6 +64,14 @@ def _drawn_placement(draw: Any, value: Any) -> Any:
     return Shard(draw(st.integers(0, value.dim() - 1)))
 
 
+def _magnitude(value: torch.Tensor) -> float | None:
+    """The largest magnitude of a floating shard on another rank: rank 0's, at least 2, so that
+    bounds a case's graph computed from rank 0's inputs (fx_graphs') hold on every rank."""
+    if not value.is_floating_point():
+        return None
+    return max(float(value.abs().max()) if value.numel() else 0.0, DEFAULT_BOUND)
+
+
 @st.composite
 def _tp_cases(draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy) -> GraphCase:
     case = draw(cases)
@@ -82,7 +91,7 @@ def _tp_cases(draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st
     for _ in range(1, world):
         ranks.append(
             tuple(
-                draw(tensors(value.dtype, tuple(value.shape)))
+                draw(tensors(value.dtype, tuple(value.shape), max_magnitude=_magnitude(value)))
                 if isinstance(placement, Shard)
                 else (value.clone() if isinstance(value, torch.Tensor) else value)
                 for value, placement in zip(rank0, chosen, strict=True)

@@ -4,6 +4,7 @@ case has one mutation; bad arguments."""
 
 from __future__ import annotations
 
+import copy
 import operator
 
 import pytest
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import pmverify
+from pmverify._apply import propagate_fake
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from pmverify.strategies import qk_norm_cases
+from pmverify.strategies import fx_graphs, qk_norm_cases
 from pmverify.strategies._mutations import INPLACE_OPS, MUTATION_INSIDE, mark_mutations_inside, with_mutations
 from pmverify.strategies._tp import tp_cases
 
@@ -72,6 +74,18 @@ _EXAMPLES = {
         lambda c: any(n.op == "placeholder" and n.name.startswith("mut_") for n in c.gm.graph.nodes),
     ),
     "three_mutations": (lambda: with_mutations(qk_norm_cases(), max_mutations=3), lambda c: len(c.mutations) == 3),
+    # fx_graphs contexts of every dtype: writes only floating inputs and buffers, never an
+    # ``empty`` buffer (uninitialised), and the graph still runs finite (regression: new ops/dtypes).
+    "fx_graphs_of_every_dtype": (
+        lambda: with_mutations(
+            fx_graphs(ops=["empty_fill", "full", "arange", "compare", "add", "mul_scalar", "to_copy"], min_nodes=4)
+        ),
+        lambda c: (
+            {torch.int64, torch.bool}
+            <= {v.dtype for n in c.gm.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)}
+            and any(n.target is aten.empty.memory_format for n in c.gm.graph.nodes)
+        ),
+    ),
     "buffer_inside_chained_layers": (
         lambda: with_mutations(qk_norm_cases(min_instances=2)),
         lambda c: any(
@@ -89,6 +103,12 @@ def test_drawn_cases_are_valid_examples(name):
     strategy, condition = _EXAMPLES[name]
     case = first(strategy(), condition)
     _check_inplace(case)
+    gm = copy.deepcopy(case.gm)
+    propagate_fake(gm, case.inputs[0])
+    by_name = {node.name: node for node in gm.graph.nodes}
+    for site in case.mutations:  # floating inputs and buffers only, never uninitialised memory
+        base = by_name[site.mutated]
+        assert base.meta["val"].is_floating_point() and base.target is not aten.empty.memory_format
     if case.placements is not None:
         assert case.tp_world == 2
         added = [i for i, n in enumerate(case.gm.graph.find_nodes(op="placeholder")) if n.name.startswith("mut_")]

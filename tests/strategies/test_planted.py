@@ -9,6 +9,7 @@ import functools
 import pytest
 import torch
 from _minimal import minimal, rejections
+from _mutation_checks import first
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -375,7 +376,7 @@ def test_a_hand_written_pass_dropping_arguments_is_caught(finding_only):
     finding; the same pass refusing them is quiet."""
     strategy = planted(addmm_sum_pattern, ADDMM_SUM_INPUTS)
     with finding_only(), pytest.raises(pmverify.PassVerificationError) as raised:
-        pmverify.verify(AddmmSumPass(), strategy, max_examples=40, seed=0)
+        pmverify.verify(AddmmSumPass(), strategy, max_examples=80, seed=0)
     assert {v.oracle for v in raised.value.violations} <= {"semantics", "structure"}
     assert any(p.reason == "optional_arg" for p in raised.value.result.case.planted)
     with finding_only():
@@ -636,16 +637,9 @@ def test_recorded_scalar_workaround_makes_constant_near_misses_optional():
             any_eps, any_eps, list(RMS_EXAMPLE), pm.fwd_only, sloppy, scalar_workaround={"eps": 1e-6}
         )
     strategy = planted(recorded[0], near_misses=["constant"], context=st.nothing(), min_instances=1)
-    seen = set()
-
-    @settings(max_examples=25, database=None, deadline=None, derandomize=True)
-    @given(strategy)
-    def check(case):
-        seen.update((p.must_match, p.reason) for p in case.planted)
+    for outcome in ((None, "constant"), (False, "constant")):  # the first case of each (deterministic)
+        case = first(strategy, lambda c, outcome=outcome: outcome in {(p.must_match, p.reason) for p in c.planted})
         assert pmverify.check_case(sloppy, case).ok
-
-    check()
-    assert {(None, "constant"), (False, "constant")} <= seen
 
 
 def any_eps_pattern(x, w, eps):

@@ -8,6 +8,7 @@ import torch
 from _minimal import rejections
 
 from pmverify.strategies import (
+    GRAPH_DTYPES,
     dtypes,
     fx_graphs,
     like,
@@ -37,6 +38,11 @@ STRATEGIES = {
     "tensors": (lambda: tensors(torch.bfloat16, (4, 4)), 50),
     "tp_sizes": (tp_sizes, 4),
     "fx_graphs": (fx_graphs, 50),
+    "fx_graphs(every dtype)": (lambda: fx_graphs(dtypes=GRAPH_DTYPES, max_nodes=12), 30),
+    "tensors(allow_nan, allow_infinity)": (
+        lambda: tensors(torch.float16, (4, 4), allow_nan=True, allow_infinity=True),
+        50,
+    ),
     "like": (lambda: like((torch.empty(4, 8), torch.empty(8)), vary="duck"), 50),
     "planted": (_planted, 30),
     "with_mutations": (lambda: with_mutations(_planted()), 20),

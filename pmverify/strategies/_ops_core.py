@@ -1,0 +1,287 @@
+"""The core of the op table of :func:`~pmverify.strategies.fx_graphs`: values, ops, bounds, shapes.
+
+A :class:`Val` is a value of the graph under construction (its node, fake tensor, a bound on its
+magnitude, and whether it is known non-negative); a :class:`GraphOp` is one entry of the table. The
+families of ops live in ``_ops_elementwise``, ``_ops_reductions``, ``_ops_views``, ``_ops_slicing``,
+``_ops_creation`` and ``_ops_contraction``; ``_graph_ops`` assembles them in order.
+
+Values stay finite by construction: each op computes the bound of its result from its operands'
+bounds, and applies only where that bound stays under the cap of the result's dtype
+(:func:`bound_cap`: 1024 in float16, 64 times below its 65504, 2**40 in the wide floating dtypes,
+2**24 in int32...). The 64-fold room absorbs what :func:`~pmverify.strategies.with_mutations` adds to
+a value (at most 2 per in-place op).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from hypothesis import strategies as st
+
+from ._tensors import DEFAULT_BOUND, max_magnitude_of, shapes
+
+if TYPE_CHECKING:
+    from ._graphs import _Builder
+
+__all__ = [
+    "Val",
+    "GraphOp",
+    "BOUND_CAP",
+    "MAX_NUMEL",
+    "MAX_RANK",
+    "MAX_SIDE",
+    "INT64_MAX",
+    "bound_cap",
+    "kind_of",
+    "promoted",
+    "fits",
+    "broadcast",
+    "broadcastable",
+    "refactored",
+    "FLOAT",
+    "NUMERIC",
+    "ANY",
+    "CPU",
+    "of_kinds",
+    "with_inferred",
+    "signed_dim",
+    "optional",
+    "kwargs_of",
+    "FRESH",
+    "fresh_bound",
+    "provisional",
+]
+
+aten = torch.ops.aten
+
+#: Largest magnitude of a float16 value (64 times below its 65504); see :func:`bound_cap`.
+BOUND_CAP = 1024.0
+_CAPS = {torch.float16: BOUND_CAP, torch.int32: 2.0**24, torch.bool: math.inf}
+_WIDE_CAP = 2.0**40
+#: Largest number of elements of any value; fresh inputs have at most 8**3 = 512.
+MAX_NUMEL = 1024
+MAX_RANK = 4
+#: Largest side of a fresh input or a drawn size, in elements.
+MAX_SIDE = 8
+#: What dynamo and make_fx write for an omitted slice end (``x[a:]``): ``sys.maxsize``.
+INT64_MAX = 9223372036854775807
+CPU = torch.device("cpu")
+FRESH = shapes(min_dims=1, max_dims=3, max_side=MAX_SIDE)
+
+#: Dtype kinds an op applies to.
+FLOAT = ("float",)
+NUMERIC = ("float", "int")
+ANY = ("float", "int", "bool")
+
+
+def bound_cap(dtype: torch.dtype) -> float:
+    """The largest bound a value of ``dtype`` may have: 1024 in float16, 2**24 in int32, 2**40 in
+    float32, bfloat16, float64 and int64; none for bool (a bool result's bound is 1)."""
+    return _CAPS.get(dtype, _WIDE_CAP)
+
+
+def kind_of(dtype: torch.dtype) -> str:
+    """ "float", "int" or "bool"."""
+    if dtype == torch.bool:
+        return "bool"
+    return "float" if dtype.is_floating_point else "int"
+
+
+def _key(operand: Any) -> tuple[Any, bool]:
+    """What type promotion reads of an operand: its dtype (a Python type for a number) and whether
+    it is a dimensionless (0-d or Python number) operand."""
+    if isinstance(operand, Val):
+        return operand.dtype, operand.rank == 0
+    return type(operand), True
+
+
+@functools.lru_cache(maxsize=1024)
+def _promoted(keys: tuple[tuple[Any, bool], ...]) -> torch.dtype:
+    def meta(key: tuple[Any, bool]) -> Any:
+        kind, zero_dim = key
+        if isinstance(kind, torch.dtype):
+            return torch.empty(() if zero_dim else (1,), dtype=kind, device="meta")
+        return kind(1)
+
+    result = meta(keys[0])
+    if not isinstance(result, torch.Tensor):
+        result = torch.tensor(result, device="meta")
+    for key in keys[1:]:
+        other = meta(key)
+        dtype = torch.result_type(result, other)
+        zero_dim = result.dim() == 0 and (not isinstance(other, torch.Tensor) or other.dim() == 0)
+        result = torch.empty(() if zero_dim else (1,), dtype=dtype, device="meta")
+    return result.dtype
+
+
+def promoted(*operands: Any) -> torch.dtype:
+    """The dtype torch's type promotion gives ``operands`` (:class:`Val` or Python numbers); a 0-d
+    value counts as a 0-d tensor, as in torch."""
+    return _promoted(tuple(_key(op) for op in operands))
+
+
+@dataclasses.dataclass
+class Val:
+    """A value of the graph under construction: its node (None for a provisional value that only
+    asks whether an op would accept a fresh input), its fake tensor, a bound on its magnitude over
+    the case's inputs, and whether it is known to be >= 0."""
+
+    node: torch.fx.Node | None
+    bound: float
+    fake: torch.Tensor
+    nonneg: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.fake.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fake.dtype
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.fake.dtype)
+
+    @property
+    def rank(self) -> int:
+        return self.fake.dim()
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def of_kinds(op: GraphOp, dtypes: Sequence[torch.dtype]) -> tuple[torch.dtype, ...]:
+    """The default ``operand_dtypes``: the dtypes of a kind the op applies to."""
+    return tuple(d for d in dtypes if kind_of(d) in op.kinds)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphOp:
+    """One entry of the op table.
+
+    - ``name``: the name ``fx_graphs(ops=...)`` takes.
+    - ``cost``: op nodes it adds (``operator.getitem`` nodes are not counted).
+    - ``emit``: ``emit(builder, x)`` adds the op on first operand ``x`` (None for a ``nullary``
+      op); draws everything else.
+    - ``accepts``: ``accepts(builder, x)``: whether a value of a kind in ``kinds``, of rank >=
+      ``min_rank`` and non-empty unless ``empty_ok``, can be the first operand.
+    - ``fresh``: shapes of a new first operand; every one is accepted at bound 2 in every dtype
+      ``operand_dtypes`` gives.
+    - ``kinds``: dtype kinds of the first operand ("float", "int", "bool").
+    - ``operand_dtypes``: ``operand_dtypes(dtypes)``: the dtypes among the case's ``dtypes`` a
+      fresh first operand may take (for a nullary op: those it may create); none: the op does not
+      apply to these dtypes. Default: those of a kind in ``kinds``.
+    """
+
+    name: str
+    cost: int
+    emit: Callable[[_Builder, Val | None], None]
+    accepts: Callable[[_Builder, Val], bool] = lambda b, x: True
+    fresh: st.SearchStrategy[tuple[int, ...]] = FRESH
+    kinds: tuple[str, ...] = FLOAT
+    min_rank: int = 1
+    empty_ok: bool = False
+    nullary: bool = False
+    operand_dtypes: Callable[[GraphOp, Sequence[torch.dtype]], tuple[torch.dtype, ...]] = of_kinds
+
+    def takes(self, b: _Builder, x: Val) -> bool:
+        """Whether ``x`` can be the first operand."""
+        return (
+            x.kind in self.kinds and x.rank >= self.min_rank and (self.empty_ok or x.numel > 0) and self.accepts(b, x)
+        )
+
+    def dtypes(self, dtypes: Sequence[torch.dtype]) -> tuple[torch.dtype, ...]:
+        return self.operand_dtypes(self, dtypes)
+
+
+def fresh_bound(dtype: torch.dtype) -> float:
+    """The bound a new input of ``dtype`` has at least: 2 for floats (see ``_Builder.new_input``),
+    7 for integers (values in [0, 8)), 1 for bool."""
+    return DEFAULT_BOUND if dtype.is_floating_point else max_magnitude_of(dtype)
+
+
+def provisional(shape: tuple[int, ...], dtype: torch.dtype) -> Val:
+    """A value standing for a new input of ``shape`` and ``dtype`` at its smallest bound: what the
+    builder asks an op's ``accepts`` before drawing the input."""
+    fake = torch.empty(shape, dtype=dtype, device="meta")
+    return Val(None, fresh_bound(dtype), fake, not dtype.is_floating_point)
+
+
+def fits(shape: tuple[int, ...] | None) -> bool:
+    return shape is not None and len(shape) <= MAX_RANK and math.prod(shape) <= MAX_NUMEL
+
+
+def broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The broadcast shape of ``a`` and ``b``, or None when they do not broadcast."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(y if x == 1 else x)
+    return tuple(reversed(out))
+
+
+@st.composite
+def broadcastable(draw: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts to ``shape``: leading dims dropped, some sizes set to 1. Shrinks to
+    ``shape`` itself."""
+    drop = draw(st.integers(0, max(0, len(shape) - 1)))
+    return tuple(1 if draw(st.booleans()) else side for side in shape[drop:])
+
+
+def _prime_factors(n: int) -> list[int]:
+    factors, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return factors + ([n] if n > 1 else [])
+
+
+@st.composite
+def refactored(draw: Any, numel: int, max_rank: int = MAX_RANK) -> tuple[int, ...]:
+    """A shape of rank 1..``max_rank`` with ``numel`` elements (one side 0 when ``numel`` is 0).
+    Shrinks to ``(numel,)``."""
+    sides = [1] * draw(st.integers(1, max_rank))
+    if numel == 0:
+        sides[draw(st.integers(0, len(sides) - 1))] = 0
+        return tuple(sides)
+    for p in _prime_factors(numel):
+        sides[draw(st.integers(0, len(sides) - 1))] *= p
+    return tuple(sides)
+
+
+def with_inferred(draw: Any, sizes: Sequence[int]) -> list[int]:
+    """``sizes`` as a view's size list, maybe with one (non-zero) size written -1, as dynamo writes
+    ``x.view(-1, n)``; shrinks to no -1."""
+    sizes = list(sizes)
+    candidates = [i for i, side in enumerate(sizes) if side > 0]
+    if candidates and draw(st.booleans()):
+        sizes[draw(st.sampled_from(candidates))] = -1
+    return sizes
+
+
+def signed_dim(draw: Any, dim: int, rank: int) -> int:
+    """``dim`` as written in a graph: itself, or counted from the end (``dim - rank``); shrinks to
+    itself."""
+    return dim - rank if rank > 0 and draw(st.booleans()) else dim
+
+
+def optional(draw: Any, choices: Sequence[Any]) -> Any:
+    """``None`` (omitted, the simplest) or one of ``choices``."""
+    return draw(st.sampled_from([None, *choices]))
+
+
+def kwargs_of(**given: Any) -> dict[str, Any]:
+    """The keyword arguments that were given (not None)."""
+    return {name: value for name, value in given.items() if value is not None}
