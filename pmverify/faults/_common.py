@@ -13,10 +13,18 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
 
-__all__ = ["aten", "convert", "is_call", "check_config", "fault_uuid", "HandWrittenFault"]
+__all__ = ["aten", "convert", "is_call", "check_config", "fault_uuid", "HandWrittenFault", "DtypesConfig"]
 
 aten = torch.ops.aten
 convert = torch.ops.prims.convert_element_type.default
+
+
+@dataclasses.dataclass(frozen=True)
+class DtypesConfig:
+    """What a hand-written fault outside the QK-norm domain rewrites: nodes whose result has one of
+    ``dtypes`` (default every floating dtype)."""
+
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def is_call(node: Any, target: Any) -> bool:

@@ -1,12 +1,21 @@
-"""Faults in how a hand-written matcher matches and where it puts the replacement."""
+"""Faults in what a matcher matches and where it puts the replacement."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from ..fusions.qk_norm.config import SUPPORTED_DTYPES
+from ._common import DtypesConfig, HandWrittenFault, check_config
 from ._hand import HandRMSNorm
 
-__all__ = ["HandRMSNormIgnoresExtraUsers", "HandRMSNormInsertedBeforeInputs"]
+__all__ = [
+    "HandRMSNormIgnoresExtraUsers",
+    "HandRMSNormInsertedBeforeInputs",
+    "FusedAddRMSNormLeftUnsorted",
+    "add_rms_norm_pattern",
+]
 
 
 class HandRMSNormIgnoresExtraUsers(HandRMSNorm):
@@ -46,3 +55,63 @@ class HandRMSNormInsertedBeforeInputs(HandRMSNorm):
 
     def _insert_before(self, graph: torch.fx.Graph, chain: list[torch.fx.Node]) -> torch.fx.Node:
         return next(node for node in graph.nodes if node.op != "placeholder")  # the bug: ahead of x
+
+
+def add_rms_norm_pattern(x, residual, w):
+    """vLLM's fused residual add and RMS norm, as a pattern with two outputs: ``h = x + residual``
+    and ``rms_norm(h) * w`` in float32, cast back (``x``, ``residual``: ``[T, H]``; ``w``: ``[H]``).
+    Returns ``(normed, h)``."""
+    h = x + residual
+    hf = h.float()
+    return (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(h.dtype), h
+
+
+def _add_rms_norm_replacement(x, residual, w):
+    h = x + residual
+    return torch.ops.pmverify.rms_norm(h, w, 1e-6, False), h
+
+
+def _fusable(match) -> bool:
+    h, w = match.kwargs["x"].meta.get("val"), match.kwargs["w"].meta.get("val")
+    if not isinstance(h, torch.Tensor) or not isinstance(w, torch.Tensor) or h.dim() < 1:
+        return False
+    return tuple(w.shape) == (h.shape[-1],) and w.dtype in (torch.float32, h.dtype) and h.dtype in SUPPORTED_DTYPES
+
+
+@functools.lru_cache(maxsize=1)
+def _add_rms_norm_patterns():
+    from torch._inductor import pattern_matcher as pm
+
+    patterns = pm.PatternMatcherPass(pass_name="pmverify_FusedAddRMSNormLeftUnsorted")
+    example = [torch.empty(8, 16), torch.empty(8, 16), torch.empty(16)]
+    pm.register_replacement(
+        add_rms_norm_pattern, _add_rms_norm_replacement, example, pm.fwd_only, patterns, extra_check=_fusable
+    )
+    return patterns
+
+
+class FusedAddRMSNormLeftUnsorted(HandWrittenFault):
+    """Bug kind: a multi-output replacement left before its input.
+
+    A ``register_replacement`` fusion of vLLM's residual add and RMS norm (two outputs: the normed
+    rows and the new residual ``h``) into ``h`` and ``torch.ops.pmverify.rms_norm``, correct in
+    values. Inductor's ``ReplacementPatternEntry`` inserts a multi-output replacement before the
+    first of the match's outputs (here ``h``) and relies on the ``stable_topological_sort`` that
+    follows ``post_grad_custom_post_pass``; when the weight ``w`` is computed after ``h`` (a late
+    input), the fused op comes before its input. Under Inductor's own pass order that is repaired;
+    in a pass manager that runs the next pass first (vLLM's runs its passes back to back and sorts
+    at the end), the next pass gets a graph that does not lint. Only
+    ``verify(..., strict_order=True)`` calls it a finding (the structure oracle), on
+    ``planted(add_rms_norm_pattern, ...)`` cases, whose inputs may be computed late.
+
+    - ``config``: a :class:`~pmverify.faults._common.DtypesConfig` (unused: the pattern matches
+      where its ``extra_check`` allows); None takes the defaults.
+    """
+
+    def __init__(self, config: DtypesConfig | None = None) -> None:
+        check_config(config, DtypesConfig)
+        self.config = config
+        self.matched_count = 0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.matched_count = _add_rms_norm_patterns().apply(graph)

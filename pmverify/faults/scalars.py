@@ -7,14 +7,24 @@ Outside the QK-norm domain: :func:`addmm_cases` plants ``addmm`` with and withou
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 from hypothesis import strategies as st
 
 from .._case import GraphCase
-from ._common import HandWrittenFault, aten, check_config
+from ._common import DtypesConfig, HandWrittenFault, aten, check_config
 
-__all__ = ["AddmmDropsScalars", "UnfuseAddmmConfig", "addmm_cases"]
+__all__ = [
+    "AddmmDropsScalars",
+    "UnfuseAddmmConfig",
+    "addmm_cases",
+    "AddcmulFusionDropsAlpha",
+    "addcmul_pattern",
+    "RMSNormHardCodedEps",
+    "RMSNormEpsConfig",
+    "rms_norm_pattern",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,3 +133,110 @@ def addmm_cases(*, scaled: bool = True, max_instances: int = 2) -> st.SearchStra
             for pattern in patterns
         ]
     )
+
+
+# ------------------------------------------------------------------ arguments a pattern never names
+
+
+def addcmul_pattern(x, y, z):
+    """``x + y * z`` (``x``, ``y``, ``z``: one shape): what :class:`AddcmulFusionDropsAlpha` fuses."""
+    return x + y * z
+
+
+class AddcmulFusionDropsAlpha(HandWrittenFault):
+    """Bug kind: a rewrite of ``add`` that drops the ``alpha`` its pattern never mentions.
+
+    A hand-written peephole pass, matching nodes by target as graph-walking custom passes do,
+    rewrites ``aten.add.Tensor(x, aten.mul.Tensor(y, z))`` into ``aten.addcmul.default(x, y, z)``
+    (one fused multiply-add). It was written against ``x + y * z``, which carries no ``alpha``, and
+    never reads the add's own arguments past the two operands: ``add(x, y * z, alpha=a)`` (that is,
+    ``x + a * y * z``) becomes ``x + y * z``. Exact where ``alpha`` is 1; a planted instance whose add
+    carries another ``alpha`` (an argument near miss of ``planted(addcmul_pattern, ...)``, which
+    Inductor's matcher for the pattern leaves alone) is rewritten wrong: the semantics oracle, and
+    the expectations oracle for the near miss rewritten.
+
+    - ``config``: a :class:`~pmverify.faults._common.DtypesConfig`; None takes the defaults.
+    """
+
+    def __init__(self, config: DtypesConfig | None = None) -> None:
+        check_config(config, DtypesConfig)
+        self.config = config
+        self.matched_count = 0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        count = 0
+        for node in list(graph.find_nodes(op="call_function", target=aten.add.Tensor)):
+            x, product = node.args[:2]
+            if not (
+                isinstance(product, torch.fx.Node) and product.target is aten.mul.Tensor and len(product.users) == 1
+            ):
+                continue
+            y, z = product.args[:2]
+            values = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in (node, x, y, z)]
+            if not all(isinstance(v, torch.Tensor) for v in values):
+                continue
+            out = values[0]
+            if any(v.shape != out.shape or v.dtype != out.dtype for v in values[1:]):
+                continue
+            if out.dtype not in (self.config or DtypesConfig()).dtypes:
+                continue
+            with graph.inserting_before(node):  # the bug: node.kwargs (alpha) is never read
+                fused = graph.call_function(aten.addcmul.default, (x, y, z))
+            fused.meta["val"] = out
+            node.replace_all_uses_with(fused)
+            graph.erase_node(node)
+            graph.erase_node(product)
+            count += 1
+        self.matched_count = count
+
+
+@dataclasses.dataclass(frozen=True)
+class RMSNormEpsConfig:
+    """What :class:`RMSNormHardCodedEps` is built for: the ``eps`` of its pattern (default 1e-6)."""
+
+    eps: float = 1e-6
+
+
+def _rms_norm(eps: float):
+    def rms_norm_pattern(x, w):
+        xf = x.float()
+        return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)) * w).to(x.dtype)
+
+    return rms_norm_pattern
+
+
+#: ``x * rsqrt(mean(x², -1) + 1e-6) * w`` in float32, cast back (``x``: ``[T, H]``, ``w``: ``[H]``):
+#: the RMS norm :class:`RMSNormHardCodedEps` rewrites, its eps a literal.
+rms_norm_pattern = _rms_norm(1e-6)
+
+
+@functools.lru_cache(maxsize=8)
+def _rms_patterns(eps: float):
+    from torch._inductor import pattern_matcher as pm
+
+    patterns = pm.PatternMatcherPass(pass_name="pmverify_RMSNormHardCodedEps")
+    example = [torch.empty(8, 16), torch.empty(16)]
+    pm.register_replacement(_rms_norm(eps), _rms_norm(1e-5), example, pm.fwd_only, patterns)  # the bug: 1e-5
+    return patterns
+
+
+class RMSNormHardCodedEps(HandWrittenFault):
+    """Bug kind: a replacement that hard-codes a nearby eps.
+
+    A ``register_replacement`` RMS-norm rewrite whose pattern holds the model's eps
+    (``config.eps``, 1e-6) as a literal, so it matches only norms of that eps, but whose
+    replacement was written with the common default 1e-5. The two agree wherever a row's mean
+    square is far above 1e-5 (inputs of magnitude about 1, what hand-picked tests draw) and differ
+    for rows of small magnitude: the semantics oracle, on ``planted(rms_norm_pattern, like(...))``
+    cases, whose tensors are drawn at scales down to 2^-24.
+
+    - ``config``: an :class:`RMSNormEpsConfig`; None takes the defaults.
+    """
+
+    def __init__(self, config: RMSNormEpsConfig | None = None) -> None:
+        check_config(config, RMSNormEpsConfig)
+        self.config = config
+        self.matched_count = 0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.matched_count = _rms_patterns((self.config or RMSNormEpsConfig()).eps).apply(graph)

@@ -1,0 +1,127 @@
+"""Faults of no-op elimination: slices taken for the identity when they are not.
+
+A no-op elimination pass (Inductor's ``remove_noop_ops`` in post_grad.py, vLLM's
+``NoOpEliminationPass``) replaces a view or slice whose result is its input by the input, so that
+later pattern passes see through it. :class:`HandNoOpElimination` does it right; each fault breaks
+its slice rule the way a published pass once did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import torch
+from torch.fx.operator_schemas import normalize_function
+
+from ._common import HandWrittenFault, aten, check_config
+
+__all__ = ["NoOpConfig", "HandNoOpElimination", "NoOpSliceEndMinusOne", "NoOpSliceIgnoresStep"]
+
+#: What dynamo writes for an open end (``x[a:]``): ``sys.maxsize``.
+OPEN_END = sys.maxsize
+_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOpConfig:
+    """What a no-op elimination pass removes.
+
+    - ``views``: ``view`` / ``reshape`` / ``_unsafe_view`` to the input's own shape (default True).
+    - ``slices``: ``aten.slice.Tensor`` covering the whole dim (default True).
+    """
+
+    views: bool = True
+    slices: bool = True
+
+
+def _static_shape(node: torch.fx.Node) -> tuple[int, ...] | None:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or not all(isinstance(s, int) for s in value.shape):
+        return None
+    return tuple(value.shape)
+
+
+def _slice_args(node: torch.fx.Node) -> tuple[torch.fx.Node, int, int | None, int | None, int]:
+    """``(input, dim, start, end, step)`` of an ``aten.slice.Tensor`` call, defaults filled in."""
+    bound = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+    kwargs = bound.kwargs if bound is not None else {}
+    return kwargs["self"], kwargs.get("dim", 0), kwargs.get("start"), kwargs.get("end"), kwargs.get("step", 1)
+
+
+class HandNoOpElimination(HandWrittenFault):
+    """A correct no-op elimination (not a fault itself): a view or reshape to its input's own shape,
+    and a slice whose result has its input's shape (it then covers the whole dim: start 0, step 1
+    or a dim of size 1), are replaced by their input. Static shapes only.
+
+    - ``config``: a :class:`NoOpConfig`; None takes the defaults. ``TypeError`` for anything else.
+    """
+
+    def __init__(self, config: NoOpConfig | None = None) -> None:
+        check_config(config, NoOpConfig)
+        self.config = config
+        self.matched_count = 0
+
+    def slice_is_noop(self, size: int, start: int | None, end: int | None, step: int, same_shape: bool) -> bool:
+        """Whether ``x.slice(dim, start, end, step)`` is ``x``, for a dim of ``size`` elements;
+        ``same_shape``: whether the slice's result has ``x``'s shape."""
+        return same_shape
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        config = self.config or NoOpConfig()
+        count = 0
+        for node in list(graph.nodes):
+            if node.op != "call_function" or not node.args:
+                continue
+            source = node.args[0]
+            shape, source_shape = _static_shape(node), _static_shape(source)
+            if shape is None or source_shape is None:
+                continue
+            if node.target in _VIEWS and config.views:
+                noop = shape == source_shape
+            elif node.target is aten.slice.Tensor and config.slices:
+                source, dim, start, end, step = _slice_args(node)
+                size = source_shape[dim]
+                noop = self.slice_is_noop(size, start, end, step, shape == source_shape)
+            else:
+                continue
+            if noop:
+                node.replace_all_uses_with(source)
+                graph.erase_node(node)
+                count += 1
+        self.matched_count = count
+
+
+class NoOpSliceEndMinusOne(HandNoOpElimination):
+    """Bug kind: a no-op elimination that drops ``slice(x, d, 0, -1)``.
+
+    Modelled on vLLM's ``NoOpEliminationPass`` before it was fixed (vLLM issue 17078): one helper
+    judged both reshape sizes and slice ends, and for a reshape -1 means "the rest", so a slice
+    ending at -1 (``x[:-1]``, which drops the last element) was taken for the whole dim. Here a
+    slice from 0 with step 1 is removed when its end is None, at least the dim's size, or -1.
+    Correct on every other slice; on ``x[:-1]`` the slice's users read one more element: shapes
+    change downstream (the structure oracle: re-propagated meta and output shapes) and values (the
+    semantics oracle), on :func:`~pmverify.strategies.fx_graphs` cases, whose slices may end at -1.
+
+    - ``config``: a :class:`NoOpConfig`; None takes the defaults.
+    """
+
+    def slice_is_noop(self, size: int, start: int | None, end: int | None, step: int, same_shape: bool) -> bool:
+        return start in (0, None) and step == 1 and (end is None or end == -1 or end >= size)  # the bug: -1
+
+
+class NoOpSliceIgnoresStep(HandNoOpElimination):
+    """Bug kind: a no-op elimination that ignores the slice's step.
+
+    Modelled on the first no-op rule for ``aten.slice`` in Inductor's ``remove_noop_ops``, which
+    looked at start and end only: a slice from 0 to the end (None, the size or more, or dynamo's
+    ``sys.maxsize`` for ``x[a:]``) is removed whatever its step, so ``x[::2]`` becomes ``x``.
+    Correct for step 1; with step > 1 on a dim of more than one element the result changes shape
+    (the structure oracle) and values (the semantics oracle), on
+    :func:`~pmverify.strategies.fx_graphs` cases, whose slices may step by 2.
+
+    - ``config``: a :class:`NoOpConfig`; None takes the defaults.
+    """
+
+    def slice_is_noop(self, size: int, start: int | None, end: int | None, step: int, same_shape: bool) -> bool:
+        return start in (0, None) and (end is None or end >= size)  # the bug: step is never read

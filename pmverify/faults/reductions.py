@@ -1,0 +1,112 @@
+"""Faults in rewrites of reductions: a dropped ``dtype=``, an ignored reduction dim."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._common import DtypesConfig, HandWrittenFault, aten, check_config, is_call
+
+__all__ = ["MeanDecompositionDropsDtype", "SoftmaxFusionIgnoresDim", "softmax_pattern"]
+
+
+def _val(node: object) -> torch.Tensor | None:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+class _ReductionRewrite(HandWrittenFault):
+    def __init__(self, config: DtypesConfig | None = None) -> None:
+        check_config(config, DtypesConfig)
+        self.config = config
+        self.matched_count = 0
+
+    def _rewrites(self, out: torch.Tensor) -> bool:
+        return out.dtype in (self.config or DtypesConfig()).dtypes
+
+
+class MeanDecompositionDropsDtype(_ReductionRewrite):
+    """Bug kind: a rewrite that drops a reduction's ``dtype=``.
+
+    A hand-written pass that decomposes ``aten.mean.dim(x, dims, keepdim, dtype=...)`` into
+    ``sum(x, dims, keepdim) / n`` (so that a later pass can fuse the sum) but builds the ``sum``
+    from ``x``, ``dims`` and ``keepdim`` alone: the ``dtype=`` keyword, which the pattern it was
+    written against never carried, is lost. Exact for a mean without ``dtype=``; with one (an fp16
+    mean accumulated and returned in fp32, say) the result has the input's dtype: the structure
+    oracle (output and meta dtypes) and the semantics oracle, on
+    :func:`~pmverify.strategies.fx_graphs` cases, whose reductions may carry ``dtype=``.
+
+    - ``config``: a :class:`~pmverify.faults._common.DtypesConfig`; None takes the defaults.
+    """
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        count = 0
+        for node in list(graph.find_nodes(op="call_function", target=aten.mean.dim)):
+            x, out = node.args[0], _val(node)
+            xv = _val(x)
+            if xv is None or out is None or not self._rewrites(out):
+                continue
+            dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+            keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+            reduced = range(xv.dim()) if not dims else [d % max(xv.dim(), 1) for d in dims]
+            count_ = math.prod(xv.shape[d] for d in reduced) if xv.dim() else 1
+            if count_ == 0:
+                continue
+            with graph.inserting_before(node):  # the bug: node.kwargs["dtype"] is never read
+                total = graph.call_function(aten.sum.dim_IntList, (x, dims, keepdim))
+                mean = graph.call_function(aten.div.Tensor, (total, float(count_)))
+            total.meta["val"] = mean.meta["val"] = out
+            node.replace_all_uses_with(mean)
+            graph.erase_node(node)
+            count += 1
+        self.matched_count = count
+
+
+def softmax_pattern(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The scaled softmax over the last dim that :class:`SoftmaxFusionIgnoresDim` fuses:
+    ``softmax(x * scale, -1)``, which Inductor's tracer writes as ``amax``, ``sub``, ``exp``, ``sum``
+    and ``div``. ``x``: ``[..., N]``; ``scale``: broadcasting to ``x``."""
+    return torch.softmax(x * scale, -1)
+
+
+class SoftmaxFusionIgnoresDim(_ReductionRewrite):
+    """Bug kind: a softmax fusion that ignores the reduction dim.
+
+    A hand-written pass walks the graph for softmax as Inductor's tracer decomposes it,
+    ``div(exp(sub(x, amax(x, dims, True))), sum(exp(...), dims, True))``, and replaces the chain
+    with ``aten._softmax.default(x, -1, False)``: it checks the chain's ops and wiring but never
+    reads ``dims``. Exact for a softmax over the last dim; over any other dim (or a chain whose
+    ``amax`` and ``sum`` reduce different dims) it normalises the wrong rows: the semantics oracle,
+    and the expectations oracle for a ``dim`` near miss Inductor's own matcher would leave, on
+    ``planted(softmax_pattern, ...)`` cases.
+
+    - ``config``: a :class:`~pmverify.faults._common.DtypesConfig`; None takes the defaults.
+    """
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        count = 0
+        for div in list(graph.find_nodes(op="call_function", target=aten.div.Tensor)):
+            exp, total = div.args
+            if not (is_call(exp, aten.exp.default) and is_call(total, aten.sum.dim_IntList)):
+                continue
+            sub = exp.args[0]
+            if total.args[0] is not exp or not is_call(sub, aten.sub.Tensor):
+                continue
+            x, amax = sub.args
+            if not is_call(amax, aten.amax.default) or amax.args[0] is not x:
+                continue
+            chain = [amax, sub, exp, total, div]
+            if any(set(n.users) - set(chain) for n in chain[:-1]):
+                continue  # an intermediate is read outside the chain
+            xv = _val(x)
+            if xv is None or xv.dim() == 0 or _val(div) is None or not self._rewrites(_val(div)):
+                continue
+            with graph.inserting_before(div):  # the bug: amax's and sum's dims are never read
+                fused = graph.call_function(aten._softmax.default, (x, -1, False))
+            fused.meta["val"] = div.meta["val"]
+            div.replace_all_uses_with(fused)
+            for dead in reversed(chain):
+                graph.erase_node(dead)
+            count += 1
+        self.matched_count = count
