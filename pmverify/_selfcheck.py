@@ -129,7 +129,7 @@ def run_fault(
                 on_result=counter,
                 repro_dir=repro_dir,
                 # a bank row may ask for strict order (a fault only a graph judged unsorted shows)
-                strict_order=getattr(fault, "strict_order", False),
+                strict_order=fault.strict_order,
             ):
                 if error is not None:
                     result.family = family

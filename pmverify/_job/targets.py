@@ -138,7 +138,7 @@ def load(name: str, cases: str | None = None) -> Target:
             fault.pass_cls,
             fault.families(),
             real_model=_takes_qk_norm_config(fault.pass_cls),
-            strict_order=getattr(fault, "strict_order", False),
+            strict_order=fault.strict_order,
         )
     if ":" not in name:
         raise TargetError(

@@ -53,6 +53,8 @@ class Fault:
       :func:`rotation`, what ``pmverify fuzz`` searches).
     - ``requires``: None, or a check that raises ``RuntimeError`` saying what this machine lacks to
       run the fault (selfcheck reports it as an error, not as a search).
+    - ``strict_order``: whether it is searched with ``verify(..., strict_order=True)`` (a fault
+      only a pass manager without a sort between passes sees; default False).
     """
 
     pass_cls: type
@@ -60,6 +62,7 @@ class Fault:
     oracles: tuple[str, ...]
     families: Callable[[], Families] = rotation
     requires: Callable[[], None] | None = None
+    strict_order: bool = False
 
     @property
     def name(self) -> str:

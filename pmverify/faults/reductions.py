@@ -8,7 +8,7 @@ import torch
 
 from ._common import DtypesConfig, HandWrittenFault, aten, check_config, is_call
 
-__all__ = ["MeanDecompositionDropsDtype", "SoftmaxFusionIgnoresDim", "softmax_pattern"]
+__all__ = ["MeanDecompositionDropsDtype", "HandSoftmaxFusion", "SoftmaxFusionIgnoresDim", "softmax_pattern"]
 
 
 def _val(node: object) -> torch.Tensor | None:
@@ -70,19 +70,20 @@ def softmax_pattern(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x * scale, -1)
 
 
-class SoftmaxFusionIgnoresDim(_ReductionRewrite):
-    """Bug kind: a softmax fusion that ignores the reduction dim.
-
-    A hand-written pass walks the graph for softmax as Inductor's tracer decomposes it,
-    ``div(exp(sub(x, amax(x, dims, True))), sum(exp(...), dims, True))``, and replaces the chain
-    with ``aten._softmax.default(x, -1, False)``: it checks the chain's ops and wiring but never
-    reads ``dims``. Exact for a softmax over the last dim; over any other dim (or a chain whose
-    ``amax`` and ``sum`` reduce different dims) it normalises the wrong rows: the semantics oracle,
-    and the expectations oracle for a ``dim`` near miss Inductor's own matcher would leave, on
-    ``planted(softmax_pattern, ...)`` cases.
+class HandSoftmaxFusion(_ReductionRewrite):
+    """A correct hand-written softmax fusion (not a fault itself): it walks the graph for softmax as
+    Inductor's tracer decomposes it, ``div(exp(sub(x, amax(x, dims, True))), sum(exp(...), dims,
+    True))`` with both ``dims`` the last dim, and points the users of ``div`` at
+    ``aten._softmax.default(x, -1, False)``. It leaves the matched nodes, now dead, for Inductor's
+    dead-code elimination, as pattern handlers do.
 
     - ``config``: a :class:`~pmverify.faults._common.DtypesConfig`; None takes the defaults.
     """
+
+    def dims_ok(self, rank: int, amax_dims: object, sum_dims: object) -> bool:
+        """Whether the chain's reductions run over the last dim only (``rank``: the input's)."""
+        last = [rank - 1]
+        return all(isinstance(d, (list, tuple)) and [i % rank for i in d] == last for d in (amax_dims, sum_dims))
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         count = 0
@@ -99,14 +100,33 @@ class SoftmaxFusionIgnoresDim(_ReductionRewrite):
             chain = [amax, sub, exp, total, div]
             if any(set(n.users) - set(chain) for n in chain[:-1]):
                 continue  # an intermediate is read outside the chain
+            if amax.args[2:] != (True,) or total.args[2:] != (True,) or total.kwargs:
+                continue
             xv = _val(x)
             if xv is None or xv.dim() == 0 or _val(div) is None or not self._rewrites(_val(div)):
                 continue
-            with graph.inserting_before(div):  # the bug: amax's and sum's dims are never read
+            if not self.dims_ok(xv.dim(), amax.args[1], total.args[1]):
+                continue
+            with graph.inserting_before(div):
                 fused = graph.call_function(aten._softmax.default, (x, -1, False))
             fused.meta["val"] = div.meta["val"]
             div.replace_all_uses_with(fused)
-            for dead in reversed(chain):
-                graph.erase_node(dead)
             count += 1
         self.matched_count = count
+
+
+class SoftmaxFusionIgnoresDim(HandSoftmaxFusion):
+    """Bug kind: a softmax fusion that ignores the reduction dim.
+
+    :class:`HandSoftmaxFusion` without its check of the reductions' dims: it checks the chain's ops
+    and wiring and fuses it into a softmax over the last dim, whatever ``dims`` the ``amax`` and the
+    ``sum`` reduce. Exact for a softmax over the last dim; over any other dim (or a chain whose
+    ``amax`` and ``sum`` reduce different dims) it normalises the wrong rows: the semantics oracle,
+    and the expectations oracle for a ``dim`` near miss Inductor's own matcher would leave, on
+    ``planted(softmax_pattern, ...)`` cases.
+
+    - ``config``: a :class:`~pmverify.faults._common.DtypesConfig`; None takes the defaults.
+    """
+
+    def dims_ok(self, rank: int, amax_dims: object, sum_dims: object) -> bool:
+        return True  # the bug: the reductions' dims are never read
