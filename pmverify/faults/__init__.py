@@ -6,8 +6,12 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.casts`: a replacement's dtype casts (cast order, fp32 upcast, weight dtype);
 - :mod:`.buffers`: an uninitialized buffer;
 - :mod:`.mutations`: mutation regions and ``auto_functionalized`` tuples;
-- :mod:`.matching`: what a hand matcher matches and where it inserts;
-- :mod:`.scalars`: dropped scalar kwargs, with :func:`~.scalars.addmm_cases`;
+- :mod:`.matching`: what a matcher matches and where it inserts (also a multi-output replacement
+  left before its input, a finding only with ``strict_order``);
+- :mod:`.scalars`: dropped scalar kwargs (with :func:`~.scalars.addmm_cases`), an ``alpha`` a
+  pattern never names, a hard-coded eps;
+- :mod:`.noop`: no-op elimination taking slices for the identity;
+- :mod:`.reductions`: a dropped ``dtype=``, an ignored softmax dim;
 - :mod:`.cache_keys`: a ``uuid()`` blind to the configuration;
 - :mod:`.tensor_parallel`: the all-reduce QK norm's divisor, reduction and weight shards;
 - :mod:`.kernels`: the fused op's Triton kernel (grid, column mask, chunk count), with faulty
@@ -27,9 +31,11 @@ from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
 from .kernels import QKNormKernelGridCapped, QKNormKernelLeavesKOutUnwritten, QKNormKernelUnmaskedLoads
-from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
+from .matching import FusedAddRMSNormLeftUnsorted, HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
 from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
-from .scalars import AddmmDropsScalars
+from .noop import NoOpSliceEndMinusOne, NoOpSliceIgnoresStep
+from .reductions import MeanDecompositionDropsDtype, SoftmaxFusionIgnoresDim
+from .scalars import AddcmulFusionDropsAlpha, AddmmDropsScalars, RMSNormHardCodedEps
 from .scalars import UnfuseAddmmConfig as UnfuseAddmmConfig
 from .scalars import addmm_cases as addmm_cases
 from .tensor_parallel import QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights, QKNormWrongTPDivisor
@@ -51,4 +57,11 @@ __all__ = [
     "QKNormKernelGridCapped",
     "QKNormKernelUnmaskedLoads",
     "QKNormKernelLeavesKOutUnwritten",
+    "NoOpSliceEndMinusOne",
+    "NoOpSliceIgnoresStep",
+    "AddcmulFusionDropsAlpha",
+    "MeanDecompositionDropsDtype",
+    "RMSNormHardCodedEps",
+    "FusedAddRMSNormLeftUnsorted",
+    "SoftmaxFusionIgnoresDim",
 ]

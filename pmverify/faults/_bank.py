@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from hypothesis.strategies import SearchStrategy
 
+from ._common import DtypesConfig
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
@@ -19,9 +20,24 @@ from .kernels import (
     QKNormKernelUnmaskedLoads,
     check_environment,
 )
-from .matching import HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
+from .matching import (
+    FusedAddRMSNormLeftUnsorted,
+    HandRMSNormIgnoresExtraUsers,
+    HandRMSNormInsertedBeforeInputs,
+    add_rms_norm_pattern,
+)
 from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
-from .scalars import AddmmDropsScalars, addmm_cases
+from .noop import NoOpConfig, NoOpSliceEndMinusOne, NoOpSliceIgnoresStep
+from .reductions import MeanDecompositionDropsDtype, SoftmaxFusionIgnoresDim, softmax_pattern
+from .scalars import (
+    AddcmulFusionDropsAlpha,
+    AddmmDropsScalars,
+    RMSNormEpsConfig,
+    RMSNormHardCodedEps,
+    addcmul_pattern,
+    addmm_cases,
+    rms_norm_pattern,
+)
 from .tensor_parallel import QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights, QKNormWrongTPDivisor
 
 __all__ = ["Fault", "BANK", "rotation"]
@@ -98,6 +114,65 @@ def _kernel() -> Families:
     return [("qk_norm_cases", cases)]
 
 
+def _with_config(cases: SearchStrategy, config: Any) -> SearchStrategy:
+    """``cases`` with ``pass_config=config`` (the faults are classes built per case from it)."""
+    return cases.map(functools.partial(dataclasses.replace, pass_config=config))
+
+
+#: The ops a no-op elimination rewrites (slices, views and reshapes in every form) and a few that
+#: read their results, so that a slice taken for the identity changes a shape or a value downstream.
+NOOP_OPS = ("slice", "view", "reshape", "aten_reshape", "unsafe_view", "neg", "add", "sum", "mm")
+
+
+def _noop() -> Families:
+    """Random graphs of :data:`NOOP_OPS`, up to 12 op nodes (:func:`~pmverify.strategies.fx_graphs`
+    with ``ops=NOOP_OPS``), for a no-op elimination pass."""
+    from ..strategies import fx_graphs
+
+    return [("fx_graphs", _with_config(fx_graphs(ops=NOOP_OPS, max_nodes=12), NoOpConfig()))]
+
+
+def _reductions() -> Families:
+    """Random graphs of reductions (``dtype=`` given or not) and ops around them."""
+    from ..strategies import fx_graphs
+
+    ops = ("mean", "sum", "convert_element_type", "neg", "add", "mul", "view")
+    return [("fx_graphs", _with_config(fx_graphs(ops=ops, max_nodes=12), DtypesConfig()))]
+
+
+def _planted(
+    pattern: Any, example: tuple[torch.Tensor, ...], vary: Any, config: Any, name: str
+) -> Callable[[], Families]:
+    """``planted(pattern, like(example, vary=vary))`` with its default arguments otherwise (near
+    misses of every kind, random context graphs)."""
+
+    def families() -> Families:
+        from ..strategies import like, planted
+
+        return [(f"planted({name})", planted(pattern, like(example, vary=vary), pass_config=config))]
+
+    return families
+
+
+_T, _H = [(0, 0)], [(0, -1)]
+_softmax = _planted(softmax_pattern, (torch.empty(4, 8), torch.empty(4, 8)), "duck", DtypesConfig(), "softmax")
+_addcmul = _planted(addcmul_pattern, (torch.empty(4, 8),) * 3, "duck", DtypesConfig(), "addcmul")
+_rms_eps = _planted(
+    rms_norm_pattern,
+    (torch.empty(8, 16), torch.empty(16)),
+    {"t": _T, "h": [(0, 1), (1, 0)]},
+    RMSNormEpsConfig(),
+    "rms_norm",
+)
+_add_rms = _planted(
+    add_rms_norm_pattern,
+    (torch.empty(8, 16), torch.empty(8, 16), torch.empty(16)),
+    {"t": [(0, 0), (1, 0)], "h": [(0, 1), (1, 1), (2, 0)]},
+    DtypesConfig(),
+    "add_rms_norm",
+)
+
+
 #: Every fault, by name; add a row to add one.
 BANK: dict[str, Fault] = {
     fault.name: fault
@@ -121,5 +196,15 @@ BANK: dict[str, Fault] = {
         Fault(QKNormKernelGridCapped, "kernel grid stops at a fixed number of blocks", ("semantics",), _kernel, check_environment),
         Fault(QKNormKernelUnmaskedLoads, "kernel loads without the column mask", ("semantics",), _kernel, check_environment),
         Fault(QKNormKernelLeavesKOutUnwritten, "kernel leaves k_out unwritten", ("semantics",), _kernel, check_environment),
+        Fault(NoOpSliceEndMinusOne, "no-op elimination drops slice(x, d, 0, -1)", ("structure", "semantics"), _noop),
+        Fault(NoOpSliceIgnoresStep, "no-op elimination ignores the slice step", ("structure", "semantics"), _noop),
+        Fault(AddcmulFusionDropsAlpha, "rewrite drops the alpha its pattern never names",
+              ("semantics", "expectations"), _addcmul),
+        Fault(MeanDecompositionDropsDtype, "rewrite drops a reduction's dtype=", ("structure", "semantics"), _reductions),
+        Fault(RMSNormHardCodedEps, "replacement hard-codes a nearby eps", ("semantics",), _rms_eps),
+        Fault(FusedAddRMSNormLeftUnsorted, "multi-output replacement left before its input", ("structure",), _add_rms,
+              strict_order=True),
+        Fault(SoftmaxFusionIgnoresDim, "softmax fusion ignores the reduction dim", ("semantics", "expectations"),
+              _softmax),
     )
 }  # fmt: skip
