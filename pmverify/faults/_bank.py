@@ -125,11 +125,11 @@ NOOP_OPS = ("slice", "view", "reshape", "aten_reshape", "unsafe_view", "neg", "a
 
 
 def _noop() -> Families:
-    """Random graphs of :data:`NOOP_OPS`, up to 12 op nodes (:func:`~pmverify.strategies.fx_graphs`
-    with ``ops=NOOP_OPS``), for a no-op elimination pass."""
+    """Random graphs of :data:`NOOP_OPS`, 6 to 12 op nodes (:func:`~pmverify.strategies.fx_graphs`
+    with ``ops=NOOP_OPS``: about 1.5 slices a graph), for a no-op elimination pass."""
     from ..strategies import fx_graphs
 
-    return [("fx_graphs", _with_config(fx_graphs(ops=NOOP_OPS, max_nodes=12), NoOpConfig()))]
+    return [("fx_graphs", _with_config(fx_graphs(ops=NOOP_OPS, min_nodes=6, max_nodes=12), NoOpConfig()))]
 
 
 def _reductions() -> Families:

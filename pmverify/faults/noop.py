@@ -12,7 +12,6 @@ import dataclasses
 import sys
 
 import torch
-from torch.fx.operator_schemas import normalize_function
 
 from ._common import HandWrittenFault, aten, check_config
 
@@ -43,10 +42,17 @@ def _static_shape(node: torch.fx.Node) -> tuple[int, ...] | None:
 
 
 def _slice_args(node: torch.fx.Node) -> tuple[torch.fx.Node, int, int | None, int | None, int]:
-    """``(input, dim, start, end, step)`` of an ``aten.slice.Tensor`` call, defaults filled in."""
-    bound = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
-    kwargs = bound.kwargs if bound is not None else {}
-    return kwargs["self"], kwargs.get("dim", 0), kwargs.get("start"), kwargs.get("end"), kwargs.get("step", 1)
+    """``(input, dim, start, end, step)`` of an ``aten.slice.Tensor`` call, read by the op's schema
+    (positional or keyword, defaults filled in)."""
+    values = {}
+    for i, argument in enumerate(node.target._schema.arguments):
+        if i < len(node.args):
+            values[argument.name] = node.args[i]
+        elif argument.name in node.kwargs:
+            values[argument.name] = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            values[argument.name] = argument.default_value
+    return values["self"], values["dim"], values["start"], values["end"], values["step"]
 
 
 class HandNoOpElimination(HandWrittenFault):

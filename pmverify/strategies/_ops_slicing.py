@@ -1,9 +1,10 @@
 """Slicing, splitting, joining, scattering and indexing ops of the op table.
 
 ``slice`` is drawn in the forms dynamo and make_fx write: ``aten.slice.Tensor(x, dim, start, end)``
-with a start that is an int, negative or None, an end that is an int, past the size,
-``9223372036854775807`` (``x[a:]``), negative, None, or at most the start (an empty result), a
-``step`` of 1 (omitted or given), 2 or 3, and a dim maybe counted from the end. Also ``select``,
+starting at 0 or inside the dim and ending at its end, one short of it (``x[:-1]``), inside or at
+the start (an empty result): a start written as an int, negative (``-size`` for 0) or None, an end
+written as an int, ``9223372036854775807`` (``x[a:]``), past the size, None or negative, a ``step``
+of 1 (omitted or given), 2 or 3, and a dim maybe counted from the end. Also ``select``,
 ``narrow``, ``unbind``, ``split`` (``split_with_sizes`` or ``split.Tensor``), ``cat``,
 ``slice_scatter`` / ``select_scatter``, and ``index_select`` / ``index.Tensor`` / ``gather`` with
 index tensors valid by construction (int values >= 0 below the indexed size: recent ones, or new
@@ -26,28 +27,53 @@ from ._tensors import shapes
 if TYPE_CHECKING:
     from ._graphs import _Builder
 
-__all__ = ["SLICING_OPS", "START_FORMS", "END_FORMS"]
+__all__ = ["SLICING_OPS", "START_AT", "END_AT", "START_FORMS", "END_FORMS", "INNER_END_FORMS"]
 
 aten = torch.ops.aten
 
-#: How a slice's start is written, simplest first.
+#: Where a slice starts, simplest first: at 0, or anywhere in the dim.
+START_AT = ("zero", "inside")
+#: Where it ends, simplest first: at the dim's end, one short of it (``x[:-1]``), anywhere after
+#: the start, or at the start (an empty result).
+END_AT = ("end", "one_short", "inside", "empty")
+#: How a slice's start is written, simplest first (``none``: only for 0).
 START_FORMS = ("int", "negative", "none")
-#: How a slice's end is written, simplest first ("empty": at most the start).
-END_FORMS = ("int", "max", "past", "negative", "none", "empty")
+#: How an end at the dim's end is written, simplest first: the size, dynamo's
+#: ``9223372036854775807`` for ``x[a:]``, past the size, None.
+END_FORMS = ("int", "max", "past", "none")
+#: How any other end is written: an int, or counted from the end (``-1``).
+INNER_END_FORMS = ("int", "negative")
 
 
 def _bounds(b: _Builder, side: int) -> tuple[Any, Any]:
-    """A slice's (start, end) over a dim of ``side`` elements, as written in a graph. Every form
-    takes the same choices (a position, then how it is written), so that the plain int form is the
-    simplest."""
-    first = b.draw(st.integers(0, side))
-    start_form = b.draw(st.sampled_from([f for f in START_FORMS if f != "negative" or first < side]))
-    start = {"int": first, "negative": first - side, "none": None}[start_form]
-    first = 0 if start is None else first
-    last = b.draw(st.integers(min(first + 1, side), side))
-    end_form = b.draw(st.sampled_from([f for f in END_FORMS if f != "negative" or last < side]))
-    ends = {"int": last, "max": INT64_MAX, "past": side + last + 1, "negative": last - side, "none": None}
-    return start, ends.get(end_form, first)  # "empty": the end is the start
+    """A slice's (start, end) over a dim of ``side`` elements, as written in a graph. Where it
+    starts and ends is drawn first, as a kind (0 or inside; the end, one short of it, inside or
+    empty), so that the boundaries real graphs hold (``x[:-1]``, ``x[1:]``, ``x[-n:]``) are common,
+    then how each is written. Every kind takes the same choices, so the plain form (``x[0:side]``)
+    is the simplest."""
+    start_at = b.draw(st.sampled_from(START_AT))
+    anywhere = b.draw(st.integers(0, side))
+    first = 0 if start_at == "zero" else anywhere
+    start_form = b.draw(st.sampled_from(START_FORMS))
+    if start_form == "negative" and first < side:
+        start: Any = first - side  # at 0: -side, which normalises to 0
+    elif start_form == "none" and first == 0:
+        start = None
+    else:
+        start = first
+    end_at = b.draw(st.sampled_from(END_AT))
+    after = b.draw(st.integers(0, side))
+    last = {
+        "end": side,
+        "one_short": max(first, side - 1),
+        "inside": first + after % (side - first) + 1 if side > first else side,
+        "empty": first,
+    }[end_at]
+    if last == side:
+        end_form = b.draw(st.sampled_from(END_FORMS))
+        return start, {"int": side, "max": INT64_MAX, "past": side + 1 + after, "none": None}[end_form]
+    end_form = b.draw(st.sampled_from(INNER_END_FORMS))
+    return start, last - side if end_form == "negative" else last
 
 
 def _is_default(value: Any, default: Any) -> bool:

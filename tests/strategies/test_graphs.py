@@ -218,6 +218,8 @@ def _features(case: GraphCase) -> set[str]:  # noqa: C901 - one feature per line
             seen |= {"slice INT64_MAX end"} if end == INT64_MAX else set()
             seen |= {"slice end past the size"} if isinstance(end, int) and side < end < INT64_MAX else set()
             seen |= {"slice negative end"} if isinstance(end, int) and end < 0 else set()
+            seen |= {"slice x[0:-1]"} if start in (0, None) and end == -1 and side > 1 else set()
+            seen |= {"slice start -size"} if isinstance(start, int) and start == -side != 0 else set()
             seen |= {f"slice step {args[4]}"} if len(args) > 4 else {"slice step omitted"}
             seen |= {"slice empty result"} if val.numel() == 0 and _val(args[0]).numel() else set()
         elif t in (aten.view.default, aten.reshape.default, aten.expand.default) and -1 in args[1]:
@@ -270,7 +272,8 @@ FORMS = {
     "slice": (
         ["slice", "neg"],
         {"slice negative dim", "slice negative start", "slice None start", "slice None end", "slice INT64_MAX end"}
-        | {"slice end past the size", "slice negative end", "slice step 2", "slice step omitted"}
+        | {"slice end past the size", "slice negative end", "slice step 2", "slice step omitted", "slice x[0:-1]"}
+        | {"slice start -size"}
         | {"slice empty result", "empty value used"},
     ),
     "select narrow unbind": (
