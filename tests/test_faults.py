@@ -29,6 +29,9 @@ from pmverify.faults import (
     UnfuseAddmmConfig,
     addmm_cases,
 )
+from pmverify.faults._common import DtypesConfig
+from pmverify.faults.noop import NoOpConfig
+from pmverify.faults.scalars import RMSNormEpsConfig
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.oracles import ORACLES
 from pmverify.strategies import qk_norm_cases, qk_norm_tp_cases
@@ -81,10 +84,28 @@ def test_swapped_getitems_without_auto_functionalized_is_the_shipped_pass():
     verify(SwappedAutoFunctionalizedGetitems, qk_norm_cases(config), max_examples=3, seed=0)
 
 
+#: Two configs that differ in one field, for the faults outside the QK-norm domain.
+_OTHER_CONFIGS = {
+    AddmmDropsScalars: (UnfuseAddmmConfig(), UnfuseAddmmConfig(max_k=64)),
+    faults.NoOpSliceEndMinusOne: (NoOpConfig(), NoOpConfig(slices=False)),
+    faults.NoOpSliceIgnoresStep: (NoOpConfig(), NoOpConfig(views=False)),
+    faults.RMSNormHardCodedEps: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
+    **{
+        fault: (DtypesConfig(), DtypesConfig(dtypes=(torch.float32,)))
+        for fault in (
+            faults.AddcmulFusionDropsAlpha,
+            faults.MeanDecompositionDropsDtype,
+            faults.FusedAddRMSNormLeftUnsorted,
+            faults.SoftmaxFusionIgnoresDim,
+        )
+    },
+}
+
+
 def _configs(fault: type) -> tuple[object, object]:
     """Two configs of ``fault`` that differ in one field."""
-    if fault is AddmmDropsScalars:
-        return UnfuseAddmmConfig(), UnfuseAddmmConfig(max_k=64)
+    if fault in _OTHER_CONFIGS:
+        return _OTHER_CONFIGS[fault]
     a = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16)
     return a, dataclasses.replace(a, eps=1e-5)
 

@@ -72,6 +72,10 @@ def _add_rms_norm_replacement(x, residual, w):
 
 
 def _fusable(match) -> bool:
+    """Safety: ``w`` a ``[H]`` weight of float32 or the rows' dtype, and no keyword argument the
+    pattern does not hold (Inductor's matcher ignores those: an ``alpha`` on the add would be lost)."""
+    if any(node.kwargs for node in match.nodes):
+        return False
     h, w = match.kwargs["x"].meta.get("val"), match.kwargs["w"].meta.get("val")
     if not isinstance(h, torch.Tensor) or not isinstance(w, torch.Tensor) or h.dim() < 1:
         return False

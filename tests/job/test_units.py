@@ -247,15 +247,15 @@ def test_a_finding_lists_the_other_oracles_first_failing_cases():
 
 
 def test_a_fault_whose_bank_row_asks_for_strict_order_is_fuzzed_with_it(monkeypatch):
-    import types
+    import dataclasses
 
-    from pmverify.faults import BANK
+    from pmverify.faults import BANK, Fault
 
     class Unsorted:
         def __init__(self, config):
             self.config = config
 
-    row = types.SimpleNamespace(pass_cls=Unsorted, families=lambda: [], requires=None)
+    row = Fault(Unsorted, "left unsorted", ("structure",), lambda: [])
     monkeypatch.setitem(BANK, "PlainFault", row)
-    monkeypatch.setitem(BANK, "UnsortedFault", types.SimpleNamespace(**vars(row), strict_order=True))
+    monkeypatch.setitem(BANK, "UnsortedFault", dataclasses.replace(row, strict_order=True))
     assert load("UnsortedFault").strict_order and not load("PlainFault").strict_order
