@@ -15,13 +15,13 @@ from hypothesis.errors import InvalidArgument
 from torch._inductor import pattern_matcher as pm
 
 import pmverify
-from pmverify import PassVerificationError
+from pmverify import PassVerificationError, verify
 from pmverify._record import record_patterns
 from pmverify._rewrite import RewriteNeverMatched, RewriteResult, check_rewrite
 from pmverify.faults import QKNormWrongRoundingOrder
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.fusion_pass import _pattern_pass
-from pmverify.strategies import like
+from pmverify.strategies import like, planted
 
 CONFIG = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16)
 
@@ -253,8 +253,14 @@ def test_inductor_attention_fusions_drop_an_alpha_and_the_softmax_dim(inductor_s
     under torch.compile (same results): its matcher ignores ``alpha=`` on the mask add
     (``softmax(q @ k.T / s + mask)`` with ``torch.add(..., mask, alpha=3.0)`` compiles to SDPA with
     the mask added once), and its serialized patterns hold softmax's dim as ``Ignored()`` without a
-    re-trace (a softmax over dim -2 compiles to SDPA, which softmaxes over -1)."""
+    re-trace (a softmax over dim -2 compiles to SDPA, which softmaxes over -1). Each rewrite is
+    planted as check_rewrite plants it, with that one near-miss kind, so that the finding is that
+    bug's whatever the draws (check_rewrite itself finds whichever comes first)."""
+    rewrite = inductor_sfdp[name]
+    cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=(reason,))
     with finding_only(), pytest.raises(PassVerificationError) as info:
-        check_rewrite(inductor_sfdp[name], max_examples=10, seed=0)
+        verify(rewrite.pattern_pass(), cases, max_examples=20, seed=0)
     assert {v.oracle for v in info.value.violations} == {"semantics"}
     assert [p.reason for p in info.value.result.case.planted] == [reason]
+    with finding_only(), pytest.raises(PassVerificationError):
+        check_rewrite(rewrite, max_examples=10, seed=0)
