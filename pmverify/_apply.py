@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import inspect
 import logging
 import time
 import traceback
@@ -239,16 +240,34 @@ def rank_config(config: Any, rank: int, tp_world: int | None = None) -> Any:
 
 
 def build_pass(pass_: Any, case: GraphCase, rank: int = 0) -> Any:
-    """Return the pass object for ``case`` on rank ``rank``: ``pass_`` itself, or
-    ``pass_(rank_config(case.pass_config, rank))`` when ``pass_`` is a class. Raises ``TypeError``
-    for something that is not a pass (:func:`check_pass`), ``ValueError`` when a class is given
-    and the case carries no ``pass_config``."""
+    """Return the pass object for ``case`` on rank ``rank``: ``pass_`` itself, or, when ``pass_`` is
+    a class, ``pass_(rank_config(case.pass_config, rank))``, or ``pass_()`` for a case that carries
+    no ``pass_config`` (a fresh object per case, so no state leaks from one case to the next).
+    Raises ``TypeError`` for something that is not a pass (:func:`check_pass`), ``ValueError`` when
+    a class needs constructor arguments and the case carries no ``pass_config``."""
     check_pass(pass_)
     if isinstance(pass_, type):
         if case.pass_config is None:
-            raise ValueError(f"pass_={pass_.__name__} is a class but the case carries no pass_config")
+            if not _constructible_without_arguments(pass_):
+                raise ValueError(
+                    f"pass_={pass_.__name__} is a class whose constructor takes arguments, and the case carries "
+                    f"no pass_config to build it with: give a built pass (pass_={pass_.__name__}(...)) or cases "
+                    "that carry a pass_config"
+                )
+            return pass_()
         return pass_(rank_config(case.pass_config, rank, case.tp_world) if case.tp_world > 1 else case.pass_config)
     return pass_
+
+
+def _constructible_without_arguments(cls: type) -> bool:
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # a builtin or C-extension constructor: try it
+        return True
+    return all(
+        p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        for p in signature.parameters.values()
+    )
 
 
 def run_pass(pass_obj: Any, graph: torch.fx.Graph) -> int | None:

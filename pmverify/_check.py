@@ -180,7 +180,7 @@ def check_case(
     A tensor-parallel case (``tp_world > 1``) is applied once per rank in direct mode and run on a
     real world of ``tp_world`` ranks (:mod:`pmverify.distributed`, threaded backend).
 
-    Raises ``ValueError`` for an unknown mode or oracle, or for compiled mode on a tensor-parallel
+    Raises ``ValueError`` for an unknown mode or oracle, a ``strict_order`` that is not a bool, or for compiled mode on a tensor-parallel
     case whose graph calls collectives; ``TypeError`` when ``case`` is not a ``GraphCase``; in
     compiled mode, ``RuntimeError`` when the case does not compile or run even without the pass.
     """
@@ -188,6 +188,8 @@ def check_case(
         raise TypeError(f"case={case!r} is not a GraphCase")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
+    if not isinstance(strict_order, bool):
+        raise ValueError(f"strict_order={strict_order!r} must be a bool")
     checks = _resolve_oracles(oracles)
     start = time.perf_counter()
     if mode == "compiled":

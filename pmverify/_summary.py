@@ -86,11 +86,13 @@ class VerifySummary:
 
     def describe(self) -> str:
         """One line: ``"30 cases, 12 rewritten (15 rewrites), 2 void; planted: must match 12, ...;
-        judged: structure 30, semantics 28, ..."``."""
+        judged: structure 30, semantics 28, ..."`` (the rewrite count left out when no pass
+        reported or recorded one: a hand-written pass that rewrote graphs without counting)."""
         planted = ", ".join(f"{kind} {count}" for kind, count in sorted(self.planted.items())) or "no instance"
         judged = ", ".join(f"{name} {count}" for name, count in self.judged.items()) or "nothing"
+        counted = f" ({self.rewrites} rewrites)" if self.rewrites else ""  # a hand pass may report no count
         return (
-            f"{self.cases} cases, {self.rewritten_cases} rewritten ({self.rewrites} rewrites), {self.void_cases} void; "
+            f"{self.cases} cases, {self.rewritten_cases} rewritten{counted}, {self.void_cases} void; "
             f"planted: {planted}; judged: {judged}"
         )
 

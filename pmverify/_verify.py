@@ -115,8 +115,14 @@ def case_events(result: CaseResult) -> list[str]:
 
 
 def _pass_name(pass_: Any) -> str:
-    """A function's own name, else the pass's class name."""
-    return pass_.__qualname__ if inspect.isfunction(pass_) else type(pass_).__name__
+    """A class's or function's own name, else the pass's class name."""
+    return pass_.__qualname__ if isinstance(pass_, type) or inspect.isfunction(pass_) else type(pass_).__name__
+
+
+def _short_repr(value: Any, limit: int = 100) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a strategy's repr spells out every argument)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _pass_identity(pass_: Any) -> str:
@@ -197,7 +203,8 @@ def verify(
     broke, :class:`~pmverify.RewriteNeverMatched` if no case was rewritten and
     :class:`~pmverify.AllCasesVoid` if every case was void (each with the ``summary``: what was
     drawn, and the planted ground truth). ``InvalidArgument`` for a ``cases`` that is not a
-    strategy or a ``max_examples`` below 1, ``ValueError`` for an unknown ``mode`` or a
+    strategy, a ``max_examples`` below 1, a ``seed`` that is not an int or a
+    ``strict_order`` / ``allow_no_rewrites`` that is not a bool, ``ValueError`` for an unknown ``mode`` or a
     ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass.
 
     Example::
@@ -213,6 +220,11 @@ def verify(
         raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise InvalidArgument(f"seed={seed!r} must be an int or None")
+    for name, flag in (("strict_order", strict_order), ("allow_no_rewrites", allow_no_rewrites)):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"{name}={flag!r} must be a bool")
     if seed is None:
         from pytest_pmverify import env_seed  # (torch-free; pytest and the CLI check it at start-up)
 
@@ -303,7 +315,7 @@ def verify(
             summary=tally[0],
         ) from None
     summary = tally[0]
-    error = None if allow_no_rewrites else vacuous_error(summary, f"verify({_pass_name(pass_)}, {cases!r})")
+    error = None if allow_no_rewrites else vacuous_error(summary, f"verify({_pass_name(pass_)}, {_short_repr(cases)})")
     if error is not None:
         raise error
     return summary

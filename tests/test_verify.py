@@ -76,6 +76,10 @@ def test_reproducer_exits_zero_once_the_pass_is_fixed(tmp_path):
     [
         (dict(cases=[1, 2]), "cases=\\[1, 2\\] must be a Hypothesis strategy"),
         (dict(max_examples=0), "max_examples=0 must be a positive int"),
+        (dict(seed="abc"), "seed='abc' must be an int or None"),
+        (dict(seed=True), "seed=True must be an int or None"),
+        (dict(strict_order="yes"), "strict_order='yes' must be a bool"),
+        (dict(allow_no_rewrites=1), "allow_no_rewrites=1 must be a bool"),
     ],
 )
 def test_bad_arguments(kwargs, message):
@@ -92,6 +96,34 @@ def test_something_that_is_not_a_pass_is_refused_eagerly(pass_):
         pmverify.check_case(pass_, case)
     with pytest.raises(TypeError, match="is not a pass"):
         verify(pass_, st.just(case))
+
+
+class _NoArgumentPass:
+    built = 0
+
+    def __init__(self):
+        type(self).built += 1
+
+    def __call__(self, graph):
+        pass
+
+
+class _ConfiguredPass(_NoArgumentPass):
+    def __init__(self, config):
+        super().__init__()
+
+
+def test_a_class_is_built_with_no_argument_when_the_case_carries_no_config():
+    case = _build_case(CONFIG_F32, [_layer(CONFIG_F32, "qk_norm", tokens=2)])
+    case.pass_config = None
+    _NoArgumentPass.built = 0
+    pmverify.check_case(_NoArgumentPass, case, oracles=["structure"])
+    pmverify.check_case(_NoArgumentPass, case, oracles=["structure"])
+    assert _NoArgumentPass.built == 2  # a fresh object per case
+    with pytest.raises(ValueError, match="_ConfiguredPass is a class whose constructor takes arguments.*give a built pass"):
+        pmverify.check_case(_ConfiguredPass, case)
+    with pytest.raises(ValueError, match="strict_order=1 must be a bool"):
+        pmverify.check_case(_NoArgumentPass, case, strict_order=1)
 
 
 def test_failure_is_saved_and_replayed_first(tmp_path):
@@ -296,6 +328,9 @@ def test_a_search_that_rewrote_nothing_raises_rewrite_never_matched():
     assert "pass allow_no_rewrites=True" in message
     summary = verify(_identity, cases, max_examples=3, allow_no_rewrites=True)
     assert summary == pmverify.VerifySummary(cases=1, judged={"structure": 1, "semantics": 1})
+    assert summary.describe().startswith("1 cases, 0 rewritten, 0 void")  # no "(0 rewrites)"
+    with pytest.raises(pmverify.RewriteNeverMatched, match=r"^verify\(_NoArgumentPass, just\(.{80,97}\.\.\.\): the pass"):
+        verify(_NoArgumentPass, cases, max_examples=3)  # the class's name, the strategy's repr cut short
 
 
 def test_a_search_whose_every_case_was_void_raises_all_cases_void():

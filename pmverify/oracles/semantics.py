@@ -18,6 +18,15 @@ inputs is covered). The rule for floating-point results, elementwise:
   a bf16/fp16 rounding midpoint to the neighbouring value; when one element, or at most 1 %
   (:data:`TIES`) of a large result's elements, break the rule, each by one ulp at most from its
   value before the pass, they are taken for rounding ties and the result holds.
+- An element that breaks the rule is measured again against a second float64 reference, run *from
+  the rewrite's inputs* (:mod:`._region_reference`: the graph before the pass in its own dtypes up
+  to the nodes the pass rewrote, in float64 from there on, with a float32 slack relative to the
+  largest operand that region reads), and holds when it holds there. Rounding upstream of the
+  rewrite (a bf16 in-place op just before it; an fp32 product that a fused multiply-add
+  recomputes exactly, so that ``m - x*x`` comes out as m's rounding error instead of 0) otherwise
+  makes a replacement more accurate on the values it reads look worse than its pattern. Computed
+  only when an element is flagged, and not for tensor-parallel or compiled cases or when an
+  in-place op comes at or after the rewrite.
 - Where no reference can be computed (an op without float64 support), the comparison falls back to
   ``torch.testing``'s per-dtype defaults for ``|after - before|``.
 - NaN/Inf policy: a case whose reference (the float64 run; the graph before the pass where no
@@ -180,10 +189,49 @@ def _isolated_ties(
     return int(flagged.sum()) <= allowed and bool((diff[flagged] <= _ulp(dtype, before.abs()[flagged])).all())
 
 
+def _excess(
+    b: torch.Tensor,
+    a: torch.Tensor,
+    reference: Any,
+    finite: torch.Tensor,
+    dtype: torch.dtype,
+    ulps: float,
+    k: float,
+    operand_scale: float = 0.0,
+):
+    """(by how much each element of ``a`` breaks the rule against ``reference``, where the
+    reference is usable), or None when ``reference`` is no tensor of ``b``'s shape. The float32
+    slack is relative to the result's magnitude plus the larger of its mean magnitude and
+    ``operand_scale``."""
+    if not isinstance(reference, torch.Tensor) or reference.shape != b.shape:
+        return None
+    r = reference.double()
+    usable = finite & torch.isfinite(r)
+    magnitude = r.abs()
+    scale = magnitude.where(usable, 0.0).mean() if usable.any() else magnitude.new_zeros(())
+    scale = scale.clamp_min(operand_scale)
+    slack = FP32_SLACK * torch.finfo(torch.float32).eps * (magnitude + scale)
+    allowed = k * (b - r).abs() + ulps * _ulp(dtype, magnitude) + slack
+    return (a - r).abs() - allowed, usable
+
+
 def compare(
-    name: str, before: Any, after: Any, reference: Any = None, *, ulps: float = ULPS, k: float = K
+    name: str,
+    before: Any,
+    after: Any,
+    reference: Any = None,
+    *,
+    ulps: float = ULPS,
+    k: float = K,
+    region_reference: Any = None,
+    operand_scale: float = 0.0,
 ) -> str | None:
-    """Compare one result; return a message describing the worst element, or None when it holds."""
+    """Compare one result; return a message describing the worst element, or None when it holds.
+
+    ``reference`` is the whole graph's float64 run; ``region_reference`` (optional) the run from
+    the rewrite's inputs (:mod:`._region_reference`), whose float32 slack is relative to
+    ``operand_scale`` too (the magnitude of what the rewrite reads: a result that cancels to 0
+    carries the rounding error of its operands): an element holds when it holds against either."""
     if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
         if isinstance(before, torch.Tensor) != isinstance(after, torch.Tensor):
             return f"{name}: {type(before).__name__} before the pass, {type(after).__name__} after it"
@@ -209,17 +257,16 @@ def compare(
     allowed = atol + rtol * b.abs()
     rule = "torch.testing tolerance"
     usable = None
-    if isinstance(reference, torch.Tensor) and reference.shape == before.shape:
-        r = reference.double()
-        usable = finite & torch.isfinite(r)
-        magnitude = r.abs()
-        scale = magnitude.where(usable, 0.0).mean() if usable.any() else magnitude.new_zeros(())
-        slack = FP32_SLACK * torch.finfo(torch.float32).eps * (magnitude + scale)
-        ref_allowed = k * (b - r).abs() + ulps * _ulp(before.dtype, magnitude) + slack
-        ref_excess = (a - r).abs() - ref_allowed
+    measured = _excess(b, a, reference, finite, before.dtype, ulps, k)
+    if measured is not None:
+        ref_excess, usable = measured
         fallback_excess = diff - allowed
         excess = ref_excess.where(usable, fallback_excess).where(finite, 0.0)
         rule = f"error vs float64 reference beyond {ulps} ulp of {before.dtype} more than before"
+        local = _excess(b, a, region_reference, finite, before.dtype, ulps, k, operand_scale)
+        if local is not None:  # an element either reference accepts holds
+            local_excess, local_usable = local
+            excess = torch.minimum(excess, local_excess.where(local_usable & finite, excess))
     else:
         excess = (diff - allowed).where(finite, 0.0)
     flagged = excess > 0
@@ -371,9 +418,34 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K) -> list[Violation]:
                 )
             )
             continue
+        region = None
         for i, ((name, b), (_, a)) in enumerate(zip(before, after, strict=False)):
             r = reference[i][1] if reference is not None and i < len(reference) else None
             message = compare(f"{where}{name}", b, a, r, ulps=ulps, k=k)
+            if message and r is not None:  # measured from the rewrite's inputs too, before reporting
+                region = _region_results(pair, rank) if region is None else region
+                local = named_results(pair.case.gm, region[0]) if region else None
+                if local is not None and i < len(local):
+                    message = compare(
+                        f"{where}{name}", b, a, r, ulps=ulps, k=k, region_reference=local[i][1], operand_scale=region[1]
+                    )
             if message:
                 violations.append(Violation("semantics", message))
     return violations
+
+
+def _region_results(pair: Any, rank: int) -> Any:
+    """The float64 run from the rewrite's inputs (:mod:`._region_reference`) on rank ``rank``,
+    cached in ``pair.cache``; False when there is none (tensor-parallel and compiled cases among
+    them)."""
+    key = ("semantics", "region", rank)
+    if key not in pair.cache:
+        result = None
+        if pair.compiled is None and pair.case.tp_world == 1 and pair.after is not None:
+            from ._region_reference import region_reference, rewritten_region
+
+            region = rewritten_region(pair.before, pair.after)
+            with deterministic_fill():
+                result = region_reference(pair.before, float64_module(pair.before), region, pair.case.inputs[rank])
+        pair.cache[key] = result if result is not None else False
+    return pair.cache[key]

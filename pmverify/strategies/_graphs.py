@@ -262,8 +262,8 @@ def fx_graphs(
     order, and an output that returns the tuple of every sink (no node is dead). Arguments follow
     make_fx's convention: positional arguments positionally, trailing defaults omitted or spelled
     out, keyword-only arguments (``alpha``, ``dtype``, ``memory_format``...) as keywords. Every node
-    carries ``meta["val"]``, a fake tensor from one ``FakeTensorMode`` per case. ``inputs`` holds
-    one tuple of real CPU tensors drawn by :func:`~pmverify.strategies.tensors` (floats at scales
+    carries ``meta["val"]``, a fake tensor from one ``FakeTensorMode`` per case. ``inputs`` is a
+    list of one tuple per rank (here one: ``[(x0, x1, ...)]``) of real CPU tensors drawn by :func:`~pmverify.strategies.tensors` (floats at scales
     2**-24 .. 2**16 with zero, all-equal, tiny and outlier rows; ints in [0, 8), index tensors in
     range); ``tp_world=1``, ``form="functional"``, ``planted=()``, ``label="fx_graphs"``. Every value
     is finite on its inputs (and on any no larger in magnitude); values have rank 0..4, at most 1024

@@ -317,6 +317,8 @@ def tensors(
       them. Integers are then drawn in [0, min(8, floor(max_magnitude) + 1)).
     - ``allow_nan`` / ``allow_infinity``: whether default floating values may hold NaN / ±inf
       (default False: every value is finite): a few positions of some draws, as "specials" do.
+      Ignored for integer and bool dtypes, which hold no such values, so that one call serves a
+      drawn dtype (``dtypes(...).flatmap(lambda d: tensors(d, shape, allow_nan=True))``).
 
     Default floating values: base values times a scale ``2**e`` per tensor (e = 0 for about half of
     the draws, else drawn in -24..16; -24..7 in float16). Base values are all zeros, one constant
