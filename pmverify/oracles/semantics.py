@@ -20,8 +20,8 @@ inputs is covered). The rule for floating-point results, elementwise:
   value before the pass, they are taken for rounding ties and the result holds.
 - An element that breaks the rule is measured again against a second float64 reference, run *from
   the rewrite's inputs* (:mod:`._region_reference`: the graph before the pass in its own dtypes up
-  to the nodes the pass rewrote, in float64 from there on, with a float32 slack relative to the
-  largest operand that region reads), and holds when it holds there. Rounding upstream of the
+  to the nodes the pass rewrote, in float64 from there on, with one float32 eps of the largest
+  operand that region reads as slack more), and holds when it holds there. Rounding upstream of the
   rewrite (a bf16 in-place op just before it; an fp32 product that a fused multiply-add
   recomputes exactly, so that ``m - x*x`` comes out as m's rounding error instead of 0) otherwise
   makes a replacement more accurate on the values it reads look worse than its pattern. Computed
@@ -201,16 +201,16 @@ def _excess(
 ):
     """(by how much each element of ``a`` breaks the rule against ``reference``, where the
     reference is usable), or None when ``reference`` is no tensor of ``b``'s shape. The float32
-    slack is relative to the result's magnitude plus the larger of its mean magnitude and
-    ``operand_scale``."""
+    slack is relative to the result's magnitude plus its mean magnitude, and one float32 eps of
+    ``operand_scale`` more (the rounding error a cancellation carries from its operands)."""
     if not isinstance(reference, torch.Tensor) or reference.shape != b.shape:
         return None
     r = reference.double()
     usable = finite & torch.isfinite(r)
     magnitude = r.abs()
     scale = magnitude.where(usable, 0.0).mean() if usable.any() else magnitude.new_zeros(())
-    scale = scale.clamp_min(operand_scale)
-    slack = FP32_SLACK * torch.finfo(torch.float32).eps * (magnitude + scale)
+    eps32 = torch.finfo(torch.float32).eps
+    slack = FP32_SLACK * eps32 * (magnitude + scale) + eps32 * operand_scale
     allowed = k * (b - r).abs() + ulps * _ulp(dtype, magnitude) + slack
     return (a - r).abs() - allowed, usable
 
@@ -229,8 +229,8 @@ def compare(
     """Compare one result; return a message describing the worst element, or None when it holds.
 
     ``reference`` is the whole graph's float64 run; ``region_reference`` (optional) the run from
-    the rewrite's inputs (:mod:`._region_reference`), whose float32 slack is relative to
-    ``operand_scale`` too (the magnitude of what the rewrite reads: a result that cancels to 0
+    the rewrite's inputs (:mod:`._region_reference`), whose slack has one float32 eps of
+    ``operand_scale`` more (the magnitude of what the rewrite reads: a result that cancels to 0
     carries the rounding error of its operands): an element holds when it holds against either."""
     if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
         if isinstance(before, torch.Tensor) != isinstance(after, torch.Tensor):

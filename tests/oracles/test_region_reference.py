@@ -121,3 +121,17 @@ def test_no_region_reference_after_an_inplace_op_in_the_region():
 
     before = make_fx(inplace_after)(x, y)
     assert region_reference(before, float64_module(before), {"mul"}, (x, y)) is None
+
+
+def test_a_dropped_alpha_on_small_products_of_large_operands_is_caught():
+    # addmm(bias, a, b, beta=-1, alpha=0.5) with |a| = 1 and |b| ~ 1e-5: the dropped alpha changes
+    # results of ~1e-5 by half; the slack for cancellations (one float32 eps of the operands, ~1e-7)
+    # must not absorb it
+    from pmverify.faults import AddmmDropsScalars
+    from pmverify.faults.scalars import UnfuseAddmmConfig
+
+    bias, a, b = torch.zeros(2), torch.ones(2, 2), torch.full((2, 2), 1.2558672e-05)
+    gm = make_fx(lambda bias, a, b: torch.addmm(bias, a, b, beta=-1.0, alpha=0.5))(bias, a, b)
+    case = GraphCase(gm, [(bias, a, b)], pass_config=UnfuseAddmmConfig())
+    result = check_case(AddmmDropsScalars, case, oracles=["semantics"])
+    assert result.matches == 1 and len(result.violations) == 1
