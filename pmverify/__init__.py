@@ -6,7 +6,8 @@ barrier, auto_functionalized tuples are routed right, the graph stays well forme
 instances are rewritten exactly when they must be, and ``uuid()`` tells configs apart.
 ``record_patterns`` captures a pass's ``register_replacement`` calls; ``check_rewrite`` checks one
 in isolation. ``verify`` returns a ``VerifySummary`` of what it checked, and raises a
-``VacuousSearch`` (``RewriteNeverMatched``, ``AllCasesVoid``) for a search that checked nothing.
+``VacuousSearch`` (``RewriteNeverMatched`` and its ``RewriteUnsatisfiable``,
+``RewriteNotComparable``, ``AllCasesVoid``) for a search that checked nothing.
 """
 
 __version__ = "0.1.0"
@@ -15,7 +16,14 @@ from ._case import GraphCase, MutationSite, PlantedInstance
 from ._check import CaseResult, check_case
 from ._record import RecordedRewrite, record_patterns
 from ._rewrite import RewriteResult, check_rewrite
-from ._summary import AllCasesVoid, RewriteNeverMatched, VacuousSearch, VerifySummary
+from ._summary import (
+    AllCasesVoid,
+    RewriteNeverMatched,
+    RewriteNotComparable,
+    RewriteUnsatisfiable,
+    VacuousSearch,
+    VerifySummary,
+)
 from ._verify import PassVerificationError, verify
 from .oracles import Violation
 
@@ -28,7 +36,9 @@ __all__ = [
     "PlantedInstance",
     "RecordedRewrite",
     "RewriteNeverMatched",
+    "RewriteNotComparable",
     "RewriteResult",
+    "RewriteUnsatisfiable",
     "VacuousSearch",
     "VerifySummary",
     "Violation",

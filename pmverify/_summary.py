@@ -12,7 +12,16 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["VerifySummary", "VacuousSearch", "RewriteNeverMatched", "AllCasesVoid", "vacuous_error", "outcome"]
+__all__ = [
+    "VerifySummary",
+    "VacuousSearch",
+    "RewriteNeverMatched",
+    "RewriteUnsatisfiable",
+    "RewriteNotComparable",
+    "AllCasesVoid",
+    "vacuous_error",
+    "outcome",
+]
 
 
 def outcome(instance: Any) -> str:
@@ -116,6 +125,32 @@ class RewriteNeverMatched(VacuousSearch):
     """
 
     def __init__(self, message: str, summary: VerifySummary | None = None, result: Any = None) -> None:
+        self.result = result
+        super().__init__(message, summary)
+
+
+class RewriteUnsatisfiable(RewriteNeverMatched):
+    """No case was rewritten because the rewrite is gated on what this machine or configuration
+    does not have: ``condition`` names it in words (``"query on a CUDA device"``,
+    ``"torch._inductor.config.freezing=True"``). Raised by :func:`pmverify.check_rewrite` instead of
+    a plain :class:`RewriteNeverMatched` when the gate is found; ``check_rewrite(...,
+    force_extra_check=True)`` runs the comparison anyway. A subclass of
+    :class:`RewriteNeverMatched`, so code catching that catches this too."""
+
+    def __init__(
+        self, message: str, condition: str, summary: VerifySummary | None = None, result: Any = None
+    ) -> None:
+        self.condition = condition
+        super().__init__(message, summary, result)
+
+
+class RewriteNotComparable(VacuousSearch):
+    """The graphs before and after the rewrite cannot be compared value by value: ``reason`` says
+    why in words (``"rng: ..."``: the graph draws random numbers, and the replacement consumes them
+    otherwise than the pattern). Raised by :func:`pmverify.check_rewrite`; never a finding."""
+
+    def __init__(self, message: str, reason: str, summary: VerifySummary | None = None, result: Any = None) -> None:
+        self.reason = reason
         self.result = result
         super().__init__(message, summary)
 
