@@ -65,7 +65,13 @@ def test_record_inductor_in_a_fresh_process_and_after_inductor_initialised():
         modules = {}
         for module, _, _, _ in labels:
             modules[module] = modules.get(module, 0) + 1
-        assert modules == {"pad_mm": 6, "fuse_attention": 136, "misc_patterns": 2, "post_grad": 1, "freezing_patterns": 4}
+        assert modules == {
+            "pad_mm": 6,
+            "fuse_attention": 136,
+            "misc_patterns": 2,
+            "post_grad": 1,
+            "freezing_patterns": 4,
+        }
         assert sum(duplicate for *_, duplicate in labels) == 19
         assert sum(trace == "joint_fwd_bwd" for _, _, trace, _ in labels) == 57
         assert len({(module, name) for module, name, _, _ in labels}) == 149
