@@ -375,12 +375,8 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     stdout = out  # where --report - goes, written once at the end; nothing else goes there then
     if any(pytest_pmverify.output_stream(path) == 1 for path in (args.report, args.junit) if path is not None):
         out = sys.stderr
-    if args.repro_dir is not None:  # (a --db folder is made by example_database above)
-        try:
-            pytest_pmverify.make_folder(args.repro_dir)
-        except (OSError, ValueError) as exc:
-            print(f"pmverify fuzz: --repro-dir={str(args.repro_dir)!r} cannot be made a folder: {exc}", file=sys.stderr)
-            return 2
+    if not _folder_made("fuzz", args.repro_dir):  # (a --db folder is made by example_database above)
+        return 2
     options = JobOptions(
         targets=targets,
         cases=args.cases,
@@ -438,6 +434,21 @@ def _writable(command: str, path: pathlib.Path | None, option: str = "--report")
     return True
 
 
+def _folder_made(command: str, path: pathlib.Path | None, option: str = "--repro-dir") -> bool:
+    """Whether the folder ``path`` (given as ``option``; None: not given) is there or was made; says
+    why not in one line on stderr."""
+    import pytest_pmverify
+
+    if path is None:
+        return True
+    try:
+        pytest_pmverify.make_folder(path)
+    except (OSError, ValueError) as exc:
+        print(f"pmverify {command}: {option}={str(path)!r} cannot be made a folder: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def _outputs_ok(command: str, outputs: Sequence[tuple[str, pathlib.Path | None]]) -> bool:
     """Whether every output given (``(option, path)``, None: not given) can be written and no two
     of them are one stream or one file (one would overwrite the other); says why not in one line
@@ -470,14 +481,8 @@ def audit(args: argparse.Namespace, out: Any = None) -> int:
     outputs = [("--report", args.report), ("--junit", args.junit), ("--markdown", args.markdown)]
     if not _outputs_ok("audit", outputs):
         return 2
-    if args.repro_dir is not None:
-        try:
-            pytest_pmverify.make_folder(args.repro_dir)
-        except (OSError, ValueError) as exc:
-            print(
-                f"pmverify audit: --repro-dir={str(args.repro_dir)!r} cannot be made a folder: {exc}", file=sys.stderr
-            )
-            return 2
+    if not _folder_made("audit", args.repro_dir):
+        return 2
     stdout = out  # where an output given as - goes, written once at the end; nothing else goes there then
     if any(pytest_pmverify.output_stream(path) == 1 for _, path in outputs if path is not None):
         out = sys.stderr

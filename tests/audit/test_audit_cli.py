@@ -26,6 +26,7 @@ SOURCE = "_audit_passes"
         ([SOURCE, "--max-examples", "0"], "--max-examples='0' must be positive and finite"),
         ([SOURCE, "--report", "-", "--markdown", "/dev/stdout"], "are one stream: give one of them a file"),
         ([SOURCE, "--junit", "."], "--junit='.' cannot be written: it is a directory"),
+        ([SOURCE, "--repro-dir", "/dev/null/r"], "--repro-dir='/dev/null/r' cannot be made a folder"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(capsys, argv, says):
