@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -86,7 +87,7 @@ class RecordedRewrite:
         modules named as Inductor names them (``torch._inductor.fx_passes.fuse_attention`` →
         ``"fuse_attention"``)."""
         fn = self.search_fn
-        while hasattr(fn, "func") and not hasattr(fn, "__module__"):  # functools.partial
+        while isinstance(fn, functools.partial):
             fn = fn.func
         name = getattr(fn, "__module__", None) or type(fn).__module__
         return name.removeprefix(_INDUCTOR_PASSES)

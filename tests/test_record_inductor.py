@@ -89,3 +89,16 @@ def test_fake_example_inputs_are_re_created_as_plain_tensors():
     assert (plain.shape, plain.stride(), plain.dtype, plain.requires_grad) == ((4, 3), (1, 4), torch.float16, True)
     assert plain_scalar.shape == () and plain_scalar.dtype == torch.int64 and not plain_scalar.requires_grad
     assert same is real and number == 0.5
+
+
+def _scaled_exp(x, scale):
+    return torch.exp(x) * scale
+
+
+def test_a_rewrite_is_named_by_its_search_functions_module():
+    import functools
+
+    from pmverify._record import pattern_rewrite
+
+    rewrite = pattern_rewrite(functools.partial(_scaled_exp, scale=2.0), (torch.empty(3),))
+    assert rewrite.module == __name__ and not rewrite.duplicate
