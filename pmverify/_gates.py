@@ -101,10 +101,6 @@ class Gate:
             words.append(text)
         return " and ".join(words)
 
-    def accepts(self, check: Callable[[Any], Any], match: Any) -> bool:
-        """Whether ``check(match)`` accepts with this gate's levers simulated (False when it raises)."""
-        return _run(check, match, self.levers).accepted
-
 
 @dataclasses.dataclass(frozen=True)
 class _Outcome:
@@ -167,22 +163,25 @@ class RewriteGate:
     accepted: str | None = None
 
 
-def gate_of_rewrite(rewrite: Any, isolated: Any) -> RewriteGate:
+def gate_of_rewrite(rewrite: Any, isolated: Any, *, forced: bool = False) -> RewriteGate:
     """Look for the gate of a recorded rewrite's ``extra_check``: on the matches it rejected
     (``isolated.rejected``, from its one-rewrite pass), then on the search function traced on its
     example inputs with other sizes and dtypes (:func:`_variants`: the drawn inputs may be ones the
-    check rejects on every machine, such as a matmul pad_mm need not pad)."""
-    for match in list(isolated.rejected.values()):
+    check rejects on every machine, such as a matmul pad_mm need not pad). ``forced``: the check is
+    :func:`variant_rewrite`'s forced one, which looked for gates itself: only ``accepted`` is
+    looked for."""
+    for match in () if forced else list(isolated.rejected.values()):
         gate = find_gate(rewrite.extra_check, match)
         if gate is not None:
             return RewriteGate(gate, _inputs(match))
     accepted = None
     for args in _variants(rewrite.search_args):
         isolated.rejected.clear()
-        matched = _apply_on(rewrite, isolated, args)
-        if matched and accepted is None:
-            accepted = _inputs_of(args)
-        for match in list(isolated.rejected.values()):
+        if _apply_on(rewrite, isolated, args) and accepted is None:
+            from .strategies._validation import short_repr
+
+            accepted = short_repr(args)
+        for match in () if forced else list(isolated.rejected.values()):
             gate = find_gate(rewrite.extra_check, match)
             if gate is not None:
                 return RewriteGate(gate, _inputs(match))
@@ -298,12 +297,6 @@ def _apply_on(rewrite: Any, isolated: Any, args: tuple[Any, ...]) -> bool:
             return isolated.pass_.apply(gm.graph) > 0
     except Exception:  # noqa: BLE001 - a variant the pattern does not trace on: no evidence
         return False
-
-
-def _inputs_of(args: tuple[Any, ...]) -> str:
-    from .strategies._validation import short_repr
-
-    return short_repr(tuple(args))
 
 
 def _inputs(match: Any) -> str:

@@ -63,8 +63,8 @@ def _never_matched(
     why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
     drawn = f"{result.examples} cases drawn like its example inputs (ground truth of the instances: {why or 'none'})"
     found = None
-    if result.outcomes.get("extra_check") and not force_extra_check:
-        found = gate_of_rewrite(rewrite, rewrite._isolated_pass())
+    if result.outcomes.get("extra_check"):  # forced: its rejections had no gate; other inputs may
+        found = gate_of_rewrite(rewrite, rewrite._isolated_pass(), forced=force_extra_check)
     if found is not None and found.gate is not None:
         condition = found.gate.condition
         return RewriteUnsatisfiable(
@@ -77,7 +77,12 @@ def _never_matched(
             result,
         )
     forced = " even with the gates of its extra_check simulated (force_extra_check=True)" if force_extra_check else ""
-    accepted = f"; its extra_check accepts inputs like {found.accepted}" if found and found.accepted else ""
+    accepted = (
+        f"; its extra_check{' (forced)' if force_extra_check else ''} accepts inputs like {found.accepted}: draw "
+        "such inputs with inputs="
+        if found and found.accepted
+        else ""
+    )
     return RewriteNeverMatched(
         f"rewrite {result.rewrite.name} never matched{forced}: Inductor's matcher holding only "
         f"{result.rewrite!r} rewrote none of {drawn}{accepted}; nothing was compared. Give check_rewrite "
