@@ -51,7 +51,7 @@ __all__ = [
     "gate_of_rewrite",
     "inference_mode_gate",
     "rejection_key",
-    "variant_rewrite",
+    "rewrite_copy",
 ]
 
 _DEVICE = "cuda"
@@ -168,7 +168,7 @@ def gate_of_rewrite(rewrite: Any, isolated: Any, *, forced: bool = False) -> Rew
     (``isolated.rejected``, from its one-rewrite pass), then on the search function traced on its
     example inputs with other sizes and dtypes (:func:`_variants`: the drawn inputs may be ones the
     check rejects on every machine, such as a matmul pad_mm need not pad). ``forced``: the check is
-    :func:`variant_rewrite`'s forced one, which looked for gates itself: only ``accepted`` is
+    :func:`rewrite_copy`'s forced one, which looked for gates itself: only ``accepted`` is
     looked for."""
     for match in () if forced else list(isolated.rejected.values()):
         gate = find_gate(rewrite.extra_check, match)
@@ -188,7 +188,7 @@ def gate_of_rewrite(rewrite: Any, isolated: Any, *, forced: bool = False) -> Rew
     return RewriteGate(None, accepted=accepted)
 
 
-def variant_rewrite(recorded: Any, *, force_extra_check: bool) -> tuple[Any, set[str]]:
+def rewrite_copy(recorded: Any, *, force_extra_check: bool) -> tuple[Any, set[str]]:
     """A copy of ``recorded`` (registered afresh on first use: under the caller's config patches)
     and the set of conditions its ``extra_check`` is accepted under. With ``force_extra_check``,
     the ``extra_check`` accepts a match it rejects when :func:`find_gate` finds a gate for it, and
@@ -250,7 +250,9 @@ def check_config_patches(config_patches: Any) -> dict[str, Any]:
     options = config.get_config_copy()  # with values, to check their types
     for key, value in config_patches.items():
         if not isinstance(key, str) or key not in options:
-            raise InvalidArgument(f"config_patches={dict(config_patches)!r}: {key!r} is no option of torch._inductor.config")
+            raise InvalidArgument(
+                f"config_patches={dict(config_patches)!r}: {key!r} is no option of torch._inductor.config"
+            )
         if isinstance(options[key], bool) and not isinstance(value, bool):
             raise InvalidArgument(
                 f"config_patches={dict(config_patches)!r}: torch._inductor.config.{key} is a bool, not {value!r}"

@@ -63,7 +63,7 @@ def _never_matched(
     why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
     drawn = f"{result.examples} cases drawn like its example inputs (ground truth of the instances: {why or 'none'})"
     found = None
-    if result.outcomes.get("extra_check"):  # forced: its rejections had no gate; other inputs may
+    if result.outcomes.get("extra_check"):
         found = gate_of_rewrite(rewrite, rewrite._isolated_pass(), forced=force_extra_check)
     if found is not None and found.gate is not None:
         condition = found.gate.condition
@@ -179,7 +179,7 @@ def check_rewrite(
     """
     from torch._inductor import config
 
-    from ._gates import check_config_patches, inference_mode_gate, variant_rewrite
+    from ._gates import check_config_patches, inference_mode_gate, rewrite_copy
 
     if not isinstance(recorded, RecordedRewrite):
         raise InvalidArgument(f"recorded={recorded!r} must be a RecordedRewrite (from pmverify.record_patterns())")
@@ -188,7 +188,7 @@ def check_rewrite(
     patches = check_config_patches(config_patches)
     with config.patch(patches) if patches else contextlib.nullcontext():
         rewrite, simulated = (
-            variant_rewrite(recorded, force_extra_check=force_extra_check)
+            rewrite_copy(recorded, force_extra_check=force_extra_check)
             if force_extra_check or patches
             else (recorded, set())
         )
@@ -207,7 +207,9 @@ def check_rewrite(
             notes.append(f"under torch._inductor.config.patch({patches!r}) (config_patches)")
         if force_extra_check:
             notes.append("its extra_check forced: a match it rejects is accepted where a gate is simulated")
-        return _search(recorded, rewrite, simulated, notes, force_extra_check, inputs, max_examples, seed, repro_dir, pass_source)
+        return _search(
+            recorded, rewrite, simulated, notes, force_extra_check, inputs, max_examples, seed, repro_dir, pass_source
+        )
 
 
 def _search(

@@ -51,7 +51,10 @@ def _rewrite(extra_check, trace_fn=pm.fwd_only):
     ("extra_check", "condition"),
     [
         (_on_cuda, "query on a CUDA device"),
-        (_frozen_w, "inputs w as frozen parameters (get_attr constants, as torch._inductor.config.freezing=True makes them)"),
+        (
+            _frozen_w,
+            "inputs w as frozen parameters (get_attr constants, as torch._inductor.config.freezing=True makes them)",
+        ),
     ],
 )
 def test_a_gated_extra_check_is_unsatisfiable_here_and_compared_when_forced(extra_check, condition):
