@@ -162,6 +162,8 @@ class RecordedRewrite:
             def extra_check(match: Any) -> bool:
                 outcome = bool(user_check(match))
                 isolated.checks.append(outcome)
+                if not outcome:
+                    isolated.reject(match)
                 return outcome
 
             if self.register(isolated.pass_, extra_check=extra_check) is False:
@@ -193,11 +195,25 @@ class RecordedRewrite:
 @dataclasses.dataclass
 class _Isolated:
     """A one-rewrite ``PatternMatcherPass`` and the outcomes of its ``extra_check`` since the
-    caller last cleared them; ``outcomes`` memoises ground truth by the caller's key."""
+    caller last cleared them; ``outcomes`` memoises ground truth by the caller's key;
+    ``rejected``: the first matches the ``extra_check`` rejected, one per
+    :func:`~pmverify._gates.rejection_key` (where :func:`pmverify.check_rewrite` looks for a gate)."""
 
     pass_: Any
     checks: list[bool] = dataclasses.field(default_factory=list)
     outcomes: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    rejected: dict[Any, Any] = dataclasses.field(default_factory=dict)
+
+    def reject(self, match: Any) -> None:
+        """Keep ``match`` (one the ``extra_check`` rejected) if its key is new, up to
+        :data:`_MAX_REJECTED` of them."""
+        from ._gates import rejection_key
+
+        if len(self.rejected) < _MAX_REJECTED:
+            self.rejected.setdefault(rejection_key(match), match)
+
+
+_MAX_REJECTED = 8
 
 
 @dataclasses.dataclass
