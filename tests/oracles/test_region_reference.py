@@ -52,11 +52,11 @@ def _bf16_inputs(seed):
 
 
 @pytest.mark.parametrize(
-    "fn, form, seed", [(_functional_upstream, "functional", 0), (_inplace_upstream, "inplace", 6)]
+    "fn, form, seed", [(_functional_upstream, "functional", 216), (_inplace_upstream, "inplace", 76)]
 )
 def test_more_accurate_replacement_after_upstream_rounding_holds(fn, form, seed):
-    # seeds whose folded product lands a bf16 ulp off the whole-graph reference while the two
-    # roundings before the pass happen to land on it
+    # seeds on which the folded product looks less accurate in aggregate against the whole-graph
+    # reference (rare: 1 to 2 seeds in 400 for these 32 elements) though it rounds once, not twice
     x, y = _bf16_inputs(seed)
     gm = make_fx(fn)(x.clone(), y)
     before = fn(x.clone(), y)
