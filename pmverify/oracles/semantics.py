@@ -47,7 +47,10 @@ inputs is covered). The rule for a floating-point result of n elements:
   it says nothing about the rewrite (a NaN hides any error that feeds it) and is neither a pass
   nor a violation; :func:`void_reason` says why, and ``check_case`` records it in
   ``CaseResult.void``. In a case that is not void, a finite ``before`` with a non-finite
-  ``after`` is a violation.
+  ``after`` is a violation; a non-finite ``before`` (the original overflowed, a fp16 ``q @ k``
+  say) with a finite ``after`` holds where ``after`` is within the per-element bound of the
+  reference, counting no error before (torch._dynamo's ``same()`` passes that case too: "res is
+  BETTER than ref").
 - Uninitialised memory: every graph runs under ``torch.use_deterministic_algorithms(True,
   warn_only=True)`` with ``torch.utils.deterministic.fill_uninitialized_memory``, so ``empty`` /
   ``empty_like`` buffers hold NaN (floats) or the largest integer, and a rewrite that reads a
@@ -240,32 +243,35 @@ def _judge(
     b: torch.Tensor,
     a: torch.Tensor,
     reference: Any,
-    finite: torch.Tensor,
+    judged: torch.Tensor,
     dtype: torch.dtype,
     rule: tuple[float, float, float],
     operand_scale: float = 0.0,
 ) -> _Judgement | None:
-    """The rule (``rule`` = (k, ulps, far_ulps)) for ``a`` against ``reference``, or None when
-    ``reference`` is no tensor of ``b``'s shape or no element of it is finite where ``b`` is. The
-    float32 slack is relative to the magnitude scale, and one float32 eps of ``operand_scale``
-    more (the rounding error a cancellation carries from its operands)."""
+    """The rule (``rule`` = (k, ulps, far_ulps)) for ``a`` against ``reference`` at the elements
+    ``judged``, or None when ``reference`` is no tensor of ``b``'s shape or no judged element of it
+    is finite. Where ``b`` is not finite (the original overflowed where the reference did not) only
+    the per-element bound applies, with no error before. The float32 slack is relative to the
+    magnitude scale, and one float32 eps of ``operand_scale`` more (the rounding error a
+    cancellation carries from its operands)."""
     if not isinstance(reference, torch.Tensor) or reference.shape != b.shape:
         return None
     k, ulps, far_ulps = rule
     r = reference.double()
-    usable = finite & torch.isfinite(r)
+    usable = judged & torch.isfinite(r)
     if not usable.any():
         return None
+    counted = usable & torch.isfinite(b)  # the elements of the aggregate
     magnitude = r.abs().where(usable, 0.0)
     scale = magnitude + magnitude.sum() / usable.sum()
     unit = _ulp(dtype, scale)
     eps32 = torch.finfo(torch.float32).eps
     slack = FP32_SLACK * eps32 * scale + eps32 * operand_scale
-    err_before, err_after = (b - r).abs().where(usable, 0.0), (a - r).abs().where(usable, 0.0)
+    err_before, err_after = (b - r).abs().where(counted, 0.0), (a - r).abs().where(usable, 0.0)
     far = ((err_after - k * err_before - slack) / unit - far_ulps).where(usable, -math.inf)
     worse = ((err_after - k * err_before - slack) / unit).where(usable, -math.inf)
-    numel = int(usable.sum())
-    sum_after = float((((err_after - slack).clamp_min(0.0) / unit) ** 2).sum())
+    numel = max(int(counted.sum()), 1)
+    sum_after = float((((err_after - slack).clamp_min(0.0) / unit) ** 2).where(counted, 0.0).sum())
     sum_before = float(((err_before / unit) ** 2).sum())
     factor = k + SAMPLING / math.sqrt(numel)
     holds = sum_after <= factor**2 * sum_before + ulps**2
@@ -325,12 +331,15 @@ def compare(
     b, a = before.double(), after.double()
     finite = torch.isfinite(b)
     same_nonfinite = (b == a) | (torch.isnan(b) & torch.isnan(a))
-    nonfinite_bad = (~finite & ~same_nonfinite) | (finite & ~torch.isfinite(a))
+    measurable = isinstance(reference, torch.Tensor) and reference.shape == b.shape
+    overflowed = ~finite & torch.isfinite(a) & (torch.isfinite(reference) if measurable else False)
+    nonfinite_bad = (~finite & ~same_nonfinite & ~overflowed) | (finite & ~torch.isfinite(a))
     if nonfinite_bad.any():
         idx = tuple(nonfinite_bad.nonzero()[0].tolist())
         return f"{name}: at {list(idx)} {b[idx].item()} before the pass, {a[idx].item()} after it"
     rule = (k, ulps, far_ulps)
-    whole = _judge(b, a, reference, finite, before.dtype, rule)
+    judged = finite | overflowed
+    whole = _judge(b, a, reference, judged, before.dtype, rule)
     if whole is None:
         return _fallback(name, b, a, finite, before.dtype)
     unjudged = _fallback(name, b, a, finite & ~whole.usable, before.dtype)  # no finite reference there
@@ -338,8 +347,8 @@ def compare(
         return unjudged
     if whole.holds:
         return None
-    local = _judge(b, a, region_reference, finite, before.dtype, rule, operand_scale)
-    if local is not None and local.holds and not bool((finite & ~local.usable).any()):
+    local = _judge(b, a, region_reference, judged, before.dtype, rule, operand_scale)
+    if local is not None and local.holds and not bool((judged & ~local.usable).any()):
         return None
     return _message(name, b, a, reference, whole, before.dtype, ulps, far_ulps)
 
@@ -373,7 +382,7 @@ def _message(
         )
     return (
         f"{name}: {head}; worst at {list(idx)}: {b[idx].item()!r} before the pass, {a[idx].item()!r} after it, "
-        f"float64 reference {reference[idx].item()!r}; max |after - before| = {(a - b).abs().max().item():.3g}"
+        f"float64 reference {reference[idx].item()!r}; max |after - before| = {(a - b).abs().nan_to_num(0.0).max().item():.3g}"
     )
 
 

@@ -58,6 +58,13 @@ def test_nonfinite_policy():
     assert compare("out", before, before.clone()) is None
     assert "before the pass" in compare("out", before, torch.tensor([float("nan"), -float("inf"), 1.0]))
     assert compare("out", torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan")])) is not None
+    # an overflow of the original (fp16 inf / nan) that the rewrite avoids holds where the rewrite
+    # is close to the float64 reference there, and only there
+    reference = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    overflowed = torch.tensor([1.0, float("nan"), 3.0]).half()
+    assert compare("out", overflowed, reference.half(), reference) is None
+    assert "far off" in compare("out", overflowed, torch.tensor([1.0, 2.5, 3.0]).half(), reference)
+    assert "nan before the pass" in compare("out", overflowed, reference.half())  # no reference: no judge
 
 
 def test_integer_and_interface_changes():
