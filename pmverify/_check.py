@@ -30,7 +30,8 @@ class CaseResult:
       recorded through Inductor's pattern entries, else the number of planted instances it rewrote.
     - ``matched``: for each planted instance, whether it was rewritten.
     - ``elapsed_s``: seconds for apply + oracles.
-    - ``void``: why the case says nothing about semantics (its float64 reference is NaN/Inf, see
+    - ``void``: why the case says nothing about semantics (its float64 reference is NaN/Inf; or,
+      starting ``"rng: "``, its graphs draw random numbers otherwise before and after the pass, see
       :mod:`pmverify.oracles.semantics`), else None. A void case is neither a pass nor a
       violation of semantics; the other oracles still judge it.
     - ``judged``: the oracles that had something to judge on the case (:func:`judged_by`).
@@ -51,6 +52,11 @@ class CaseResult:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def not_comparable(self) -> str | None:
+        """``void`` when the graphs cannot be compared value by value (``"rng: ..."``), else None."""
+        return self.void if self.void is not None and self.void.startswith("rng: ") else None
 
 
 def _has_collectives(gm: Any) -> bool:

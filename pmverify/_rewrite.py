@@ -25,7 +25,14 @@ from hypothesis.strategies import SearchStrategy
 
 from ._check import CaseResult
 from ._record import RecordedRewrite
-from ._summary import AllCasesVoid, RewriteNeverMatched, RewriteUnsatisfiable, VerifySummary, vacuous_error
+from ._summary import (
+    AllCasesVoid,
+    RewriteNeverMatched,
+    RewriteNotComparable,
+    RewriteUnsatisfiable,
+    VerifySummary,
+    vacuous_error,
+)
 from ._verify import PassVerificationError, verify
 
 __all__ = ["RewriteResult", "RewriteNeverMatched", "check_rewrite"]
@@ -160,7 +167,10 @@ def check_rewrite(
     :class:`RewriteNeverMatched` when no case was rewritten and no gate was found (e.g.
     ``extra_check`` rejected every input: the rewrite was not checked at all; its ``result`` is the
     :class:`RewriteResult`);
-    :class:`AllCasesVoid` when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for a ``recorded`` that is not a
+    :class:`RewriteNotComparable` when no case it rewrote could be compared value by value
+    (``reason`` starting ``"rng: "``: its replacement draws random numbers otherwise than its
+    pattern, see :mod:`pmverify.oracles.semantics`; a replacement drawing them alike is compared as
+    usual); :class:`AllCasesVoid` when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for a ``recorded`` that is not a
     :class:`RecordedRewrite`, an ``inputs`` that is not a strategy, or example inputs
     :func:`~pmverify.strategies.like` cannot draw, a ``force_extra_check`` that is not a bool, or
     ``config_patches`` that are not a mapping of ``torch._inductor.config`` options to values of
@@ -236,11 +246,15 @@ def _search(
         near_misses=_NEAR_MISSES,
     )
     outcomes: collections.Counter[str] = collections.Counter()
-    counts = {"examples": 0, "matched": 0}
+    counts = {"examples": 0, "matched": 0, "comparable": 0}
+    incomparable: list[str] = []  # why matched cases could not be compared value by value
 
     def count(result: CaseResult) -> None:
         counts["examples"] += 1
         counts["matched"] += result.matches > 0
+        if result.matches > 0 and result.not_comparable is not None:
+            incomparable.append(result.not_comparable)
+        counts["comparable"] += result.matches > 0 and result.not_comparable is None
         outcomes.update(_outcome(instance) for instance in result.case.planted)
 
     rewrite._isolated_pass().rejected.clear()
@@ -271,6 +285,14 @@ def _search(
     result = RewriteResult(recorded, counts["examples"], counts["matched"], dict(outcomes), tuple(sorted(simulated)))
     if not result.matched:
         raise _never_matched(result, summary, rewrite, force_extra_check)
+    if incomparable and not counts["comparable"]:
+        raise RewriteNotComparable(
+            f"rewrite {recorded.name} is not comparable: none of the {result.matched} cases it rewrote could be "
+            f"compared value by value ({incomparable[0]}); only its structure was checked",
+            incomparable[0],
+            summary,
+            result,
+        )
     error = vacuous_error(summary, f"check_rewrite({recorded.name})")
     if isinstance(error, AllCasesVoid):
         raise error

@@ -42,8 +42,11 @@ class VerifySummary:
       found, the cases its shrinking ran too).
     - ``rewrites``: rewrites made, summed over the cases (``CaseResult.matches``).
     - ``rewritten_cases``: cases in which the pass rewrote something (``CaseResult.rewritten``).
-    - ``void_cases``: cases whose float64 reference is NaN/Inf, on which semantics said nothing
-      (``CaseResult.void``); ``first_void``: why the first of them was.
+    - ``void_cases``: cases on which semantics said nothing (``CaseResult.void``): their float64
+      reference is NaN/Inf, or they are not comparable; ``first_void``: why the first of them was.
+    - ``not_comparable_cases``: the void cases whose graphs cannot be compared value by value
+      (``CaseResult.not_comparable``: they draw random numbers otherwise before and after the
+      pass); ``first_not_comparable``: why the first of them was (``"rng: ..."``).
     - ``failing_cases``: cases with a violation.
     - ``judged``: per oracle, the cases it had something to judge (``CaseResult.judged``).
     - ``planted``: the planted ground truth, per instance: ``{"must match": 12, "near miss (eps)":
@@ -64,6 +67,8 @@ class VerifySummary:
     judged: Mapping[str, int] = dataclasses.field(default_factory=dict)
     planted: Mapping[str, int] = dataclasses.field(default_factory=dict)
     first_void: str | None = None
+    not_comparable_cases: int = 0
+    first_not_comparable: str | None = None
 
     @classmethod
     def of(cls, result: Any) -> VerifySummary:
@@ -77,6 +82,8 @@ class VerifySummary:
             judged=dict.fromkeys(getattr(result, "judged", ()), 1),
             planted=dict(collections.Counter(outcome(instance) for instance in result.case.planted)),
             first_void=result.void,
+            not_comparable_cases=int(getattr(result, "not_comparable", None) is not None),
+            first_not_comparable=getattr(result, "not_comparable", None),
         )
 
     def __add__(self, other: VerifySummary) -> VerifySummary:
@@ -91,6 +98,8 @@ class VerifySummary:
             judged=dict(collections.Counter(self.judged) + collections.Counter(other.judged)),
             planted=dict(collections.Counter(self.planted) + collections.Counter(other.planted)),
             first_void=self.first_void if self.first_void is not None else other.first_void,
+            not_comparable_cases=self.not_comparable_cases + other.not_comparable_cases,
+            first_not_comparable=self.first_not_comparable or other.first_not_comparable,
         )
 
     def describe(self) -> str:
@@ -100,8 +109,9 @@ class VerifySummary:
         planted = ", ".join(f"{kind} {count}" for kind, count in sorted(self.planted.items())) or "no instance"
         judged = ", ".join(f"{name} {count}" for name, count in self.judged.items()) or "nothing"
         counted = f" ({self.rewrites} rewrites)" if self.rewrites else ""  # a hand pass may report no count
+        incomparable = f" ({self.not_comparable_cases} not comparable)" if self.not_comparable_cases else ""
         return (
-            f"{self.cases} cases, {self.rewritten_cases} rewritten{counted}, {self.void_cases} void; "
+            f"{self.cases} cases, {self.rewritten_cases} rewritten{counted}, {self.void_cases} void{incomparable}; "
             f"planted: {planted}; judged: {judged}"
         )
 
@@ -137,9 +147,7 @@ class RewriteUnsatisfiable(RewriteNeverMatched):
     force_extra_check=True)`` runs the comparison anyway. A subclass of
     :class:`RewriteNeverMatched`, so code catching that catches this too."""
 
-    def __init__(
-        self, message: str, condition: str, summary: VerifySummary | None = None, result: Any = None
-    ) -> None:
+    def __init__(self, message: str, condition: str, summary: VerifySummary | None = None, result: Any = None) -> None:
         self.condition = condition
         super().__init__(message, summary, result)
 
@@ -156,8 +164,9 @@ class RewriteNotComparable(VacuousSearch):
 
 
 class AllCasesVoid(VacuousSearch):
-    """Every case of the search was void: its float64 reference is NaN or Inf, so the semantics
-    oracle judged none (see :mod:`pmverify.oracles.semantics`). Raised by :func:`pmverify.verify`."""
+    """Every case of the search was void: its float64 reference is NaN or Inf, or its graphs cannot
+    be compared value by value (they draw random numbers otherwise), so the semantics oracle judged
+    none (see :mod:`pmverify.oracles.semantics`). Raised by :func:`pmverify.verify`."""
 
 
 def vacuous_error(summary: VerifySummary, what: str) -> VacuousSearch | None:
@@ -185,11 +194,16 @@ def vacuous_error(summary: VerifySummary, what: str) -> VacuousSearch | None:
             summary,
         )
     if summary.void_cases == summary.cases:
+        if summary.not_comparable_cases == summary.cases:
+            why = f"the graphs cannot be compared value by value, first: {summary.first_not_comparable}"
+            remedy = "A pass whose replacements draw random numbers otherwise than their patterns is checked only where they draw alike"
+        else:
+            why = f"the float64 reference is NaN or Inf, first: {summary.first_void}"
+            remedy = "Draw inputs whose results stay finite"
         return AllCasesVoid(
-            f"{what}: every one of the {drawn} drawn was void (the float64 reference is NaN or Inf, first: "
-            f"{summary.first_void}), so the semantics oracle judged none of the {summary.rewritten_cases} "
-            f"rewritten ({truth}). Draw inputs whose results stay finite, or pass allow_no_rewrites=True to accept a "
-            "search that judged no semantics",
+            f"{what}: every one of the {drawn} drawn was void ({why}), so the semantics oracle judged none of "
+            f"the {summary.rewritten_cases} rewritten ({truth}). {remedy}, or pass allow_no_rewrites=True to "
+            "accept a search that judged no semantics",
             summary,
         )
     return None

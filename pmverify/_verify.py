@@ -109,7 +109,10 @@ def case_events(result: CaseResult) -> list[str]:
     if result.case.mutations:
         labels.append(f"mutations: {len(result.case.mutations)}")
     if result.void:
-        labels.append("void: non-finite reference (semantics not judged)")
+        incomparable = getattr(result, "not_comparable", None)
+        labels.append(
+            "void: not comparable (rng)" if incomparable else "void: non-finite reference (semantics not judged)"
+        )
     labels += [f"violation: {v.oracle}" for v in result.violations]
     return labels
 

@@ -58,9 +58,12 @@ class QKNormWrongRoundingOrder(QKNormFusionPass):
 
     Every rewrite matches as the shipped pass does, but its replacement applies the weight on the
     other side of the cast back to the activation dtype (``weight * y.to(dtype)`` for vLLM's
-    ``(y * weight).to(dtype)`` and the reverse). Exact for float32; off by up to an ulp on many
-    elements for bf16/fp16 (the semantics oracle), and with a float32 weight on bf16 activations the
-    output dtype changes (structure and semantics).
+    ``(y * weight).to(dtype)`` and the reverse). Exact for float32. For bf16/fp16 the split (vLLM)
+    forms round twice where the pattern rounds once: off by up to an ulp on many elements and less
+    accurate in aggregate (the semantics oracle, once a result holds enough elements to tell); the
+    per-tensor (transformers) form rounds once where its pattern rounds twice, which is more
+    accurate in aggregate and, like a fused kernel, no semantic finding. With a float32 weight on
+    bf16 activations the output dtype changes (structure and semantics).
     """
 
     @classmethod
@@ -113,7 +116,7 @@ class QKNormCastsWeightToActivationDtype(QKNormFusionPass):
     the activation dtype instead: the structure and semantics oracles. In the split (vLLM) forms the
     rounded weight moves some outputs by up to about an ulp (a bf16 weight in [1, 1.125) is off by
     up to 2**-8 of itself, and so is the product, an ulp near the top of its binade): the semantics
-    oracle, once such an element rounds the other way.
+    oracle, once enough elements round the other way to make the result less accurate in aggregate.
     """
 
     @classmethod

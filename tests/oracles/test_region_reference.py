@@ -46,18 +46,18 @@ def _fold_scalar_muls(scale_of=lambda a, b: a * b):
     return fold
 
 
-def _bf16_inputs(seed):
+def _bf16_inputs(seed, shape=(4, 8)):
     generator = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(4, 8, generator=generator).bfloat16() for _ in range(2))
+    return tuple(torch.randn(*shape, generator=generator).bfloat16() for _ in range(2))
 
 
 @pytest.mark.parametrize(
-    "fn, form, seed", [(_functional_upstream, "functional", 0), (_inplace_upstream, "inplace", 6)]
+    "fn, form, seed", [(_functional_upstream, "functional", 143), (_inplace_upstream, "inplace", 50)]
 )
 def test_more_accurate_replacement_after_upstream_rounding_holds(fn, form, seed):
-    # seeds whose folded product lands a bf16 ulp off the whole-graph reference while the two
-    # roundings before the pass happen to land on it
-    x, y = _bf16_inputs(seed)
+    # seeds on which the folded product looks less accurate in aggregate against the whole-graph
+    # reference (rare: 1 or 2 seeds in 400 for these 6 elements) though it rounds once, not twice
+    x, y = _bf16_inputs(seed, (2, 3))
     gm = make_fx(fn)(x.clone(), y)
     before = fn(x.clone(), y)
     u = x * y if form == "inplace" else x + y

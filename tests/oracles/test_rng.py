@@ -1,0 +1,85 @@
+"""Graphs that draw random numbers: runs start from one generator state, so a replacement drawing
+the same numbers in the same order is compared as usual (and a wrong one caught); one drawing them
+otherwise is not comparable, never a finding, and check_rewrite says so."""
+
+import pytest
+import torch
+from torch._inductor import pattern_matcher as pm
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from pmverify import GraphCase, RewriteNotComparable, VerifySummary, check_case, check_rewrite, record_patterns
+from pmverify.oracles import semantics
+from pmverify.oracles._rng import draws
+
+aten = torch.ops.aten
+
+
+def two_draws(x, y):
+    """Draws for x (4, 8), then for y (2, 8)."""
+    return (x * torch.rand_like(x)).sum(0) + (y * torch.rand_like(y)).sum(0)
+
+
+def two_draws_swapped(x, y):
+    return (y * torch.rand_like(y)).sum(0) + (x * torch.rand_like(x)).sum(0)
+
+
+def _case():
+    x, y = torch.randn(4, 8), torch.randn(2, 8)
+    return GraphCase(make_fx(two_draws)(x, y), [(x, y)])
+
+
+def _on_adds(target):
+    def rewrite(graph: torch.fx.Graph) -> None:
+        for node in graph.nodes:
+            if node.target == aten.add.Tensor:
+                node.target, node.args = target, (node.args[1], node.args[0])
+
+    return rewrite
+
+
+def _draw_y_first(graph: torch.fx.Graph) -> None:
+    x_draw, y_draw = graph.find_nodes(op="call_function", target=aten.rand_like.default)
+    x_draw.prepend(y_draw)
+
+
+def test_the_same_draws_are_compared_and_a_wrong_replacement_is_caught():
+    case = _case()
+    same = check_case(_on_adds(aten.add.Tensor), case)  # the two terms added the other way round
+    assert same.ok and same.void is None and "semantics" in same.judged
+    results = semantics.rank_results(same.pair, 0)  # the float64 reference drew what the graph did
+    torch.testing.assert_close(results["reference"][0][0], results["before"][0][0].double())
+    wrong = check_case(_on_adds(aten.sub.Tensor), case)
+    assert [v.oracle for v in wrong.violations] == ["semantics"] and "far off" in wrong.violations[0].message
+
+
+def test_draws_in_another_order_are_not_comparable():
+    result = check_case(_draw_y_first, _case())
+    assert result.ok and "semantics" not in result.judged
+    assert result.not_comparable == result.void and result.void.startswith("rng: ")
+    assert "float32[4, 8]; aten.rand_like.default -> float32[2, 8]" in result.void
+    summary = VerifySummary.of(result)
+    assert summary.not_comparable_cases == summary.void_cases == 1 and "1 not comparable" in summary.describe()
+
+
+def test_check_rewrite_says_not_comparable():
+    with record_patterns() as rewrites:
+        example = [torch.empty(4, 8), torch.empty(2, 8)]
+        pm.register_replacement(two_draws, two_draws_swapped, example, pm.fwd_only, pm.PatternMatcherPass())
+    with pytest.raises(RewriteNotComparable) as info:
+        check_rewrite(rewrites[0], max_examples=4, seed=0)
+    assert info.value.reason.startswith("rng: ") and info.value.result.matched > 0
+
+
+def test_calls_that_draw_nothing():
+    graph = torch.fx.Graph()
+    q = graph.placeholder("q")
+    sdpa = aten._scaled_dot_product_flash_attention_for_cpu.default
+    calls = [
+        graph.call_function(sdpa, (q, q, q, 0.0)),
+        graph.call_function(sdpa, (q, q, q), {"dropout_p": 0.1}),
+        graph.call_function(aten.native_dropout.default, (q, 0.5, False)),
+        graph.call_function(aten.native_dropout.default, (q, 0.5, True)),
+        graph.call_function(aten.randperm.default, (4,)),
+        graph.call_function(aten.mul.Tensor, (q, q)),
+    ]
+    assert [draws(node) for node in calls] == [False, True, False, True, True, False]
