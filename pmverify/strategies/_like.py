@@ -11,6 +11,7 @@ Nothing is filtered: 0 % of draws are rejected (tests/strategies/test_rejections
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from ._joint import requires_grad_flags, with_requires_grad
 from ._tensors import TENSOR_DTYPES, tensors
 from ._validation import check_int, check_optional_int, check_order, short_repr
 
@@ -161,7 +163,8 @@ def like(
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
     :func:`~pmverify.strategies.tensors` (CPU, contiguous; floats at scales 2**-24 .. 2**16 per tensor,
-    with zero, all-equal, tiny and outlier rows; ints in [0, 8)).
+    with zero, all-equal, tiny and outlier rows; ints in [0, 8)). A floating tensor is a leaf that
+    requires grad where the example's does (a ``joint_fwd_bwd`` trace differentiates those only).
 
     - ``example_inputs``: a tuple or list of tensors and other items (Python scalars...), as given to
       ``register_replacement``. Items that are not tensors are passed through unchanged.
@@ -205,6 +208,9 @@ def like(
     check_order("min_side", min_side, "max_side", max_side)
     symbols = _symbols(example, vary, min_side, max_side)
     strategy = _inputs(tuple(map(_TensorLike.of, example)), symbols)
+    grads = requires_grad_flags(example)
+    if grads is not None:  # a training pattern's joint_fwd_bwd trace differentiates these inputs only
+        strategy = strategy.map(functools.partial(with_requires_grad, flags=grads))
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
     strategy.pmverify_example_inputs = example
     return strategy
