@@ -80,9 +80,9 @@ def cast_tangents(gm: torch.fx.GraphModule, primals: int, old: Sequence[Any]) ->
 
 
 def requires_grad_flags(example: Sequence[Any]) -> tuple[bool, ...] | None:
-    """Per item of ``example``, whether it is a floating tensor that requires grad; None when none
-    is (a forward-only example)."""
-    flags = tuple(isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad for x in example)
+    """Per item of ``example`` (tensors, or :func:`like`'s descriptions of them), whether it
+    requires grad; None when none does (a forward-only example)."""
+    flags = tuple(bool(getattr(x, "requires_grad", False)) for x in example)
     return flags if any(flags) else None
 
 

@@ -11,7 +11,6 @@ Nothing is filtered: 0 % of draws are rejected (tests/strategies/test_rejections
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +18,6 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from ._joint import requires_grad_flags, with_requires_grad
 from ._tensors import TENSOR_DTYPES, tensors
 from ._validation import check_int, check_optional_int, check_order, short_repr
 
@@ -122,22 +120,28 @@ def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) ->
 
 @dataclasses.dataclass(frozen=True)
 class _TensorLike:
-    """What :func:`like` keeps of an example tensor: its shape and dtype, never its values (the
-    strategy's repr keys the example database: ``torch.empty`` garbage must not enter it)."""
+    """What :func:`like` keeps of an example tensor: its shape, dtype and whether it requires grad
+    (a ``joint_fwd_bwd`` trace differentiates those inputs only: a floating tensor only), never its
+    values (the strategy's repr keys the example database: ``torch.empty`` garbage must not enter
+    it)."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
+    requires_grad: bool = False
 
     def __repr__(self) -> str:
-        return f"tensor{list(self.shape)}:{str(self.dtype).removeprefix('torch.')}"
+        grad = ":requires_grad" if self.requires_grad else ""
+        return f"tensor{list(self.shape)}:{str(self.dtype).removeprefix('torch.')}{grad}"
 
     @classmethod
     def of(cls, value: Any) -> Any:
         """The description of a tensor; any other value as it is."""
-        return cls(tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else value
+        if not isinstance(value, torch.Tensor):
+            return value
+        return cls(tuple(value.shape), value.dtype, bool(value.requires_grad and value.is_floating_point()))
 
     def zeros(self) -> torch.Tensor:
-        return torch.zeros(self.shape, dtype=self.dtype)
+        return torch.zeros(self.shape, dtype=self.dtype, requires_grad=self.requires_grad)
 
 
 @st.composite
@@ -148,7 +152,9 @@ def _inputs(draw: Any, example: tuple[Any, ...], symbols: tuple[_Symbol, ...]) -
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     return tuple(
-        draw(tensors(item.dtype, tuple(shapes[i]))) if isinstance(item, _TensorLike) else item
+        draw(tensors(item.dtype, tuple(shapes[i]))).requires_grad_(item.requires_grad)
+        if isinstance(item, _TensorLike)
+        else item
         for i, item in enumerate(example)
     )
 
@@ -208,9 +214,6 @@ def like(
     check_order("min_side", min_side, "max_side", max_side)
     symbols = _symbols(example, vary, min_side, max_side)
     strategy = _inputs(tuple(map(_TensorLike.of, example)), symbols)
-    grads = requires_grad_flags(example)
-    if grads is not None:  # a training pattern's joint_fwd_bwd trace differentiates these inputs only
-        strategy = strategy.map(functools.partial(with_requires_grad, flags=grads))
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
     strategy.pmverify_example_inputs = example
     return strategy

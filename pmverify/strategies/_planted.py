@@ -424,7 +424,8 @@ class _Wildcards:
             from .._record import pattern_rewrite
 
             spec = self.spec
-            example = _example_zeros(spec) if spec["example_inputs"] is not None else args
+            example = spec["example_inputs"] if spec["example_inputs"] is not None else args
+            example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in example)
             self.reference = signature(trace(spec["pattern"], example, spec["trace_fn"]), loose=True)
             self._rewrite = pattern_rewrite(
                 spec["pattern"],
@@ -463,7 +464,9 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
     args = draw(spec["inputs"])
     if not isinstance(args, (tuple, list)):
         raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
-    gm, args = _traced(spec, with_requires_grad(args, spec.get("requires_grad")))
+    # requiring grad as the example does (a strategy of the caller's may draw plain tensors)
+    grads = None if spec["example_inputs"] is None else requires_grad_flags(spec["example_inputs"])
+    gm, args = _traced(spec, with_requires_grad(args, grads))
     # a joint trace (training rewrite) also takes tangents, drawn like its forward outputs
     base = Traced(gm, (*args, *draw(tangents(gm, len(args)))), primals=len(args))
     # Half the instances are plain (False shrinks first), the others one near-miss kind each. The
@@ -595,15 +598,9 @@ def _reference(spec: dict[str, Any]) -> tuple[Any, ...] | None:
     if spec["example_inputs"] is None:
         return None
     if "reference" not in spec:
-        example = _example_zeros(spec)
+        example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in spec["example_inputs"])
         spec["reference"] = signature(_trace_checked(spec["pattern"], example, spec["trace_fn"]), loose=True)
     return spec["reference"]
-
-
-def _example_zeros(spec: dict[str, Any]) -> tuple[Any, ...]:
-    """The pass's example inputs as zeros, requiring grad where the example's tensors do."""
-    example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in spec["example_inputs"])
-    return with_requires_grad(example, spec.get("requires_grad"))
 
 
 def _describe(args: Sequence[Any]) -> str:
@@ -833,7 +830,4 @@ def planted(
         spec["wildcards"] = _Wildcards(spec, positions, exclusive)
     if positions:  # only when given, as it enters the repr
         spec["scalar_examples"] = positions
-    grads = None if example_inputs is None else requires_grad_flags(example_inputs)
-    if grads is not None:  # the example's inputs that a joint_fwd_bwd trace differentiates
-        spec["requires_grad"] = grads
     return _cases(spec)
