@@ -20,6 +20,7 @@ from pmverify._fx import GRADIENT_OUTPUTS
 from pmverify._record import record_patterns
 from pmverify._rewrite import RewriteResult, check_rewrite
 from pmverify.strategies import like, planted
+from pmverify.strategies._near_miss import trace
 
 
 def _tanh_mul(x, y):
@@ -76,6 +77,18 @@ def _training_rewrite(replacement, *, grad=(True, True)):
         )
     (rewrite,) = rewrites
     return rewrite
+
+
+def test_a_joint_trace_runs_as_autograd_computes():
+    """joint_fwd_bwd's placeholders are named crosswise to their targets (primals_2 for primals_1):
+    the traced module, called, must still take its inputs in order (near misses run it)."""
+    x, y, tangent = (torch.randn(4, 8, dtype=torch.float64) for _ in range(3))
+    gm = trace(_tanh_mul, (x.requires_grad_(), y.requires_grad_()), pm.joint_fwd_bwd)
+    out = _tanh_mul(x, y)
+    out.backward(tangent)
+    got = gm(x.detach(), y.detach(), tangent)
+    for value, expected in zip(got, (out, x.grad, y.grad), strict=True):
+        torch.testing.assert_close(value, expected.detach())
 
 
 @settings(max_examples=2, deadline=None, database=None, suppress_health_check=list(HealthCheck))

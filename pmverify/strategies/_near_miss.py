@@ -40,7 +40,7 @@ from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .._fx import flat_nodes
-from ._joint import cast_tangents
+from ._joint import callable_placeholders, cast_tangents
 from ._validation import FLOAT_DTYPES
 
 __all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants"]
@@ -118,7 +118,7 @@ def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[.
     if trace_fn is None:
         from torch._inductor.pattern_matcher import fwd_only as trace_fn
     with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
-        gm = trace_fn(pattern, list(args))
+        gm = callable_placeholders(trace_fn(pattern, list(args)))  # joint_fwd_bwd's cross its inputs
     if key is not None:
         _TRACES[key] = gm
         while len(_TRACES) > _TRACE_CACHE_SIZE:
@@ -158,7 +158,8 @@ def signature(gm: torch.fx.GraphModule, *, loose: bool = False) -> tuple[Any, ..
 def _runs(gm: torch.fx.GraphModule, args: Sequence[Any], finite: bool) -> bool:
     """Whether ``gm`` runs on clones of ``args`` (and stays finite when ``finite``)."""
     try:
-        out = pytree.tree_leaves(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+        with torch.no_grad():  # a training instance's primals require grad: its joint graph needs none
+            out = pytree.tree_leaves(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
     except Exception:
         return False
     return not finite or all(
