@@ -298,7 +298,17 @@ def variants(
     pattern: Callable[..., Any], base: Traced, kind: str, trace_fn: Any, pick: Callable[[int], int]
 ) -> Traced | None:
     """The near miss of ``kind`` of the traced instance ``base``, or None when the pattern has no
-    valid one. ``pick(n)`` chooses among ``n`` candidates (from a Hypothesis draw; 0 when shrunk)."""
+    valid one. ``pick(n)`` chooses among ``n`` candidates (from a Hypothesis draw; 0 when shrunk).
+    A variant keeps ``base.primals`` (which outputs of a joint trace are gradients)."""
+    variant = _variant(pattern, base, kind, trace_fn, pick)
+    if variant is None or variant.primals == base.primals:
+        return variant
+    return dataclasses.replace(variant, primals=base.primals)
+
+
+def _variant(
+    pattern: Callable[..., Any], base: Traced, kind: str, trace_fn: Any, pick: Callable[[int], int]
+) -> Traced | None:
     if kind in ("constant", "dim", "split_sizes"):
         return _edited(base, kind, pick)
     if kind == "dtype":
