@@ -20,7 +20,7 @@ from pmverify._fx import GRADIENT_OUTPUTS
 from pmverify._record import record_patterns
 from pmverify._rewrite import RewriteResult, check_rewrite
 from pmverify.strategies import like, planted
-from pmverify.strategies._near_miss import trace
+from pmverify.strategies._near_miss import Traced, trace, variants
 
 
 def _tanh_mul(x, y):
@@ -50,14 +50,8 @@ def _tanh_mul_wrong_grad(x, y):
     return _TanhMulWrongGrad.apply(x, y)
 
 
-class _TanhMulTransposedGrad(torch.autograd.Function):
+class _TanhMulTransposedGrad(_TanhMulWrongGrad):
     """``tanh(x) * y`` with right gradients, the one of ``x`` laid out column-major."""
-
-    @staticmethod
-    def forward(ctx, x, y):
-        t = torch.tanh(x)
-        ctx.save_for_backward(t, y)
-        return t * y
 
     @staticmethod
     def backward(ctx, grad):
@@ -89,6 +83,11 @@ def test_a_joint_trace_runs_as_autograd_computes():
     got = gm(x.detach(), y.detach(), tangent)
     for value, expected in zip(got, (out, x.grad, y.grad), strict=True):
         torch.testing.assert_close(value, expected.detach())
+    # a near miss edits the joint graph (here the backward's ``1 - tanh**2`` given alpha=0.5) and
+    # keeps which of its inputs are primals, so that its gradients are known
+    base = Traced(gm, (x, y, tangent), primals=2)
+    near = variants(_tanh_mul, base, "optional_arg", pm.joint_fwd_bwd, lambda n: 0)
+    assert near.reason == "optional_arg" and near.primals == 2
 
 
 @settings(max_examples=2, deadline=None, database=None, suppress_health_check=list(HealthCheck))
