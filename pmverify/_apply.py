@@ -195,10 +195,12 @@ def sort_like_inductor(graph: torch.fx.Graph) -> list[tuple[str, str]]:
 
 
 def error_summary(exc: BaseException) -> str:
-    """The exception, whole, with where it was raised (the last frame of its traceback)."""
+    """The exception, whole, with where it was raised (the last frame of its traceback); one
+    without a message (a bare ``assert``) by its repr, never an empty text."""
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" (at {frame.filename}:{frame.lineno} in {frame.name})" if frame else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
+    return f"{text}{where}"
 
 
 def pass_made_unsorted(

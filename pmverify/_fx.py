@@ -8,7 +8,13 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["is_view", "flat_nodes", "output_vals"]
+__all__ = ["is_view", "flat_nodes", "output_vals", "GRADIENT_OUTPUTS"]
+
+#: Key of a case graph's output node ``meta``: the positions (in the flattened outputs) of the
+#: gradients a planted joint forward-backward instance returns. Autograd gives no stride contract
+#: for a gradient (``AccumulateGrad`` re-strides one that does not fit its parameter), so the
+#: structure oracle does not compare their strides; their values are compared as any output's.
+GRADIENT_OUTPUTS = "pmverify_gradient_outputs"
 
 
 def is_view(target: Any) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ._case import GraphCase
+from ._fx import GRADIENT_OUTPUTS
 
 __all__ = ["render", "write", "write_picture", "pass_recipe", "import_source", "default_repro_dir"]
 
@@ -177,6 +178,8 @@ def _graph_source(gm: torch.fx.GraphModule, imports: set[str]) -> str:
     for node in gm.graph.nodes:
         if node.op == "output":
             lines.append(f"    g.output({_arg(node.args[0])})")
+            if GRADIENT_OUTPUTS in node.meta:  # a joint graph's gradients (see the structure oracle)
+                lines.append(f"    g.output_node().meta[{GRADIENT_OUTPUTS!r}] = {tuple(node.meta[GRADIENT_OUTPUTS])!r}")
             continue
         target = repr(node.target) if node.op == "placeholder" else _target(node.target, imports)
         lines.append(

@@ -16,7 +16,10 @@ Checked, on the graph the pass left:
 - every ``meta["val"]`` the pass left (tensors, and tensors in tuples/lists) has the shape and dtype
   re-propagation gives: stale meta misleads later passes, which read shapes and dtypes from it;
 - every output keeps its shape and dtype and, for tensors with static strides, its strides (dims of
-  size 1 and empty tensors aside: their strides mean nothing), both from re-propagation.
+  size 1 and empty tensors aside: their strides mean nothing), both from re-propagation. The
+  gradients a joint forward-backward graph returns (``GRADIENT_OUTPUTS``) keep shape and dtype
+  only: autograd gives no stride contract for a gradient (``AccumulateGrad`` re-strides one that
+  does not fit its parameter: ``torch/csrc/autograd/functions/accumulate_grad.h``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .._fx import output_vals
+from .._fx import GRADIENT_OUTPUTS, output_vals
 from ._violation import Violation
 
 __all__ = ["check", "MAX_STALE_REPORTED"]
@@ -126,7 +129,7 @@ def _static_strides(value: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(stride for size, stride in zip(sizes, strides, strict=True) if size > 1)
 
 
-def _outputs(before: list[Any], checked: torch.fx.GraphModule) -> list[Violation]:
+def _outputs(before: list[Any], checked: torch.fx.GraphModule, gradients: tuple[int, ...] = ()) -> list[Violation]:
     after = output_vals(checked)
     if len(before) != len(after):
         return [Violation("structure", f"{len(before)} outputs before the pass, {len(after)} after")]
@@ -140,7 +143,7 @@ def _outputs(before: list[Any], checked: torch.fx.GraphModule) -> list[Violation
             violations.append(
                 Violation("structure", f"output {i} was {_describe(b)} before the pass, {_describe(a)} after")
             )
-        elif isinstance(b, torch.Tensor) and b.numel() > 0:
+        elif isinstance(b, torch.Tensor) and b.numel() > 0 and i not in gradients:
             sb, sa = _static_strides(b), _static_strides(a)
             if sb is not None and sa is not None and sb != sa:
                 violations.append(
@@ -184,4 +187,6 @@ def check(pair: Any) -> list[Violation]:
         reference = copy.deepcopy(pair.before)
         propagate_fake(reference, pair.case.inputs[0])
         before = output_vals(reference)
-    return unsorted + _stale_meta(left, checked) + _outputs(before, checked)
+    (output,) = pair.before.graph.find_nodes(op="output")
+    gradients = output.meta.get(GRADIENT_OUTPUTS, ())
+    return unsorted + _stale_meta(left, checked) + _outputs(before, checked, gradients)

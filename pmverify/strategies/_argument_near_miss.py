@@ -402,8 +402,8 @@ def _is_bias(ph: torch.fx.Node) -> bool:
 def _value_edits(base: Traced) -> list[tuple[int, Any, str]]:
     """``(input index, new value, role)`` candidates for the ``"values"`` kind."""
     edits = []
-    placeholders = list(base.gm.graph.find_nodes(op="placeholder"))
-    for i, (ph, value) in enumerate(zip(placeholders, base.args, strict=True)):
+    placeholders = list(base.gm.graph.find_nodes(op="placeholder"))[: base.primals]  # not a joint trace's tangents
+    for i, (ph, value) in enumerate(zip(placeholders, base.args, strict=False)):
         if not isinstance(value, torch.Tensor) or not ph.users or value.dtype == torch.bool or not value.numel():
             continue
         floating = value.is_floating_point()

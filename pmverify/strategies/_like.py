@@ -120,22 +120,28 @@ def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) ->
 
 @dataclasses.dataclass(frozen=True)
 class _TensorLike:
-    """What :func:`like` keeps of an example tensor: its shape and dtype, never its values (the
-    strategy's repr keys the example database: ``torch.empty`` garbage must not enter it)."""
+    """What :func:`like` keeps of an example tensor: its shape, dtype and whether it requires grad
+    (a ``joint_fwd_bwd`` trace differentiates those inputs only: a floating tensor only), never its
+    values (the strategy's repr keys the example database: ``torch.empty`` garbage must not enter
+    it)."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
+    requires_grad: bool = False
 
     def __repr__(self) -> str:
-        return f"tensor{list(self.shape)}:{str(self.dtype).removeprefix('torch.')}"
+        grad = ":requires_grad" if self.requires_grad else ""
+        return f"tensor{list(self.shape)}:{str(self.dtype).removeprefix('torch.')}{grad}"
 
     @classmethod
     def of(cls, value: Any) -> Any:
         """The description of a tensor; any other value as it is."""
-        return cls(tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else value
+        if not isinstance(value, torch.Tensor):
+            return value
+        return cls(tuple(value.shape), value.dtype, bool(value.requires_grad and value.is_floating_point()))
 
     def zeros(self) -> torch.Tensor:
-        return torch.zeros(self.shape, dtype=self.dtype)
+        return torch.zeros(self.shape, dtype=self.dtype, requires_grad=self.requires_grad)
 
 
 @st.composite
@@ -146,7 +152,9 @@ def _inputs(draw: Any, example: tuple[Any, ...], symbols: tuple[_Symbol, ...]) -
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     return tuple(
-        draw(tensors(item.dtype, tuple(shapes[i]))) if isinstance(item, _TensorLike) else item
+        draw(tensors(item.dtype, tuple(shapes[i]))).requires_grad_(item.requires_grad)
+        if isinstance(item, _TensorLike)
+        else item
         for i, item in enumerate(example)
     )
 
@@ -161,7 +169,8 @@ def like(
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
     :func:`~pmverify.strategies.tensors` (CPU, contiguous; floats at scales 2**-24 .. 2**16 per tensor,
-    with zero, all-equal, tiny and outlier rows; ints in [0, 8)).
+    with zero, all-equal, tiny and outlier rows; ints in [0, 8)). A floating tensor is a leaf that
+    requires grad where the example's does (a ``joint_fwd_bwd`` trace differentiates those only).
 
     - ``example_inputs``: a tuple or list of tensors and other items (Python scalars...), as given to
       ``register_replacement``. Items that are not tensors are passed through unchanged.

@@ -40,6 +40,7 @@ from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .._fx import flat_nodes
+from ._joint import callable_placeholders, cast_tangents
 from ._validation import FLOAT_DTYPES
 
 __all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants"]
@@ -71,6 +72,8 @@ class Traced:
     - ``extra_user``: name of the intermediate of ``gm`` to give a user outside the instance.
     - ``unused``: whether the instance's outputs are left unused.
     - ``detail``: what a near miss changed, in words (``"aten.add.Tensor's other: 1e-06 -> 2e-06"``).
+    - ``primals``: how many of ``args`` are the pattern's arguments (None: all); the others are the
+      tangents of a joint trace (:mod:`._joint`), then any input a near miss added.
     """
 
     gm: torch.fx.GraphModule
@@ -80,6 +83,7 @@ class Traced:
     extra_user: str | None = None
     unused: bool = False
     detail: str | None = None
+    primals: int | None = None
 
 
 _TRACES: collections.OrderedDict[Any, torch.fx.GraphModule] = collections.OrderedDict()
@@ -88,7 +92,8 @@ _TRACE_CACHE_SIZE = 512
 
 def _arg_key(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype, value.device.type)
+        shape, stride = tuple(value.shape), tuple(value.stride())
+        return ("tensor", shape, stride, value.dtype, value.device.type, value.requires_grad)
     return ("value", type(value).__name__, repr(value))
 
 
@@ -96,7 +101,8 @@ def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[.
     """Trace ``pattern`` on ``args`` with ``trace_fn`` (default Inductor's ``fwd_only``, the tracer
     ``register_replacement`` uses) in one fake mode, so every node has ``meta["val"]``.
 
-    Traces are memoised on the pattern, the tracer and the inputs' shapes, strides and dtypes (as
+    Traces are memoised on the pattern, the tracer and the inputs' shapes, strides, dtypes and
+    ``requires_grad`` (a joint trace differentiates the inputs that require it) (as
     ``register_replacement`` assumes, a pattern's trace does not depend on input values): shrinking
     re-draws the same shapes hundreds of times. Callers must not mutate the returned graph."""
     key = (pattern, trace_fn, tuple(_arg_key(a) for a in args))
@@ -112,7 +118,7 @@ def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[.
     if trace_fn is None:
         from torch._inductor.pattern_matcher import fwd_only as trace_fn
     with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
-        gm = trace_fn(pattern, list(args))
+        gm = callable_placeholders(trace_fn(pattern, list(args)))  # joint_fwd_bwd's cross its inputs
     if key is not None:
         _TRACES[key] = gm
         while len(_TRACES) > _TRACE_CACHE_SIZE:
@@ -152,7 +158,8 @@ def signature(gm: torch.fx.GraphModule, *, loose: bool = False) -> tuple[Any, ..
 def _runs(gm: torch.fx.GraphModule, args: Sequence[Any], finite: bool) -> bool:
     """Whether ``gm`` runs on clones of ``args`` (and stays finite when ``finite``)."""
     try:
-        out = pytree.tree_leaves(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+        with torch.no_grad():  # a training instance's primals require grad: its joint graph needs none
+            out = pytree.tree_leaves(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
     except Exception:
         return False
     return not finite or all(
@@ -259,15 +266,21 @@ def _other_dtype(pattern: Callable[..., Any], base: Traced, trace_fn: Any, pick:
     first = floats[0]
     others = [d for d in FLOAT_DTYPES if d != first]
     original = signature(base.gm)
+    count = len(base.args) if base.primals is None else base.primals
     while others:
         dtype = others.pop(pick(len(others)))
-        args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.dtype == first else a for a in base.args)
+        args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.dtype == first else a for a in base.args[:count])
         try:
             gm = trace(pattern, args, trace_fn)
         except Exception:
             continue
+        tangents = cast_tangents(gm, count, base.args[count:])  # a joint trace's, re-cast; () for others
+        if tangents is None:
+            continue
+        args = (*args, *tangents)
         if signature(gm) != original and _runs(gm, args, True):
-            return Traced(gm, args, None, "dtype", detail=f"its {first} inputs cast to {dtype}")
+            detail = f"its {first} inputs cast to {dtype}"
+            return Traced(gm, args, None, "dtype", detail=detail, primals=base.primals)
     return None
 
 
@@ -304,7 +317,17 @@ def variants(
     pattern: Callable[..., Any], base: Traced, kind: str, trace_fn: Any, pick: Callable[[int], int]
 ) -> Traced | None:
     """The near miss of ``kind`` of the traced instance ``base``, or None when the pattern has no
-    valid one. ``pick(n)`` chooses among ``n`` candidates (from a Hypothesis draw; 0 when shrunk)."""
+    valid one. ``pick(n)`` chooses among ``n`` candidates (from a Hypothesis draw; 0 when shrunk).
+    A variant keeps ``base.primals`` (which outputs of a joint trace are gradients)."""
+    variant = _variant(pattern, base, kind, trace_fn, pick)
+    if variant is None or variant.primals == base.primals:
+        return variant
+    return dataclasses.replace(variant, primals=base.primals)
+
+
+def _variant(
+    pattern: Callable[..., Any], base: Traced, kind: str, trace_fn: Any, pick: Callable[[int], int]
+) -> Traced | None:
     if kind in ("constant", "dim", "split_sizes"):
         return _edited(base, kind, pick)
     if kind == "dtype":

@@ -39,10 +39,11 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .._apply import propagate_fake, quiet_fake_tensor_errors
+from .._apply import error_summary, propagate_fake, quiet_fake_tensor_errors
 from .._case import GraphCase, PlantedInstance
-from .._fx import flat_nodes
+from .._fx import GRADIENT_OUTPUTS, flat_nodes
 from .._record import RecordedRewrite
+from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
 from ._like import _TensorLike, like
 from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, kind_applies, signature, trace, variants
 from ._validation import check_choices, check_int, check_order, check_strategy, short_repr
@@ -150,6 +151,7 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
             if not ph.users:
                 continue
             env[i][ph] = graph.placeholder(f"{name}{i}_{ph.name}")
+            value = detached(value)  # a joint trace computes its gradients itself
             values.append(value.reshape(-1).clone() if ph in flat else value)
         sequences.append(steps)
         outputs.append(outs)
@@ -177,10 +179,15 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
             extra_outputs.append(graph.call_function(torch.ops.aten.clone.default, (local[step.arg],)))
 
     returned = [env["ctx"][n] for n in ctx_out] if context is not None else []
+    gradients = []  # positions of a joint instance's gradients (GRADIENT_OUTPUTS)
     for i, outs in enumerate(outputs):
+        grads = gradient_outputs(instances[i].gm, instances[i].primals) if instances[i].primals is not None else ()
+        gradients += [len(returned) + j for j, out in enumerate(outs) if out in grads]
         returned += [finals[(i, out)] for out in outs]
     returned += extra_outputs
-    graph.output(tuple(returned))
+    output = graph.output(tuple(returned))
+    if gradients:
+        output.meta[GRADIENT_OUTPUTS] = tuple(gradients)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
 
     records = []
@@ -457,8 +464,11 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
     args = draw(spec["inputs"])
     if not isinstance(args, (tuple, list)):
         raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
-    gm, args = _traced(spec, tuple(args))
-    base = Traced(gm, args)
+    # requiring grad as the example does (a strategy of the caller's may draw plain tensors)
+    grads = None if spec["example_inputs"] is None else requires_grad_flags(spec["example_inputs"])
+    gm, args = _traced(spec, with_requires_grad(args, grads))
+    # a joint trace (training rewrite) also takes tangents, drawn like its forward outputs
+    base = Traced(gm, (*args, *draw(tangents(gm, len(args)))), primals=len(args))
     # Half the instances are plain (False shrinks first), the others one near-miss kind each. The
     # kind and the choice among its variants are drawn either way: an instance's span has the same
     # choices whatever its kind, so that shrinking it to a simpler kind misaligns no later choice.
@@ -559,7 +569,12 @@ def _trace_checked(pattern: Callable[..., Any], args: tuple[Any, ...], trace_fn:
     try:
         gm = trace(pattern, args, trace_fn)
     except Exception as exc:
-        raise InvalidArgument(f"pattern={_name(pattern)} does not trace on inputs {_describe(args)}: {exc}") from exc
+        hint = ""
+        if _is_joint(trace_fn) and not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            hint = " (a joint_fwd_bwd trace needs an input that requires grad: like() draws them as the example)"
+        raise InvalidArgument(
+            f"pattern={_name(pattern)} does not trace on inputs {_describe(args)}{hint}: {error_summary(exc)}"
+        ) from exc
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         raise InvalidArgument(f"pattern={_name(pattern)} traces to a graph without ops on inputs {_describe(args)}")
     mutating = [n.format_node() for n in gm.graph.nodes if n.op == "call_function" and is_mutation_op(n)]
@@ -569,6 +584,12 @@ def _trace_checked(pattern: Callable[..., Any], args: tuple[Any, ...], trace_fn:
             "functional, as register_replacement patterns are (use with_mutations for in-place graphs)"
         )
     return gm
+
+
+def _is_joint(trace_fn: Any) -> bool:
+    from torch._inductor.pattern_matcher import joint_fwd_bwd
+
+    return trace_fn is joint_fwd_bwd
 
 
 def _name(pattern: Any) -> str:

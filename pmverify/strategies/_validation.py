@@ -56,7 +56,8 @@ def check_order(low_name: str, low: Any, high_name: str, high: Any) -> None:
 def short_repr(value: Any) -> str:
     """``repr`` with tensors shown by shape and dtype, not by their values."""
     if isinstance(value, torch.Tensor):
-        return f"tensor{list(value.shape)}:{str(value.dtype).removeprefix('torch.')}"
+        grad = ":requires_grad" if value.requires_grad else ""
+        return f"tensor{list(value.shape)}:{str(value.dtype).removeprefix('torch.')}{grad}"
     if isinstance(value, (tuple, list)):
         inner = ", ".join(short_repr(v) for v in value)
         return f"({inner}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) else f"[{inner}]"

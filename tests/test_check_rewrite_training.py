@@ -1,0 +1,181 @@
+"""check_rewrite() on training rewrites (``trace_fn=joint_fwd_bwd``): the case is the joint
+forward-backward graph, run on the primals (requiring grad where the example does, when traced)
+and tangents drawn like the forward outputs; forward outputs and gradients are compared. A correct
+rewrite checks out, one whose replacement's backward is wrong is a semantics finding on a gradient,
+a replacement that only re-strides a gradient is not a finding (autograd gives gradients no stride
+contract), and one of Inductor's own attention training rewrites is compared."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from torch._inductor import pattern_matcher as pm
+
+from pmverify import PassVerificationError, verify
+from pmverify._apply import error_summary
+from pmverify._fx import GRADIENT_OUTPUTS
+from pmverify._record import record_patterns
+from pmverify._rewrite import RewriteResult, check_rewrite
+from pmverify.strategies import like, planted
+from pmverify.strategies._near_miss import Traced, trace, variants
+
+
+def _tanh_mul(x, y):
+    return torch.tanh(x) * y
+
+
+def _tanh_mul_swapped(x, y):
+    return y * torch.tanh(x)
+
+
+class _TanhMulWrongGrad(torch.autograd.Function):
+    """``tanh(x) * y`` with a wrong gradient for ``x``: the factor ``1 - tanh(x)**2`` is dropped."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        t = torch.tanh(x)
+        ctx.save_for_backward(t, y)
+        return t * y
+
+    @staticmethod
+    def backward(ctx, grad):
+        t, y = ctx.saved_tensors
+        return grad * y, grad * t
+
+
+def _tanh_mul_wrong_grad(x, y):
+    return _TanhMulWrongGrad.apply(x, y)
+
+
+class _TanhMulTransposedGrad(_TanhMulWrongGrad):
+    """``tanh(x) * y`` with right gradients, the one of ``x`` laid out column-major."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        t, y = ctx.saved_tensors
+        return (grad * y * (1 - t * t)).t().contiguous().t(), grad * t
+
+
+def _tanh_mul_transposed_grad(x, y):
+    return _TanhMulTransposedGrad.apply(x, y)
+
+
+def _training_rewrite(replacement, *, grad=(True, True)):
+    example = [torch.empty(4, 8, requires_grad=grad[0]), torch.empty(4, 8, requires_grad=grad[1])]
+    with record_patterns() as rewrites:
+        pm.register_replacement(
+            _tanh_mul, replacement, example, pm.joint_fwd_bwd, pm.PatternMatcherPass(pass_name="test_training")
+        )
+    (rewrite,) = rewrites
+    return rewrite
+
+
+def test_a_joint_trace_runs_as_autograd_computes():
+    """joint_fwd_bwd's placeholders are named crosswise to their targets (primals_2 for primals_1):
+    the traced module, called, must still take its inputs in order (near misses run it)."""
+    x, y, tangent = (torch.randn(4, 8, dtype=torch.float64) for _ in range(3))
+    gm = trace(_tanh_mul, (x.requires_grad_(), y.requires_grad_()), pm.joint_fwd_bwd)
+    out = _tanh_mul(x, y)
+    out.backward(tangent)
+    got = gm(x.detach(), y.detach(), tangent)
+    for value, expected in zip(got, (out, x.grad, y.grad), strict=True):
+        torch.testing.assert_close(value, expected.detach())
+    # a near miss edits the joint graph (here the backward's ``1 - tanh**2`` given alpha=0.5) and
+    # keeps which of its inputs are primals, so that its gradients are known
+    base = Traced(gm, (x, y, tangent), primals=2)
+    near = variants(_tanh_mul, base, "optional_arg", pm.joint_fwd_bwd, lambda n: 0)
+    assert near.reason == "optional_arg" and near.primals == 2
+
+
+@settings(max_examples=2, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_planted_joint_instance_takes_primals_and_tangents(data):
+    """The case graph is the joint graph: inputs are the primals and a tangent like the forward
+    output (none requiring grad: the graph computes its gradients), outputs the forward output and
+    both gradients, which GRADIENT_OUTPUTS names."""
+    rewrite = _training_rewrite(_tanh_mul_swapped)
+    case = data.draw(planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=False))
+    inputs = case.inputs[0]
+    assert len(inputs) == 3 and not any(t.requires_grad for t in inputs)
+    assert {tuple(t.shape) for t in inputs} <= {(4, 8), (32,)}  # (32,): a flat input viewed late
+    (output,) = case.gm.graph.find_nodes(op="output")
+    assert len(output.args[0]) == 3 and output.meta[GRADIENT_OUTPUTS] == (1, 2)
+    x, y, tangent = (t.reshape(4, 8).double().requires_grad_() for t in inputs)
+    out = torch.tanh(x) * y
+    out.backward(tangent)
+    got = case.gm(*inputs)
+    for node, value, expected in zip(output.args[0], got, (out, x.grad, y.grad), strict=True):
+        sign = -1 if node.target is torch.ops.aten.neg.default else 1  # an output planted() consumed
+        torch.testing.assert_close(value.double(), sign * expected.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_correct_training_rewrite_checks_out():
+    """Right forward and gradients, the gradient of ``x`` in another layout: no finding (autograd
+    gives gradients no stride contract; the structure oracle still compares their shapes)."""
+    result = check_rewrite(_training_rewrite(_tanh_mul_transposed_grad), max_examples=4, seed=0)
+    assert isinstance(result, RewriteResult) and result.matched >= result.outcomes["must match"] > 0
+
+
+def test_a_wrong_backward_is_a_semantics_finding_on_a_gradient(finding_only):
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(_training_rewrite(_tanh_mul_wrong_grad), max_examples=6, seed=0)
+    (violation,) = info.value.violations
+    assert violation.oracle == "semantics"
+    (output,) = info.value.result.case.gm.graph.find_nodes(op="output")
+    wrong = output.meta[GRADIENT_OUTPUTS][0]  # x's gradient (the one of y is right)
+    assert violation.message.startswith(f"output {wrong}:")
+
+
+@settings(max_examples=2, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_inputs_require_grad_as_the_example_does(data):
+    """Drawn inputs that do not require grad are made to where the recorded example does, so the
+    joint trace has its tangent; with no example saying so, joint_fwd_bwd fails with a bare
+    ``assert``, and the error names the cause and the exception, never an empty text."""
+    rewrite = _training_rewrite(_tanh_mul_swapped)
+    detached = like([torch.empty(4, 8), torch.empty(4, 8)]).map(lambda args: tuple(a.detach() for a in args))
+    instances = {"context": st.nothing(), "min_instances": 1, "max_instances": 1, "near_misses": False}
+    case = data.draw(planted(rewrite, detached, **instances))
+    assert len(case.inputs[0]) == 3  # x, y and a tangent
+    untraceable = planted(_tanh_mul, like([torch.empty(4, 8), torch.empty(4, 8)]), trace_fn=pm.joint_fwd_bwd, **instances)
+    with pytest.raises(InvalidArgument, match=r"needs an input that requires grad.*: AssertionError\(\) \(at "):
+        data.draw(untraceable)
+
+
+def test_an_empty_exception_text_is_never_empty():
+    try:
+        raise AssertionError
+    except AssertionError as exc:
+        text = error_summary(exc)
+    assert text.startswith("AssertionError() (at ") and "test_an_empty_exception_text_is_never_empty" in text
+
+
+@pytest.fixture(scope="module")
+def sfdp_training():
+    from torch._inductor.fx_passes import fuse_attention
+
+    with record_patterns(register=False) as rewrites:
+        fuse_attention._sfdp_init(torch.device("cpu"))
+    return {r.name: r for r in rewrites}
+
+
+def test_an_inductor_attention_training_rewrite_is_compared(sfdp_training, finding_only):
+    """Attention pattern 30 (``_safe_softmax(q * s @ (k * s).T) @ v``, float32, no dropout) in its
+    training form: forward output and the gradients of q, k and v agree with SDPA's in value; its
+    finding at torch 2.13 is the forward output's layout (SDPA's ``(B, L, H, E)`` strides where the
+    pattern returns a contiguous tensor; torch.compile returns the same strides), not a gradient's
+    (SDPA's backward lays those out otherwise too: no finding)."""
+    rewrite = sfdp_training["_sfdp_pattern_30_training"]
+    cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=False)
+    summary = verify(rewrite.pattern_pass(), cases, max_examples=3, seed=0, oracles=["semantics"])
+    assert summary.rewritten_cases > 0 and summary.judged["semantics"] > 0
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(rewrite, max_examples=4, seed=0)
+    (output,) = info.value.result.case.gm.graph.find_nodes(op="output")
+    assert output.meta[GRADIENT_OUTPUTS] == (1, 2, 3)
+    assert [(v.oracle, v.message.split(" had strides")[0]) for v in info.value.violations] == [
+        ("structure", "output 0 ((2, 4, 8, 16) torch.float32)")
+    ]
