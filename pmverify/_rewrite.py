@@ -41,19 +41,27 @@ class RewriteResult:
     - ``outcomes``: the ground truth of the instances, counted: ``"must match"``, or the reason it
       need not (``"extra_check"``: the rewrite's ``extra_check`` rejected the inputs;
       ``"trace_differs"``, ``"dtype"``...).
+    - ``capped_sizes``: the example sizes the default inputs drew smaller, ``{example size: drawn
+      size}`` (e.g. ``{1024: 64, 128: 8}``; empty when none was, or ``inputs`` was given): see
+      :func:`check_rewrite`.
     """
 
     rewrite: RecordedRewrite
     examples: int
     matched: int
     outcomes: dict[str, int]
+    capped_sizes: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _never_matched(result: RewriteResult, summary: VerifySummary) -> RewriteNeverMatched:
+    from .strategies._recorded_inputs import describe_sizes
+
     why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
+    cap = describe_sizes(result.capped_sizes)
     return RewriteNeverMatched(
         f"rewrite {result.rewrite.name} never matched: Inductor's matcher holding only "
-        f"{result.rewrite!r} rewrote none of {result.examples} cases drawn like its example inputs "
+        f"{result.rewrite!r} rewrote none of {result.examples} cases drawn like its example inputs"
+        f"{f' ({cap})' if cap else ''} "
         f"(ground truth of the instances: {why or 'none'}); nothing was compared. Give check_rewrite "
         "inputs= drawing inputs its extra_check accepts, or fix the pattern or extra_check",
         summary,
@@ -86,11 +94,28 @@ def check_rewrite(
     - ``max_examples``: cases to try; default the active Hypothesis profile's ``max_examples``.
     - ``seed``: seed of the search; default random (the example database stays in use).
     - ``inputs``: a strategy of argument tuples for the search function (``scalar_workaround``
-      values included, as :attr:`RecordedRewrite.search_args` holds them); default
-      ``like(recorded.search_args)``: the example inputs' shapes and dtypes, random values, with
-      each ``scalar_workaround`` argument drawn around and far from its example value (Inductor
-      matches it at any value: a replacement that hard-codes the example value is caught), as
-      :func:`~pmverify.strategies.planted` draws them for a recorded rewrite.
+      values included, as :attr:`RecordedRewrite.search_args` holds them); default: like the
+      example inputs, as :func:`~pmverify.strategies.planted` draws them for a recorded rewrite:
+
+      * their shapes, dtypes and layouts (a permuted, padded or expanded example tensor is drawn in
+        its layout family: :func:`~pmverify.strategies.like`), random values;
+      * sizes capped: where an example tensor holds more than 4096 elements or a side above 64, its
+        sizes are mapped to smaller ones (``[1024, 128, 128]`` is drawn ``[64, 8, 8]``), the same
+        map for all inputs, keeping ranks, sizes 0 and 1, equal sizes equal, distinct ones distinct
+        and divisibility; kept only where the search function runs there and Inductor's matcher
+        judges the capped example as the recorded one (else the example's sizes, said in the
+        result). The map is :attr:`RewriteResult.capped_sizes`, and is named in the cases' labels,
+        findings and never-matched errors;
+      * each ``scalar_workaround`` argument drawn around and far from its example value (Inductor
+        matches it at any value: a replacement that hard-codes the example value is caught);
+      * a 0-d float or int example tensor that the search function reads only as a number (traced
+        with a number there, it has the same ops and wiring, e.g. ``inv_scale`` of Inductor's
+        attention patterns, whose ``extra_check`` wants a number) drawn as a Python number, around
+        and far from its example value (1 for a fake example tensor), or as the 0-d tensor.
+
+      Every drawn instance is a program a model could hold: the search function itself (eager, not
+      its decomposed trace) runs on its inputs, and a ``"dtype"`` near miss uses only dtypes it
+      runs on (a draw on which it does not run even at the example's scalar values is rejected).
     - ``repro_dir``: where a reproducer script is written (as for :func:`verify`).
     - ``pass_source``: Python code defining ``PASS`` for the reproducer (pmverify cannot rebuild a
       one-rewrite ``PatternMatcherPass`` from outside), e.g. code that records the pass's rewrites
@@ -129,6 +154,7 @@ def check_rewrite(
                 print(rewrite.name, error)
     """
     from .strategies import planted
+    from .strategies._recorded_inputs import recorded_example
 
     if not isinstance(recorded, RecordedRewrite):
         raise InvalidArgument(f"recorded={recorded!r} must be a RecordedRewrite (from pmverify.record_patterns())")
@@ -141,6 +167,8 @@ def check_rewrite(
         max_instances=1,
         near_misses=_NEAR_MISSES,
     )
+    example = recorded_example(recorded) if inputs is None else None  # memoised: planted made it
+    cap = None if example is None else example.describe_cap()
     outcomes: collections.Counter[str] = collections.Counter()
     counts = {"examples": 0, "matched": 0}
 
@@ -162,7 +190,7 @@ def check_rewrite(
         )
     except PassVerificationError as error:
         note = error.note.replace("give verify() pass_source", "give check_rewrite() pass_source")
-        notes = [f"the pass is {recorded!r} alone (check_rewrite)", *([note] if note else [])]
+        notes = [f"the pass is {recorded!r} alone (check_rewrite)", *([cap] if cap else []), *([note] if note else [])]
         raise PassVerificationError(
             error.result,
             error.reproducer,
@@ -172,7 +200,8 @@ def check_rewrite(
             other_reproducers=error.other_reproducers,
             summary=error.summary,
         ) from None
-    result = RewriteResult(recorded, counts["examples"], counts["matched"], dict(outcomes))
+    sizes = {} if example is None else dict(example.capped_sizes)
+    result = RewriteResult(recorded, counts["examples"], counts["matched"], dict(outcomes), sizes)
     if not result.matched:
         raise _never_matched(result, summary)
     error = vacuous_error(summary, f"check_rewrite({recorded.name})")
