@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["RecordedRewrite", "record_patterns", "original_register_replacement", "pattern_rewrite"]
+__all__ = ["RecordedRewrite", "record_patterns", "original_register_replacement", "pattern_rewrite", "plain_tensors"]
+
+#: The package of Inductor's own pattern passes; :attr:`RecordedRewrite.module` names them without it.
+_INDUCTOR_PASSES = "torch._inductor.fx_passes."
 
 
 def _qualname(fn: Any) -> str:
@@ -39,7 +43,10 @@ class RecordedRewrite:
     """One ``register_replacement`` call, as :func:`record_patterns` captured it.
 
     - ``search_fn`` / ``replace_fn``: the pattern and its replacement, as given.
-    - ``example_inputs``: the example inputs, as a tuple (tensors kept as given).
+    - ``example_inputs``: the example inputs, as a tuple: plain tensors kept as given, a fake
+      tensor (Inductor's lazy initialisers record theirs in a ``FakeTensorMode`` that is gone
+      afterwards) or other tensor subclass re-created as a plain tensor of the same shape, stride
+      and dtype (:func:`plain_tensors`), so that :meth:`register` never fails on it.
     - ``trace_fn``: ``fwd_only`` or ``joint_fwd_bwd`` (or the tracer given).
     - ``pass_dicts``: the ``PatternMatcherPass`` (or list of them) the rewrite was registered into.
     - ``extra_check``: the match check (Inductor's always-true default when none was given).
@@ -51,7 +58,8 @@ class RecordedRewrite:
       duplicate or a training pattern in inference mode); None when the call was recorded without
       registering (``record_patterns(register=False)``).
 
-    Compared and hashed by identity. The repr names the functions by qualified name and the
+    :attr:`module` names the module the rewrite comes from and :attr:`duplicate` whether
+    ``register_replacement`` skipped it. Compared and hashed by identity. The repr names the functions by qualified name and the
     example inputs by shape and dtype, never by value.
     """
 
@@ -69,6 +77,29 @@ class RecordedRewrite:
     arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     result: Any = dataclasses.field(default=None, repr=False)
     _isolated: Any = dataclasses.field(default=None, init=False, repr=False)
+    #: whether the call was made under inference mode (where a ``joint_fwd_bwd`` rewrite is skipped)
+    _inference_mode: bool = dataclasses.field(default=False, repr=False)
+
+    @property
+    def module(self) -> str:
+        """The module the rewrite comes from: the search function's ``__module__`` (a
+        ``functools.partial``'s function's; a callable object's class's), with Inductor's own pass
+        modules named as Inductor names them (``torch._inductor.fx_passes.fuse_attention`` →
+        ``"fuse_attention"``)."""
+        fn = self.search_fn
+        while isinstance(fn, functools.partial):
+            fn = fn.func
+        name = getattr(fn, "__module__", None) or type(fn).__module__
+        return name.removeprefix(_INDUCTOR_PASSES)
+
+    @property
+    def duplicate(self) -> bool:
+        """Whether ``register_replacement`` skipped the rewrite as a duplicate (it returned False
+        outside inference mode: ``skip_duplicates=True`` and the same search pattern was registered
+        before into the same pass), so that it was registered nowhere."""
+        from torch._inductor.pattern_matcher import joint_fwd_bwd
+
+        return self.result is False and not (self._inference_mode and self.trace_fn is joint_fwd_bwd)
 
     @property
     def name(self) -> str:
@@ -131,6 +162,8 @@ class RecordedRewrite:
             def extra_check(match: Any) -> bool:
                 outcome = bool(user_check(match))
                 isolated.checks.append(outcome)
+                if not outcome:
+                    isolated.reject(match)
                 return outcome
 
             if self.register(isolated.pass_, extra_check=extra_check) is False:
@@ -162,11 +195,25 @@ class RecordedRewrite:
 @dataclasses.dataclass
 class _Isolated:
     """A one-rewrite ``PatternMatcherPass`` and the outcomes of its ``extra_check`` since the
-    caller last cleared them; ``outcomes`` memoises ground truth by the caller's key."""
+    caller last cleared them; ``outcomes`` memoises ground truth by the caller's key;
+    ``rejected``: the first matches the ``extra_check`` rejected, one per
+    :func:`~pmverify._gates.rejection_key` (where :func:`pmverify.check_rewrite` looks for a gate)."""
 
     pass_: Any
     checks: list[bool] = dataclasses.field(default_factory=list)
     outcomes: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    rejected: dict[Any, Any] = dataclasses.field(default_factory=dict)
+
+    def reject(self, match: Any) -> None:
+        """Keep ``match`` (one the ``extra_check`` rejected) if its key is new, up to
+        :data:`_MAX_REJECTED` of them."""
+        from ._gates import rejection_key
+
+        if len(self.rejected) < _MAX_REJECTED:
+            self.rejected.setdefault(rejection_key(match), match)
+
+
+_MAX_REJECTED = 8
 
 
 @dataclasses.dataclass
@@ -189,9 +236,42 @@ def original_register_replacement() -> Callable[..., Any]:
     return _STATE.original if _STATE.recorders else pm.register_replacement
 
 
+def plain_tensors(values: Any) -> Any:
+    """``values`` (a tuple or list, nested containers included) with each tensor that is not a plain
+    ``torch.Tensor`` (a fake tensor of a ``FakeTensorMode``, dead once the block that made it ended,
+    as Inductor's lazy initialisers record their example inputs; a functional or other subclass
+    tensor made while tracing) re-created as a plain tensor of the same shape, stride, dtype,
+    device and ``requires_grad``, holding zeros (a fake tensor has no values), or its constant when
+    a fake tensor keeps one. Made outside every active mode, so that it stays plain when made while
+    tracing. Other values are kept as given."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    def plain(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor) or type(value) in (torch.Tensor, torch.nn.Parameter):
+            return value
+        constant = getattr(value, "constant", None)  # a FakeTensor's, when it keeps one
+        # private: _disable_current_modes (read at torch 2.13) is how Inductor itself leaves fake modes
+        with torch.utils._python_dispatch._disable_current_modes(), torch.no_grad():
+            if isinstance(constant, torch.Tensor) and type(constant) is torch.Tensor:
+                fresh = constant.detach().clone()
+            else:
+                fresh = torch.empty_strided(
+                    tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=value.device
+                ).zero_()
+        return fresh.requires_grad_() if value.requires_grad else fresh
+
+    return pytree.tree_map(plain, values)
+
+
 def _record(bound: inspect.BoundArguments, result: Any) -> RecordedRewrite:
+    import torch
+
     arguments = dict(bound.arguments)
     example = arguments.get("example_inputs")
+    if isinstance(example, (list, tuple)):
+        example = plain_tensors(example)
+        arguments["example_inputs"] = example
     return RecordedRewrite(
         search_fn=arguments["search_fn"],
         replace_fn=arguments["replace_fn"],
@@ -206,6 +286,7 @@ def _record(bound: inspect.BoundArguments, result: Any) -> RecordedRewrite:
         pattern_name=arguments.get("pattern_name"),
         arguments=arguments,
         result=result,
+        _inference_mode=torch.is_inference_mode_enabled(),
     )
 
 

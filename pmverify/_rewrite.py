@@ -13,9 +13,10 @@ raised as :class:`PassVerificationError` with a reproducer script.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from hypothesis.strategies import SearchStrategy
 
 from ._check import CaseResult
 from ._record import RecordedRewrite
-from ._summary import AllCasesVoid, RewriteNeverMatched, VerifySummary, vacuous_error
+from ._summary import AllCasesVoid, RewriteNeverMatched, RewriteUnsatisfiable, VerifySummary, vacuous_error
 from ._verify import PassVerificationError, verify
 
 __all__ = ["RewriteResult", "RewriteNeverMatched", "check_rewrite"]
@@ -41,6 +42,8 @@ class RewriteResult:
     - ``outcomes``: the ground truth of the instances, counted: ``"must match"``, or the reason it
       need not (``"extra_check"``: the rewrite's ``extra_check`` rejected the inputs;
       ``"trace_differs"``, ``"dtype"``...).
+    - ``simulated``: with ``force_extra_check=True``, the conditions under which the
+      ``extra_check`` accepted matches it rejects here (``"query on a CUDA device"``), sorted.
     - ``capped_sizes``: the example sizes the default inputs drew smaller, ``{example size: drawn
       size}`` (e.g. ``{1024: 64, 128: 8}``; empty when none was, or ``inputs`` was given): see
       :func:`check_rewrite`.
@@ -50,19 +53,48 @@ class RewriteResult:
     examples: int
     matched: int
     outcomes: dict[str, int]
+    simulated: tuple[str, ...] = ()
     capped_sizes: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
-def _never_matched(result: RewriteResult, summary: VerifySummary) -> RewriteNeverMatched:
+def _never_matched(
+    result: RewriteResult, summary: VerifySummary, rewrite: RecordedRewrite, force_extra_check: bool
+) -> RewriteNeverMatched:
+    """The error of a search in which no case was rewritten: :class:`RewriteUnsatisfiable` when the
+    rewrite's ``extra_check`` is gated on a device or configuration (see :mod:`pmverify._gates`)."""
+    from ._gates import gate_of_rewrite
     from .strategies._recorded_inputs import describe_sizes
 
     why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
     cap = describe_sizes(result.capped_sizes)
+    drawn = (
+        f"{result.examples} cases drawn like its example inputs{f' ({cap})' if cap else ''} (ground truth of the "
+        f"instances: {why or 'none'})"
+    )
+    found = None
+    if result.outcomes.get("extra_check"):
+        found = gate_of_rewrite(rewrite, rewrite._isolated_pass(), forced=force_extra_check)
+    if found is not None and found.gate is not None:
+        condition = found.gate.condition
+        return RewriteUnsatisfiable(
+            f"rewrite {result.rewrite.name} is unsatisfiable here: its extra_check rejected every match in the "
+            f"{drawn} and accepts one ({found.inputs}) only with {condition} (simulated); nothing was compared. "
+            "check_rewrite(..., force_extra_check=True) compares it with that simulated, config_patches= sets "
+            "config options",
+            condition,
+            summary,
+            result,
+        )
+    forced = " even with the gates of its extra_check simulated (force_extra_check=True)" if force_extra_check else ""
+    accepted = (
+        f"; its extra_check{' (forced)' if force_extra_check else ''} accepts inputs like {found.accepted}: draw "
+        "such inputs with inputs="
+        if found and found.accepted
+        else ""
+    )
     return RewriteNeverMatched(
-        f"rewrite {result.rewrite.name} never matched: Inductor's matcher holding only "
-        f"{result.rewrite!r} rewrote none of {result.examples} cases drawn like its example inputs"
-        f"{f' ({cap})' if cap else ''} "
-        f"(ground truth of the instances: {why or 'none'}); nothing was compared. Give check_rewrite "
+        f"rewrite {result.rewrite.name} never matched{forced}: Inductor's matcher holding only "
+        f"{result.rewrite!r} rewrote none of {drawn}{accepted}; nothing was compared. Give check_rewrite "
         "inputs= drawing inputs its extra_check accepts, or fix the pattern or extra_check",
         summary,
         result,
@@ -86,6 +118,8 @@ def check_rewrite(
     inputs: SearchStrategy[Sequence[Any]] | None = None,
     repro_dir: str | os.PathLike[str] | None = None,
     pass_source: str | None = None,
+    force_extra_check: bool = False,
+    config_patches: Mapping[str, Any] | None = None,
 ) -> RewriteResult:
     """Check one recorded rewrite alone: its replacement computes what its search function
     computes on every input Inductor's matcher rewrites; return a :class:`RewriteResult`.
@@ -120,6 +154,13 @@ def check_rewrite(
     - ``pass_source``: Python code defining ``PASS`` for the reproducer (pmverify cannot rebuild a
       one-rewrite ``PatternMatcherPass`` from outside), e.g. code that records the pass's rewrites
       and sets ``PASS = rewrites[i].pattern_pass()``.
+    - ``force_extra_check``: when True, a match the ``extra_check`` rejects is accepted where its
+      gate is found and simulated (below): the comparison runs as on a machine and configuration
+      that have it, and ``RewriteResult.simulated`` names the conditions. A match rejected under
+      no gate (a dtype or a scalar the check refuses everywhere) stays rejected. Default False.
+    - ``config_patches``: options of ``torch._inductor.config`` (dotted names, ``{"shape_padding":
+      True, "cpp.enable_concat_linear": True}``) set with ``torch._inductor.config.patch`` while
+      the rewrite is registered again and searched; default none.
 
     Each case holds one instance of the search function in no context, traced with the rewrite's
     ``trace_fn``: the inputs as drawn, or (half the cases) a near miss of what the trace does not
@@ -136,11 +177,20 @@ def check_rewrite(
 
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the replacement breaks a
     property (``violations`` name the oracle: ``semantics``, ``structure``...);
-    :class:`RewriteNeverMatched` when no case was rewritten (e.g. ``extra_check`` rejected every
-    input: the rewrite was not checked at all; its ``result`` is the :class:`RewriteResult`);
+    :class:`RewriteUnsatisfiable` when no case was rewritten because the rewrite is gated on what
+    this machine or configuration lacks (its ``condition``: ``"query on a CUDA device (with
+    Triton) and torch._inductor.config.force_shape_pad=True"``; see :mod:`pmverify._gates`: the
+    ``extra_check`` is run again on a match it rejected with config options it read flipped, its
+    inputs made frozen parameters and its tensors put on a fake CUDA device, smallest set first;
+    also a training pattern registered in inference mode);
+    :class:`RewriteNeverMatched` when no case was rewritten and no gate was found (e.g.
+    ``extra_check`` rejected every input: the rewrite was not checked at all; its ``result`` is the
+    :class:`RewriteResult`);
     :class:`AllCasesVoid` when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for a ``recorded`` that is not a
     :class:`RecordedRewrite`, an ``inputs`` that is not a strategy, or example inputs
-    :func:`~pmverify.strategies.like` cannot draw; ``ValueError`` when the rewrite cannot be
+    :func:`~pmverify.strategies.like` cannot draw, a ``force_extra_check`` that is not a bool, or
+    ``config_patches`` that are not a mapping of ``torch._inductor.config`` options to values of
+    their type (a bool option takes a bool); ``ValueError`` when the rewrite cannot be
     registered again.
 
     Example::
@@ -153,21 +203,66 @@ def check_rewrite(
             except (pmverify.PassVerificationError, pmverify.VacuousSearch) as error:
                 print(rewrite.name, error)
     """
-    from .strategies import planted
-    from .strategies._recorded_inputs import recorded_example
+    from torch._inductor import config
+
+    from ._gates import check_config_patches, inference_mode_gate, rewrite_copy
 
     if not isinstance(recorded, RecordedRewrite):
         raise InvalidArgument(f"recorded={recorded!r} must be a RecordedRewrite (from pmverify.record_patterns())")
-    recorded.pattern_pass()  # ValueError now, not inside the search, when it registers nothing
+    if not isinstance(force_extra_check, bool):
+        raise InvalidArgument(f"force_extra_check={force_extra_check!r} must be a bool")
+    patches = check_config_patches(config_patches)
+    with config.patch(patches) if patches else contextlib.nullcontext():
+        rewrite, simulated = (
+            rewrite_copy(recorded, force_extra_check=force_extra_check)
+            if force_extra_check or patches
+            else (recorded, set())
+        )
+        try:
+            rewrite.pattern_pass()  # ValueError now, not inside the search, when it registers nothing
+        except ValueError as error:
+            condition = inference_mode_gate(rewrite)
+            if condition is None:
+                raise
+            raise RewriteUnsatisfiable(
+                f"rewrite {recorded.name} is unsatisfiable here: {error}; it registers only {condition}",
+                condition,
+            ) from None
+        notes = [f"the pass is {recorded!r} alone (check_rewrite)"]
+        if patches:
+            notes.append(f"under torch._inductor.config.patch({patches!r}) (config_patches)")
+        if force_extra_check:
+            notes.append("its extra_check forced: a match it rejects is accepted where a gate is simulated")
+        return _search(
+            recorded, rewrite, simulated, notes, force_extra_check, inputs, max_examples, seed, repro_dir, pass_source
+        )
+
+
+def _search(
+    recorded: RecordedRewrite,
+    rewrite: RecordedRewrite,
+    simulated: set[str],
+    notes: list[str],
+    force_extra_check: bool,
+    inputs: SearchStrategy[Sequence[Any]] | None,
+    max_examples: int | None,
+    seed: int | None,
+    repro_dir: str | os.PathLike[str] | None,
+    pass_source: str | None,
+) -> RewriteResult:
+    """:func:`check_rewrite`'s search of ``rewrite`` (``recorded`` or its variant)."""
+    from .strategies import planted
+    from .strategies._recorded_inputs import recorded_example
+
     cases = planted(
-        recorded,
+        rewrite,
         inputs,
         context=st.nothing(),
         min_instances=1,
         max_instances=1,
         near_misses=_NEAR_MISSES,
     )
-    example = recorded_example(recorded) if inputs is None else None  # memoised: planted made it
+    example = recorded_example(rewrite) if inputs is None else None  # memoised: planted made it
     cap = None if example is None else example.describe_cap()
     outcomes: collections.Counter[str] = collections.Counter()
     counts = {"examples": 0, "matched": 0}
@@ -177,9 +272,10 @@ def check_rewrite(
         counts["matched"] += result.matches > 0
         outcomes.update(_outcome(instance) for instance in result.case.planted)
 
+    rewrite._isolated_pass().rejected.clear()
     try:
         summary = verify(
-            recorded.pattern_pass(),
+            rewrite.pattern_pass(),
             cases,
             max_examples=max_examples,
             seed=seed,
@@ -190,20 +286,25 @@ def check_rewrite(
         )
     except PassVerificationError as error:
         note = error.note.replace("give verify() pass_source", "give check_rewrite() pass_source")
-        notes = [f"the pass is {recorded!r} alone (check_rewrite)", *([cap] if cap else []), *([note] if note else [])]
+        if cap:
+            notes = [*notes, cap]
+        if simulated:
+            notes = [*notes, f"simulated: {'; '.join(sorted(simulated))}"]
         raise PassVerificationError(
             error.result,
             error.reproducer,
-            "; ".join(notes),
+            "; ".join([*notes, *([note] if note else [])]),
             error.pictures,
             other_failures=error.other_failures,
             other_reproducers=error.other_reproducers,
             summary=error.summary,
         ) from None
     sizes = {} if example is None else dict(example.capped_sizes)
-    result = RewriteResult(recorded, counts["examples"], counts["matched"], dict(outcomes), sizes)
+    result = RewriteResult(
+        recorded, counts["examples"], counts["matched"], dict(outcomes), tuple(sorted(simulated)), capped_sizes=sizes
+    )
     if not result.matched:
-        raise _never_matched(result, summary)
+        raise _never_matched(result, summary, rewrite, force_extra_check)
     error = vacuous_error(summary, f"check_rewrite({recorded.name})")
     if isinstance(error, AllCasesVoid):
         raise error

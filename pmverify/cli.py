@@ -1,11 +1,13 @@
 """pmverify command line: `pmverify fuzz` verifies a pass (the shipped QK-norm pass, a fault of
-the bank, or your own) on random graphs within a time budget, crash-isolated; `pmverify selfcheck`
+the bank, or your own) on random graphs within a time budget, crash-isolated; `pmverify audit`
+checks every rewrite Inductor (or your pass module) registers, one by one; `pmverify selfcheck`
 checks that pmverify catches every fault of its bank.
 
 Exit status: fuzz 0 when nothing was found, 1 when something was (a target whose whole run rewrote
 nothing included: a never_matched finding), 2 when nothing was but a target
 could not be searched or checked no case, 130 when interrupted; selfcheck 0 when every fault was detected, 1 when one
-escaped, 2 when none escaped but one could not run here; 2 for bad usage (including an environment
+escaped, 2 when none escaped but one could not run here; audit 1 when a rewrite has a finding, 0 otherwise, 130
+when interrupted; 2 for bad usage (including an environment
 the Triton kernels cannot run in, or an example database that cannot be reached).
 """
 
@@ -16,6 +18,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -40,7 +43,7 @@ MIN_CASE_TIMEOUT_S = 30.0
 #: About what a worker takes to start (torch, pmverify, Inductor's pattern matcher) on 2 cores.
 WORKER_START_S = 10.0
 #: The options that take a DURATION: ``--budget -5s`` is read as ``--budget=-5s`` (see :func:`_joined`).
-DURATION_OPTIONS = ("--budget", "--case-timeout", "--checkpoint-every")
+DURATION_OPTIONS = ("--budget", "--case-timeout", "--checkpoint-every", "--timeout")
 _DURATION_HELP = "a duration such as 90s, 30m, 8h, 1h30m or 1d, or a number of seconds"
 _OUTPUT_HELP = (
     "PATH is a file (a symlink's target), replaced whole, or - or /dev/stdout, written once at the end "
@@ -213,7 +216,80 @@ def _parser() -> argparse.ArgumentParser:
     )
     selfcheck.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
     selfcheck.add_argument("--no-shrink", action="store_true", help="report the first failing case unshrunk (faster)")
+    _audit_parser(sub)
     return parser
+
+
+def _audit_parser(sub: Any) -> None:
+    audit = sub.add_parser(
+        "audit",
+        help="check every rewrite of Inductor (or of your pass modules) one by one, crash-isolated",
+        description="Record every register_replacement rewrite of Inductor's own pattern passes at the installed torch "
+        "(default), or of your pass modules, and check each alone in a worker process: pmverify.check_rewrite, then the "
+        "rewrite planted into random graphs with near misses. Each gets a status: ok; finding (oracles, reproducer; a "
+        "rewrite that never fired and has no gate is a never_matched finding); unsatisfiable here (gated on what this "
+        "machine lacks); not comparable (random numbers drawn otherwise, or no finite reference); error (pmverify's own "
+        "failure, a worker that died or hung included: never a finding); not registered (register_replacement skipped "
+        "it as a duplicate: it never runs); not run (budget spent or interrupted). Prints a table per module. Exit "
+        "status 1 when a rewrite has a finding, 0 otherwise, 130 when interrupted, 2 for bad usage.",
+    )
+    audit.add_argument(
+        "modules",
+        nargs="*",
+        metavar="MODULE",
+        help="what to audit: inductor (Inductor's rewrites, the default), a pass module (its rewrites recorded while it "
+        "is imported) or MODULE:ATTR, a callable building the pass (recorded while it runs); imported from the current "
+        "folder or the installed packages",
+    )
+    audit.add_argument(
+        "--rewrite",
+        action="append",
+        metavar="GLOB",
+        help="audit only the rewrites whose NAME or MODULE/NAME matches (repeatable), e.g. '_sfdp_pattern_1_*' or 'pad_mm/*'",
+    )
+    audit.add_argument(
+        "--max-examples",
+        type=_positive(int, "--max-examples"),
+        default=10,
+        metavar="N",
+        help="cases of check_rewrite per rewrite (default %(default)s); the planted check runs half as many",
+    )
+    audit.add_argument(
+        "--budget",
+        type=_duration("--budget"),
+        metavar="DURATION",
+        help=f"start no rewrite after this long ({_DURATION_HELP}); the rest are reported as not run",
+    )
+    audit.add_argument(
+        "--timeout",
+        type=_duration("--timeout"),
+        default=300.0,
+        metavar="DURATION",
+        help=f"a rewrite audited longer is an error (its worker killed; the next goes on in a fresh one), "
+        f"{_DURATION_HELP} (default 5m)",
+    )
+    audit.add_argument(
+        "--jobs",
+        type=_positive(int, "--jobs"),
+        default=1,
+        metavar="N",
+        help="rewrites audited at once, each in its worker process (default %(default)s; one core each)",
+    )
+    audit.add_argument("--seed", type=int, default=0, help="seed of the checks (default %(default)s)")
+    audit.add_argument("--report", type=pathlib.Path, metavar="PATH", help=f"JSON report; {_OUTPUT_HELP}")
+    audit.add_argument(
+        "--junit",
+        type=pathlib.Path,
+        metavar="PATH",
+        help=f"JUnit XML, a testsuite per module and a testcase per rewrite; {_OUTPUT_HELP}",
+    )
+    audit.add_argument(
+        "--markdown",
+        type=pathlib.Path,
+        metavar="PATH",
+        help=f"the Markdown table of docs/AUDIT.md (counts per module, a line per rewrite not ok); {_OUTPUT_HELP}",
+    )
+    audit.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
 
 
 def _summary(report: dict[str, Any], out: Any) -> None:
@@ -294,29 +370,13 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         except ValueError as exc:
             print(f"pmverify fuzz: --db={pytest_pmverify.redacted(args.db)!r}: {exc}", file=sys.stderr)
             return 2
-    for option, path in (("--report", args.report), ("--junit", args.junit)):
-        if not _writable("fuzz", path, option):
-            return 2
-    streams = [pytest_pmverify.output_stream(path) for path in (args.report, args.junit) if path is not None]
-    if len(streams) == 2:  # one would overwrite the other
-        both = f"--report={str(args.report)!r} and --junit={str(args.junit)!r}"
-        if streams[0] is not None and streams[0] == streams[1]:
-            print(f"pmverify fuzz: {both} are one stream: give one of them a file", file=sys.stderr)
-            return 2
-        if streams == [None, None] and pytest_pmverify.output_file(args.report) == pytest_pmverify.output_file(
-            args.junit
-        ):
-            print(f"pmverify fuzz: {both} are one file: give them two", file=sys.stderr)
-            return 2
+    if not _outputs_ok("fuzz", [("--report", args.report), ("--junit", args.junit)]):
+        return 2
     stdout = out  # where --report - goes, written once at the end; nothing else goes there then
-    if 1 in streams:
+    if any(pytest_pmverify.output_stream(path) == 1 for path in (args.report, args.junit) if path is not None):
         out = sys.stderr
-    if args.repro_dir is not None:  # (a --db folder is made by example_database above)
-        try:
-            pytest_pmverify.make_folder(args.repro_dir)
-        except (OSError, ValueError) as exc:
-            print(f"pmverify fuzz: --repro-dir={str(args.repro_dir)!r} cannot be made a folder: {exc}", file=sys.stderr)
-            return 2
+    if not _folder_made("fuzz", args.repro_dir):  # (a --db folder is made by example_database above)
+        return 2
     options = JobOptions(
         targets=targets,
         cases=args.cases,
@@ -372,6 +432,61 @@ def _writable(command: str, path: pathlib.Path | None, option: str = "--report")
         print(f"pmverify {command}: {option}={str(path)!r} cannot be written: {exc}", file=sys.stderr)
         return False
     return True
+
+
+def _folder_made(command: str, path: pathlib.Path | None, option: str = "--repro-dir") -> bool:
+    """Whether the folder ``path`` (given as ``option``; None: not given) is there or was made; says
+    why not in one line on stderr."""
+    import pytest_pmverify
+
+    if path is None:
+        return True
+    try:
+        pytest_pmverify.make_folder(path)
+    except (OSError, ValueError) as exc:
+        print(f"pmverify {command}: {option}={str(path)!r} cannot be made a folder: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _outputs_ok(command: str, outputs: Sequence[tuple[str, pathlib.Path | None]]) -> bool:
+    """Whether every output given (``(option, path)``, None: not given) can be written and no two
+    of them are one stream or one file (one would overwrite the other); says why not in one line
+    on stderr."""
+    import pytest_pmverify
+
+    given = [(option, path) for option, path in outputs if path is not None]
+    if not all(_writable(command, path, option) for option, path in given):
+        return False
+    for i, (option, path) in enumerate(given):
+        for other_option, other in given[i + 1 :]:
+            both = f"{option}={str(path)!r} and {other_option}={str(other)!r}"
+            stream, other_stream = pytest_pmverify.output_stream(path), pytest_pmverify.output_stream(other)
+            if stream is not None and stream == other_stream:
+                print(f"pmverify {command}: {both} are one stream: give one of them a file", file=sys.stderr)
+                return False
+            if stream is None and other_stream is None:
+                if pytest_pmverify.output_file(path) == pytest_pmverify.output_file(other):
+                    print(f"pmverify {command}: {both} are one file: give them two", file=sys.stderr)
+                    return False
+    return True
+
+
+def audit(args: argparse.Namespace, out: Any = None) -> int:
+    import pytest_pmverify
+
+    from ._audit import run_command
+
+    out = out if out is not None else sys.stdout
+    outputs = [("--report", args.report), ("--junit", args.junit), ("--markdown", args.markdown)]
+    if not _outputs_ok("audit", outputs):
+        return 2
+    if not _folder_made("audit", args.repro_dir):
+        return 2
+    stdout = out  # where an output given as - goes, written once at the end; nothing else goes there then
+    if any(pytest_pmverify.output_stream(path) == 1 for _, path in outputs if path is not None):
+        out = sys.stderr
+    return run_command(args, out, stdout)
 
 
 def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
@@ -449,7 +564,9 @@ def _joined(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(_joined(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(_joined(argv))
+    args.command_line = shlex.join(["pmverify", *argv])
     import pytest_pmverify  # (torch-free)
 
     try:  # bad usage ends here, before torch is imported
@@ -473,15 +590,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, RuntimeError) as exc:
         print(f"pmverify {args.command}: {exc}", file=sys.stderr)
         return 2
-    if args.command == "fuzz":
+    if args.command in ("fuzz", "audit"):
+        command = fuzz if args.command == "fuzz" else audit
         if threading.current_thread() is not threading.main_thread():
-            return fuzz(args)
+            return command(args)
         # A scheduler's SIGTERM ends the job as Ctrl-C does: workers stopped, report finished.
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
-            return fuzz(args)
+            return command(args)
         except KeyboardInterrupt:  # before the job started (importing a target): nothing to report
-            print("pmverify fuzz: interrupted", file=sys.stderr)
+            print(f"pmverify {args.command}: interrupted", file=sys.stderr)
             return 130
         finally:
             signal.signal(signal.SIGTERM, previous)

@@ -44,23 +44,34 @@ class JobOptions:
 
 
 class WorkerProcess:
-    """One worker process and what it is doing; its output goes to ``log``."""
+    """One worker process and what it is doing; its output goes to ``log``. It runs the fuzzing
+    job's :func:`.worker.serve` for target ``name``, or ``main(conn, *args)`` when given (another
+    job's worker: ``pmverify audit``'s; ``options`` unused then)."""
 
-    def __init__(self, context: Any, name: str, options: JobOptions, log: pathlib.Path | None) -> None:
+    def __init__(
+        self,
+        context: Any,
+        name: str,
+        options: JobOptions | None,
+        log: pathlib.Path | None,
+        *,
+        main: Any = None,
+        args: tuple = (),
+    ) -> None:
         self.conn, child = context.Pipe()
         self.log = log
         self.dump_from: int | None = None
-        worker_options = {
-            "profile": options.profile,
-            "db": options.db,
-            "repro_dir": str(options.repro_dir) if options.repro_dir else None,
-            "shrink": options.shrink,
-            "log": str(log) if log else None,
-            "strict_order": options.strict_order,
-        }
-        self.process = context.Process(
-            target=serve, args=(child, name, options.cases, worker_options), name=f"pmverify-worker[{name}]"
-        )
+        if main is None:
+            worker_options = {
+                "profile": options.profile,
+                "db": options.db,
+                "repro_dir": str(options.repro_dir) if options.repro_dir else None,
+                "shrink": options.shrink,
+                "log": str(log) if log else None,
+                "strict_order": options.strict_order,
+            }
+            main, args = serve, (name, options.cases, worker_options)
+        self.process = context.Process(target=main, args=(child, *args), name=f"pmverify-worker[{name}]")
         self.process.daemon = True
         self.process.start()
         child.close()

@@ -77,9 +77,10 @@ def region_reference(
     """Run ``before`` on clones of ``inputs`` up to ``region`` and ``float64`` (its float64 twin,
     :func:`~pmverify.oracles.semantics.float64_module`) from there on; return ((flat outputs, final
     inputs), operand scale), the results float64 where the region reaches them and the operand
-    scale the largest finite magnitude the region and what follows it read (what a cancellation's
-    rounding error is relative to), or None (see the module docstring). The caller sets
-    deterministic fill."""
+    scale the largest finite magnitude the region and what follows it read from outside the region
+    (what a cancellation's rounding error is relative to; constants the region makes itself, such
+    as a ``full(-finfo.max)`` mask fill, do not count), or None (see the module docstring). The
+    caller sets deterministic fill."""
     if not region:
         return None
     nodes, twins = list(before.graph.nodes), list(float64.graph.nodes)
@@ -99,7 +100,9 @@ def region_reference(
 
     def value_of(twin: torch.fx.Node) -> Any:
         node = original[twin]
-        value = wide[node] if node in tainted else _to64(real[node])
+        if node in tainted:
+            return wide[node]
+        value = _to64(real[node])  # read from outside the region: its rounding is what cancels
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
             finite = value.abs().where(torch.isfinite(value), 0.0)
             scale[0] = max(scale[0], float(finite.max()))

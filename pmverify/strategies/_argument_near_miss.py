@@ -46,7 +46,7 @@ import torch
 
 from ._near_miss import Traced, _all_finite, _runs
 
-__all__ = ["ARGUMENT_KINDS", "argument_variant"]
+__all__ = ["ARGUMENT_KINDS", "argument_variant", "argument_kind_applies"]
 
 #: The kinds this module makes, in the order shrinking prefers them.
 ARGUMENT_KINDS = ("optional_arg", "overload", "reduction_dim", "values")
@@ -433,6 +433,20 @@ def _values(base: Traced, pick: _Pick) -> Traced | None:
             detail = f"input {names[index]} (argument {index}, a {role}) given {value!r} at every other element"
             return Traced(base.gm, args, None, "values", detail=detail)
     return None
+
+
+def argument_kind_applies(base: Traced, kind: str) -> bool:
+    """Whether the instance ``base`` has candidate changes of ``kind`` at all (from its structure
+    and its inputs, without running anything): a kind without any is never drawn for it."""
+    if kind == "optional_arg":
+        return bool(_optional_edits(base.gm))
+    if kind == "overload":
+        return bool(_overload_edits(base.gm))
+    if kind == "reduction_dim":
+        return bool(_reduction_dim_edits(base.gm))
+    if kind == "values":
+        return bool(_value_edits(base))
+    raise ValueError(f"kind={kind!r} is not one of {ARGUMENT_KINDS}")
 
 
 def argument_variant(base: Traced, kind: str, pick: _Pick) -> Traced | None:

@@ -296,6 +296,25 @@ def _intermediates(gm: torch.fx.GraphModule) -> list[str]:
     ]
 
 
+def kind_applies(base: Traced, kind: str) -> bool:
+    """Whether the instance ``base`` has candidate near misses of ``kind`` at all, judged from its
+    structure and inputs without tracing or running anything (a candidate may still fail to run:
+    :func:`variants` then returns None)."""
+    if kind in ("constant", "dim", "split_sizes"):
+        return bool(_edits(base.gm, kind))
+    if kind == "dtype":
+        return any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in base.args)
+    if kind in ("optional_arg", "overload", "reduction_dim", "values"):
+        from ._argument_near_miss import argument_kind_applies
+
+        return argument_kind_applies(base, kind)
+    if kind == "extra_user":
+        return bool(_intermediates(base.gm))
+    if kind == "unused":
+        return True
+    raise ValueError(f"kind={kind!r} is not one of {NEAR_MISS_KINDS}")
+
+
 def variants(
     pattern: Callable[..., Any], base: Traced, kind: str, trace_fn: Any, pick: Callable[[int], int]
 ) -> Traced | None:

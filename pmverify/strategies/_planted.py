@@ -45,7 +45,7 @@ from .._case import GraphCase, PlantedInstance
 from .._fx import flat_nodes
 from .._record import RecordedRewrite
 from ._like import _TensorLike, like
-from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, runs_eagerly, signature, trace, variants
+from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, kind_applies, runs_eagerly, signature, trace, variants
 from ._recorded_inputs import NumberForms, recorded_example
 from ._validation import check_choices, check_int, check_order, check_strategy, short_repr
 
@@ -493,8 +493,11 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
     # Half the instances are plain (False shrinks first), the others one near-miss kind each. The
     # kind and the choice among its variants are drawn either way: an instance's span has the same
     # choices whatever its kind, so that shrinking it to a simpler kind misaligns no later choice.
+    # The kind is drawn among those the instance has candidates of, so that no kind is starved by
+    # kinds that do not apply to it and fall through to the next one.
     near = bool(spec["kinds"]) and draw(st.booleans())
-    kind = draw(st.sampled_from(spec["kinds"])) if spec["kinds"] else None
+    applicable = tuple(k for k in spec["kinds"] if kind_applies(base, k))
+    kind = draw(st.sampled_from(applicable or spec["kinds"])) if spec["kinds"] else None
     which = draw(st.integers(0, 255)) if spec["kinds"] else 0
     chosen = base
     if near:

@@ -371,10 +371,11 @@ ADDMM_SUM_INPUTS = like(
 
 
 def test_a_hand_written_pass_dropping_arguments_is_caught(finding_only):
-    """With default arguments, planted draws calls with alpha=/beta=/dtype= the pattern omits, which
-    Inductor's matcher would rewrite too: a pass that drops them is a semantics (or output dtype)
-    finding; the same pass refusing them is quiet."""
-    strategy = planted(addmm_sum_pattern, ADDMM_SUM_INPUTS)
+    """planted draws calls with alpha=/beta=/dtype= the pattern omits (the optional_arg near miss,
+    one of the defaults), which Inductor's matcher would rewrite too: a pass that drops them is a
+    semantics (or output dtype) finding; the same pass refusing them is quiet. That one kind alone,
+    so that the finding does not hang on how often the draws of one process pick it."""
+    strategy = planted(addmm_sum_pattern, ADDMM_SUM_INPUTS, near_misses=("optional_arg",))
     with finding_only(), pytest.raises(pmverify.PassVerificationError) as raised:
         pmverify.verify(AddmmSumPass(), strategy, max_examples=80, seed=0)
     assert {v.oracle for v in raised.value.violations} <= {"semantics", "structure"}

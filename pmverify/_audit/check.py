@@ -1,0 +1,207 @@
+"""One rewrite audited: :func:`pmverify.check_rewrite`, then the rewrite planted into random graphs
+with near misses, the outcome mapped to the audit's status.
+
+Statuses (:data:`STATUSES`), each with a one-line ``reason``:
+
+- ``ok``: check_rewrite compared the rewrite where it fired and found nothing, and so did the
+  planted check (reason: the cases run and rewritten);
+- ``finding``: a property broke (``violations``: oracle and message; ``reproducer``), in
+  ``check_rewrite`` or in the planted check (``check`` says which; a rewrite that fires on a near
+  miss shows there), or ``check_rewrite`` never saw the rewrite fire and found no gate for it
+  (``kind`` ``never_matched``: nothing was compared);
+- ``unsatisfiable here``: it never fired because it is gated on what this machine or configuration
+  lacks (reason: :attr:`pmverify.RewriteUnsatisfiable.condition`);
+- ``not comparable``: before and after cannot be compared value by value (reason:
+  :attr:`pmverify.RewriteNotComparable.reason`), or every case's float64 reference was NaN/Inf;
+- ``error``: pmverify itself failed (reason: the exception's type and text; ``traceback``);
+  never a finding of the rewrite.
+
+The job adds ``not registered`` (``register_replacement`` skipped the rewrite as a duplicate: it is
+registered nowhere, so it never rewrites a graph and is not checked) and ``not run`` (the budget was
+spent, or the audit interrupted, before it started).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from typing import Any
+
+__all__ = ["STATUSES", "check_one", "error_text", "planted_examples"]
+
+OK = "ok"
+FINDING = "finding"
+UNSATISFIABLE = "unsatisfiable here"
+NOT_COMPARABLE = "not comparable"
+ERROR = "error"
+NOT_REGISTERED = "not registered"
+NOT_RUN = "not run"
+#: Every status, in the order the summary table shows them.
+STATUSES = (OK, FINDING, UNSATISFIABLE, NOT_COMPARABLE, ERROR, NOT_REGISTERED, NOT_RUN)
+#: The longest reason kept on one line (the violations keep their whole messages).
+REASON_CHARS = 300
+
+
+def planted_examples(max_examples: int) -> int:
+    """Cases of the planted check for ``max_examples`` cases of check_rewrite: half, at least one."""
+    return max(1, math.ceil(max_examples / 2))
+
+
+def one_line(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` on one line (its lines joined, runs of spaces as one), cut to ``limit`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` of ``exc``, never without a message: an exception raised without one is
+    named with where it was raised (file, line, function)."""
+    text = str(exc).strip()
+    if text:
+        return f"{type(exc).__name__}: {text}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f", raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return f"{type(exc).__name__} with no message{where}"
+
+
+def _error(exc: BaseException, step: str) -> dict[str, Any]:
+    return {
+        "status": ERROR,
+        "reason": one_line(f"{step} raised {error_text(exc)}"),
+        "error": error_text(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-12:]),
+    }
+
+
+def _finding(error: Any, check: str) -> dict[str, Any]:
+    violations = [{"oracle": v.oracle, "message": v.message} for v in error.violations]
+    oracles = ", ".join(dict.fromkeys(v["oracle"] for v in violations))
+    first = one_line(violations[0]["message"]) if violations else ""
+    where = "" if check == "check_rewrite" else " (planted among random graphs with near misses)"
+    return {
+        "status": FINDING,
+        "kind": "violation",
+        "check": check,
+        "reason": one_line(f"{oracles}{where}: {first}"),
+        "violations": violations,
+        "reproducer": str(error.reproducer) if error.reproducer else None,
+        "other_reproducers": {k: str(v) for k, v in error.other_reproducers.items() if v},
+    }
+
+
+def _never_matched(error: Any) -> dict[str, Any]:
+    result = error.result
+    if result is not None:
+        truth = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items())) or "none"
+        reason = f"never matched: none of {result.examples} cases drawn like its example inputs was rewritten (ground truth: {truth})"
+    else:
+        reason = f"never matched: {one_line(str(error))}"
+    return {
+        "status": FINDING,
+        "kind": "never_matched",
+        "check": "check_rewrite",
+        "reason": one_line(reason),
+        "violations": [{"oracle": "never_matched", "message": str(error)}],
+    }
+
+
+def _check_rewrite(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str) -> dict[str, Any]:
+    from .. import (
+        AllCasesVoid,
+        PassVerificationError,
+        RewriteNeverMatched,
+        RewriteNotComparable,
+        RewriteUnsatisfiable,
+        check_rewrite,
+    )
+
+    try:
+        result = check_rewrite(
+            rewrite, max_examples=max_examples, seed=seed, repro_dir=repro_dir, pass_source=pass_source
+        )
+    except PassVerificationError as error:
+        return _finding(error, "check_rewrite")
+    except RewriteUnsatisfiable as error:
+        return {"status": UNSATISFIABLE, "reason": one_line(error.condition), "message": str(error)}
+    except RewriteNeverMatched as error:
+        return _never_matched(error)
+    except RewriteNotComparable as error:
+        return {"status": NOT_COMPARABLE, "reason": one_line(error.reason), "message": str(error)}
+    except AllCasesVoid as error:
+        first = error.summary.first_void if error.summary is not None else None
+        return {
+            "status": NOT_COMPARABLE,
+            "reason": one_line(f"void: every case's float64 reference was NaN or Inf (first: {first})"),
+            "message": str(error),
+        }
+    except Exception as exc:  # noqa: BLE001 - pmverify's own failure, reported as such
+        return _error(exc, "check_rewrite")
+    return {
+        "status": OK,
+        "reason": f"{result.examples} cases, {result.matched} rewritten",
+        "examples": result.examples,
+        "matched": result.matched,
+    }
+
+
+def _planted(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str) -> dict[str, Any]:
+    from .. import PassVerificationError, verify
+    from ..strategies import planted
+
+    counts = {"cases": 0, "rewritten": 0}
+
+    def count(result: Any) -> None:
+        counts["cases"] += 1
+        counts["rewritten"] += bool(result.matches)
+
+    try:
+        verify(
+            rewrite.pattern_pass(),
+            planted(rewrite),
+            max_examples=max_examples,
+            seed=seed,
+            repro_dir=repro_dir,
+            pass_source=pass_source,
+            on_result=count,
+            allow_no_rewrites=True,  # near misses and context graphs are rightly left alone
+        )
+    except PassVerificationError as error:
+        return _finding(error, "planted")
+    except Exception as exc:  # noqa: BLE001 - pmverify's own failure, reported as such
+        return _error(exc, "the planted check")
+    return {"status": OK, "reason": f"planted: {counts['cases']} cases, {counts['rewritten']} rewritten", **counts}
+
+
+def check_one(
+    rewrite: Any,
+    pass_source: str,
+    *,
+    max_examples: int,
+    seed: int,
+    repro_dir: Any = None,
+    planted: int | None = None,
+) -> dict[str, Any]:
+    """Audit one :class:`pmverify.RecordedRewrite`: :func:`pmverify.check_rewrite` with
+    ``max_examples`` cases, then, when that found nothing, ``planted`` cases (default
+    :func:`planted_examples`) of :func:`pmverify.strategies.planted` (random context graphs, near
+    misses) through :func:`pmverify.verify` with the one-rewrite pass; seeded ``seed`` and
+    ``seed + 1``. ``pass_source``: code defining ``PASS`` for the reproducers. Returns the outcome
+    as plain JSON: ``status``, ``reason`` (one line), ``check``, ``kind``, ``violations``,
+    ``reproducer``, ``seconds``..., as the module docstring says. Never raises for what the
+    rewrite or pmverify does (an exception of pmverify is an ``error`` outcome)."""
+    start = time.monotonic()
+    options = {"seed": seed, "repro_dir": repro_dir, "pass_source": pass_source}
+    outcome = _check_rewrite(rewrite, max_examples=max_examples, **options)
+    if outcome["status"] == OK:
+        options["seed"] = seed + 1
+        second = _planted(rewrite, max_examples=planted or planted_examples(max_examples), **options)
+        if second["status"] == OK:
+            outcome["reason"] = f"{outcome['reason']}; {second['reason']}"
+            outcome["planted"] = {"cases": second["cases"], "rewritten": second["rewritten"]}
+        else:
+            outcome = {**second, "checked": outcome["reason"]}
+    outcome.setdefault("violations", [])
+    outcome.setdefault("reproducer", None)
+    outcome["seconds"] = round(time.monotonic() - start, 3)
+    return outcome

@@ -1,0 +1,358 @@
+"""The audit job: each rewrite audited in a crash-isolated worker process, ``jobs`` at a time.
+
+- Workers are spawned processes (:mod:`.worker`) that record the sources once and audit rewrites
+  one after another. A worker that dies, or runs one rewrite past the per-rewrite timeout (it is
+  then killed, its Python stacks first written to its log), makes that rewrite an ``error`` of
+  pmverify with the end of its log; the next rewrite goes on in a fresh worker.
+- A rewrite ``register_replacement`` skipped as a duplicate is ``not registered``, not sent to a
+  worker. Once the budget is spent no rewrite is started (those running finish); the rest are
+  ``not run``, as they are when the audit is interrupted.
+- The JSON report is rewritten atomically after every rewrite (a file, not a stream).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import multiprocessing
+import pathlib
+import time
+import zlib
+from multiprocessing.connection import wait
+from typing import Any, TextIO
+
+from .._job.state import WorkerProcess, describe_exit
+from .check import ERROR, FINDING, NOT_REGISTERED, NOT_RUN, STATUSES, planted_examples
+from .report import write_outputs
+from .sources import AuditedRewrite
+from .worker import serve
+
+__all__ = ["AuditOptions", "run_audit", "rewrite_seed"]
+
+#: A worker that could not start this many times in a row ends the audit's checking.
+MAX_START_FAILURES = 3
+#: The worker processes' main (a module-level function, for spawn): the tests give a light one.
+_WORKER_MAIN = serve
+
+
+@dataclasses.dataclass
+class AuditOptions:
+    """What ``pmverify audit`` was asked; seconds throughout (``budget_s`` None: no budget)."""
+
+    sources: list[str]
+    max_examples: int = 10
+    seed: int = 0
+    jobs: int = 1
+    timeout_s: float = 300.0
+    budget_s: float | None = None
+    budget_text: str | None = None
+    start_timeout_s: float = 300.0
+    repro_dir: pathlib.Path | None = None
+    report: pathlib.Path | None = None
+    junit: pathlib.Path | None = None
+    markdown: pathlib.Path | None = None
+    command: str = "pmverify audit"
+
+
+def rewrite_seed(seed: int, rewrite: AuditedRewrite) -> int:
+    """The seed of ``rewrite``'s checks: from the audit's ``seed`` and the rewrite's name only, so
+    that a rewrite's outcome does not depend on which others are audited with it."""
+    return seed * 100_003 + zlib.crc32(f"{rewrite.source}/{rewrite.label}".encode())
+
+
+class _Slot:
+    """A place for one worker at a time, and the rewrite it audits (an index into the listing)."""
+
+    def __init__(self) -> None:
+        self.worker: WorkerProcess | None = None
+        self.index: int | None = None
+        self.started = 0.0
+
+
+class _Audit:
+    def __init__(self, options: AuditOptions, rewrites: list[AuditedRewrite], out: TextIO) -> None:
+        from .._reproducer import default_repro_dir
+
+        self.options = options
+        self.rewrites = rewrites
+        self.out = out
+        self.context = multiprocessing.get_context("spawn")
+        self.start = time.monotonic()
+        self.started_at = datetime.datetime.now(datetime.timezone.utc)
+        self.repro_dir = options.repro_dir or default_repro_dir()
+        self.log_dir = self.repro_dir / "worker-logs"
+        self.results: list[dict[str, Any] | None] = [None] * len(rewrites)
+        self.pending = collections.deque(i for i, r in enumerate(rewrites) if not r.duplicate)
+        self.slots = [_Slot() for _ in range(options.jobs)]
+        self.workers_started = 0
+        self.start_failures = 0
+        self.start_failure: str | None = None
+        self.status = "running"
+        self.done = 0
+        self.to_check = len(self.pending)
+        for i, rewrite in enumerate(rewrites):
+            if rewrite.duplicate:
+                self.results[i] = {
+                    "status": NOT_REGISTERED,
+                    "reason": "register_replacement skipped it as a duplicate of a rewrite registered before "
+                    "into the same pass (skip_duplicates=True): it never rewrites a graph, so it was not checked",
+                    "violations": [],
+                    "reproducer": None,
+                    "seconds": 0.0,
+                }
+
+    # -- the report -------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        import torch
+
+        from .. import __version__
+
+        rows = []
+        for rewrite, result in zip(self.rewrites, self.results, strict=True):
+            if result is None:
+                result = {"status": NOT_RUN, "reason": self._not_run_reason(), "violations": [], "reproducer": None}
+            row = {
+                "module": rewrite.module,
+                "name": rewrite.name,
+                "source": rewrite.source,
+                "trace_fn": rewrite.trace_fn,
+                "duplicate": rewrite.duplicate,
+                "seed": rewrite_seed(self.options.seed, rewrite),
+                **result,
+            }
+            row.setdefault("seconds", None)
+            rows.append(row)
+        counts = collections.Counter(row["status"] for row in rows)
+        return {
+            "pmverify": __version__,
+            "torch": torch.__version__,
+            "date": self.started_at.isoformat(timespec="seconds"),
+            "command": self.options.command,
+            "status": self.status,
+            "seed": self.options.seed,
+            "max_examples": self.options.max_examples,
+            "planted_examples": planted_examples(self.options.max_examples),
+            "timeout_s": self.options.timeout_s,
+            "budget_s": self.options.budget_s,
+            "jobs": self.options.jobs,
+            "sources": list(self.options.sources),
+            "elapsed_s": round(time.monotonic() - self.start, 3),
+            "counts": {status: counts[status] for status in STATUSES if counts[status]},
+            "rewrites": rows,
+        }
+
+    def _not_run_reason(self) -> str:
+        if self.status == "interrupted":
+            return "the audit was interrupted before it finished"
+        if self.start_failure is not None:
+            return f"no worker could start ({MAX_START_FAILURES} tries in a row): {self.start_failure}"
+        if self.status == "running":
+            return "not audited yet"
+        return f"the budget ({self.options.budget_text}) was spent before it started"
+
+    def checkpoint(self) -> None:
+        write_outputs(self.report(), self.options, streams=False)
+
+    # -- the workers ------------------------------------------------------------------------
+
+    def budget_spent(self) -> bool:
+        return self.options.budget_s is not None and time.monotonic() - self.start >= self.options.budget_s
+
+    def start_worker(self, slot: _Slot) -> None:
+        self.workers_started += 1
+        log: pathlib.Path | None = self.log_dir / f"{self.started_at:%Y%m%dT%H%M%S}-audit-{self.workers_started}.log"
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            log = None
+        shrink_s = max(1.0, self.options.timeout_s / 4)  # two checks, each may shrink: well inside the timeout
+        options = {
+            "log": str(log) if log else None,
+            "max_examples": self.options.max_examples,
+            "repro_dir": str(self.repro_dir),
+            "shrink_s": shrink_s,
+        }
+        name = f"audit-{self.workers_started}"
+        slot.worker = WorkerProcess(
+            self.context, name, None, log, main=_WORKER_MAIN, args=(self.options.sources, options)
+        )
+        slot.started = time.monotonic()
+
+    def send(self, slot: _Slot) -> None:
+        rewrite = self.rewrites[slot.index]
+        seed = rewrite_seed(self.options.seed, rewrite)
+        slot.worker.send(("check", rewrite.source, rewrite.module, rewrite.name, seed))
+
+    def finish(self, slot: _Slot, result: dict[str, Any]) -> None:
+        index, slot.index = slot.index, None
+        result.setdefault("seconds", round(time.monotonic() - slot.worker.job_start, 3))
+        self.results[index] = result
+        self.done += 1
+        rewrite = self.rewrites[index]
+        print(
+            f"[{self.done}/{self.to_check}] {rewrite.label}: {result['status']} ({result['seconds']:.1f}s) "
+            f"{result.get('reason') or ''}".rstrip(),
+            file=self.out,
+            flush=True,
+        )
+        self.checkpoint()
+
+    def lost(self, slot: _Slot, what: str) -> None:
+        """The worker of ``slot`` died or was killed (``what`` says how, a clause): its rewrite, if it
+        was auditing one, is an error of pmverify (its worker's, not a finding of the rewrite); a
+        worker that never got ready is tried again (its rewrite kept for the next one), up to
+        :data:`MAX_START_FAILURES` times in a row."""
+        worker = slot.worker
+        worker.kill()
+        tail = (worker.log_tail() or "").strip()
+        said = f"; its output ends:\n{tail}" if tail else ""
+        if worker.state == "starting":
+            slot.worker = None
+            self.start_failures += 1
+            self.start_failure = f"{what} before it was ready{said}"
+            if self.start_failures >= MAX_START_FAILURES:
+                self.pending.appendleft(slot.index)
+                slot.index = None
+                self.pending_failed()
+            return
+        log = f" (its log: {worker.log})" if worker.log and worker.log.exists() else ""
+        result = {
+            "status": ERROR,
+            "reason": f"{what}: pmverify's worker, not judged a finding{log}",
+            "error": f"{what}{said}",
+            "log": str(worker.log) if log else None,
+            "violations": [],
+            "reproducer": None,
+            "seconds": round(time.monotonic() - worker.job_start, 3),
+        }
+        self.finish(slot, result)
+        slot.worker = None
+
+    def pending_failed(self) -> None:
+        """No worker can start: every rewrite still to audit is an error saying why."""
+        while self.pending:
+            index = self.pending.popleft()
+            self.results[index] = {
+                "status": ERROR,
+                "reason": one_line_of(self._not_run_reason()),
+                "error": self._not_run_reason(),
+                "violations": [],
+                "reproducer": None,
+                "seconds": 0.0,
+            }
+
+    def dispatch(self) -> None:
+        """Give each free slot the next rewrite (none once the budget is spent), and a worker to
+        each slot with a rewrite and none (a new one, or after one was lost while starting)."""
+        for slot in self.slots:
+            if slot.index is None:
+                if not self.pending or self.budget_spent():
+                    continue
+                slot.index = self.pending.popleft()
+                if slot.worker is not None:
+                    self.send(slot)
+                    continue
+            if slot.worker is None:
+                self.start_worker(slot)
+
+    def handle(self, slot: _Slot, message: tuple) -> None:
+        kind = message[0]
+        if kind == "ready":
+            slot.worker.state = "idle"
+            self.start_failures = 0
+            if slot.index is not None:
+                self.send(slot)
+        elif kind == "failed":
+            slot.worker.state = "starting"  # (it is exiting: a start failure)
+            self.lost(slot, f"the worker could not record {', '.join(self.options.sources)}: {message[1]}")
+        elif kind == "result":
+            slot.worker.state = "idle"
+            slot.worker.job = None
+            self.finish(slot, message[1])
+
+    def poll(self) -> None:
+        live = [slot for slot in self.slots if slot.worker is not None and slot.worker.state in ("starting", "busy")]
+        if not live:
+            time.sleep(0.05)
+            return
+        handles: dict[Any, _Slot] = {}
+        for slot in live:
+            handles[slot.worker.conn] = slot
+            handles[slot.worker.process.sentinel] = slot
+        for ready in wait(list(handles), timeout=1.0):
+            slot = handles[ready]
+            self.receive(slot)
+            worker = slot.worker
+            if worker is not None and worker.state in ("starting", "busy") and not worker.process.is_alive():
+                self.receive(slot)  # what it sent before it died
+                worker.process.join(1)
+                if slot.worker is worker and worker.state in ("starting", "busy"):
+                    during = " while auditing it" if worker.state == "busy" else ""
+                    self.lost(slot, f"the worker process {describe_exit(worker.process.exitcode)}{during}")
+        now = time.monotonic()
+        for slot in live:
+            worker = slot.worker
+            if worker is None:
+                continue
+            if worker.state == "busy" and now - worker.job_start > self.options.timeout_s:
+                worker.dump_stacks()
+                self.lost(
+                    slot, f"its audit ran past the per-rewrite timeout of {self.options.timeout_s:g}s (worker killed)"
+                )
+            elif worker.state == "starting" and now - slot.started > self.options.start_timeout_s:
+                self.lost(slot, f"the worker did not start within {self.options.start_timeout_s:g}s")
+
+    def receive(self, slot: _Slot) -> None:
+        try:
+            while slot.worker is not None and slot.worker.conn.poll():
+                self.handle(slot, slot.worker.conn.recv())
+        except (EOFError, OSError):
+            pass
+
+    def run(self) -> None:
+        self.checkpoint()
+        while True:
+            self.dispatch()
+            busy = any(slot.index is not None for slot in self.slots)
+            if not busy and (not self.pending or self.budget_spent()):
+                break
+            self.poll()
+        self.status = "budget spent" if self.pending else "finished"
+
+    def stop_workers(self) -> None:
+        for slot in self.slots:
+            if slot.worker is not None:
+                if slot.worker.state == "idle":
+                    slot.worker.stop()
+                else:
+                    slot.worker.kill()
+                slot.worker = None
+            slot.index = None
+
+
+def one_line_of(text: str) -> str:
+    return text.splitlines()[0] if text else text
+
+
+def run_audit(options: AuditOptions, rewrites: list[AuditedRewrite], out: TextIO) -> tuple[dict[str, Any], int]:
+    """Audit ``rewrites`` (in order); return the report and the exit status: 1 when a rewrite has a
+    finding, 130 when interrupted (SIGINT or SIGTERM: the report says so, the rest ``not run``),
+    else 0. The report's file outputs are written as it goes; streams are left to the caller."""
+    audit = _Audit(options, rewrites, out)
+    code = 0
+    try:
+        audit.run()
+    except KeyboardInterrupt:
+        audit.status = "interrupted"
+        code = 130
+    finally:
+        audit.stop_workers()
+        if audit.status == "running":
+            audit.status = "interrupted"
+        report = audit.report()
+        write_outputs(report, options, streams=False)
+    if code == 0 and any(row["status"] == FINDING for row in report["rewrites"]):
+        code = 1
+    return report, code

@@ -1,0 +1,156 @@
+"""The audit's outputs: the summary table (stdout), the JSON report, JUnit XML (a testsuite per
+module, a testcase per rewrite) and the Markdown table of ``docs/AUDIT.md``, all from the report."""
+
+from __future__ import annotations
+
+import collections
+import json
+import xml.etree.ElementTree as ET
+from typing import Any, TextIO
+
+from pytest_pmverify import output_stream, write_output
+
+from .._job.report import _xml_text, jsonable
+from .check import FINDING, STATUSES
+
+__all__ = ["summary", "junit_xml", "markdown", "write_outputs"]
+
+
+def _by_module(report: dict[str, Any]) -> dict[str, collections.Counter[str]]:
+    counts: dict[str, collections.Counter[str]] = {}
+    for row in report["rewrites"]:
+        counts.setdefault(row["module"], collections.Counter())[row["status"]] += 1
+    return counts
+
+
+def _table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows (a row per module, then ``total``) of the per-status counts; only the
+    statuses that occur get a column, ``ok`` and ``finding`` always."""
+    counts = _by_module(report)
+    total = sum(counts.values(), collections.Counter())
+    statuses = [s for s in STATUSES if s in ("ok", FINDING) or total[s]]
+    header = ["module", "rewrites", *statuses]
+    rows = [[module, str(sum(c.values())), *(str(c[s]) for s in statuses)] for module, c in counts.items()]
+    rows.append(["total", str(sum(total.values())), *(str(total[s]) for s in statuses)])
+    return header, rows
+
+
+def summary(report: dict[str, Any], out: TextIO) -> None:
+    """The per-module table of statuses, then a line per finding and per error."""
+    header, rows = _table_rows(report)
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    print(f"\nsummary ({report['status']}, {report['elapsed_s']:.0f}s)", file=out)
+    line = "  ".join(
+        f"{h:<{w}}" if i == 0 else f"{h:>{w}}" for i, (h, w) in enumerate(zip(header, widths, strict=True))
+    )
+    print(line, file=out)
+    print("-" * len(line), file=out)
+    for row in rows:
+        print(
+            "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(row, widths, strict=True))),
+            file=out,
+        )
+    for row in report["rewrites"]:
+        if row["status"] in (FINDING, "error"):
+            where = f"\n    reproducer: {row['reproducer']}" if row.get("reproducer") else ""
+            print(f"  {row['status'].upper()} {row['module']}/{row['name']}: {row['reason']}{where}", file=out)
+
+
+def junit_xml(report: dict[str, Any]) -> str:
+    """JUnit XML: a ``testsuite`` per module, a ``testcase`` per rewrite: a ``failure`` for a
+    finding, an ``error`` for an error of pmverify, ``skipped`` (with the status and reason) for
+    one that was not compared (unsatisfiable here, not comparable, not registered, not run)."""
+    suites = ET.Element("testsuites", name="pmverify audit")
+    rows_by_module: dict[str, list[dict[str, Any]]] = {}
+    for row in report["rewrites"]:
+        rows_by_module.setdefault(row["module"], []).append(row)
+    for module, rows in rows_by_module.items():
+        suite = ET.SubElement(suites, "testsuite", name=module)
+        props = ET.SubElement(suite, "properties")
+        for key in ("torch", "pmverify", "seed", "max_examples"):
+            ET.SubElement(props, "property", name=key, value=str(report.get(key)))
+        failures = errors = skipped = 0
+        seconds = 0.0
+        for row in rows:
+            seconds += row.get("seconds") or 0.0
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"pmverify.audit.{module}",
+                name=row["name"],
+                time=f"{row.get('seconds') or 0.0:.3f}",
+            )
+            reason = _xml_text(row.get("reason") or "")
+            if row["status"] == FINDING:
+                failures += 1
+                element = ET.SubElement(case, "failure", message=reason, type=row.get("kind") or FINDING)
+                lines = [f"{v['oracle']}: {v['message']}" for v in row["violations"]]
+                lines.append(f"reproducer: {row.get('reproducer') or 'not written'}")
+                element.text = _xml_text("\n".join(lines))
+            elif row["status"] == "error":
+                errors += 1
+                element = ET.SubElement(case, "error", message=reason)
+                element.text = _xml_text(row.get("error") or reason)
+            elif row["status"] != "ok":
+                skipped += 1
+                ET.SubElement(case, "skipped", message=f"{row['status']}: {reason}")
+            else:
+                ET.SubElement(case, "system-out").text = reason
+        suite.set("tests", str(len(rows)))
+        suite.set("failures", str(failures))
+        suite.set("errors", str(errors))
+        suite.set("skipped", str(skipped))
+        suite.set("time", f"{seconds:.3f}")
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """``docs/AUDIT.md``: the versions and date, the per-module counts, and a line per rewrite that
+    is not ``ok`` (findings first), with its reason; regenerated by the command it names."""
+    header, rows = _table_rows(report)
+    lines = [
+        "# Audit of Inductor's rewrites",
+        "",
+        f"pmverify {report['pmverify']} on torch {report['torch']}, {report['date']}: seed {report['seed']}, "
+        f"{report['max_examples']} cases per rewrite for check_rewrite and {report['planted_examples']} planted "
+        f"among random graphs with near misses; {report['elapsed_s']:.0f}s with {report['jobs']} job(s) "
+        f"({report['status']}).",
+        "",
+        f"Regenerate with `{report['command']}`.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+    order = [FINDING, *(s for s in STATUSES if s not in ("ok", FINDING))]
+    for status in order:
+        chosen = [row for row in report["rewrites"] if row["status"] == status]
+        if not chosen:
+            continue
+        lines += ["", f"## {status[0].upper()}{status[1:]} ({len(chosen)})", ""]
+        for row in chosen:
+            repro = f" ([reproducer]({row['reproducer']}))" if row.get("reproducer") else ""
+            lines.append(
+                f"- `{row['module']}/{row['name']}` ({row['trace_fn']}): {_cell(row.get('reason') or '')}{repro}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(report: dict[str, Any], options: Any, *, streams: bool, stdout: TextIO | None = None) -> None:
+    """Write ``report`` to ``options.report`` (JSON), ``.junit`` and ``.markdown`` where given: with
+    ``streams=False`` those that are files (atomically, as checkpoints), with ``streams=True``
+    those that are streams (``-``, ``/dev/stdout``: once, at the end). The Markdown table is
+    written only once the audit is over (it would say "running" before)."""
+    renders = (
+        (options.report, lambda: json.dumps(jsonable(report), indent=2) + "\n"),
+        (options.junit, lambda: junit_xml(report)),
+        (options.markdown if report["status"] != "running" else None, lambda: markdown(report)),
+    )
+    for path, render in renders:
+        if path is not None and (output_stream(path) is not None) == streams:
+            write_output(path, render(), stdout=stdout)

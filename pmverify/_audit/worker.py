@@ -1,0 +1,70 @@
+"""The audit's worker process: records the sources once, then audits the rewrites the job sends it,
+one at a time, so that a rewrite that kills its process or hangs takes only the worker with it.
+
+Requests, from the job: ``("check", source, module, name, seed)``; ``("stop",)``. Messages, to
+the job: ``("ready", pid)`` once the sources are recorded, or ``("failed", text)``; ``("result",
+outcome)`` per request (:func:`.check.check_one`'s outcome).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .check import ERROR, check_one, error_text
+
+__all__ = ["serve"]
+
+
+def _start(sources: list[str], options: dict[str, Any]) -> dict[str, list[Any]]:
+    from hypothesis.internal.conjecture import engine
+
+    import pytest_pmverify
+
+    from .sources import record_source
+
+    pytest_pmverify.load_profile("ci")  # deadline None, pmverify's health checks; no database (fresh_search)
+    # private: Hypothesis reads it when it starts shrinking (read at 6.x); fuzz's workers set it too
+    engine.MAX_SHRINKING_SECONDS = max(1, int(options["shrink_s"]))
+    return {spec: record_source(spec) for spec in sources}
+
+
+def _check(recorded: dict[str, list[Any]], request: tuple, options: dict[str, Any]) -> dict[str, Any]:
+    from .._verify import fresh_search
+    from .sources import locate
+
+    spec, module, name, seed = request
+    print(f"pmverify audit: {module}/{name} (seed {seed})", flush=True)  # where the log's rewrites start
+    try:
+        rewrite, pass_source = locate(spec, recorded[spec], module, name)
+        with fresh_search():  # no example database: a rewrite's outcome depends on its seed only
+            return check_one(
+                rewrite, pass_source, max_examples=options["max_examples"], seed=seed, repro_dir=options["repro_dir"]
+            )
+    except Exception as exc:  # noqa: BLE001 - check_one catches what checking raises; this is the rest
+        return {"status": ERROR, "reason": f"the worker raised {error_text(exc)}", "violations": [], "reproducer": None}
+
+
+def serve(conn: Any, sources: list[str], options: dict[str, Any]) -> None:
+    """The worker process's main. ``options``: ``log`` (a file for its output, or None),
+    ``max_examples``, ``repro_dir``, ``shrink_s`` (Hypothesis' shrinking time limit)."""
+    from .._job.worker import _die_with_parent, _log_to, _quiet_tqdm
+
+    if options.get("log"):
+        _log_to(options["log"])
+    _die_with_parent()
+    _quiet_tqdm()
+    try:
+        recorded = _start(sources, options)
+    except BaseException as exc:  # noqa: BLE001 - the job reports why the worker could not start
+        conn.send(("failed", error_text(exc)))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request[0] != "check":
+            return
+        conn.send(("result", _check(recorded, request[1:], options)))

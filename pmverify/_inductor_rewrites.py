@@ -1,0 +1,230 @@
+"""``record_inductor``: every rewrite Inductor's own pattern passes register, recorded in a clean state.
+
+Inductor registers its rewrites lazily: ``joint_graph.lazy_init`` (``pad_mm``, ``fuse_attention``,
+``misc_patterns``), ``post_grad.lazy_init`` and ``freezing_patterns.lazy_init`` each run once per
+process (``init_once_fakemode`` wraps them in ``functools.cache``, and so are the initialisers
+they call), inside a ``FakeTensorMode``, registering into module-level ``PatternMatcherPass``
+objects. :func:`record_inductor` runs them again in a sandbox: Inductor's pattern passes emptied,
+its ``fx_passes`` caches swapped for fresh ones, its module-level registries saved; all is put
+back afterwards, so the rewrites are recorded as a fresh process registers them (duplicates
+skipped against each other only) and Inductor's own state is what it was, initialised or not.
+
+Why not record the lazy initialisers as they run: they run once a process, and a process that
+compiled something has run them already.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import difflib
+import functools
+import gc
+import importlib
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from ._record import RecordedRewrite, record_patterns
+
+__all__ = ["record_inductor", "inductor_rewrite", "unique_labels"]
+
+_PASSES = "torch._inductor.fx_passes"
+#: The initialisers record_inductor runs, in Inductor's order (module, function).
+_INITIALISERS = (("joint_graph", "lazy_init"), ("post_grad", "lazy_init"), ("freezing_patterns", "lazy_init"))
+#: What the initialisers import on their first run (read at torch 2.13), imported before the
+#: sandbox so that a module's own import-time registrations are never taken for the sandbox's.
+_LAZY_IMPORTS = (
+    "pad_mm",
+    "fuse_attention",
+    "misc_patterns",
+    "binary_folding",
+    "mkldnn_fusion",
+    "quantization",
+    "decompose_mem_bound_mm",
+)
+#: The attributes of a ``PatternMatcherPass`` that registering fills (read at torch 2.13).
+_PASS_STATE = ("patterns", "seen_patterns")
+
+
+def _modules() -> list[types.ModuleType]:
+    """Inductor's pattern matcher and its pattern-pass modules, as loaded now."""
+    return [
+        module
+        for name, module in list(sys.modules.items())
+        if module is not None
+        and (name == "torch._inductor.pattern_matcher" or name == _PASSES or name.startswith(_PASSES + "."))
+    ]
+
+
+def _pattern_passes() -> list[Any]:
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    # type(), not isinstance(): isinstance on some of torch's objects (reduce_op) warns
+    return [obj for obj in gc.get_objects() if issubclass(type(obj), PatternMatcherPass)]
+
+
+def _is_registry(value: Any) -> bool:
+    return isinstance(value, (list, dict, collections.abc.MutableSet))
+
+
+def _copy(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value)
+
+
+def _same(value: Any, saved: Any) -> bool:
+    """Whether a registry holds, by identity, what was saved of it."""
+    if len(value) != len(saved):
+        return False
+    if isinstance(value, dict):
+        return all(key in value and value[key] is item for key, item in saved.items())
+    if isinstance(value, list):
+        return all(a is b for a, b in zip(value, saved, strict=True))
+    return all(item in value for item in saved)
+
+
+def _put_back(value: Any, saved: Any) -> None:
+    if isinstance(value, list):
+        value[:] = saved
+    elif isinstance(value, dict):
+        value.clear()
+        value.update(saved)
+    else:
+        value.clear()
+        for item in saved:
+            value.add(item)
+
+
+def _fresh_cache(wrapper: Any) -> Any:
+    """A new, empty cache of the function ``wrapper`` caches (with its name and module)."""
+    parameters = wrapper.cache_parameters()
+    return functools.lru_cache(maxsize=parameters["maxsize"], typed=parameters["typed"])(wrapper.__wrapped__)
+
+
+@contextlib.contextmanager
+def _sandbox() -> Iterator[None]:
+    """Run the block as if Inductor's pattern passes had never been initialised; put Inductor's
+    state back on exit (also on an exception): every ``PatternMatcherPass``'s registrations, each
+    module-level binding, list, dict and set of the pattern matcher and of ``fx_passes`` (the
+    ``functools`` caches of the initialisers are swapped for fresh ones inside), and a pattern pass
+    made inside the block is emptied (so that Inductor's own later initialisation, which made it
+    again, registers into an empty one)."""
+    modules = _modules()
+    bindings = {module: dict(vars(module)) for module in modules}
+    registries = {
+        (module, key): _copy(value)
+        for module, namespace in bindings.items()
+        for key, value in namespace.items()
+        if _is_registry(value) and not key.startswith("__")
+    }
+    passes = _pattern_passes()
+    states = {id(p): (p, {name: getattr(p, name) for name in _PASS_STATE}) for p in passes}
+    try:
+        for module, namespace in bindings.items():
+            for key, value in namespace.items():
+                if isinstance(value, functools._lru_cache_wrapper) and getattr(value, "__module__", None) == (
+                    module.__name__
+                ):
+                    setattr(module, key, _fresh_cache(value))
+        for p, _ in states.values():
+            for name in _PASS_STATE:
+                setattr(p, name, collections.defaultdict(list))
+        yield
+    finally:
+        for p in _pattern_passes():
+            if id(p) not in states:
+                for name in _PASS_STATE:
+                    setattr(p, name, collections.defaultdict(list))
+        for p, state in states.values():
+            for name, value in state.items():
+                setattr(p, name, value)
+        for (module, key), saved in registries.items():
+            value = getattr(module, key, None)
+            if value is bindings[module][key] and not _same(value, saved):
+                _put_back(value, saved)
+        for module, namespace in bindings.items():
+            current = vars(module)
+            for key, value in namespace.items():
+                if current.get(key, value) is not value and not isinstance(value, types.ModuleType):
+                    setattr(module, key, value)
+
+
+def record_inductor() -> list[RecordedRewrite]:
+    """Return every rewrite Inductor's own pattern passes register with ``register_replacement``
+    at the installed torch, in registration order (the same order every run): those of
+    ``joint_graph.lazy_init`` (``pad_mm``, ``fuse_attention``, with its pre-serialized patterns
+    registered through ``gen_register_replacement``, ``misc_patterns``), ``post_grad.lazy_init``
+    and ``freezing_patterns.lazy_init``, as :class:`RecordedRewrite` (its ``module``:
+    ``"pad_mm"``, ``"fuse_attention"``...; ``duplicate``: Inductor skipped it as a duplicate, so
+    it is registered nowhere; its fake example inputs re-created as plain tensors).
+
+    The initialisers run again, in a sandbox, as a fresh process runs them: whether or not Inductor
+    was initialised in this process, the same rewrites are recorded and Inductor's own pattern
+    passes, caches and registries are left as they were (see :mod:`pmverify._inductor_rewrites`).
+    They run outside inference mode and with grad enabled (where Inductor skips its training
+    rewrites). Rewrites registered with ``register_graph_pattern`` / ``register_lowering_pattern``
+    (mkldnn, quantization, binary folding) are not ``register_replacement`` calls and are not
+    recorded. Takes a few seconds; not thread-safe (as :func:`record_patterns`).
+
+    Example::
+
+        for rewrite in pmverify.record_inductor():
+            if not rewrite.duplicate:
+                print(rewrite.module, rewrite.name)
+    """
+    import torch
+
+    for name in ("joint_graph", "post_grad", "freezing_patterns", *_LAZY_IMPORTS):
+        with contextlib.suppress(ImportError):  # mkldnn_fusion needs a build with mkldnn
+            importlib.import_module(f"{_PASSES}.{name}")
+    with torch.inference_mode(False), torch.enable_grad(), _sandbox(), record_patterns() as rewrites:
+        for module, function in _INITIALISERS:
+            getattr(sys.modules[f"{_PASSES}.{module}"], function)()
+    return list(rewrites)
+
+
+def unique_labels(rewrites: list[RecordedRewrite]) -> list[tuple[str, str]]:
+    """``(module, name)`` of each rewrite, a name that several rewrites of one module share
+    numbered in recording order (``pattern#1``, ``pattern#2``: a pass registering one search
+    function per dtype or config), so that each pair names one rewrite."""
+    counts = collections.Counter((r.module, r.name) for r in rewrites)
+    seen: collections.Counter[tuple[str, str]] = collections.Counter()
+    labels = []
+    for rewrite in rewrites:
+        key = (rewrite.module, rewrite.name)
+        seen[key] += 1
+        labels.append((key[0], f"{key[1]}#{seen[key]}" if counts[key] > 1 else key[1]))
+    return labels
+
+
+@functools.cache
+def _recorded() -> dict[tuple[str, str], RecordedRewrite]:
+    rewrites = record_inductor()
+    return dict(zip(unique_labels(rewrites), rewrites, strict=True))
+
+
+def inductor_rewrite(module: str, name: str) -> RecordedRewrite:
+    """Return Inductor's rewrite ``name`` of pass module ``module`` (as :attr:`RecordedRewrite.module`
+    and :attr:`RecordedRewrite.name` say, e.g. ``inductor_rewrite("fuse_attention",
+    "_sfdp_pattern_1")``), from :func:`record_inductor`, recorded once a process: the same object
+    every call (its :meth:`~RecordedRewrite.pattern_pass` is built once). What ``pmverify audit``'s
+    reproducers rebuild their pass with::
+
+        PASS = pmverify.inductor_rewrite("fuse_attention", "_sfdp_pattern_1").pattern_pass()
+
+    Raises ``LookupError`` naming the closest rewrites of ``module`` (or the modules) when there is
+    no such rewrite at the installed torch."""
+    recorded = _recorded()
+    rewrite = recorded.get((module, name))
+    if rewrite is not None:
+        return rewrite
+    names = [n for m, n in recorded if m == module]
+    if names:
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.0)
+        raise LookupError(
+            f"Inductor's {module} registers no rewrite {name!r} at this torch; the closest of its {len(names)}: "
+            f"{', '.join(close)}"
+        )
+    modules = sorted({m for m, _ in recorded})
+    raise LookupError(f"module={module!r} is not one of Inductor's pattern modules at this torch: {', '.join(modules)}")

@@ -1,0 +1,125 @@
+"""One rewrite audited in this process (what a worker runs): the statuses of ``_audit_passes``'
+rewrites, the reproducer's pass rebuilt from scratch, and how each outcome of check_rewrite maps
+to a status."""
+
+import pathlib
+import types
+
+import pytest
+
+import pmverify
+from pmverify._audit import check, worker
+from pmverify._audit.sources import listing, locate, record_source
+
+SOURCE = "_audit_passes"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return {SOURCE: record_source(SOURCE), f"{SOURCE}:build": record_source(f"{SOURCE}:build")}
+
+
+def _check(recorded, spec, name, tmp_path, max_examples=3):
+    options = {"max_examples": max_examples, "repro_dir": str(tmp_path)}
+    return worker._check(recorded, (spec, SOURCE, name, 0), options)
+
+
+def test_the_rewrites_of_a_module_are_named_numbered_and_their_duplicates_flagged(recorded):
+    rewrites = listing(SOURCE, recorded[SOURCE])
+    assert [(r.name, r.duplicate) for r in rewrites] == [
+        ("relu_relu#1", False),
+        ("silu", False),
+        ("exits", False),
+        ("hangs", False),
+        ("complex_abs", False),
+        ("never", False),
+        ("relu_relu#2", True),
+    ]
+    assert {r.module for r in rewrites} == {SOURCE} and {r.trace_fn for r in rewrites} == {"fwd_only"}
+    _, source = locate(SOURCE, recorded[SOURCE], SOURCE, "relu_relu#2")
+    assert source.endswith(
+        f"PASS = [r for r in rewrites if (r.module, r.name) == ('{SOURCE}', 'relu_relu')][1].pattern_pass()"
+    )
+
+
+def test_a_correct_rewrite_is_ok_after_both_checks(recorded, tmp_path):
+    outcome = _check(recorded, SOURCE, "relu_relu#1", tmp_path)
+    assert outcome["status"] == "ok", outcome
+    assert outcome["examples"] == 3 and outcome["matched"] > 0 and outcome["planted"]["cases"] == 2
+    assert outcome["reason"].startswith("3 cases, ") and "; planted: 2 cases, " in outcome["reason"]
+
+
+def test_a_wrong_rewrite_is_a_finding_whose_reproducer_rebuilds_the_pass(recorded, tmp_path):
+    outcome = _check(recorded, f"{SOURCE}:build", "silu", tmp_path)
+    assert outcome["status"] == "finding" and outcome["kind"] == "violation" and outcome["check"] == "check_rewrite"
+    assert outcome["violations"][0]["oracle"] == "semantics" and outcome["reason"].startswith("semantics: ")
+    script = pathlib.Path(outcome["reproducer"]).read_text()
+    assert f"from {SOURCE} import build" in script and "    build()" in script
+
+
+def test_pmverifys_own_exception_is_an_error_with_its_text_and_a_rewrite_that_never_fires_a_finding(recorded, tmp_path):
+    outcome = _check(recorded, SOURCE, "complex_abs", tmp_path)
+    assert outcome["status"] == "error"
+    assert outcome["reason"] == (
+        "check_rewrite raised InvalidArgument: example_inputs[0] has dtype torch.complex64, which tensors() cannot draw"
+    )
+    assert "Traceback" in outcome["traceback"]
+    outcome = _check(recorded, SOURCE, "never", tmp_path)
+    assert outcome["status"] == "finding" and outcome["kind"] == "never_matched", outcome
+    assert outcome["reason"].startswith("never matched: none of 3 cases drawn like its example inputs was rewritten")
+    assert outcome["violations"][0]["oracle"] == "never_matched"
+
+
+def _raising(error):
+    def check_rewrite(*args, **kwargs):
+        raise error
+
+    return check_rewrite
+
+
+_SUMMARY = pmverify.VerifySummary(cases=3, void_cases=3, first_void="output 0 is inf")
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "reason"),
+    [
+        (pmverify.RewriteUnsatisfiable("m", "query on a CUDA device"), "unsatisfiable here", "query on a CUDA device"),
+        (pmverify.RewriteNotComparable("m", "rng: randperm"), "not comparable", "rng: randperm"),
+        (
+            pmverify.AllCasesVoid("m", _SUMMARY),
+            "not comparable",
+            "void: every case's float64 reference was NaN or Inf (first: output 0 is inf)",
+        ),
+        (ValueError(), "error", "check_rewrite raised ValueError with no message, raised at "),
+        (
+            pmverify.RewriteNeverMatched("the pass rewrote nothing"),
+            "finding",
+            "never matched: the pass rewrote nothing",
+        ),
+    ],
+)
+def test_each_outcome_of_check_rewrite_maps_to_its_status(monkeypatch, error, status, reason):
+    monkeypatch.setattr(pmverify, "check_rewrite", _raising(error))
+    outcome = check.check_one(object(), "PASS = None", max_examples=1, seed=0)
+    assert outcome["status"] == status and outcome["reason"].startswith(reason)
+    assert outcome["violations"] == (
+        [] if status != "finding" else [{"oracle": "never_matched", "message": str(error)}]
+    )
+
+
+class _PlantedFinding(Exception):
+    violations = [types.SimpleNamespace(oracle="semantics", message="rewrote a near miss (dtype)")]
+    reproducer = None
+    other_reproducers = {}
+
+
+def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch):
+    passed = types.SimpleNamespace(examples=2, matched=2)
+    monkeypatch.setattr(pmverify, "check_rewrite", lambda *args, **kwargs: passed)
+    monkeypatch.setattr(pmverify, "PassVerificationError", _PlantedFinding)
+    monkeypatch.setattr(pmverify, "verify", _raising(_PlantedFinding()))
+    monkeypatch.setattr("pmverify.strategies.planted", lambda rewrite: None)
+    outcome = check.check_one(types.SimpleNamespace(pattern_pass=lambda: None), "PASS = None", max_examples=4, seed=0)
+    assert outcome["status"] == "finding" and outcome["check"] == "planted"
+    assert outcome["reason"] == "semantics (planted among random graphs with near misses): rewrote a near miss (dtype)"
+    assert outcome["checked"] == "2 cases, 2 rewritten"

@@ -1,0 +1,108 @@
+"""The audit job, on light stand-in workers (``_fake_workers``: no torch, they start in a blink):
+statuses, a worker that dies or hangs is an error with its log and the next rewrite goes on in a
+fresh worker, the budget, workers that cannot start, and the JSON / JUnit / Markdown outputs."""
+
+import io
+import json
+import xml.etree.ElementTree as ET
+
+import _fake_workers
+import pytest
+
+from pmverify._audit import job
+from pmverify._audit.report import summary
+from pmverify._audit.sources import AuditedRewrite
+
+
+def _rewrites(*names, duplicates=()):
+    return [AuditedRewrite("fake", "fake_passes", name, "fwd_only", name in duplicates) for name in names]
+
+
+@pytest.fixture
+def fake_workers(monkeypatch):
+    monkeypatch.setattr(job, "_WORKER_MAIN", _fake_workers.serve)
+
+
+def _audit(tmp_path, rewrites, **options):
+    options = job.AuditOptions(sources=options.pop("sources", ["fake"]), repro_dir=tmp_path / "repro", **options)
+    out = io.StringIO()
+    report, code = job.run_audit(options, rewrites, out)
+    return report, code, out.getvalue()
+
+
+def test_statuses_and_a_dead_or_hung_worker_is_an_error_then_the_next_rewrite_goes_on(fake_workers, tmp_path):
+    names = ("ok_1", "exits", "ok_2", "hangs", "finding", "raises", "ok_3", "dup")
+    report, code, out = _audit(
+        tmp_path,
+        _rewrites(*names, duplicates=("dup",)),
+        timeout_s=2.0,
+        report=tmp_path / "r.json",
+        junit=tmp_path / "j.xml",
+        markdown=tmp_path / "AUDIT.md",
+    )
+    rows = {row["name"]: row for row in report["rewrites"]}
+    assert [row["name"] for row in report["rewrites"]] == list(names)  # the listing's order
+    assert {name: row["status"] for name, row in rows.items()} == {
+        "ok_1": "ok",
+        "exits": "error",
+        "ok_2": "ok",
+        "hangs": "error",
+        "finding": "finding",
+        "raises": "error",
+        "ok_3": "ok",
+        "dup": "not registered",
+    }
+    assert code == 1 and report["status"] == "finished"
+    assert report["counts"] == {"ok": 3, "finding": 1, "error": 3, "not registered": 1}
+    # a dead worker: how it ended, and its output (where it was)
+    assert "exited with status 3 while auditing it: pmverify's worker, not judged a finding" in rows["exits"]["reason"]
+    assert "checking fake_passes/exits" in rows["exits"]["error"]
+    # a hung one: killed at the timeout, its Python stack in its log first
+    assert "per-rewrite timeout of 2s" in rows["hangs"]["reason"]
+    assert "in serve" in rows["hangs"]["error"] and rows["hangs"]["seconds"] >= 2
+    # one worker, restarted after each: three logs, one a worker
+    assert len(list((tmp_path / "repro" / "worker-logs").iterdir())) == 3
+    assert "register_replacement skipped it as a duplicate" in rows["dup"]["reason"]
+    assert rows["ok_1"]["reason"] == f"seed {rows['ok_1']['seed']}" and rows["ok_1"]["seed"] != rows["ok_2"]["seed"]
+    # the outputs: JSON as returned; JUnit a testcase per rewrite; the table
+    assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(report))
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    assert suite.get("name") == "fake_passes"
+    assert {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped")} == {
+        "tests": "8",
+        "failures": "1",
+        "errors": "3",
+        "skipped": "1",
+    }
+    failure = suite.find("testcase[@name='finding']/failure")
+    assert failure.get("message") == "semantics: output 0 off" and "reproducer: /tmp/repro.py" in failure.text
+    assert "## Finding (1)" in (tmp_path / "AUDIT.md").read_text()
+    assert "[2/7] fake_passes/exits: error" in out  # a line per rewrite as it is done
+    printed = io.StringIO()
+    summary(report, printed)
+    out = printed.getvalue()
+    table = out.splitlines()[1:]
+    assert table[1].split() == ["module", "rewrites", "ok", "finding", "error", "not", "registered"]
+    assert table[3].split() == ["fake_passes", "8", "3", "1", "3", "1"]
+    assert "FINDING fake_passes/finding: semantics: output 0 off" in out
+
+
+def test_the_budget_stops_starting_rewrites_and_the_rest_are_not_run(fake_workers, tmp_path):
+    report, code, _ = _audit(tmp_path, _rewrites("slow_1", "slow_2", "slow_3"), budget_s=1.0, budget_text="1s")
+    rows = report["rewrites"]
+    assert code == 0 and report["status"] == "budget spent"
+    assert rows[0]["status"] in ("ok", "not run")  # (started unless this machine took a second to begin)
+    for row in rows[1:]:
+        assert row["status"] == "not run"
+        assert row["reason"] == "the budget (1s) was spent before it started"
+
+
+def test_workers_that_cannot_start_make_every_rewrite_an_error_saying_why(fake_workers, tmp_path):
+    report, code, _ = _audit(tmp_path, _rewrites("ok_1", "ok_2"), sources=["cannot-start"], jobs=2)
+    assert code == 0
+    for row in report["rewrites"]:
+        assert row["status"] == "error"
+        assert row["reason"].startswith(
+            "no worker could start (3 tries in a row): the worker process exited with status 4"
+        )
+        assert "this worker cannot start" in row["error"]
