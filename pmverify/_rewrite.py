@@ -145,7 +145,8 @@ def check_rewrite(
       * a 0-d float or int example tensor that the search function reads only as a number (traced
         with a number there, it has the same ops and wiring, e.g. ``inv_scale`` of Inductor's
         attention patterns, whose ``extra_check`` wants a number) drawn as a Python number, around
-        and far from its example value (1 for a fake example tensor), or as the 0-d tensor.
+        and far from its example value (1 where it holds 0 or none: a fake example tensor is
+        re-created holding zeros), or as the 0-d tensor.
 
       Every drawn instance is a program a model could hold: the search function itself (eager, not
       its decomposed trace) runs on its inputs, and a ``"dtype"`` near miss uses only dtypes it

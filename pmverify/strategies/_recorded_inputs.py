@@ -17,7 +17,8 @@ default, beyond :func:`like` of its example inputs:
   when the search function reads it only as one: traced with a number in its place, it has the same
   ops and wiring, the number a literal where the tensor was an input (:func:`number_positions`).
   Such a position is drawn either as a Python number (3 in 4; the simplest, shrunk to), around and
-  far from the example's value as ``scalar_workaround`` values are, or as the 0-d tensor.
+  far from the example's value as ``scalar_workaround`` values are (1 where the example holds 0 or
+  no value: Inductor's are fake tensors, re-created as zeros), or as the 0-d tensor.
 """
 
 from __future__ import annotations
@@ -125,15 +126,16 @@ def capped_sizes(
 
 def _example_value(tensor: torch.Tensor) -> float | int:
     """The Python number a 0-d example tensor holds; 1 (of its kind) when it holds none readable (a
-    fake or meta tensor) or a non-finite one (``torch.empty`` garbage)."""
+    fake or meta tensor), 0 (a fake example tensor re-created by :func:`pmverify.record_patterns`
+    holds zeros; a zero scale only divides by zero) or a non-finite one (``torch.empty`` garbage)."""
     floating = tensor.is_floating_point()
     try:
         value = tensor.item()
     except Exception:  # noqa: BLE001 - a fake or meta tensor has no value
+        value = 0
+    if not value or (floating and not math.isfinite(value)):
         return 1.0 if floating else 1
-    if floating:
-        return float(value) if math.isfinite(value) else 1.0
-    return int(value)
+    return float(value) if floating else int(value)
 
 
 def _literal_signature(gm: torch.fx.GraphModule, placeholders: set[torch.fx.Node]) -> tuple[Any, ...]:
