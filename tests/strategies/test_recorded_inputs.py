@@ -97,6 +97,8 @@ def test_a_0d_tensor_read_as_a_number_is_drawn_as_one():
     from 2.0 (2.0 the simplest), which Inductor's matcher matches, and sometimes as the 0-d tensor."""
     args = (torch.zeros(4, 8), torch.tensor(2.0))
     assert number_positions(scaled, args, None)[0] == {1: 2.0}
+    # a fake example tensor is re-created holding zeros: no scale to draw around, 1 instead
+    assert number_positions(scaled, (args[0], torch.tensor(0.0)), None)[0] == {1: 1.0}
     assert number_positions(scaled_by_a_tensor, args, None) == ({}, None)  # .exp() needs a tensor
     rewrite = _recorded(scaled, args)
     strategy = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=False)
