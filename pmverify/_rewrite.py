@@ -51,6 +51,9 @@ class RewriteResult:
       ``"trace_differs"``, ``"dtype"``...).
     - ``simulated``: with ``force_extra_check=True``, the conditions under which the
       ``extra_check`` accepted matches it rejects here (``"query on a CUDA device"``), sorted.
+    - ``capped_sizes``: the example sizes the default inputs drew smaller, ``{example size: drawn
+      size}`` (e.g. ``{1024: 64, 128: 8}``; empty when none was, or ``inputs`` was given): see
+      :func:`check_rewrite`.
     """
 
     rewrite: RecordedRewrite
@@ -58,6 +61,7 @@ class RewriteResult:
     matched: int
     outcomes: dict[str, int]
     simulated: tuple[str, ...] = ()
+    capped_sizes: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _never_matched(
@@ -66,9 +70,14 @@ def _never_matched(
     """The error of a search in which no case was rewritten: :class:`RewriteUnsatisfiable` when the
     rewrite's ``extra_check`` is gated on a device or configuration (see :mod:`pmverify._gates`)."""
     from ._gates import gate_of_rewrite
+    from .strategies._recorded_inputs import describe_sizes
 
     why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
-    drawn = f"{result.examples} cases drawn like its example inputs (ground truth of the instances: {why or 'none'})"
+    cap = describe_sizes(result.capped_sizes)
+    drawn = (
+        f"{result.examples} cases drawn like its example inputs{f' ({cap})' if cap else ''} (ground truth of the "
+        f"instances: {why or 'none'})"
+    )
     found = None
     if result.outcomes.get("extra_check"):
         found = gate_of_rewrite(rewrite, rewrite._isolated_pass(), forced=force_extra_check)
@@ -126,11 +135,29 @@ def check_rewrite(
     - ``max_examples``: cases to try; default the active Hypothesis profile's ``max_examples``.
     - ``seed``: seed of the search; default random (the example database stays in use).
     - ``inputs``: a strategy of argument tuples for the search function (``scalar_workaround``
-      values included, as :attr:`RecordedRewrite.search_args` holds them); default
-      ``like(recorded.search_args)``: the example inputs' shapes and dtypes, random values, with
-      each ``scalar_workaround`` argument drawn around and far from its example value (Inductor
-      matches it at any value: a replacement that hard-codes the example value is caught), as
-      :func:`~pmverify.strategies.planted` draws them for a recorded rewrite.
+      values included, as :attr:`RecordedRewrite.search_args` holds them); default: like the
+      example inputs, as :func:`~pmverify.strategies.planted` draws them for a recorded rewrite:
+
+      * their shapes, dtypes and layouts (a permuted, padded or expanded example tensor is drawn in
+        its layout family: :func:`~pmverify.strategies.like`), random values;
+      * sizes capped: where an example tensor holds more than 4096 elements or a side above 64, its
+        sizes are mapped to smaller ones (``[1024, 128, 128]`` is drawn ``[64, 8, 8]``), the same
+        map for all inputs, keeping ranks, sizes 0 and 1, equal sizes equal, distinct ones distinct
+        and divisibility; kept only where the search function runs there and Inductor's matcher
+        judges the capped example as the recorded one (else the example's sizes, said in the
+        result). The map is :attr:`RewriteResult.capped_sizes`, and is named in the cases' labels,
+        findings and never-matched errors;
+      * each ``scalar_workaround`` argument drawn around and far from its example value (Inductor
+        matches it at any value: a replacement that hard-codes the example value is caught);
+      * a 0-d float or int example tensor that the search function reads only as a number (traced
+        with a number there, it has the same ops and wiring, e.g. ``inv_scale`` of Inductor's
+        attention patterns, whose ``extra_check`` wants a number) drawn as a Python number, around
+        and far from its example value (1 where it holds 0 or none: a fake example tensor is
+        re-created holding zeros), or as the 0-d tensor.
+
+      Every drawn instance is a program a model could hold: the search function itself (eager, not
+      its decomposed trace) runs on its inputs, and a ``"dtype"`` near miss uses only dtypes it
+      runs on (a draw on which it does not run even at the example's scalar values is rejected).
     - ``repro_dir``: where a reproducer script is written (as for :func:`verify`).
     - ``pass_source``: Python code defining ``PASS`` for the reproducer (pmverify cannot rebuild a
       one-rewrite ``PatternMatcherPass`` from outside), e.g. code that records the pass's rewrites
@@ -236,6 +263,7 @@ def _search(
 ) -> RewriteResult:
     """:func:`check_rewrite`'s search of ``rewrite`` (``recorded`` or its variant)."""
     from .strategies import planted
+    from .strategies._recorded_inputs import recorded_example
 
     cases = planted(
         rewrite,
@@ -245,6 +273,8 @@ def _search(
         max_instances=1,
         near_misses=_NEAR_MISSES,
     )
+    example = recorded_example(rewrite) if inputs is None else None  # memoised: planted made it
+    cap = None if example is None else example.describe_cap()
     outcomes: collections.Counter[str] = collections.Counter()
     counts = {"examples": 0, "matched": 0, "comparable": 0}
     incomparable: list[str] = []  # why matched cases could not be compared value by value
@@ -271,6 +301,8 @@ def _search(
         )
     except PassVerificationError as error:
         note = error.note.replace("give verify() pass_source", "give check_rewrite() pass_source")
+        if cap:
+            notes = [*notes, cap]
         if simulated:
             notes = [*notes, f"simulated: {'; '.join(sorted(simulated))}"]
         raise PassVerificationError(
@@ -282,7 +314,10 @@ def _search(
             other_reproducers=error.other_reproducers,
             summary=error.summary,
         ) from None
-    result = RewriteResult(recorded, counts["examples"], counts["matched"], dict(outcomes), tuple(sorted(simulated)))
+    sizes = {} if example is None else dict(example.capped_sizes)
+    result = RewriteResult(
+        recorded, counts["examples"], counts["matched"], dict(outcomes), tuple(sorted(simulated)), capped_sizes=sizes
+    )
     if not result.matched:
         raise _never_matched(result, summary, rewrite, force_extra_check)
     if incomparable and not counts["comparable"]:

@@ -268,3 +268,65 @@ def test_inductor_attention_fusions_drop_an_alpha_and_the_softmax_dim(inductor_s
     assert [p.reason for p in info.value.result.case.planted] == [reason]
     with finding_only(), pytest.raises(PassVerificationError):
         check_rewrite(rewrite, max_examples=10, seed=0)
+
+
+def scale_pattern(x, inv_scale):
+    return x.div(inv_scale).softmax(-1)
+
+
+def _scale_replacement(x, inv_scale):
+    return (x * (1.0 / inv_scale)).softmax(-1)
+
+
+def _scale_hard_coded(x, inv_scale):
+    """Wrong: the example's 2.0 for any inv_scale."""
+    return (x * 0.5).softmax(-1)
+
+
+def wants_a_number(match) -> bool:
+    """As Inductor's _sfdp_extra_check: the scale must be a Python number (1.0 / inv_scale)."""
+    return isinstance(match.kwargs["inv_scale"], (int, float))
+
+
+def _scalar_rewrite(replace_fn):
+    """inv_scale given as ``torch.tensor(2.0)``, as Inductor gives its attention patterns' scales."""
+    with record_patterns(register=False) as rewrites:
+        pm.register_replacement(
+            scale_pattern,
+            replace_fn,
+            [torch.empty(4, 8), torch.tensor(2.0)],
+            pm.fwd_only,
+            [],
+            extra_check=wants_a_number,
+        )
+    return rewrites[0]
+
+
+def test_a_0d_scale_the_extra_check_wants_as_a_number_is_compared(finding_only):
+    """Drawn as 0-d tensors only, the scale would be refused by the extra_check in every case; drawn
+    as Python numbers (around and far from 2.0), it is matched and compared."""
+    result = check_rewrite(_scalar_rewrite(_scale_replacement), max_examples=8, seed=0)
+    assert result.matched >= result.outcomes["must match"] > 0 and not result.capped_sizes
+    with finding_only(), pytest.raises(PassVerificationError) as info:
+        check_rewrite(_scalar_rewrite(_scale_hard_coded), max_examples=15, seed=0)
+    assert {v.oracle for v in info.value.violations} == {"semantics"}
+
+
+def matmul_relu(x, w):
+    return (x @ w).relu()
+
+
+def test_large_examples_are_capped_and_the_cap_reported():
+    rewrite = _recorded(matmul_relu, matmul_relu, (torch.empty(512, 256), torch.empty(256, 512)))
+    result = check_rewrite(rewrite, max_examples=3, seed=0)
+    assert result.capped_sizes == {512: 64, 256: 32} and result.matched
+
+
+def test_an_inductor_attention_fusion_on_a_number_scale_and_strided_inputs_is_compared(inductor_sfdp):
+    """Inductor's pattern 28 is registered on strided q/k/v (``empty_strided``) and a 0-d scale its
+    extra_check refuses as a tensor: drawn contiguous with a 0-d scale, it was never matched. Plain
+    instances (no near miss: the softmax-dim bug of its serialized pattern would show first)."""
+    rewrite = inductor_sfdp["_sfdp_pattern_28_inference"]
+    cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=False)
+    summary = verify(rewrite.pattern_pass(), cases, max_examples=4, seed=0)
+    assert summary.rewritten_cases > 0

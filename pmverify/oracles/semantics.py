@@ -129,8 +129,19 @@ _FALLBACK = {  # torch.testing.assert_close defaults: (rtol, atol)
 
 
 def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
-    """``inputs`` with every tensor cloned (a graph run may write its inputs)."""
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    """``inputs`` with every tensor cloned (a graph run may write its inputs), each in its own
+    layout: a padded or expanded tensor, which ``clone`` makes contiguous, keeps its strides (its
+    storage is cloned), as the pass saw them."""
+    return [_clone_strided(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _clone_strided(x: torch.Tensor) -> torch.Tensor:
+    clone = x.clone()
+    if clone.stride() == x.stride() or x.layout != torch.strided:
+        return clone
+    copy = torch.empty(0, dtype=x.dtype, device=x.device)
+    copy.set_(x.untyped_storage().clone(), x.storage_offset(), x.shape, x.stride())
+    return copy.requires_grad_(x.requires_grad)
 
 
 @contextlib.contextmanager

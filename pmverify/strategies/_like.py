@@ -5,7 +5,8 @@ inputs; a pass that uses it should rewrite graphs of other sizes too. :func:`lik
 with the example's dtypes and ranks, and sizes drawn along the dimensions the caller names, keeping
 the sizes that must stay equal equal (like ``torch.export``'s ``Dim``).
 
-Nothing is filtered: 0 % of draws are rejected (tests/strategies/test_rejections.py).
+Nothing is filtered: 0 % of draws are rejected (tests/strategies/test_rejections.py). Strided
+example tensors (permuted, padded, expanded) are drawn in their layout family (:func:`layout_strides`).
 """
 
 from __future__ import annotations
@@ -118,30 +119,118 @@ def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) ->
     return tuple(symbols)
 
 
+def layout_strides(
+    example_shape: Sequence[int], example_stride: Sequence[int], shape: Sequence[int]
+) -> tuple[int, ...]:
+    """The strides of a tensor of ``shape`` in the layout family of one of ``example_shape`` and
+    ``example_stride``: its dims in the example's stride order (innermost first), each stride the
+    dense stride at ``shape`` times the example's ratio to its own dense stride, plus the remainder
+    (a gap between rows, a step of 2 in the innermost dim), and stride 0 where the example is
+    expanded (stride 0 along a dim of size above 1). Dims of example size 0 or 1 go outermost,
+    dense. At the example's own sizes these are the example's strides (size-1 dims aside)."""
+    rank = len(shape)
+    expanded = {d for d in range(rank) if example_stride[d] == 0 and example_shape[d] > 1}
+    ordered = sorted(
+        (d for d in range(rank) if d not in expanded and example_shape[d] > 1),
+        key=lambda d: (example_stride[d], -d),
+    )
+    ordered += sorted((d for d in range(rank) if example_shape[d] <= 1), reverse=True)
+    strides = [0] * rank
+    example_dense = dense = 1
+    for d in ordered:
+        if example_shape[d] > 1:
+            ratio, extra = divmod(example_stride[d], example_dense)
+            strides[d] = dense * ratio + extra if ratio else example_stride[d]
+        else:
+            strides[d] = dense
+        example_dense = (
+            max(example_dense, example_stride[d] * example_shape[d]) if example_shape[d] > 1 else example_dense
+        )
+        dense = max(dense, strides[d] * shape[d])
+    return tuple(strides)
+
+
+def _strided(values: torch.Tensor, shape: tuple[int, ...], strides: tuple[int, ...]) -> torch.Tensor:
+    """``values`` (contiguous; size 1 along the expanded dims) laid out with ``strides`` and expanded
+    to ``shape``: a zero-filled storage just large enough, the values copied in, then ``expand``."""
+    base = tuple(1 if stride == 0 else size for size, stride in zip(shape, strides, strict=True))
+    base_strides = tuple(stride or 1 for stride in strides)
+    length = (
+        1 + sum((size - 1) * stride for size, stride in zip(base, base_strides, strict=True)) if values.numel() else 0
+    )
+    out = torch.zeros(length, dtype=values.dtype).as_strided(base, base_strides)
+    out.copy_(values.reshape(base))
+    return out.expand(shape)
+
+
 @dataclasses.dataclass(frozen=True)
 class _TensorLike:
-    """What :func:`like` keeps of an example tensor: its shape, dtype and whether it requires grad
-    (a ``joint_fwd_bwd`` trace differentiates those inputs only: a floating tensor only), never its
-    values (the strategy's repr keys the example database: ``torch.empty`` garbage must not enter
-    it)."""
+    """What :func:`like` keeps of a contiguous example tensor: its shape, dtype and whether it
+    requires grad (a ``joint_fwd_bwd`` trace differentiates those inputs only: a floating tensor
+    only), never its values (the strategy's repr keys the example database: ``torch.empty`` garbage
+    must not enter it)."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
     requires_grad: bool = False
 
     def __repr__(self) -> str:
+        stride = self.strides_at(self.shape)
+        layout = "" if stride is None else f"@stride{list(stride)}"
         grad = ":requires_grad" if self.requires_grad else ""
-        return f"tensor{list(self.shape)}:{str(self.dtype).removeprefix('torch.')}{grad}"
+        return f"tensor{list(self.shape)}:{str(self.dtype).removeprefix('torch.')}{layout}{grad}"
 
     @classmethod
     def of(cls, value: Any) -> Any:
-        """The description of a tensor; any other value as it is."""
+        """The description of a tensor (:class:`_StridedLike` for a non-contiguous one); any other
+        value as it is."""
         if not isinstance(value, torch.Tensor):
             return value
-        return cls(tuple(value.shape), value.dtype, bool(value.requires_grad and value.is_floating_point()))
+        grad = bool(value.requires_grad and value.is_floating_point())
+        if value.is_contiguous():
+            return _TensorLike(tuple(value.shape), value.dtype, grad)
+        return _StridedLike(tuple(value.shape), value.dtype, grad, tuple(value.stride()))
+
+    def strides_at(self, shape: Sequence[int]) -> tuple[int, ...] | None:
+        """The strides of this layout at ``shape`` (None: contiguous)."""
+        return None
+
+    def drawn_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """The shape whose values are drawn for a tensor of ``shape``: 1 along the dims this layout
+        expands (``expand`` reads one value there), ``shape`` elsewhere."""
+        strides = self.strides_at(shape)
+        return (
+            tuple(shape)
+            if strides is None
+            else tuple(1 if st == 0 else n for n, st in zip(shape, strides, strict=True))
+        )
+
+    def laid_out(self, values: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """``values`` (contiguous, of :meth:`drawn_shape`) as a tensor of ``shape`` in this layout,
+        requiring grad where the example does."""
+        strides = self.strides_at(shape)
+        out = values if strides is None else _strided(values, tuple(shape), strides)
+        return out.requires_grad_(self.requires_grad)
 
     def zeros(self) -> torch.Tensor:
-        return torch.zeros(self.shape, dtype=self.dtype, requires_grad=self.requires_grad)
+        return self.laid_out(torch.zeros(self.drawn_shape(self.shape), dtype=self.dtype), self.shape)
+
+    def resized(self, shape: Sequence[int]) -> _TensorLike:
+        """This description at another ``shape`` of the same rank, in the same layout family."""
+        return _TensorLike(tuple(shape), self.dtype, self.requires_grad)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class _StridedLike(_TensorLike):
+    """A non-contiguous example tensor: also its strides (its layout family, :func:`layout_strides`)."""
+
+    stride: tuple[int, ...] = ()
+
+    def strides_at(self, shape: Sequence[int]) -> tuple[int, ...] | None:
+        return layout_strides(self.shape, self.stride, shape)
+
+    def resized(self, shape: Sequence[int]) -> _TensorLike:
+        return _StridedLike(tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape))
 
 
 @st.composite
@@ -152,7 +241,7 @@ def _inputs(draw: Any, example: tuple[Any, ...], symbols: tuple[_Symbol, ...]) -
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     return tuple(
-        draw(tensors(item.dtype, tuple(shapes[i]))).requires_grad_(item.requires_grad)
+        item.laid_out(draw(tensors(item.dtype, item.drawn_shape(shapes[i]))), shapes[i])
         if isinstance(item, _TensorLike)
         else item
         for i, item in enumerate(example)
@@ -168,9 +257,16 @@ def like(
 ) -> st.SearchStrategy[tuple[Any, ...]]:
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
-    :func:`~pmverify.strategies.tensors` (CPU, contiguous; floats at scales 2**-24 .. 2**16 per tensor,
-    with zero, all-equal, tiny and outlier rows; ints in [0, 8)). A floating tensor is a leaf that
-    requires grad where the example's does (a ``joint_fwd_bwd`` trace differentiates those only).
+    :func:`~pmverify.strategies.tensors` (CPU; floats at scales 2**-24 .. 2**16 per tensor, with
+    zero, all-equal, tiny and outlier rows; ints in [0, 8)), in the layout family of each example
+    tensor: contiguous for a contiguous one; for a permuted, padded (``empty_strided``) or expanded
+    one, its stride order, the ratio of each stride to the dense one (gaps) and its stride-0 dims, at
+    the drawn sizes (at the example's sizes, its strides; the storage offset is 0, gaps hold zeros).
+    Inductor's tracer emits another graph for another layout (``matmul`` copies a permuted operand
+    only where a view cannot express it), so a pattern traced on strided examples matches strided
+    inputs only.
+    A floating tensor is a leaf that requires grad where the example's does (a ``joint_fwd_bwd``
+    trace differentiates those only).
 
     - ``example_inputs``: a tuple or list of tensors and other items (Python scalars...), as given to
       ``register_replacement``. Items that are not tensors are passed through unchanged.

@@ -8,7 +8,8 @@ and compares the literals exactly), so a pass registered for the pattern must no
   ``other`` / ``alpha`` / ``value`` argument raised by one;
 - ``"dim"``: the ``dim`` argument of a reduction or other op moved to another dimension;
 - ``"split_sizes"``: one element moved across a boundary of a ``split_with_sizes`` (same total);
-- ``"dtype"``: the pattern traced on its float inputs cast to another float dtype. Inductor's
+- ``"dtype"``: the pattern traced on its float inputs cast to another float dtype (one the pattern
+  itself runs on eagerly: :func:`runs_eagerly`). Inductor's
   ``register_replacement`` matches it (its check re-traces the search function on the matched
   inputs), unless the pass's ``extra_check`` restricts dtypes; so either is correct
   (``must_match=None``), and the semantics oracle judges a pass that rewrites it;
@@ -43,7 +44,7 @@ from .._fx import flat_nodes
 from ._joint import callable_placeholders, cast_tangents
 from ._validation import FLOAT_DTYPES
 
-__all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants"]
+__all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants", "runs_eagerly"]
 
 #: Near-miss kinds, in the order shrinking prefers them (those of :mod:`._argument_near_miss` after
 #: the literal edits: each changes something the pattern's trace does not pin).
@@ -167,6 +168,20 @@ def _runs(gm: torch.fx.GraphModule, args: Sequence[Any], finite: bool) -> bool:
     )
 
 
+def runs_eagerly(pattern: Callable[..., Any], args: Sequence[Any]) -> bool:
+    """Whether ``pattern`` itself (eager PyTorch, not its decomposed trace) runs on clones of
+    ``args``: a program a model could hold. A decomposition may be laxer than the op it decomposes
+    (``torch.lerp`` and ``torch.mv`` refuse mixed float dtypes, their decompositions promote), so a
+    trace that runs does not make the inputs valid. Run without grad, on a forked CPU RNG (a random
+    op in the pattern leaves the global generator as it was)."""
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            pattern(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:  # noqa: BLE001 - whatever the pattern raises: not a program a model holds
+        return False
+    return True
+
+
 def _all_finite(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
     return _runs(gm, args, True)
 
@@ -278,7 +293,7 @@ def _other_dtype(pattern: Callable[..., Any], base: Traced, trace_fn: Any, pick:
         if tangents is None:
             continue
         args = (*args, *tangents)
-        if signature(gm) != original and _runs(gm, args, True):
+        if signature(gm) != original and _runs(gm, args, True) and runs_eagerly(pattern, args[:count]):
             detail = f"its {first} inputs cast to {dtype}"
             return Traced(gm, args, None, "dtype", detail=detail, primals=base.primals)
     return None

@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -45,7 +46,8 @@ from .._fx import GRADIENT_OUTPUTS, flat_nodes
 from .._record import RecordedRewrite
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
 from ._like import _TensorLike, like
-from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, kind_applies, signature, trace, variants
+from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, kind_applies, runs_eagerly, signature, trace, variants
+from ._recorded_inputs import NumberForms, recorded_example
 from ._validation import check_choices, check_int, check_order, check_strategy, short_repr
 
 __all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
@@ -84,7 +86,7 @@ def _instance_steps(draw: Any, i: int, inst: Traced) -> tuple[list[_Step], list[
     graph = inst.gm.graph
     values = dict(zip(graph.find_nodes(op="placeholder"), inst.args, strict=True))
     how = {
-        ph: draw(st.sampled_from(PRODUCERS))
+        ph: _keeping_layout(draw(st.sampled_from(PRODUCERS)), value)
         for ph, value in values.items()
         if isinstance(value, torch.Tensor) and ph.users
     }
@@ -106,6 +108,17 @@ def _instance_steps(draw: Any, i: int, inst: Traced) -> tuple[list[_Step], list[
         if consumed.get(node):
             steps.append(_Step(i, None, "consumer", node))
     return steps, ([] if inst.unused else outputs)
+
+
+def _keeping_layout(how: str | None, value: torch.Tensor) -> str | None:
+    """``how``, when its producer gives a tensor of ``value``'s strides (a view of a flat input is
+    contiguous; a clone keeps a permuted dense layout, not gaps nor expanded dims); else None (the
+    input used directly): Inductor's matcher re-traces on the strides it sees."""
+    if how == "view" and not value.is_contiguous():
+        return None
+    if how == "clone" and torch.empty_like(value).stride() != value.stride():
+        return None
+    return how
 
 
 def _layout(draw: Any, context_steps: list[_Step], sequences: list[list[_Step]]) -> list[_Step]:
@@ -446,16 +459,32 @@ class _Wildcards:
 
 def _traced(spec: dict[str, Any], args: tuple[Any, ...]) -> tuple[torch.fx.GraphModule, tuple[Any, ...]]:
     """Trace the pattern on ``args``; with default inputs of a recorded rewrite, a drawn
-    ``scalar_workaround`` value it does not trace with (e.g. a dropout probability above 1) is put
-    back to its example value, not reported as the caller's error."""
+    ``scalar_workaround`` value or number for a 0-d tensor it does not trace with or run with (e.g.
+    a dropout probability above 1) is put back to its example value, not reported as the caller's
+    error. The pattern itself must run eagerly on the inputs (:func:`runs_eagerly`: a program a model
+    could hold); a draw on which it does not, even at those example values, is rejected."""
+    numbers = spec.get("numbers")
+    examples = {
+        **(spec.get("scalar_examples") or {}),
+        **(
+            {}
+            if numbers is None
+            else {i: v for i, v in numbers.examples.items() if not isinstance(args[i], torch.Tensor)}
+        ),
+    }
     try:
-        return _trace_checked(spec["pattern"], args, spec["trace_fn"]), args
+        gm = _trace_checked(spec["pattern"], args, spec["trace_fn"])
     except InvalidArgument:
-        examples = spec.get("scalar_examples") or {}
         if all(args[i] is value for i, value in examples.items()):
             raise
+    else:
+        if runs_eagerly(spec["pattern"], args):
+            return gm, args
     fallback = tuple(examples.get(i, a) for i, a in enumerate(args))
-    return _trace_checked(spec["pattern"], fallback, spec["trace_fn"]), fallback
+    gm = _trace_checked(spec["pattern"], fallback, spec["trace_fn"])
+    if not runs_eagerly(spec["pattern"], fallback):
+        reject()
+    return gm, fallback
 
 
 def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
@@ -464,6 +493,8 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
     args = draw(spec["inputs"])
     if not isinstance(args, (tuple, list)):
         raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
+    if "numbers" in spec:
+        args = spec["numbers"].draw(draw, tuple(args))
     # requiring grad as the example does (a strategy of the caller's may draw plain tensors)
     grads = None if spec["example_inputs"] is None else requires_grad_flags(spec["example_inputs"])
     gm, args = _traced(spec, with_requires_grad(args, grads))
@@ -486,7 +517,7 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
             if variant is not None:
                 chosen = variant
                 break
-    if chosen.must_match is True and _reference(spec) not in (None, signature(chosen.gm, loose=True)):
+    if chosen.must_match is True and not _same_structure(spec, signature(chosen.gm, loose=True)):
         # Another graph than the pass registered (e.g. a matmul traced as a broadcasting mul at a
         # contracted size of 1): Inductor cannot match it, a hand-written pass may.
         chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
@@ -554,6 +585,8 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
     propagate_fake(gm, inputs)
     kinds = [inst.reason or "plain" for inst in instances]
     label = f"planted {name} x{count} ({', '.join(kinds) or 'none'})"
+    if "cap" in spec:
+        label += f" ({spec['cap']})"
     if context is not None:
         label += f" in {sum(1 for n in context.gm.graph.nodes if n.op == 'call_function')}-op context"
     pass_config = spec["pass_config"] if spec["pass_config"] is not None else getattr(context, "pass_config", None)
@@ -606,6 +639,13 @@ def _reference(spec: dict[str, Any]) -> tuple[Any, ...] | None:
     return spec["reference"]
 
 
+def _same_structure(spec: dict[str, Any], structure: tuple[Any, ...]) -> bool:
+    """Whether ``structure`` (a loose signature) is the pattern's traced on the example inputs, or
+    traced with numbers for the 0-d tensors that stand for them (or there are no example inputs)."""
+    reference, numbers = _reference(spec), spec.get("numbers")
+    return reference in (None, structure) or (numbers is not None and numbers.reference == structure)
+
+
 def _describe(args: Sequence[Any]) -> str:
     return short_repr(tuple(args))
 
@@ -634,7 +674,8 @@ def planted(
     - ``inputs``: a strategy of input tuples for ``pattern`` (e.g. :func:`like` of the example
       inputs given to ``register_replacement``). A correct pass must match ``pattern`` on every
       tuple it draws: restrict it to the shapes and dtypes the pass claims. Required for a plain
-      function; for a recorded rewrite, default ``like(rewrite.search_args)``. With
+      function; for a recorded rewrite, default ``like`` its example inputs at capped sizes, with
+      0-d tensors that stand for numbers drawn as numbers (see below). With
       ``scalar_workaround`` arguments, it may draw every argument of ``pattern`` or all but those
       (as ``register_replacement``'s ``example_inputs``); those are drawn (see below).
     - ``context``: a strategy of functional, single-rank cases to splice into; default
@@ -693,7 +734,21 @@ def planted(
     function, ``trace_fn``, ``example_inputs``, ``scalar_workaround``, ``exclusive_arg_names`` and
     the name (its ``pattern_name``, else the search function's): do not give those with it.
     ``inputs`` then draws the search function's arguments (as
-    :attr:`~pmverify.RecordedRewrite.search_args` holds them).
+    :attr:`~pmverify.RecordedRewrite.search_args` holds them). By default (:mod:`._recorded_inputs`)
+    they are drawn like the example inputs (their layouts too) at capped sizes: where an example
+    tensor holds more than 4096 elements or a side above 64, one map of sizes keeping ranks, sizes 0
+    and 1, equal and distinct sizes and divisibility shrinks them (kept only where the search
+    function runs there and Inductor's matcher judges the capped example as the recorded one; the
+    cases' labels name it); and a 0-d float or int example tensor the search function reads only as
+    a number is drawn as a Python number (3 in 4, shrunk to; values as for a ``scalar_workaround``
+    float or int) or as the 0-d tensor.
+
+    Every instance is a program eager PyTorch runs: the search function itself (not its decomposed
+    trace, which may be laxer about dtypes) runs on the instance's inputs; a drawn value of a
+    ``scalar_workaround`` argument or number that it does not run with is put back to its example
+    value, a draw it does not run on even then is rejected, and a ``"dtype"`` near miss casts only
+    to dtypes it runs on. A producer that would change an input's layout (a ``view`` of a flat
+    input for a non-contiguous one, a ``clone`` of a padded or expanded one) is not drawn.
 
     Each ``scalar_workaround`` argument is drawn, not fixed at its example value (whatever
     ``inputs`` drew there): Inductor's pattern holds it as a wildcard and
@@ -758,7 +813,8 @@ def planted(
                     f"{arg}={short_repr(value)} is given by the recorded rewrite {rewrite!r}; leave it unset"
                 )
         try:
-            example_inputs = rewrite.search_args
+            recorded_args = recorded_example(rewrite) if inputs is None else None
+            example_inputs = rewrite.search_args if recorded_args is None else recorded_args.args
         except ValueError as exc:
             raise InvalidArgument(f"pattern={rewrite!r}: {exc}") from exc
         pattern, trace_fn = rewrite.search_fn, rewrite.trace_fn
@@ -833,4 +889,13 @@ def planted(
         spec["wildcards"] = _Wildcards(spec, positions, exclusive)
     if positions:  # only when given, as it enters the repr
         spec["scalar_examples"] = positions
+    if rewrite is not None and recorded_args is not None:
+        if recorded_args.numbers:
+            spec["numbers"] = NumberForms(
+                {i: _scalar_values(v) for i, v in recorded_args.numbers.items()},
+                recorded_args.number_reference,
+                recorded_args.numbers,
+            )
+        if recorded_args.describe_cap() is not None:
+            spec["cap"] = recorded_args.describe_cap()
     return _cases(spec)

@@ -9,7 +9,7 @@ from _minimal import minimal
 from hypothesis import given, settings
 from hypothesis.errors import InvalidArgument
 
-from pmverify.strategies._like import Dim, like
+from pmverify.strategies._like import Dim, layout_strides, like
 from pmverify.strategies._tensors import max_magnitude_of
 
 EPS = 1e-6
@@ -145,3 +145,35 @@ def test_examples_repr_holds_no_tensor_values():
 def test_examples_duck_sizes_start_at_two():
     symbols = like((torch.empty(4, 8), torch.empty(8)), vary="duck")
     assert minimal(symbols)[0].shape == (2, 2)
+
+
+#: Example tensors of three layout families: padded and permuted (``empty_strided``, as Inductor's
+#: attention pattern 28 registers its q/k/v), transposed, and expanded (a bias broadcast over rows).
+STRIDED = (
+    torch.empty_strided((2, 6, 16, 8), (2304, 128, 1, 16)),
+    torch.empty(3, 5).t(),
+    torch.empty(4).expand(3, 4),
+    torch.empty(4, 8),
+)
+
+
+def _order(t):
+    """The dims of size > 1 and stride > 0, innermost first."""
+    return sorted((d for d in range(t.dim()) if t.shape[d] > 1 and t.stride(d)), key=lambda d: (t.stride(d), -d))
+
+
+@settings(max_examples=10)
+@given(like(STRIDED, vary="duck"))
+def test_strided_examples_keep_their_layout_family(inputs):
+    padded, transposed, expanded, plain = inputs
+    assert padded.stride() == layout_strides(STRIDED[0].shape, STRIDED[0].stride(), padded.shape)
+    assert _order(padded) == [2, 3, 1, 0] and padded.stride(0) == 3 * padded.shape[1] * padded.stride(1)
+    assert _order(transposed) == [0, 1] and transposed.stride(0) == 1
+    assert expanded.stride(0) == 0 and bool((expanded == expanded[0]).all())
+    assert plain.is_contiguous()
+
+
+def test_strided_examples_at_their_own_sizes_have_their_strides():
+    drawn = minimal(like(STRIDED))
+    assert [t.stride() for t in drawn] == [t.stride() for t in STRIDED]
+    assert "stride=(2304, 128, 1, 16)" in repr(like(STRIDED))  # the layout keys the example database
