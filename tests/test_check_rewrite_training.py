@@ -145,6 +145,19 @@ def test_inputs_require_grad_as_the_example_does(data):
         data.draw(untraceable)
 
 
+def _scaled(x, inv_scale):
+    return x / inv_scale
+
+
+def test_a_0d_scale_of_a_training_pattern_is_drawn_as_a_number():
+    """Inductor gives its attention patterns' scale as a 0-d tensor that its extra_check wants a
+    number for: read as one in the joint trace too (its tangent placeholder after the arguments)."""
+    from pmverify.strategies._recorded_inputs import number_positions
+
+    args = (torch.zeros(4, 8, requires_grad=True), torch.tensor(2.0))
+    assert number_positions(_scaled, args, pm.joint_fwd_bwd)[0] == {1: 2.0}
+
+
 def test_an_empty_exception_text_is_never_empty():
     try:
         raise AssertionError
@@ -162,20 +175,40 @@ def sfdp_training():
     return {r.name: r for r in rewrites}
 
 
-def test_an_inductor_attention_training_rewrite_is_compared(sfdp_training, finding_only):
-    """Attention pattern 30 (``_safe_softmax(q * s @ (k * s).T) @ v``, float32, no dropout) in its
-    training form: forward output and the gradients of q, k and v agree with SDPA's in value; its
-    finding at torch 2.13 is the forward output's layout (SDPA's ``(B, L, H, E)`` strides where the
-    pattern returns a contiguous tensor; torch.compile returns the same strides), not a gradient's
-    (SDPA's backward lays those out otherwise too: no finding)."""
-    rewrite = sfdp_training["_sfdp_pattern_30_training"]
+def test_an_inductor_attention_training_rewrite_is_compared(sfdp_training):
+    """Attention pattern 27 (``dropout(softmax(q @ k.T)) @ v``, float32) in its training form, as
+    check_rewrite plants it, plain instances only: every case rewritten to SDPA is compared, forward
+    output and the gradients of q, k and v, against float64 (its dropout drawn from one generator
+    state before the pass, after it and in the reference), and agrees."""
+    rewrite = sfdp_training["_sfdp_pattern_27_training"]
     cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=False)
-    summary = verify(rewrite.pattern_pass(), cases, max_examples=3, seed=0, oracles=["semantics"])
-    assert summary.rewritten_cases > 0 and summary.judged["semantics"] > 0
-    with finding_only(), pytest.raises(PassVerificationError) as info:
-        check_rewrite(rewrite, max_examples=4, seed=0)
-    (output,) = info.value.result.case.gm.graph.find_nodes(op="output")
-    assert output.meta[GRADIENT_OUTPUTS] == (1, 2, 3)
-    assert [(v.oracle, v.message.split(" had strides")[0]) for v in info.value.violations] == [
-        ("structure", "output 0 ((2, 4, 8, 16) torch.float32)")
-    ]
+    summary = verify(rewrite.pattern_pass(), cases, max_examples=4, seed=0, oracles=["semantics"])
+    assert summary.rewritten_cases == summary.judged["semantics"] == summary.cases > 0
+
+
+@pytest.mark.slow
+def test_every_inductor_training_rewrite_gets_a_status(sfdp_training):
+    """All of Inductor's training rewrites at the installed torch (pad_mm's 3 and fuse_attention's
+    54 at 2.13), ten cases each, unshrunk: each is compared (ok or a finding) or refused for a
+    stated reason (never matched, unsatisfiable here, not comparable, all cases void), never a
+    crash of pmverify; most attention rewrites are compared. About a minute of CPU."""
+    from torch._inductor.fx_passes import pad_mm
+
+    from pmverify import VacuousSearch
+    from pmverify._verify import fresh_search
+
+    with record_patterns(register=False) as rewrites:
+        pad_mm._pad_mm_init(torch.device("cpu"))
+    training = {r.name: r for r in [*rewrites, *sfdp_training.values()] if r.trace_fn is pm.joint_fwd_bwd}
+    compared = set()
+    for name, rewrite in training.items():
+        try:
+            with fresh_search(shrink=False):
+                check_rewrite(rewrite, max_examples=10, seed=0)
+        except PassVerificationError:
+            pass
+        except VacuousSearch:
+            continue
+        compared.add(name)
+    attention = {name for name in training if name.startswith("_sfdp")}
+    assert len(training) >= 50 and len(compared & attention) > len(attention) // 2

@@ -170,7 +170,8 @@ def number_positions(
         number_gm = trace(pattern, numbers, trace_fn)
     except Exception:  # noqa: BLE001 - not traceable with numbers there: they stay tensors
         return {}, None
-    placeholders = list(tensor_gm.graph.find_nodes(op="placeholder"))
+    # the pattern's arguments: a joint (training) trace has its tangents after them
+    placeholders = list(tensor_gm.graph.find_nodes(op="placeholder"))[: len(args)]
     if len(placeholders) != len(args):
         return {}, None
     reference = signature(number_gm, loose=True)
