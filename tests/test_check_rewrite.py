@@ -247,25 +247,36 @@ def inductor_sfdp() -> dict:
     return {r.name: r for r in rewrites}
 
 
+def _attention_with_alpha(query, key, value, attn_mask):
+    """``_sfdp_pattern_5`` with ``alpha=3.0`` on its mask add (inv_scale 4.0)."""
+    return torch.softmax(torch.add(query @ key.transpose(-2, -1) / 4.0, attn_mask, alpha=3.0), dim=-1) @ value
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "reason"),
-    [("_sfdp_pattern_5_inference", "optional_arg"), ("_sfdp_pattern_19_inference", "reduction_dim")],
-)
-def test_inductor_attention_fusions_drop_an_alpha_and_the_softmax_dim(inductor_sfdp, name, reason, finding_only):
-    """Two bugs of torch 2.13's own attention fusion, found by check_rewrite's near misses and shown
-    under torch.compile (same results): its matcher ignores ``alpha=`` on the mask add
-    (``softmax(q @ k.T / s + mask)`` with ``torch.add(..., mask, alpha=3.0)`` compiles to SDPA with
-    the mask added once), and its serialized patterns hold softmax's dim as ``Ignored()`` without a
-    re-trace (a softmax over dim -2 compiles to SDPA, which softmaxes over -1). Each rewrite is
-    planted as check_rewrite plants it, with that one near-miss kind, so that the finding is that
-    bug's whatever the draws (check_rewrite itself finds whichever comes first)."""
-    rewrite = inductor_sfdp[name]
-    cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=(reason,))
+def test_inductor_attention_fusion_drops_the_alpha_of_the_mask_add(inductor_sfdp):
+    """A bug of torch 2.13's own attention fusion (docs/audit/sfdp_mask_add_alpha.py shows it under
+    torch.compile): its matcher ignores ``alpha=`` on the mask add, and SDPA adds the mask once. The
+    instance check_rewrite's ``optional_arg`` near miss plants, traced as Inductor traces patterns,
+    with a mask at scale 1 (drawn masks go down to 2**-24, where the alpha changes nothing)."""
+    torch.manual_seed(0)
+    args = (*(torch.randn(2, 4, 8, 16) for _ in range(3)), torch.randn(1, 1, 8, 8))
+    case = pmverify.GraphCase(pm.fwd_only(_attention_with_alpha, args), [args])
+    result = pmverify.check_case(inductor_sfdp["_sfdp_pattern_5_inference"].pattern_pass(), case, oracles=["semantics"])
+    assert result.matches == 1 and [v.oracle for v in result.violations] == ["semantics"]
+
+
+@pytest.mark.slow
+def test_inductor_attention_fusion_ignores_the_softmax_dim(inductor_sfdp, finding_only):
+    """A bug of torch 2.13's own attention fusion (docs/audit/sfdp_softmax_dim.py shows it under
+    torch.compile): its serialized patterns hold softmax's dim as ``Ignored()`` without a re-trace,
+    so a softmax over dim -2 becomes SDPA, which softmaxes over -1. Planted as check_rewrite plants
+    it, with the ``reduction_dim`` near miss alone, so that the finding is that bug's."""
+    rewrite = inductor_sfdp["_sfdp_pattern_19_inference"]
+    cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=("reduction_dim",))
     with finding_only(), pytest.raises(PassVerificationError) as info:
         verify(rewrite.pattern_pass(), cases, max_examples=20, seed=0)
     assert {v.oracle for v in info.value.violations} == {"semantics"}
-    assert [p.reason for p in info.value.result.case.planted] == [reason]
+    assert [p.reason for p in info.value.result.case.planted] == ["reduction_dim"]
     with finding_only(), pytest.raises(PassVerificationError):
         check_rewrite(rewrite, max_examples=10, seed=0)
 
