@@ -129,7 +129,9 @@ def test_a_wrong_backward_is_a_semantics_finding_on_a_gradient(finding_only):
     assert violation.message.startswith(f"output {wrong}:")
 
 
-@settings(max_examples=2, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=2, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
+)
 @given(data=st.data())
 def test_inputs_require_grad_as_the_example_does(data):
     """Drawn inputs that do not require grad are made to where the recorded example does, so the
@@ -140,7 +142,9 @@ def test_inputs_require_grad_as_the_example_does(data):
     instances = {"context": st.nothing(), "min_instances": 1, "max_instances": 1, "near_misses": False}
     case = data.draw(planted(rewrite, detached, **instances))
     assert len(case.inputs[0]) == 3  # x, y and a tangent
-    untraceable = planted(_tanh_mul, like([torch.empty(4, 8), torch.empty(4, 8)]), trace_fn=pm.joint_fwd_bwd, **instances)
+    untraceable = planted(
+        _tanh_mul, like([torch.empty(4, 8), torch.empty(4, 8)]), trace_fn=pm.joint_fwd_bwd, **instances
+    )
     with pytest.raises(InvalidArgument, match=r"needs an input that requires grad.*: AssertionError\(\) \(at "):
         data.draw(untraceable)
 
@@ -191,7 +195,7 @@ def test_every_inductor_training_rewrite_gets_a_status(sfdp_training):
     """All of Inductor's training rewrites at the installed torch (pad_mm's 3 and fuse_attention's
     54 at 2.13), ten cases each, unshrunk: each is compared (ok or a finding) or refused for a
     stated reason (never matched, unsatisfiable here, not comparable, all cases void), never a
-    crash of pmverify; most attention rewrites are compared. About a minute of CPU."""
+    crash of pmverify; most attention rewrites are compared. About two minutes of CPU."""
     from torch._inductor.fx_passes import pad_mm
 
     from pmverify import VacuousSearch
