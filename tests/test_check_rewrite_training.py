@@ -174,8 +174,8 @@ def test_an_empty_exception_text_is_never_empty():
 def sfdp_training():
     from torch._inductor.fx_passes import fuse_attention
 
-    with record_patterns(register=False) as rewrites:
-        fuse_attention._sfdp_init(torch.device("cpu"))
+    with record_patterns(register=False) as rewrites:  # uncached: other modules record it too
+        fuse_attention._sfdp_init.__wrapped__(torch.device("cpu"))
     return {r.name: r for r in rewrites}
 
 
@@ -191,19 +191,15 @@ def test_an_inductor_attention_training_rewrite_is_compared(sfdp_training):
 
 
 @pytest.mark.slow
-def test_every_inductor_training_rewrite_gets_a_status(sfdp_training):
+def test_every_inductor_training_rewrite_gets_a_status():
     """All of Inductor's training rewrites at the installed torch (pad_mm's 3 and fuse_attention's
     54 at 2.13), ten cases each, unshrunk: each is compared (ok or a finding) or refused for a
     stated reason (never matched, unsatisfiable here, not comparable, all cases void), never a
     crash of pmverify; most attention rewrites are compared. About two minutes of CPU."""
-    from torch._inductor.fx_passes import pad_mm
-
-    from pmverify import VacuousSearch
+    from pmverify import VacuousSearch, record_inductor
     from pmverify._verify import fresh_search
 
-    with record_patterns(register=False) as rewrites:
-        pad_mm._pad_mm_init(torch.device("cpu"))
-    training = {r.name: r for r in [*rewrites, *sfdp_training.values()] if r.trace_fn is pm.joint_fwd_bwd}
+    training = {r.name: r for r in record_inductor() if r.trace_fn is pm.joint_fwd_bwd}
     compared = set()
     for name, rewrite in training.items():
         try:
