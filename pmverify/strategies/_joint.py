@@ -26,7 +26,16 @@ from hypothesis.errors import InvalidArgument
 from .._fx import flat_nodes
 from ._tensors import tensors
 
-__all__ = ["callable_placeholders", "gradient_outputs", "tangent_placeholders", "tangents", "cast_tangents", "requires_grad_flags", "with_requires_grad", "detached"]
+__all__ = [
+    "callable_placeholders",
+    "gradient_outputs",
+    "tangent_placeholders",
+    "tangents",
+    "cast_tangents",
+    "requires_grad_flags",
+    "with_requires_grad",
+    "detached",
+]
 
 _TANGENT_PREFIX = "tangents"
 
