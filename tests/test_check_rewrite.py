@@ -265,20 +265,23 @@ def test_inductor_attention_fusion_drops_the_alpha_of_the_mask_add(inductor_sfdp
     assert result.matches == 1 and [v.oracle for v in result.violations] == ["semantics"]
 
 
+def _attention_over_queries(query, key, value):
+    """``_sfdp_pattern_1`` with its softmax over dim -2 (the queries) instead of -1."""
+    return torch.softmax(query @ key.transpose(-2, -1) / 4.0, dim=-2) @ value
+
+
 @pytest.mark.slow
-def test_inductor_attention_fusion_ignores_the_softmax_dim(inductor_sfdp, finding_only):
+def test_inductor_attention_fusion_ignores_the_softmax_dim(inductor_sfdp):
     """A bug of torch 2.13's own attention fusion (docs/audit/sfdp_softmax_dim.py shows it under
     torch.compile): its serialized patterns hold softmax's dim as ``Ignored()`` without a re-trace,
-    so a softmax over dim -2 becomes SDPA, which softmaxes over -1. Planted as check_rewrite plants
-    it, with the ``reduction_dim`` near miss alone, so that the finding is that bug's."""
-    rewrite = inductor_sfdp["_sfdp_pattern_19_inference"]
-    cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=("reduction_dim",))
-    with finding_only(), pytest.raises(PassVerificationError) as info:
-        verify(rewrite.pattern_pass(), cases, max_examples=20, seed=0)
-    assert {v.oracle for v in info.value.violations} == {"semantics"}
-    assert [p.reason for p in info.value.result.case.planted] == ["reduction_dim"]
-    with finding_only(), pytest.raises(PassVerificationError):
-        check_rewrite(rewrite, max_examples=10, seed=0)
+    so a softmax over dim -2 becomes SDPA, which softmaxes over -1. The instance check_rewrite's
+    ``reduction_dim`` near miss plants, traced as Inductor traces patterns (a planted search finds it
+    too, but whether within a few cases hangs on the process's draws)."""
+    torch.manual_seed(0)
+    args = tuple(torch.randn(2, 4, 8, 16) for _ in range(3))
+    case = pmverify.GraphCase(pm.fwd_only(_attention_over_queries, args), [args])
+    result = pmverify.check_case(inductor_sfdp["_sfdp_pattern_1_inference"].pattern_pass(), case, oracles=["semantics"])
+    assert result.matches == 1 and [v.oracle for v in result.violations] == ["semantics"]
 
 
 def scale_pattern(x, inv_scale):
