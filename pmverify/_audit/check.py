@@ -7,7 +7,8 @@ Statuses (:data:`STATUSES`), each with a one-line ``reason``:
   planted check (reason: the cases run and rewritten);
 - ``finding``: a property broke (``violations``: oracle and message; ``reproducer``), in
   ``check_rewrite`` or in the planted check (``check`` says which; a rewrite that fires on a near
-  miss shows there), or ``check_rewrite`` never saw the rewrite fire and found no gate for it
+  miss shows there; ``variants``: the near misses or variants of the pattern the rewrite fired on in
+  the failing case, with what each changed, the first named in the reason), or ``check_rewrite`` never saw the rewrite fire and found no gate for it
   (``kind`` ``never_matched``: nothing was compared);
 - ``unsatisfiable here``: it never fired because it is gated on what this machine or configuration
   lacks (reason: :attr:`pmverify.RewriteUnsatisfiable.condition`);
@@ -28,7 +29,7 @@ import time
 import traceback
 from typing import Any
 
-__all__ = ["STATUSES", "check_one", "error_text", "planted_examples"]
+__all__ = ["STATUSES", "check_one", "error_text", "planted_examples", "rewritten_variants"]
 
 OK = "ok"
 FINDING = "finding"
@@ -74,16 +75,35 @@ def _error(exc: BaseException, step: str) -> dict[str, Any]:
     }
 
 
+def rewritten_variants(result: Any) -> list[dict[str, Any]]:
+    """The instances of ``result``'s case (a :class:`pmverify.CaseResult`) that the rewrite fired on
+    although they are not plain instances of its pattern (near misses, may-match variants): what
+    each changed (``reason``, ``detail``), so that a finding says which variant it came from."""
+    if result is None:
+        return []
+    rows = []
+    for instance, matched in zip(result.case.planted, result.matched, strict=False):
+        if matched and instance.must_match is not True and instance.reason:
+            rows.append({"pattern": instance.pattern, "reason": instance.reason, "detail": instance.detail})
+    return rows
+
+
 def _finding(error: Any, check: str) -> dict[str, Any]:
     violations = [{"oracle": v.oracle, "message": v.message} for v in error.violations]
     oracles = ", ".join(dict.fromkeys(v["oracle"] for v in violations))
     first = one_line(violations[0]["message"]) if violations else ""
     where = "" if check == "check_rewrite" else " (planted among random graphs with near misses)"
+    variants = rewritten_variants(getattr(error, "result", None))
+    # the variant first: the violation's message is long, and the reason is cut to one line
+    fired_on = "".join(
+        f"rewrote a {v['reason']} variant ({v['detail'] or 'see the reproducer'}); " for v in variants[:1]
+    )
     return {
         "status": FINDING,
         "kind": "violation",
         "check": check,
-        "reason": one_line(f"{oracles}{where}: {first}"),
+        "reason": one_line(f"{fired_on}{oracles}{where}: {first}"),
+        "variants": variants,
         "violations": violations,
         "reproducer": str(error.reproducer) if error.reproducer else None,
         "other_reproducers": {k: str(v) for k, v in error.other_reproducers.items() if v},

@@ -52,7 +52,7 @@ def test_a_correct_rewrite_is_ok_after_both_checks(recorded, tmp_path):
 def test_a_wrong_rewrite_is_a_finding_whose_reproducer_rebuilds_the_pass(recorded, tmp_path):
     outcome = _check(recorded, f"{SOURCE}:build", "silu", tmp_path)
     assert outcome["status"] == "finding" and outcome["kind"] == "violation" and outcome["check"] == "check_rewrite"
-    assert outcome["violations"][0]["oracle"] == "semantics" and outcome["reason"].startswith("semantics: ")
+    assert outcome["violations"][0]["oracle"] == "semantics" and "semantics: output 0: " in outcome["reason"]
     script = pathlib.Path(outcome["reproducer"]).read_text()
     assert f"from {SOURCE} import build" in script and "    build()" in script
 
@@ -108,9 +108,15 @@ def test_each_outcome_of_check_rewrite_maps_to_its_status(monkeypatch, error, st
 
 
 class _PlantedFinding(Exception):
-    violations = [types.SimpleNamespace(oracle="semantics", message="rewrote a near miss (dtype)")]
+    violations = [types.SimpleNamespace(oracle="semantics", message="output 0 differs")]
     reproducer = None
     other_reproducers = {}
+    _instances = (  # a must-match instance, a near miss left alone, a near miss rewritten
+        pmverify.PlantedInstance("p", ("a",), True),
+        pmverify.PlantedInstance("p", ("b",), False, "eps", "eps 1e-06 -> 2e-06"),
+        pmverify.PlantedInstance("p", ("c",), None, "reduction_dim", "dim -1 moved to -2"),
+    )
+    result = types.SimpleNamespace(case=types.SimpleNamespace(planted=_instances), matched=[True, False, True])
 
 
 def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch):
@@ -121,5 +127,9 @@ def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch)
     monkeypatch.setattr("pmverify.strategies.planted", lambda rewrite: None)
     outcome = check.check_one(types.SimpleNamespace(pattern_pass=lambda: None), "PASS = None", max_examples=4, seed=0)
     assert outcome["status"] == "finding" and outcome["check"] == "planted"
-    assert outcome["reason"] == "semantics (planted among random graphs with near misses): rewrote a near miss (dtype)"
+    assert outcome["reason"] == (
+        "rewrote a reduction_dim variant (dim -1 moved to -2); "
+        "semantics (planted among random graphs with near misses): output 0 differs"
+    )
+    assert outcome["variants"] == [{"pattern": "p", "reason": "reduction_dim", "detail": "dim -1 moved to -2"}]
     assert outcome["checked"] == "2 cases, 2 rewritten"
