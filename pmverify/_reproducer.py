@@ -125,8 +125,15 @@ def _oracle_recipe(oracles: Sequence[Any] | None, imports: set[str]) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-#: Namespaces of ops registered by a pmverify module, imported by a script that uses them.
-_OP_MODULES = {"pmverify_testing": "import pmverify.strategies._custom_ops  # registers torch.ops.pmverify_testing"}
+#: Namespaces of ops that ``import torch`` alone does not register, with the module that does,
+#: imported by a script that uses them: pmverify's own test ops; the prims Inductor's decompositions
+#: and serialized patterns use (``prims.fma``, made in torch._inductor.inductor_prims at torch 2.13);
+#: the quantize / dequantize ops of PT2E quantization.
+_OP_MODULES = {
+    "pmverify_testing": "import pmverify.strategies._custom_ops  # registers torch.ops.pmverify_testing",
+    "prims": "import torch._inductor.inductor_prims  # registers Inductor's torch.ops.prims (fma...)",
+    "quantized_decomposed": "import torch.ao.quantization.fx._decomposed  # registers torch.ops.quantized_decomposed",
+}
 
 
 def _overload(target: torch._ops.OpOverload, imports: set[str]) -> str:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from torch._inductor import pattern_matcher as pm
 
-from pmverify import PassVerificationError, verify
+from pmverify import GraphCase, PassVerificationError, check_case, verify
 from pmverify._apply import error_summary
 from pmverify._fx import GRADIENT_OUTPUTS
 from pmverify._record import record_patterns
@@ -188,6 +188,29 @@ def test_an_inductor_attention_training_rewrite_is_compared(sfdp_training):
     cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=False)
     summary = verify(rewrite.pattern_pass(), cases, max_examples=4, seed=0, oracles=["semantics"])
     assert summary.rewritten_cases == summary.judged["semantics"] == summary.cases > 0
+
+
+def _attention(query, key, value):
+    return torch.softmax(query @ key.transpose(-2, -1) / 4.0, dim=-1) @ value
+
+
+def test_gradients_that_cancel_to_rounding_noise_are_judged_by_their_noise_floor(sfdp_training):
+    """Attention pattern 1 in training form, as the audit drew it: query 0, key and value all ones,
+    so query's gradient is ``P (dP - D) K / 4`` with ``dP`` and ``D`` the same sums of the tangent
+    taken two ways: 0 in float64, float32 rounding noise of those sums (up to 1e-6) before the pass
+    and after it, in other places (exactly 0 before, 1e-6 after, on a third of the elements: far off
+    at |ref| + mean|ref|, itself rounding noise). The noise floor (perturbed float64 runs) says that much noise is
+    all float32 can tell; a wrong value stays far off it (test_noise)."""
+    torch.manual_seed(0)
+    query, key, value = torch.zeros(2, 4, 8, 16), torch.ones(2, 4, 8, 16), torch.ones(2, 4, 8, 16)
+    primals = tuple(t.requires_grad_() for t in (query, key, value))
+    gm = trace(_attention, primals, pm.joint_fwd_bwd)
+    tangent = torch.rand(2, 4, 8, 16) * 4 - 2  # as Hypothesis draws: uniform, a fifth of it round values
+    rounded = torch.tensor([0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0])[torch.randint(0, 7, (2, 4, 8, 16))]
+    tangent = torch.where(torch.rand(2, 4, 8, 16) < 0.2, rounded, tangent)
+    case = GraphCase(gm, [(*(t.detach() for t in primals), tangent)])
+    result = check_case(sfdp_training["_sfdp_pattern_1_training"].pattern_pass(), case, oracles=["semantics"])
+    assert result.matches == 1 and result.violations == []
 
 
 @pytest.mark.slow

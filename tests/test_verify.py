@@ -120,7 +120,9 @@ def test_a_class_is_built_with_no_argument_when_the_case_carries_no_config():
     pmverify.check_case(_NoArgumentPass, case, oracles=["structure"])
     pmverify.check_case(_NoArgumentPass, case, oracles=["structure"])
     assert _NoArgumentPass.built == 2  # a fresh object per case
-    with pytest.raises(ValueError, match="_ConfiguredPass is a class whose constructor takes arguments.*give a built pass"):
+    with pytest.raises(
+        ValueError, match="_ConfiguredPass is a class whose constructor takes arguments.*give a built pass"
+    ):
         pmverify.check_case(_ConfiguredPass, case)
     with pytest.raises(ValueError, match="strict_order=1 must be a bool"):
         pmverify.check_case(_NoArgumentPass, case, strict_order=1)
@@ -329,7 +331,9 @@ def test_a_search_that_rewrote_nothing_raises_rewrite_never_matched():
     summary = verify(_identity, cases, max_examples=3, allow_no_rewrites=True)
     assert summary == pmverify.VerifySummary(cases=1, judged={"structure": 1, "semantics": 1})
     assert summary.describe().startswith("1 cases, 0 rewritten, 0 void")  # no "(0 rewrites)"
-    with pytest.raises(pmverify.RewriteNeverMatched, match=r"^verify\(_NoArgumentPass, just\(.{80,97}\.\.\.\): the pass"):
+    with pytest.raises(
+        pmverify.RewriteNeverMatched, match=r"^verify\(_NoArgumentPass, just\(.{80,97}\.\.\.\): the pass"
+    ):
         verify(_NoArgumentPass, cases, max_examples=3)  # the class's name, the strategy's repr cut short
 
 

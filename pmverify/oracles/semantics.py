@@ -102,6 +102,7 @@ __all__ = [
     "ULPS",
     "FAR_ULPS",
     "FP32_SLACK",
+    "NOISE_FACTOR",
 ]
 
 #: Factor on the error of the graph before the pass, in aggregate and per element (torch._dynamo's
@@ -119,6 +120,9 @@ ULPS = 0.5
 FAR_ULPS = 2.0
 #: Slack for reassociated float32 arithmetic, in float32 epsilons of the magnitude scale.
 FP32_SLACK = 64.0
+#: Slack in multiples of an element's noise floor (:mod:`._noise`: the RMS movement of its float64
+#: value when every intermediate is perturbed at float32 precision), for flagged results.
+NOISE_FACTOR = 8.0
 
 _FALLBACK = {  # torch.testing.assert_close defaults: (rtol, atol)
     torch.float16: (1e-3, 1e-5),
@@ -258,13 +262,16 @@ def _judge(
     dtype: torch.dtype,
     rule: tuple[float, float, float],
     operand_scale: float = 0.0,
+    noise: Any = None,
 ) -> _Judgement | None:
     """The rule (``rule`` = (k, ulps, far_ulps)) for ``a`` against ``reference`` at the elements
     ``judged``, or None when ``reference`` is no tensor of ``b``'s shape or no judged element of it
     is finite. Where ``b`` is not finite (the original overflowed where the reference did not) only
     the per-element bound applies, with no error before. The float32 slack is relative to the
     magnitude scale, and one float32 eps of ``operand_scale`` more (the rounding error a
-    cancellation carries from its operands)."""
+    cancellation carries from its operands), or :data:`NOISE_FACTOR` times the noise scale where
+    that is more: ``noise`` (the result's noise floor, :mod:`._noise`) plus its RMS over the
+    result."""
     if not isinstance(reference, torch.Tensor) or reference.shape != b.shape:
         return None
     k, ulps, far_ulps = rule
@@ -278,6 +285,11 @@ def _judge(
     unit = _ulp(dtype, scale)
     eps32 = torch.finfo(torch.float32).eps
     slack = FP32_SLACK * eps32 * scale + eps32 * operand_scale
+    if isinstance(noise, torch.Tensor) and noise.shape == b.shape:
+        noise = noise.nan_to_num(0.0, 0.0, 0.0).where(usable, 0.0)
+        # the element's noise and the result's RMS noise, as the magnitude scale adds mean|ref|
+        noise_scale = noise + (noise.square().sum() / usable.sum()).sqrt()
+        slack = torch.maximum(slack, NOISE_FACTOR * noise_scale)
     err_before, err_after = (b - r).abs().where(counted, 0.0), (a - r).abs().where(usable, 0.0)
     far = ((err_after - k * err_before - slack) / unit - far_ulps).where(usable, -math.inf)
     worse = ((err_after - k * err_before - slack) / unit).where(usable, -math.inf)
@@ -317,6 +329,7 @@ def compare(
     far_ulps: float = FAR_ULPS,
     region_reference: Any = None,
     operand_scale: float = 0.0,
+    noise: Any = None,
 ) -> str | None:
     """Compare one result; return a message saying how it breaks the rule of the module docstring
     (its worst element named), or None when it holds.
@@ -325,7 +338,8 @@ def compare(
     the rewrite's inputs (:mod:`._region_reference`), whose slack has one float32 eps of
     ``operand_scale`` more (the magnitude of what the rewrite reads: a result that cancels to 0
     carries the rounding error of its operands): the result holds when it holds against either.
-    ``k``, ``ulps`` and ``far_ulps``: the rule's :data:`K`, :data:`ULPS` and :data:`FAR_ULPS`."""
+    ``noise`` (optional): the result's noise floor (:func:`._noise.noise_floor`), as slack against
+    ``reference``: the result holds when it holds with that slack too. ``k``, ``ulps`` and ``far_ulps``: the rule's :data:`K`, :data:`ULPS` and :data:`FAR_ULPS`."""
     if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
         if isinstance(before, torch.Tensor) != isinstance(after, torch.Tensor):
             return f"{name}: {type(before).__name__} before the pass, {type(after).__name__} after it"
@@ -361,6 +375,10 @@ def compare(
     local = _judge(b, a, region_reference, judged, before.dtype, rule, operand_scale)
     if local is not None and local.holds and not bool((judged & ~local.usable).any()):
         return None
+    if noise is not None:
+        noisy = _judge(b, a, reference, judged, before.dtype, rule, noise=noise)
+        if noisy is not None and noisy.holds:
+            return None
     return _message(name, b, a, reference, whole, before.dtype, ulps, far_ulps)
 
 
@@ -421,7 +439,7 @@ def rank_results(pair: Any, rank: int) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - a graph that no longer runs is a finding
             after = exc
     reference = float64_reference(pair.case.gm, inputs, drawn=drawn)
-    pair.cache[key] = {"before": before, "after": after, "reference": reference}
+    pair.cache[key] = {"before": before, "after": after, "reference": reference, "drawn": drawn}
     return pair.cache[key]
 
 
@@ -543,16 +561,36 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_
         for i, ((name, b), (_, a)) in enumerate(zip(before, after, strict=False)):
             r = reference[i][1] if reference is not None and i < len(reference) else None
             message = compare(f"{where}{name}", b, a, r, **rule)
-            if message and r is not None:  # measured from the rewrite's inputs too, before reporting
+            if message and r is not None:  # measured from the rewrite's inputs and its noise, before reporting
                 region = _region_results(pair, rank) if region is None else region
                 local = named_results(pair.case.gm, region[0]) if region else None
-                if local is not None and i < len(local):
-                    message = compare(
-                        f"{where}{name}", b, a, r, **rule, region_reference=local[i][1], operand_scale=region[1]
-                    )
+                noise = _noise_results(pair, rank)
+                noise_i = named_results(pair.case.gm, noise)[i][1] if noise else None
+                both = {"region_reference": local[i][1], "operand_scale": region[1]} if local and i < len(local) else {}
+                message = compare(f"{where}{name}", b, a, r, **rule, **both, noise=noise_i)
             if message:
                 violations.append(Violation("semantics", message))
     return violations
+
+
+def _noise_results(pair: Any, rank: int) -> Any:
+    """The noise floor of the graph before the pass (:mod:`._noise`) on rank ``rank``, cached in
+    ``pair.cache``; False when there is none (tensor-parallel cases, graphs that do not run
+    perturbed)."""
+    key = ("semantics", "noise", rank)
+    if key not in pair.cache:
+        result = None
+        results = rank_results(pair, rank)
+        if pair.case.tp_world == 1 and results["reference"] is not None:
+            from ._noise import noise_floor
+
+            drawn = results.get("drawn")
+            with deterministic_fill():
+                result = noise_floor(
+                    pair.case.gm, float64_module(pair.case.gm), pair.case.inputs[rank], results["reference"], drawn
+                )
+        pair.cache[key] = result if result is not None else False
+    return pair.cache[key]
 
 
 def _region_results(pair: Any, rank: int) -> Any:

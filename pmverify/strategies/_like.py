@@ -230,7 +230,9 @@ class _StridedLike(_TensorLike):
         return layout_strides(self.shape, self.stride, shape)
 
     def resized(self, shape: Sequence[int]) -> _TensorLike:
-        return _StridedLike(tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape))
+        return _StridedLike(
+            tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape)
+        )
 
 
 @st.composite

@@ -71,7 +71,9 @@ def test_check_rewrite_says_not_comparable():
             pm.fwd_only,
             pm.PatternMatcherPass(),
             # refusing keywords the pattern does not hold (a sum(..., dtype=) near miss), as README advises
-            extra_check=lambda match: not any(node.kwargs for node in match.nodes if node.target == aten.sum.dim_IntList),
+            extra_check=lambda match: (
+                not any(node.kwargs for node in match.nodes if node.target == aten.sum.dim_IntList)
+            ),
         )
     with pytest.raises(RewriteNotComparable) as info:
         check_rewrite(rewrites[0], max_examples=4, seed=0)

@@ -1,0 +1,147 @@
+"""The noise floor of a graph's results: how far their float64 values move when every intermediate
+value is perturbed at float32 precision.
+
+A result that is a small difference of large terms (a softmax gradient where the softmax is nearly
+one-hot, a mean-subtracted sum) is determined by float32 arithmetic only to the rounding error of
+those terms, not to an ulp of its own (small) magnitude: any correct float32 implementation of the
+same math, a fused kernel that sums in another order say, lands anywhere within that noise. The
+semantics rule measures errors in ulps of ``|ref| + mean|ref|``, which is right for most results but
+too strict for a tensor that is *all* cancellation (every element near 0): there a correct rewrite's
+error of 1e-6 is millions of ulps of 1e-13.
+
+The estimate is Monte Carlo arithmetic (D. Stott Parker, "Monte Carlo Arithmetic: exploiting
+randomness in floating-point arithmetic", UCLA CSD-970002, 1997; the "random rounding" mode of
+Verificarlo, Denis et al. 2016, which perturbs the operands and the result of each operation): the
+graph runs :data:`RUNS` times in float64, every floating operand and result of a functional op
+multiplied by ``1 + u * d`` with ``d`` uniform in [-1, 1] and ``u`` the unit
+roundoff of float32 (2**-24; of float64 for an op that computes in float64), each run with its own
+seeded generator; the noise of an element is the RMS of its deviations from the unperturbed float64
+reference. Only float32-level perturbation: the rounding of a float16 / bfloat16 op to its own dtype
+is what the semantics rule compares, so it must not be excused as noise (a rewrite that adds a bf16
+rounding is 2**16 times the float32 noise).
+
+Random numbers are drawn as the graph before the pass drew them (:mod:`._rng`); in-place ops and
+views are not perturbed (their outputs alias their inputs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from . import _rng
+
+__all__ = ["RUNS", "noise_floor"]
+
+#: Perturbed float64 runs; the noise of an element is the RMS of its deviations over them.
+RUNS = 4
+#: Seed of the perturbations' generator (the first run's; run i uses SEED + i).
+SEED = 20261202
+_UNIT_ROUNDOFF = {torch.float64: 2.0**-53}
+_FLOAT32_ROUNDOFF = 2.0**-24
+
+
+def _functional(node: torch.fx.Node) -> bool:
+    """Whether ``node`` makes a new value: an ATen op whose schema neither writes nor aliases."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None:
+        return False
+    return all(a.alias_info is None for a in schema.arguments) and all(r.alias_info is None for r in schema.returns)
+
+
+class _Perturbing(_rng._Replayer):
+    """Runs a float64 twin of a graph (drawing what ``drawn`` recorded), each functional op's
+    floating operands, as it reads them, and its floating results perturbed at the unit roundoff of
+    the dtype it computes in before widening (``dtypes``: node name -> that dtype)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, drawn: dict[str, Any], dtypes: dict[str, Any], seed: int) -> None:
+        super().__init__(gm, drawn)
+        self.dtypes = dtypes
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _perturb(self, value: Any, u: float) -> Any:
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float64 or not value.numel():
+            return value
+        d = torch.rand(value.shape, generator=self.generator, dtype=torch.float64) * 2 - 1
+        return value * (1 + u * d)
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        functional = n.name not in self.drawn and _functional(n)
+        self.u = _UNIT_ROUNDOFF.get(self.dtypes.get(n.name), _FLOAT32_ROUNDOFF) if functional else None
+        return super().run_node(n)
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if self.u is None:
+            return super().call_function(target, args, kwargs)
+        u = self.u
+        args, kwargs = pytree.tree_map(lambda v: self._perturb(v, u), (args, kwargs))
+        return pytree.tree_map(lambda v: self._perturb(v, u), super().call_function(target, args, kwargs))
+
+
+class _DtypeRecorder(torch.fx.Interpreter):
+    """Runs a graph in its own dtypes, keeping the dtype of each node's tensor result."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.dtypes: dict[str, torch.dtype] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        out = super().run_node(n)
+        if isinstance(out, torch.Tensor):
+            self.dtypes[n.name] = out.dtype
+        return out
+
+
+def _computed_dtypes(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> dict[str, torch.dtype]:
+    """The dtype of each node's tensor result in a run of ``gm`` (in its own dtypes) on clones of
+    ``inputs``."""
+    recorder = _DtypeRecorder(gm)
+    args = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        recorder.run(*args)
+    return recorder.dtypes
+
+
+def noise_floor(
+    gm: torch.fx.GraphModule,
+    float64: torch.fx.GraphModule,
+    inputs: tuple[Any, ...],
+    reference: tuple[list[Any], list[Any]],
+    drawn: dict[str, Any] | None = None,
+) -> tuple[list[Any], list[Any]] | None:
+    """The noise of each result of ``gm``: ``(flat outputs, final inputs)`` lined up with
+    ``reference`` (the unperturbed float64 run, :func:`~pmverify.oracles.semantics.float64_reference`),
+    each a float64 tensor of the result's shape (the RMS deviation of :data:`RUNS` perturbed runs of
+    ``float64``, ``gm``'s float64 twin, on clones of ``inputs``; see the module docstring), or None
+    where the result is no floating tensor. ``drawn``: what the run before the pass drew. None when
+    the perturbed graph does not run. The caller sets deterministic fill."""
+    runs = []
+    try:
+        dtypes = _computed_dtypes(gm, inputs)
+        for i in range(RUNS):
+            args = [
+                x.detach().clone().double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                for x in inputs
+            ]
+            args = [x.clone() if isinstance(x, torch.Tensor) and not x.is_floating_point() else x for x in args]
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                out = _Perturbing(float64, drawn or {}, dtypes, SEED + i).run(*args)
+            runs.append((pytree.tree_leaves(out), args))
+    except Exception:  # noqa: BLE001 - no perturbed run of this graph: no noise floor
+        return None
+
+    def spread(position: int, index: int) -> Any:
+        ref = reference[position][index] if index < len(reference[position]) else None
+        if not isinstance(ref, torch.Tensor) or not ref.is_floating_point():
+            return None
+        total = torch.zeros(ref.shape, dtype=torch.float64)
+        for run in runs:
+            value = run[position][index]
+            if not isinstance(value, torch.Tensor) or value.shape != ref.shape:
+                return None
+            total += (value.double() - ref.double()).nan_to_num(0.0, 0.0, 0.0) ** 2
+        return (total / len(runs)).sqrt()
+
+    return tuple([spread(position, index) for index in range(len(reference[position]))] for position in range(2))  # type: ignore[return-value]

@@ -1,0 +1,59 @@
+"""The noise floor of a result (perturbed float64 runs): what float32 arithmetic can tell of a result
+that cancels, as slack for flagged results; a wrong value, and a rounding to bf16, stay findings."""
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from pmverify.oracles import semantics
+from pmverify.oracles._noise import noise_floor
+
+
+def _graph(fn, *args):
+    return make_fx(fn)(*args), args  # ATen ops, as pmverify's cases hold
+
+
+def _centered_sums(x):
+    return ((x - x.mean(-1, keepdim=True)) * 64).sum(-1)
+
+
+def _noise(fn, *args):
+    gm, args = _graph(fn, *args)
+    reference = semantics.float64_reference(gm, args)
+    with semantics.deterministic_fill():
+        return noise_floor(gm, semantics.float64_module(gm), args, reference), reference
+
+
+def test_a_result_that_cancels_has_the_noise_of_its_terms():
+    """Row sums of a centred row: 0 in exact arithmetic, float32 noise of the terms (|x| ~ 64)."""
+    x = torch.randn(8, 64)
+    (outputs, _), reference = _noise(_centered_sums, x)
+    noise = outputs[0]
+    assert noise.shape == (8,) and reference[0][0].abs().max() < 1e-10
+    eps32 = torch.finfo(torch.float32).eps
+    assert (noise > 0.1 * eps32 * 64).all() and (noise < 64 * 64 * eps32 * 8).all()
+
+
+def test_noise_excuses_rounding_noise_but_not_a_wrong_value():
+    torch.manual_seed(0)
+    x = torch.randn(8, 64)
+    (outputs, _), reference = _noise(_centered_sums, x)
+    noise, ref = outputs[0], reference[0][0]
+    before = _centered_sums(x)  # float32 noise around 0
+    after = _centered_sums(x.flip(-1)) + torch.finfo(torch.float32).eps  # summed in another order
+    assert semantics.compare("output 0", before, after, ref) is not None  # millions of ulps of ~1e-14
+    assert semantics.compare("output 0", before, after, ref, noise=noise) is None
+    wrong = after.clone()
+    wrong[3] += 0.01  # ten times the slack: 8 x (its noise, ~6e-5, plus the RMS noise)
+    assert semantics.compare("output 0", before, wrong, ref, noise=noise) is not None
+
+
+def _bf16_scale(x, w):
+    return (x.to(torch.bfloat16) * w.to(torch.bfloat16)).float()
+
+
+def test_the_noise_is_float32_level_even_for_bf16_ops():
+    """A bf16 rounding is what the rule compares, not noise: the floor stays 2**16 below it."""
+    x, w = torch.randn(4, 64), torch.randn(4, 64)
+    (outputs, _), reference = _noise(_bf16_scale, x, w)
+    bf16_ulp = torch.finfo(torch.bfloat16).eps * reference[0][0].abs()
+    assert (outputs[0] <= bf16_ulp / 2**10).all()
