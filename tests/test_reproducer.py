@@ -103,3 +103,17 @@ def test_reproducer_keeps_the_fused_ops_implementation(monkeypatch):
     assert 'os.environ["TRITON_INTERPRET"] = "1"' in source
     monkeypatch.delenv("PMVERIFY_QK_NORM_IMPL")
     assert "PMVERIFY_QK_NORM_IMPL" not in render(_case(), QKNormFusionPass(QKNormConfig(8, 4)), [])
+
+
+def test_ops_that_import_torch_does_not_register_are_imported():
+    """Inductor's training patterns hold ``prims.fma``, registered by torch._inductor.inductor_prims
+    only: the script imports it (a fresh ``import torch`` has no torch.ops.prims.fma)."""
+    import torch._inductor.inductor_prims  # noqa: F401 - registers prims.fma here
+
+    graph = torch.fx.Graph()
+    a, b, c = (graph.placeholder(name) for name in "abc")
+    graph.output((graph.call_function(torch.ops.prims.fma.default, (a, b, c)),))
+    x = torch.randn(3)
+    source = render(GraphCase(torch.fx.GraphModule(torch.nn.Module(), graph), [(x, x, x)]), QKNormFusionPass, [])
+    assert "import torch._inductor.inductor_prims" in source and "torch.ops.prims.fma.default" in source
+    compile(source, "repro.py", "exec")
