@@ -22,6 +22,7 @@ from hypothesis.errors import FlakyFailure, InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
+from ._hypothesis_compat import no_local_constants
 from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
 from ._summary import VerifySummary, vacuous_error
@@ -266,7 +267,8 @@ def verify(
     # Hypothesis reads the example database key from here before deriving one from the test's source.
     run_case._hypothesis_internal_database_key = database_key(pass_, cases, mode, strict_order)
     try:
-        run_case()
+        with no_local_constants():  # the draws depend on the seed only, not on what was imported
+            run_case()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
         failure = _case_failure(error)
         if failure is None:

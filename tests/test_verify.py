@@ -391,3 +391,37 @@ def test_an_oracle_the_shrunk_case_no_longer_breaks_keeps_its_first_failing_case
     script = error.reproducer.read_text()
     assert f"#   semantics: {path}" in script
     assert _run_reproducer(path, monkeypatch) == 1
+
+
+def _scaled_case(scales):
+    x = torch.randn(4)
+    from torch._inductor.pattern_matcher import fwd_only
+
+    return pmverify.GraphCase(fwd_only(lambda x: x * scales[0], [x]), [(x,)], label=repr(scales))
+
+
+def test_a_seeded_search_draws_the_same_whatever_the_process_imported(tmp_path, monkeypatch):
+    """Hypothesis draws about 5 % of its numbers from constants in the source of the local modules
+    loaded so far; a module imported between two runs of one seed must not change their draws."""
+    floats = st.lists(st.floats(-10, 10), min_size=16, max_size=16)
+
+    def drawn():
+        seen = []
+        verify(
+            lambda gm: None,
+            st.builds(_scaled_case, floats),
+            max_examples=40,
+            seed=3,
+            on_case=lambda case: seen.append(case.label),
+            allow_no_rewrites=True,
+            oracles=["semantics"],
+        )
+        return seen
+
+    first = drawn()
+    constants = ", ".join(f"{i + 0.123456789:.9f}" for i in range(-9, 10))
+    (tmp_path / "_many_constants.py").write_text(f"VALUES = [{constants}]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import _many_constants  # noqa: F401 - a local module full of float constants, loaded now
+
+    assert drawn() == first

@@ -1,0 +1,60 @@
+"""A curated few of Inductor's own rewrites (torch 2.13), audited as a worker audits them, each with
+the status the full audit gives it: one of every kind check_rewrite must handle. The whole table is
+the slow test of test_audit_cli.py and docs/AUDIT.md."""
+
+import pytest
+import torch
+
+from pmverify._audit import worker
+
+pytestmark = pytest.mark.skipif(
+    not torch.__version__.startswith("2.13."), reason="the statuses are those of torch 2.13's rewrites"
+)
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    from pmverify._audit.sources import INDUCTOR, record_source
+
+    return {INDUCTOR: record_source(INDUCTOR)}
+
+
+def _audit(recorded, module, name, tmp_path):
+    return worker._check(recorded, ("inductor", module, name, 0), {"max_examples": 10, "repro_dir": str(tmp_path)})
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("_sfdp_pattern_3_training", "training (joint graph, gradients compared; dropout seeded alike)"),
+        ("_sfdp_pattern_3_inference", "scalars: a 0-d inv_scale_factor and dropout_p drawn as numbers"),
+        ("_sfdp_pattern_28_inference", "strided: permuted example inputs keep their layout"),
+    ],
+)
+def test_rewrites_that_are_right_are_ok(recorded, tmp_path, name, kind):
+    outcome = _audit(recorded, "fuse_attention", name, tmp_path)
+    assert outcome["status"] == "ok", (kind, outcome)
+    assert outcome["matched"] > 0 and outcome["planted"]["cases"] > 0
+
+
+def test_a_gated_rewrite_is_unsatisfiable_here_naming_its_gate(recorded, tmp_path):
+    outcome = _audit(recorded, "freezing_patterns", "matmul_fuse_pattern_two", tmp_path)
+    assert outcome["status"] == "unsatisfiable here", outcome
+    assert outcome["reason"] == (
+        "inputs w1, w2 as frozen parameters (get_attr constants, as torch._inductor.config.freezing=True makes "
+        "them) and torch._inductor.config.cpp.enable_concat_linear=True"
+    )
+
+
+def test_a_replacement_that_draws_its_random_numbers_otherwise_is_not_comparable(recorded, tmp_path):
+    """The half-precision dropout pattern draws ``rand`` in float16, SDPA's dropout in float32."""
+    outcome = _audit(recorded, "fuse_attention", "_sfdp_pattern_4_half_training", tmp_path)
+    assert outcome["status"] == "not comparable", outcome
+    assert outcome["reason"].startswith("rng: the graph before the pass draws [aten.rand.default -> float16")
+
+
+def test_a_rewrite_that_changes_the_output_strides_is_a_finding(recorded, tmp_path):
+    """A bug of torch 2.13 (docs/audit/sfdp_output_strides.py shows it under torch.compile)."""
+    outcome = _audit(recorded, "fuse_attention", "_sfdp_pattern_11_inference", tmp_path)
+    assert outcome["status"] == "finding" and outcome["violations"][0]["oracle"] == "structure", outcome
+    assert "had strides (512, 64, 16, 1) before the pass, (512, 16, 128, 1) after" in outcome["reason"]
