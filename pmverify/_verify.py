@@ -22,9 +22,9 @@ from hypothesis.errors import FlakyFailure, InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
-from ._hypothesis_compat import no_local_constants
 from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
+from ._hypothesis_compat import no_local_constants
 from ._summary import VerifySummary, vacuous_error
 
 __all__ = ["PassVerificationError", "verify", "case_events", "database_key", "verify_in_rotation", "fresh_search"]
