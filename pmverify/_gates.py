@@ -86,10 +86,16 @@ _ORDER = {"config": 0, "frozen": 1, "device": 2}  # what a user can set here fir
 @dataclasses.dataclass(frozen=True)
 class Gate:
     """The levers under which the ``extra_check`` accepted the match: ``condition`` names them in
-    words (``"query on a CUDA device (with Triton) and torch._inductor.config.force_shape_pad=True"``)."""
+    words (``"query on a CUDA device (with Triton) and torch._inductor.config.force_shape_pad=True"``).
+    ``computed``: when not empty, the check did not accept under ``levers`` but read how these
+    inputs are computed (their producing node's target or arguments: ``w1`` must be a
+    ``convert_element_type`` of an int8 tensor, say), which pmverify's drawn inputs, graph
+    placeholders, can never be; the gate is then ``levers`` and those inputs computed as the check
+    wants, not simulated."""
 
     levers: tuple[Lever, ...]
     triton: bool = False
+    computed: tuple[str, ...] = ()
 
     @property
     def condition(self) -> str:
@@ -99,6 +105,13 @@ class Gate:
             if lever.kind == "device" and self.triton:
                 text += " (with Triton)"
             words.append(text)
+        if self.computed:
+            inputs = f"input {self.computed[0]}" if len(self.computed) == 1 else f"inputs {', '.join(self.computed)}"
+            them = "it" if len(self.computed) == 1 else "them"
+            words.append(
+                f"{inputs} computed in the graph as the check wants (it reads the node that computes {them}, where "
+                "pmverify draws graph inputs)"
+            )
         return " and ".join(words)
 
 
@@ -107,6 +120,7 @@ class _Outcome:
     accepted: bool
     flags: tuple[tuple[str, bool], ...]  # bool config options read, with the value read
     triton: bool  # whether Triton's availability was asked
+    computed: tuple[str, ...] = ()  # placeholder inputs whose producing node the check read
 
 
 def rejection_key(match: Any) -> tuple[Any, ...]:
@@ -133,6 +147,8 @@ def find_gate(check: Callable[[Any], Any], match: Any, *, max_levers: int = 3, m
     frontier = [((), first)]
     seen: set[tuple[Lever, ...]] = {()}
     calls = 1
+    # the fewest levers under which the check read how an input is computed: the gate when none accepts
+    computed = Gate((), first.triton, first.computed) if first.computed else None
     for _ in range(max_levers):
         following = []
         for levers, outcome in frontier:
@@ -141,15 +157,17 @@ def find_gate(check: Callable[[Any], Any], match: Any, *, max_levers: int = 3, m
                 if new in seen:
                     continue
                 if calls >= max_calls:
-                    return None
+                    return computed
                 seen.add(new)
                 calls += 1
                 result = _run(check, match, new)
                 if result.accepted:
                     return _narrowed(check, match, new, result)
+                if computed is None and result.computed:
+                    computed = Gate(new, result.triton, result.computed)
                 following.append((new, result))
         frontier = following
-    return None
+    return computed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,12 +398,50 @@ def _run(check: Callable[[Any], Any], match: Any, levers: tuple[Lever, ...]) -> 
             elif lever.kind == "device":
                 stack.enter_context(_on_device(match, asked))
         stack.enter_context(_recording_reads(config, reads))
+        inspected: set[str] = set()
+        stack.enter_context(_recording_producers(match, inspected))
         try:
             accepted = bool(check(match))
         except Exception:  # noqa: BLE001 - a check that raises under simulation rejects there
             accepted = False
     flags = tuple((key, value) for key, value in reads.items() if key not in _PROBE_CONFIG)
-    return _Outcome(accepted, flags, asked[0])
+    computed = tuple(name for name in _placeholder_inputs(match) if name in inspected)
+    return _Outcome(accepted, flags, asked[0], computed)
+
+
+#: What a check reads of a node to see how it is computed (a placeholder has none of it to show).
+_PRODUCER_READS = frozenset({"target", "args", "kwargs", "_input_nodes", "all_input_nodes"})
+
+
+class _RecordedNode(torch.fx.Node):
+    """A node whose reads of :data:`_PRODUCER_READS` are recorded (in ``_RecordedNode.reads``,
+    the names of the inputs read): swapped in as the class of a match's placeholder inputs."""
+
+    __slots__ = ()
+    reads: dict[int, tuple[str, set[str]]] = {}
+
+    def __getattribute__(self, attribute: str) -> Any:
+        if attribute in _PRODUCER_READS:
+            entry = _RecordedNode.reads.get(id(self))
+            if entry is not None:
+                entry[1].add(entry[0])
+        return super().__getattribute__(attribute)
+
+
+@contextlib.contextmanager
+def _recording_producers(match: Any, inspected: set[str]) -> Iterator[None]:
+    """Record in ``inspected`` the names of ``match``'s placeholder inputs whose producing node the
+    block reads (:data:`_PRODUCER_READS`)."""
+    nodes = [(name, match.kwargs[name]) for name in _placeholder_inputs(match)]
+    for name, node in nodes:
+        _RecordedNode.reads[id(node)] = (name, inspected)
+        node.__class__ = _RecordedNode
+    try:
+        yield
+    finally:
+        for _, node in nodes:
+            node.__class__ = torch.fx.Node
+            _RecordedNode.reads.pop(id(node), None)
 
 
 @functools.cache

@@ -34,6 +34,12 @@ def _frozen_w(match):
     return match.kwargs["w"].op == "get_attr"
 
 
+def _w_dequantized(match):
+    """As freezing's int8 weight-only check: ``w`` must be an int8 tensor converted in the graph."""
+    w = match.kwargs["w"]
+    return w.target is torch.ops.prims.convert_element_type.default and w.args[0].meta["val"].dtype == torch.int8
+
+
 def _three_rows(match):
     """Reads a config flag, but rejects on the inputs' shape: no gate explains it."""
     return config.shape_padding and match.kwargs["x"].meta["val"].shape[0] == 3
@@ -54,6 +60,11 @@ def _rewrite(extra_check, trace_fn=pm.fwd_only):
         (
             _frozen_w,
             "inputs w as frozen parameters (get_attr constants, as torch._inductor.config.freezing=True makes them)",
+        ),
+        (
+            _w_dequantized,
+            "input w computed in the graph as the check wants (it reads the node that computes it, where pmverify "
+            "draws graph inputs)",
         ),
     ],
 )

@@ -104,9 +104,23 @@ def _computed_dtypes(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> dict[
     return recorder.dtypes
 
 
+def _decomposed(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> torch.fx.GraphModule:
+    """``gm`` retraced with Inductor's decompositions (``select_decomp_table``), so that the steps
+    inside a composite op (``_safe_softmax``'s max, subtraction, exp, sum and division) are
+    perturbed each, as a fused kernel may round each; ``gm`` itself where it does not retrace."""
+    try:
+        from torch._inductor.decomposition import select_decomp_table
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        args = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        with torch.no_grad():
+            return make_fx(gm, decomposition_table=select_decomp_table())(*args)
+    except Exception:  # noqa: BLE001 - an op without a fake or decomposed form: perturb it whole
+        return gm
+
+
 def noise_floor(
     gm: torch.fx.GraphModule,
-    float64: torch.fx.GraphModule,
     inputs: tuple[Any, ...],
     reference: tuple[list[Any], list[Any]],
     drawn: dict[str, Any] | None = None,
@@ -114,12 +128,17 @@ def noise_floor(
     """The noise of each result of ``gm``: ``(flat outputs, final inputs)`` lined up with
     ``reference`` (the unperturbed float64 run, :func:`~pmverify.oracles.semantics.float64_reference`),
     each a float64 tensor of the result's shape (the RMS deviation of :data:`RUNS` perturbed runs of
-    ``float64``, ``gm``'s float64 twin, on clones of ``inputs``; see the module docstring), or None
-    where the result is no floating tensor. ``drawn``: what the run before the pass drew. None when
-    the perturbed graph does not run. The caller sets deterministic fill."""
+    ``gm``'s float64 twin on clones of ``inputs``, ``gm`` decomposed as Inductor decomposes it
+    unless it draws random numbers; see the module docstring), or None where the result is no
+    floating tensor. ``drawn``: what the run before the pass drew (:func:`._rng.run_recording`).
+    None when the perturbed graph does not run. The caller sets deterministic fill."""
+    from .semantics import float64_module
+
     runs = []
     try:
-        dtypes = _computed_dtypes(gm, inputs)
+        graph = gm if drawn else _decomposed(gm, inputs)  # a retrace would rename what drew
+        float64 = float64_module(graph)
+        dtypes = _computed_dtypes(graph, inputs)
         for i in range(RUNS):
             args = [
                 x.detach().clone().double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x

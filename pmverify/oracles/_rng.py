@@ -5,7 +5,9 @@ float64 reference) starts from the same state of the default CPU generator (:dat
 restored afterwards. A replacement that draws the same numbers in the same order as its pattern
 (the same random ops, with outputs of the same shapes and dtypes, in graph order) then computes
 the same values, and the case is compared as any other; one that draws them otherwise (a dropout
-mask drawn with another op, two draws in the other order) cannot be compared value by value: the
+mask drawn with another op, two draws in the other order) cannot be compared value by value, nor
+can a graph that draws more than once when the pass made any draw anew (two like ``randperm``
+calls whose rewrites swap their order draw the same sequence, but each use gets the other's): the
 case is *not comparable*, :func:`rng_reason` says why in words starting ``"rng: "``, and the
 semantics oracle judges nothing there. So are tensor-parallel cases that draw (the ranks of the
 threaded world share one generator) and compiled ones (Inductor draws with its own generator).
@@ -104,6 +106,15 @@ def rng_reason(pair: Any) -> str | None:
             f"rng: the graph before the pass draws {_listed(before)}, the graph after it {_listed(after)}: "
             "the replacement draws its random numbers otherwise than its pattern, so their values cannot be "
             "compared (a case is compared when both draw the same numbers in the same order)"
+        )
+    kept = [node.name for node in pair.before.graph.nodes if draws(node)]
+    remade = [node.name for node in pair.after.graph.nodes if draws(node)]
+    if len(before) > 1 and remade != kept:
+        return (
+            f"rng: the graph draws {len(before)} times ({_listed(before)}) and the pass made some of those draws "
+            f"anew ({', '.join(n for n in remade if n not in kept) or 'in another order'}): which draw feeds "
+            "which use may have changed, so their values cannot be compared (a case is compared when it draws "
+            "once, or when the pass keeps every draw)"
         )
     return None
 

@@ -586,9 +586,7 @@ def _noise_results(pair: Any, rank: int) -> Any:
 
             drawn = results.get("drawn")
             with deterministic_fill():
-                result = noise_floor(
-                    pair.case.gm, float64_module(pair.case.gm), pair.case.inputs[rank], results["reference"], drawn
-                )
+                result = noise_floor(pair.case.gm, pair.case.inputs[rank], results["reference"], drawn)
         pair.cache[key] = result if result is not None else False
     return pair.cache[key]
 

@@ -20,7 +20,7 @@ def _noise(fn, *args):
     gm, args = _graph(fn, *args)
     reference = semantics.float64_reference(gm, args)
     with semantics.deterministic_fill():
-        return noise_floor(gm, semantics.float64_module(gm), args, reference), reference
+        return noise_floor(gm, args, reference), reference
 
 
 def test_a_result_that_cancels_has_the_noise_of_its_terms():

@@ -93,3 +93,27 @@ def test_calls_that_draw_nothing():
         graph.call_function(aten.mul.Tensor, (q, q)),
     ]
     assert [draws(node) for node in calls] == [False, True, False, True, True, False]
+
+
+def _permuted_rows(x, y):
+    """Two like draws: a permutation of x's rows, then one of y's."""
+    return x[torch.randperm(4)] + y[torch.randperm(4)]
+
+
+def _remade_in_other_order(graph: torch.fx.Graph) -> None:
+    """Each randperm made anew, the second use's first: the same sequence drawn, each use given
+    the other's permutation (as two rewritten randperm patterns whose replacements land in the
+    other order)."""
+    first, second = graph.find_nodes(op="call_function", target=aten.randperm.default)
+    with graph.inserting_before(first):
+        for old in (second, first):
+            new = graph.call_function(aten.randperm.default, old.args, old.kwargs)
+            new.meta = dict(old.meta)
+            old.replace_all_uses_with(new)
+            graph.erase_node(old)
+
+
+def test_like_draws_made_anew_are_not_comparable():
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    result = check_case(_remade_in_other_order, GraphCase(make_fx(_permuted_rows)(x, y), [(x, y)]))
+    assert result.ok and result.not_comparable.startswith("rng: the graph draws 2 times")
