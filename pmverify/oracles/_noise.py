@@ -16,9 +16,12 @@ graph runs :data:`RUNS` times in float64, every floating operand and result of a
 multiplied by ``1 + u * d`` with ``d`` uniform in [-1, 1] and ``u`` the unit
 roundoff of float32 (2**-24; of float64 for an op that computes in float64), each run with its own
 seeded generator; the noise of an element is the RMS of its deviations from the unperturbed float64
-reference. Only float32-level perturbation: the rounding of a float16 / bfloat16 op to its own dtype
-is what the semantics rule compares, so it must not be excused as noise (a rewrite that adds a bf16
-rounding is 2**16 times the float32 noise).
+reference. By default the perturbation stays at float32 level: the rounding of a float16 / bfloat16
+op to its own dtype is what the semantics rule compares, so it must not be excused as noise (a
+rewrite that adds a bf16 rounding is 2**16 times the float32 noise). With ``own=True`` each op is
+perturbed at its own dtype's unit roundoff; the semantics rule uses that only on elements whose
+noise is many ulps of their own magnitude scale (a float16 gradient that cancels to 0), never on a
+well-conditioned result, whose rounding order it still compares.
 
 Random numbers are drawn as the graph before the pass drew them (:mod:`._rng`); in-place ops and
 views are not perturbed (their outputs alias their inputs).
@@ -39,8 +42,14 @@ __all__ = ["RUNS", "noise_floor"]
 RUNS = 4
 #: Seed of the perturbations' generator (the first run's; run i uses SEED + i).
 SEED = 20261202
-_UNIT_ROUNDOFF = {torch.float64: 2.0**-53}
 _FLOAT32_ROUNDOFF = 2.0**-24
+#: Unit roundoff of each floating dtype (half its machine epsilon).
+_OWN_ROUNDOFF = {
+    torch.float64: 2.0**-53,
+    torch.float32: 2.0**-24,
+    torch.bfloat16: 2.0**-8,
+    torch.float16: 2.0**-11,
+}
 
 
 def _functional(node: torch.fx.Node) -> bool:
@@ -56,9 +65,12 @@ class _Perturbing(_rng._Replayer):
     floating operands, as it reads them, and its floating results perturbed at the unit roundoff of
     the dtype it computes in before widening (``dtypes``: node name -> that dtype)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, drawn: dict[str, Any], dtypes: dict[str, Any], seed: int) -> None:
+    def __init__(
+        self, gm: torch.fx.GraphModule, drawn: dict[str, Any], dtypes: dict[str, Any], seed: int, own: bool
+    ) -> None:
         super().__init__(gm, drawn)
         self.dtypes = dtypes
+        self.own = own
         self.generator = torch.Generator().manual_seed(seed)
 
     def _perturb(self, value: Any, u: float) -> Any:
@@ -69,7 +81,8 @@ class _Perturbing(_rng._Replayer):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         functional = n.name not in self.drawn and _functional(n)
-        self.u = _UNIT_ROUNDOFF.get(self.dtypes.get(n.name), _FLOAT32_ROUNDOFF) if functional else None
+        roundoff = _OWN_ROUNDOFF.get(self.dtypes.get(n.name), _FLOAT32_ROUNDOFF)
+        self.u = (roundoff if self.own else min(roundoff, _FLOAT32_ROUNDOFF)) if functional else None
         return super().run_node(n)
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -124,6 +137,8 @@ def noise_floor(
     inputs: tuple[Any, ...],
     reference: tuple[list[Any], list[Any]],
     drawn: dict[str, Any] | None = None,
+    *,
+    own: bool = False,
 ) -> tuple[list[Any], list[Any]] | None:
     """The noise of each result of ``gm``: ``(flat outputs, final inputs)`` lined up with
     ``reference`` (the unperturbed float64 run, :func:`~pmverify.oracles.semantics.float64_reference`),
@@ -131,7 +146,9 @@ def noise_floor(
     ``gm``'s float64 twin on clones of ``inputs``, ``gm`` decomposed as Inductor decomposes it
     unless it draws random numbers; see the module docstring), or None where the result is no
     floating tensor. ``drawn``: what the run before the pass drew (:func:`._rng.run_recording`).
-    None when the perturbed graph does not run. The caller sets deterministic fill."""
+    ``own``: perturb each op at the unit roundoff of the dtype it computes in (float16: 2**-11,
+    bfloat16: 2**-8) instead of float32's. None when the perturbed graph does not run. The caller
+    sets deterministic fill."""
     from .semantics import float64_module
 
     runs = []
@@ -146,7 +163,7 @@ def noise_floor(
             ]
             args = [x.clone() if isinstance(x, torch.Tensor) and not x.is_floating_point() else x for x in args]
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                out = _Perturbing(float64, drawn or {}, dtypes, SEED + i).run(*args)
+                out = _Perturbing(float64, drawn or {}, dtypes, SEED + i, own).run(*args)
             runs.append((pytree.tree_leaves(out), args))
     except Exception:  # noqa: BLE001 - no perturbed run of this graph: no noise floor
         return None

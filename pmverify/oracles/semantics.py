@@ -103,6 +103,7 @@ __all__ = [
     "FAR_ULPS",
     "FP32_SLACK",
     "NOISE_FACTOR",
+    "ILL_CONDITIONED",
 ]
 
 #: Factor on the error of the graph before the pass, in aggregate and per element (torch._dynamo's
@@ -123,6 +124,10 @@ FP32_SLACK = 64.0
 #: Slack in multiples of an element's noise floor (:mod:`._noise`: the RMS movement of its float64
 #: value when every intermediate is perturbed at float32 precision), for flagged results.
 NOISE_FACTOR = 8.0
+#: An element whose noise at its ops' own dtypes (its noise floor plus the result's RMS noise)
+#: exceeds this many ulps of the output dtype at its magnitude scale is ill-conditioned (a
+#: cancellation): that noise is slack there too.
+ILL_CONDITIONED = 16.0
 
 _FALLBACK = {  # torch.testing.assert_close defaults: (rtol, atol)
     torch.float16: (1e-3, 1e-5),
@@ -270,8 +275,9 @@ def _judge(
     the per-element bound applies, with no error before. The float32 slack is relative to the
     magnitude scale, and one float32 eps of ``operand_scale`` more (the rounding error a
     cancellation carries from its operands), or :data:`NOISE_FACTOR` times the noise scale where
-    that is more: ``noise`` (the result's noise floor, :mod:`._noise`) plus its RMS over the
-    result."""
+    that is more: ``noise`` = (float32-level, own-dtype-level) noise floors of the result
+    (:mod:`._noise`), each plus its RMS over the result, the own-dtype one only on elements where
+    that sum exceeds :data:`ILL_CONDITIONED` ulps."""
     if not isinstance(reference, torch.Tensor) or reference.shape != b.shape:
         return None
     k, ulps, far_ulps = rule
@@ -285,11 +291,18 @@ def _judge(
     unit = _ulp(dtype, scale)
     eps32 = torch.finfo(torch.float32).eps
     slack = FP32_SLACK * eps32 * scale + eps32 * operand_scale
-    if isinstance(noise, torch.Tensor) and noise.shape == b.shape:
-        noise = noise.nan_to_num(0.0, 0.0, 0.0).where(usable, 0.0)
-        # the element's noise and the result's RMS noise, as the magnitude scale adds mean|ref|
-        noise_scale = noise + (noise.square().sum() / usable.sum()).sqrt()
-        slack = torch.maximum(slack, NOISE_FACTOR * noise_scale)
+    if noise is not None:
+        fp32_level, own_level = noise
+        for level, only_ill_conditioned in ((fp32_level, False), (own_level, True)):
+            if not isinstance(level, torch.Tensor) or level.shape != b.shape:
+                continue
+            level = level.nan_to_num(0.0, 0.0, 0.0).where(usable, 0.0)
+            # the element's noise and the result's RMS noise, as the magnitude scale adds mean|ref|
+            noise_scale = level + (level.square().sum() / usable.sum()).sqrt()
+            noise_slack = NOISE_FACTOR * noise_scale
+            if only_ill_conditioned:  # a float16/bfloat16 result's own rounding is compared, not excused
+                noise_slack = noise_slack.where(noise_scale > ILL_CONDITIONED * unit, 0.0)
+            slack = torch.maximum(slack, noise_slack)
     err_before, err_after = (b - r).abs().where(counted, 0.0), (a - r).abs().where(usable, 0.0)
     far = ((err_after - k * err_before - slack) / unit - far_ulps).where(usable, -math.inf)
     worse = ((err_after - k * err_before - slack) / unit).where(usable, -math.inf)
@@ -338,7 +351,8 @@ def compare(
     the rewrite's inputs (:mod:`._region_reference`), whose slack has one float32 eps of
     ``operand_scale`` more (the magnitude of what the rewrite reads: a result that cancels to 0
     carries the rounding error of its operands): the result holds when it holds against either.
-    ``noise`` (optional): the result's noise floor (:func:`._noise.noise_floor`), as slack against
+    ``noise`` (optional): the result's noise floor (:func:`._noise.noise_floor`; or the pair of its
+    float32-level and own-dtype-level floors, the second counted on ill-conditioned elements only), as slack against
     ``reference``: the result holds when it holds with that slack too. ``k``, ``ulps`` and ``far_ulps``: the rule's :data:`K`, :data:`ULPS` and :data:`FAR_ULPS`."""
     if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
         if isinstance(before, torch.Tensor) != isinstance(after, torch.Tensor):
@@ -376,7 +390,8 @@ def compare(
     if local is not None and local.holds and not bool((judged & ~local.usable).any()):
         return None
     if noise is not None:
-        noisy = _judge(b, a, reference, judged, before.dtype, rule, noise=noise)
+        levels = (noise, None) if isinstance(noise, torch.Tensor) else tuple(noise)
+        noisy = _judge(b, a, reference, judged, before.dtype, rule, noise=levels)
         if noisy is not None and noisy.holds:
             return None
     return _message(name, b, a, reference, whole, before.dtype, ulps, far_ulps)
@@ -565,7 +580,11 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_
                 region = _region_results(pair, rank) if region is None else region
                 local = named_results(pair.case.gm, region[0]) if region else None
                 noise = _noise_results(pair, rank)
-                noise_i = named_results(pair.case.gm, noise)[i][1] if noise else None
+                noise_i = (
+                    tuple(named_results(pair.case.gm, level)[i][1] if level else None for level in noise)
+                    if noise
+                    else None
+                )
                 both = {"region_reference": local[i][1], "operand_scale": region[1]} if local and i < len(local) else {}
                 message = compare(f"{where}{name}", b, a, r, **rule, **both, noise=noise_i)
             if message:
@@ -586,7 +605,12 @@ def _noise_results(pair: Any, rank: int) -> Any:
 
             drawn = results.get("drawn")
             with deterministic_fill():
-                result = noise_floor(pair.case.gm, pair.case.inputs[rank], results["reference"], drawn)
+                levels = [
+                    noise_floor(pair.case.gm, pair.case.inputs[rank], results["reference"], drawn, own=own)
+                    for own in (False, True)
+                ]
+                if levels[0] is not None:
+                    result = levels
         pair.cache[key] = result if result is not None else False
     return pair.cache[key]
 

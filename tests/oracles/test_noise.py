@@ -57,3 +57,25 @@ def test_the_noise_is_float32_level_even_for_bf16_ops():
     (outputs, _), reference = _noise(_bf16_scale, x, w)
     bf16_ulp = torch.finfo(torch.bfloat16).eps * reference[0][0].abs()
     assert (outputs[0] <= bf16_ulp / 2**10).all()
+
+
+def _centered_sums_half(x):
+    return ((x - x.mean(-1, keepdim=True)) * 64).sum(-1)
+
+
+def test_a_half_result_that_cancels_is_judged_by_its_own_dtypes_noise():
+    """In float16 the terms round to float16 before they cancel: float32-level noise is far too
+    small for that, the float16-level floor is the measure (only on such ill-conditioned elements)."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 64).half()
+    gm, args = _graph(_centered_sums_half, x)
+    reference = semantics.float64_reference(gm, args)
+    with semantics.deterministic_fill():
+        fp32, own = (noise_floor(gm, args, reference, own=own)[0][0] for own in (False, True))
+    assert (own > 100 * fp32).all()
+    before = _centered_sums_half(x)
+    terms = (x - x.mean(-1, keepdim=True)) * 64
+    after = terms[:, :32].sum(-1) + terms[:, 32:].sum(-1)  # two half sums, each rounded to float16
+    ref = reference[0][0]
+    assert semantics.compare("output 0", before, after, ref, noise=fp32) is not None
+    assert semantics.compare("output 0", before, after, ref, noise=(fp32, own)) is None
