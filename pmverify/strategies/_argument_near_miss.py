@@ -409,11 +409,14 @@ def _value_edits(base: Traced) -> list[tuple[int, Any, str]]:
         floating = value.is_floating_point()
         seen = set(torch.unique(value).tolist()) if value.numel() <= 1 << 16 else {math.nan}
         if seen <= {0, 1}:
-            edits += [(i, v, "0/1 mask") for v in ((2.0, -math.inf, -1.0, 0.5) if floating else (2, -1))]
+            edits += [
+                (i, v, "drawn with only 0s and 1s: a mask?")
+                for v in ((2.0, -math.inf, -1.0, 0.5) if floating else (2, -1))
+            ]
         elif floating and seen <= {0.0, -math.inf}:
-            edits += [(i, v, "additive 0/-inf mask") for v in (1.0, -1e4)]
+            edits += [(i, v, "an additive 0/-inf mask") for v in (1.0, -1e4)]
         elif floating and _is_bias(ph):
-            edits += [(i, v, "bias") for v in (1e4, -1e4, -math.inf)]
+            edits += [(i, v, "a bias") for v in (1e4, -1e4, -math.inf)]
     return edits
 
 
@@ -430,7 +433,7 @@ def _values(base: Traced, pick: _Pick) -> Traced | None:
             continue
         args = (*base.args[:index], tensor, *base.args[index + 1 :])
         if _runs(base.gm, args, finite):
-            detail = f"input {names[index]} (argument {index}, a {role}) given {value!r} at every other element"
+            detail = f"input {names[index]} (argument {index}, {role}) given {value!r} at every other element"
             return Traced(base.gm, args, None, "values", detail=detail)
     return None
 
