@@ -33,8 +33,7 @@ inputs is covered). The rule for a floating-point result of n elements:
 
 - A result that breaks the rule is measured again against a second float64 reference, run *from
   the rewrite's inputs* (:mod:`._region_reference`: the graph before the pass in its own dtypes up
-  to the nodes the pass rewrote, in float64 from there on, with one float32 eps of the largest
-  operand that region reads as slack more), and holds when it holds there. Rounding upstream of the
+  to the nodes the pass rewrote, in float64 from there on), and holds when it holds there. Rounding upstream of the
   rewrite (a bf16 in-place op just before it; an fp32 product that a fused multiply-add
   recomputes exactly, so that ``m - x*x`` comes out as m's rounding error instead of 0) otherwise
   makes a replacement more accurate on the values it reads look worse than its pattern. Computed
@@ -43,7 +42,8 @@ inputs is covered). The rule for a floating-point result of n elements:
 - Where no reference can be computed (an op without float64 support), the comparison falls back to
   ``torch.testing``'s per-dtype defaults for ``|after - before|``.
 - NaN/Inf policy: a case whose reference (the float64 run; the graph before the pass where no
-  float64 run is possible) is non-finite anywhere in an output or a final input value is *void*:
+  float64 run is possible) is non-finite anywhere in an output or in the final value of an input
+  the graph changed is *void* (an input left as it was, a 0/-inf mask say, carries no error):
   it says nothing about the rewrite (a NaN hides any error that feeds it) and is neither a pass
   nor a violation; :func:`void_reason` says why, and ``check_case`` records it in
   ``CaseResult.void``. In a case that is not void, a finite ``before`` with a non-finite
@@ -124,7 +124,7 @@ FP32_SLACK = 64.0
 #: Slack in multiples of an element's noise floor (:mod:`._noise`: the RMS movement of its float64
 #: value when every intermediate is perturbed at float32 precision), for flagged results.
 NOISE_FACTOR = 8.0
-#: An element whose noise at its ops' own dtypes (its noise floor plus the result's RMS noise)
+#: An element whose noise at its ops' own dtypes (its noise floor plus the result's median noise)
 #: exceeds this many ulps of the output dtype at its magnitude scale is ill-conditioned (a
 #: cancellation): that noise is slack there too.
 ILL_CONDITIONED = 16.0
@@ -266,17 +266,15 @@ def _judge(
     judged: torch.Tensor,
     dtype: torch.dtype,
     rule: tuple[float, float, float],
-    operand_scale: float = 0.0,
     noise: Any = None,
 ) -> _Judgement | None:
     """The rule (``rule`` = (k, ulps, far_ulps)) for ``a`` against ``reference`` at the elements
     ``judged``, or None when ``reference`` is no tensor of ``b``'s shape or no judged element of it
     is finite. Where ``b`` is not finite (the original overflowed where the reference did not) only
     the per-element bound applies, with no error before. The float32 slack is relative to the
-    magnitude scale, and one float32 eps of ``operand_scale`` more (the rounding error a
-    cancellation carries from its operands), or :data:`NOISE_FACTOR` times the noise scale where
+    magnitude scale, or :data:`NOISE_FACTOR` times the noise scale where
     that is more: ``noise`` = (float32-level, own-dtype-level) noise floors of the result
-    (:mod:`._noise`), each plus its RMS over the result, the own-dtype one only on elements where
+    (:mod:`._noise`), each plus its median over the result, the own-dtype one only on elements where
     that sum exceeds :data:`ILL_CONDITIONED` ulps."""
     if not isinstance(reference, torch.Tensor) or reference.shape != b.shape:
         return None
@@ -290,15 +288,16 @@ def _judge(
     scale = magnitude + magnitude.sum() / usable.sum()
     unit = _ulp(dtype, scale)
     eps32 = torch.finfo(torch.float32).eps
-    slack = FP32_SLACK * eps32 * scale + eps32 * operand_scale
+    slack = FP32_SLACK * eps32 * scale
     if noise is not None:
         fp32_level, own_level = noise
         for level, only_ill_conditioned in ((fp32_level, False), (own_level, True)):
             if not isinstance(level, torch.Tensor) or level.shape != b.shape:
                 continue
             level = level.nan_to_num(0.0, 0.0, 0.0).where(usable, 0.0)
-            # the element's noise and the result's RMS noise, as the magnitude scale adds mean|ref|
-            noise_scale = level + (level.square().sum() / usable.sum()).sqrt()
+            # the element's noise and the result's median noise (as the magnitude scale adds
+            # mean|ref|; a median, so that one ill-conditioned row does not excuse the others)
+            noise_scale = level + level[usable].median()
             noise_slack = NOISE_FACTOR * noise_scale
             if only_ill_conditioned:  # a float16/bfloat16 result's own rounding is compared, not excused
                 noise_slack = noise_slack.where(noise_scale > ILL_CONDITIONED * unit, 0.0)
@@ -341,16 +340,13 @@ def compare(
     k: float = K,
     far_ulps: float = FAR_ULPS,
     region_reference: Any = None,
-    operand_scale: float = 0.0,
     noise: Any = None,
 ) -> str | None:
     """Compare one result; return a message saying how it breaks the rule of the module docstring
     (its worst element named), or None when it holds.
 
     ``reference`` is the whole graph's float64 run; ``region_reference`` (optional) the run from
-    the rewrite's inputs (:mod:`._region_reference`), whose slack has one float32 eps of
-    ``operand_scale`` more (the magnitude of what the rewrite reads: a result that cancels to 0
-    carries the rounding error of its operands): the result holds when it holds against either.
+    the rewrite's inputs (:mod:`._region_reference`): the result holds when it holds against either.
     ``noise`` (optional): the result's noise floor (:func:`._noise.noise_floor`; or the pair of its
     float32-level and own-dtype-level floors, the second counted on ill-conditioned elements only), as slack against
     ``reference``: the result holds when it holds with that slack too. ``k``, ``ulps`` and ``far_ulps``: the rule's :data:`K`, :data:`ULPS` and :data:`FAR_ULPS`."""
@@ -386,7 +382,7 @@ def compare(
         return unjudged
     if whole.holds:
         return None
-    local = _judge(b, a, region_reference, judged, before.dtype, rule, operand_scale)
+    local = _judge(b, a, region_reference, judged, before.dtype, rule)
     if local is not None and local.holds and not bool((judged & ~local.usable).any()):
         return None
     if noise is not None:
@@ -530,12 +526,28 @@ def void_reason(pair: Any) -> str | None:
         reference, kind = results["reference"], "float64 reference"
         if reference is None:
             reference, kind = results["before"], "graph before the pass (no float64 run)"
-        for name, value in named_results(pair.case.gm, reference):
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
-                bad = tuple((~torch.isfinite(value)).nonzero()[0].tolist())
-                where = f"rank {rank} " if pair.case.tp_world > 1 else ""
-                return f"{where}{name}: the {kind} is {value[bad].item()} at {list(bad)}"
+        originals = [x for x in pair.case.inputs[rank] if isinstance(x, torch.Tensor)]
+        named = named_results(pair.case.gm, reference)
+        outputs = len(reference[0])
+        for position, (name, value) in enumerate(named):
+            if not isinstance(value, torch.Tensor) or not value.is_floating_point() or torch.isfinite(value).all():
+                continue
+            if position >= outputs and _unchanged(value, originals[position - outputs]):
+                continue  # an input the graph leaves as it was (a 0/-inf mask): compared exactly, no error in it
+            bad = tuple((~torch.isfinite(value)).nonzero()[0].tolist())
+            where = f"rank {rank} " if pair.case.tp_world > 1 else ""
+            return f"{where}{name}: the {kind} is {value[bad].item()} at {list(bad)}"
     return None
+
+
+def _unchanged(final: torch.Tensor, original: Any) -> bool:
+    """Whether ``final`` (an input's value after a run) still equals ``original`` (NaN where NaN)."""
+    if not isinstance(original, torch.Tensor) or original.shape != final.shape:
+        return False
+    return bool(
+        torch.equal(final.double().nan_to_num(1.0), original.double().nan_to_num(1.0))
+        and torch.equal(final.isnan(), original.isnan())
+    )
 
 
 def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_ULPS) -> list[Violation]:
@@ -585,8 +597,8 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_
                     if noise
                     else None
                 )
-                both = {"region_reference": local[i][1], "operand_scale": region[1]} if local and i < len(local) else {}
-                message = compare(f"{where}{name}", b, a, r, **rule, **both, noise=noise_i)
+                local_i = local[i][1] if local and i < len(local) else None
+                message = compare(f"{where}{name}", b, a, r, **rule, region_reference=local_i, noise=noise_i)
             if message:
                 violations.append(Violation("semantics", message))
     return violations

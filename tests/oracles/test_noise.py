@@ -43,7 +43,7 @@ def test_noise_excuses_rounding_noise_but_not_a_wrong_value():
     assert semantics.compare("output 0", before, after, ref) is not None  # millions of ulps of ~1e-14
     assert semantics.compare("output 0", before, after, ref, noise=noise) is None
     wrong = after.clone()
-    wrong[3] += 0.01  # ten times the slack: 8 x (its noise, ~6e-5, plus the RMS noise)
+    wrong[3] += 0.01  # ten times the slack: 8 x (its noise, ~6e-5, plus the median noise)
     assert semantics.compare("output 0", before, wrong, ref, noise=noise) is not None
 
 

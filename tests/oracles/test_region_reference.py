@@ -3,6 +3,8 @@ accurate than its pattern on the values both graphs really read holds, even wher
 of the rewrite puts it farther from the whole-graph float64 reference; a wrong replacement is still
 caught."""
 
+import math
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -149,3 +151,24 @@ def test_a_dropped_alpha_on_small_products_of_large_operands_is_caught():
     case = GraphCase(gm, [(bias, a, b)], pass_config=UnfuseAddmmConfig())
     result = check_case(AddmmDropsScalars, case, oracles=["semantics"])
     assert result.matches == 1 and len(result.violations) == 1
+
+
+def _masked_softmax(scores, mask):
+    return torch.softmax(scores + mask, -1)
+
+
+def _drop_the_mask_add(graph: torch.fx.Graph) -> None:
+    (add,) = graph.find_nodes(op="call_function", target=aten.add.Tensor)
+    add.replace_all_uses_with(add.args[0])
+    graph.erase_node(add)
+
+
+@pytest.mark.parametrize("fill", [-1e4, -1e9, torch.finfo(torch.float32).min, -math.inf])
+def test_a_dropped_padding_mask_is_caught_whatever_its_fill(fill):
+    """Hugging Face's padding masks (0 / -1e9, 0 / finfo.min, 0 / -inf): no slack scales with the
+    mask's magnitude, and an input holding -inf that the graph leaves as it was voids nothing."""
+    scores, mask = torch.randn(8, 16), torch.zeros(8, 16)
+    mask[:, 10:] = fill
+    case = GraphCase(make_fx(_masked_softmax)(scores, mask), [(scores, mask)])
+    result = check_case(_drop_the_mask_add, case, oracles=["semantics"])
+    assert result.void is None and [v.oracle for v in result.violations] == ["semantics"]
