@@ -54,12 +54,13 @@ def _bf16_inputs(seed, shape=(4, 8)):
 
 
 @pytest.mark.parametrize(
-    "fn, form, seed", [(_functional_upstream, "functional", 143), (_inplace_upstream, "inplace", 50)]
+    "fn, form, seed, shape",
+    [(_functional_upstream, "functional", 1821, (3, 4)), (_inplace_upstream, "inplace", 273, (2, 3))],
 )
-def test_more_accurate_replacement_after_upstream_rounding_holds(fn, form, seed):
+def test_more_accurate_replacement_after_upstream_rounding_holds(fn, form, seed, shape):
     # seeds on which the folded product looks less accurate in aggregate against the whole-graph
-    # reference (rare: 1 or 2 seeds in 400 for these 6 elements) though it rounds once, not twice
-    x, y = _bf16_inputs(seed, (2, 3))
+    # reference (rare: 1 seed in 3000 for 12 elements, 4 in 1600 for 6) though it rounds once, not twice
+    x, y = _bf16_inputs(seed, shape)
     gm = make_fx(fn)(x.clone(), y)
     before = fn(x.clone(), y)
     u = x * y if form == "inplace" else x + y

@@ -191,3 +191,21 @@ def test_fused_attention_holds_and_its_bugs_do_not(dtype):
     mask = torch.ones(8, 8, dtype=torch.bool)
     mask[3, :4] = False  # a wrong mask: one query row loses half its keys
     assert "far off" in compare("out", *_attention(0, dtype, mask=mask))
+
+
+def test_the_sampling_allowance_counts_the_elements_that_carry_the_errors():
+    """Errors on two outliers of 64 elements are a sample of two, not of 64: 1.5 times worse there
+    is within the noise; 1.5 times worse on every element is not (bfloat16, exact multiples of its
+    ulp at 1)."""
+    ref = torch.ones(64, dtype=torch.float64)
+    ulp = 2.0**-7
+    signs = torch.tensor([(-1.0) ** i for i in range(64)], dtype=torch.float64)
+    outliers = torch.zeros(64, dtype=torch.float64)
+    outliers[:2] = 8 * ulp
+    for errors in (outliers, 2 * ulp * signs):
+        before, after = (ref + errors).bfloat16(), (ref + 1.5 * errors).bfloat16()
+        message = compare("o", before, after, ref)
+        if errors is outliers:
+            assert message is None
+        else:
+            assert "less accurate in aggregate" in message
