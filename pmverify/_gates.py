@@ -77,7 +77,7 @@ class Lever:
                 f"inputs {', '.join(self.value)} as frozen parameters (get_attr constants, as "
                 "torch._inductor.config.freezing=True makes them)"
             )
-        return "query on a CUDA device"
+        return "tensors on a CUDA device"
 
 
 _ORDER = {"config": 0, "frozen": 1, "device": 2}  # what a user can set here first
@@ -86,7 +86,7 @@ _ORDER = {"config": 0, "frozen": 1, "device": 2}  # what a user can set here fir
 @dataclasses.dataclass(frozen=True)
 class Gate:
     """The levers under which the ``extra_check`` accepted the match: ``condition`` names them in
-    words (``"query on a CUDA device (with Triton) and torch._inductor.config.force_shape_pad=True"``).
+    words (``"tensors on a CUDA device (with Triton) and torch._inductor.config.force_shape_pad=True"``).
     ``computed``: when not empty, the check did not accept under ``levers`` but read how these
     inputs are computed (their producing node's target or arguments: ``w1`` must be a
     ``convert_element_type`` of an int8 tensor, say), which pmverify's drawn inputs, graph

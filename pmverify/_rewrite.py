@@ -50,7 +50,7 @@ class RewriteResult:
       need not (``"extra_check"``: the rewrite's ``extra_check`` rejected the inputs;
       ``"trace_differs"``, ``"dtype"``...).
     - ``simulated``: with ``force_extra_check=True``, the conditions under which the
-      ``extra_check`` accepted matches it rejects here (``"query on a CUDA device"``), sorted.
+      ``extra_check`` accepted matches it rejects here (``"tensors on a CUDA device"``), sorted.
     - ``capped_sizes``: the example sizes the default inputs drew smaller, ``{example size: drawn
       size}`` (e.g. ``{1024: 64, 128: 8}``; empty when none was, or ``inputs`` was given): see
       :func:`check_rewrite`.
@@ -186,7 +186,7 @@ def check_rewrite(
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the replacement breaks a
     property (``violations`` name the oracle: ``semantics``, ``structure``...);
     :class:`RewriteUnsatisfiable` when no case was rewritten because the rewrite is gated on what
-    this machine or configuration lacks (its ``condition``: ``"query on a CUDA device (with
+    this machine or configuration lacks (its ``condition``: ``"tensors on a CUDA device (with
     Triton) and torch._inductor.config.force_shape_pad=True"``; see :mod:`pmverify._gates`: the
     ``extra_check`` is run again on a match it rejected with config options it read flipped, its
     inputs made frozen parameters and its tensors put on a fake CUDA device, smallest set first;

@@ -141,7 +141,7 @@ class RewriteNeverMatched(VacuousSearch):
 
 class RewriteUnsatisfiable(RewriteNeverMatched):
     """No case was rewritten because the rewrite is gated on what this machine or configuration
-    does not have: ``condition`` names it in words (``"query on a CUDA device"``,
+    does not have: ``condition`` names it in words (``"tensors on a CUDA device"``,
     ``"torch._inductor.config.freezing=True"``). Raised by :func:`pmverify.check_rewrite` instead of
     a plain :class:`RewriteNeverMatched` when the gate is found; ``check_rewrite(...,
     force_extra_check=True)`` runs the comparison anyway. A subclass of

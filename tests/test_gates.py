@@ -56,7 +56,7 @@ def _rewrite(extra_check, trace_fn=pm.fwd_only):
 @pytest.mark.parametrize(
     ("extra_check", "condition"),
     [
-        (_on_cuda, "query on a CUDA device"),
+        (_on_cuda, "tensors on a CUDA device"),
         (
             _frozen_w,
             "inputs w as frozen parameters (get_attr constants, as torch._inductor.config.freezing=True makes them)",
@@ -124,7 +124,7 @@ def test_inductor_pad_mm_is_unsatisfiable_here_naming_cuda():
     with pytest.raises(RewriteUnsatisfiable) as info:
         check_rewrite(rewrite, max_examples=4, seed=0)
     assert info.value.condition == (
-        "query on a CUDA device (with Triton) and torch._inductor.config.force_shape_pad=True"
+        "tensors on a CUDA device (with Triton) and torch._inductor.config.force_shape_pad=True"
     )
     assert "mat1=tensor[4, 4]:float16" in str(info.value)
 

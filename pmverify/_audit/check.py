@@ -96,7 +96,7 @@ def _finding(error: Any, check: str) -> dict[str, Any]:
     variants = rewritten_variants(getattr(error, "result", None))
     # the variant first: the violation's message is long, and the reason is cut to one line
     fired_on = "".join(
-        f"rewrote a {v['reason']} variant ({v['detail'] or 'see the reproducer'}); " for v in variants[:1]
+        f"shrunk to the {v['reason']} variant ({v['detail'] or 'see the reproducer'}); " for v in variants[:1]
     )
     return {
         "status": FINDING,

@@ -83,7 +83,11 @@ _SUMMARY = pmverify.VerifySummary(cases=3, void_cases=3, first_void="output 0 is
 @pytest.mark.parametrize(
     ("error", "status", "reason"),
     [
-        (pmverify.RewriteUnsatisfiable("m", "query on a CUDA device"), "unsatisfiable here", "query on a CUDA device"),
+        (
+            pmverify.RewriteUnsatisfiable("m", "tensors on a CUDA device"),
+            "unsatisfiable here",
+            "tensors on a CUDA device",
+        ),
         (pmverify.RewriteNotComparable("m", "rng: randperm"), "not comparable", "rng: randperm"),
         (
             pmverify.AllCasesVoid("m", _SUMMARY),
@@ -128,7 +132,7 @@ def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch)
     outcome = check.check_one(types.SimpleNamespace(pattern_pass=lambda: None), "PASS = None", max_examples=4, seed=0)
     assert outcome["status"] == "finding" and outcome["check"] == "planted"
     assert outcome["reason"] == (
-        "rewrote a reduction_dim variant (dim -1 moved to -2); "
+        "shrunk to the reduction_dim variant (dim -1 moved to -2); "
         "semantics (planted among random graphs with near misses): output 0 differs"
     )
     assert outcome["variants"] == [{"pattern": "p", "reason": "reduction_dim", "detail": "dim -1 moved to -2"}]

@@ -1,5 +1,5 @@
-"""A curated few of Inductor's own rewrites (torch 2.13), audited as a worker audits them, each with
-the status the full audit gives it: one of every kind check_rewrite must handle. The whole table is
+"""A curated few of Inductor's own rewrites (torch 2.13), audited as a worker audits them: one of
+every kind check_rewrite must handle, each with the status it must get. The whole table is
 the slow test of test_audit_cli.py and docs/AUDIT.md."""
 
 import pytest
@@ -31,10 +31,17 @@ def _audit(recorded, module, name, tmp_path):
         ("_sfdp_pattern_28_inference", "strided: permuted example inputs keep their layout"),
     ],
 )
-def test_rewrites_that_are_right_are_ok(recorded, tmp_path, name, kind):
+def test_rewrites_of_each_kind_are_compared(recorded, tmp_path, name, kind):
+    """Compared where they fired: ok, or a finding of the one bug these patterns share (their
+    serialized form ignores softmax's dim: docs/audit/sfdp_softmax_dim.py), whether a case drew
+    that variant depending on the seed."""
     outcome = _audit(recorded, "fuse_attention", name, tmp_path)
-    assert outcome["status"] == "ok", (kind, outcome)
-    assert outcome["matched"] > 0 and outcome["planted"]["cases"] > 0
+    if outcome["status"] == "ok":
+        assert outcome["matched"] > 0 and outcome["planted"]["cases"] > 0
+    else:
+        assert outcome["status"] == "finding", (kind, outcome)
+        assert [v["reason"] for v in outcome["variants"]] in (["reduction_dim"], ["dim"]), (kind, outcome)
+        assert outcome["violations"][0]["oracle"] == "semantics"
 
 
 def test_a_gated_rewrite_is_unsatisfiable_here_naming_its_gate(recorded, tmp_path):

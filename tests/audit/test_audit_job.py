@@ -4,6 +4,7 @@ fresh worker, the budget, workers that cannot start, and the JSON / JUnit / Mark
 
 import io
 import json
+import os
 import xml.etree.ElementTree as ET
 
 import _fake_workers
@@ -76,7 +77,9 @@ def test_statuses_and_a_dead_or_hung_worker_is_an_error_then_the_next_rewrite_go
     }
     failure = suite.find("testcase[@name='finding']/failure")
     assert failure.get("message") == "semantics: output 0 off" and "reproducer: /tmp/repro.py" in failure.text
-    assert "## Finding (1)" in (tmp_path / "AUDIT.md").read_text()
+    table_md = (tmp_path / "AUDIT.md").read_text()
+    assert table_md.startswith("# Audit of the rewrites of `fake`") and "## Finding (1)" in table_md
+    assert f"([reproducer]({os.path.relpath('/tmp/repro.py', tmp_path.resolve())}))" in table_md  # from the file
     assert "[2/7] fake_passes/exits: error" in out  # a line per rewrite as it is done
     printed = io.StringIO()
     summary(report, printed)
