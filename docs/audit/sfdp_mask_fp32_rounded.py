@@ -7,9 +7,10 @@ CPU ``_sfdp_replacement_16`` first does ``attn_mask.to(dtype=query.dtype)``, so 
 rounded to float16 (half an ulp of float16 at its magnitude: 0.004 at 8, 0.008 at 16) before it
 enters the softmax. For a 0 / -10000 padding mask this changes nothing; for a soft bias of a few
 units and up the compiled result and its gradients are several times farther from a float64
-reference than eager's. Found by ``pmverify audit`` (semantics oracle, "less accurate in
-aggregate") on ``_sfdp_pattern_16_half_mask_fp32_training`` and ``_half_mask_fp32_bs1_training``,
-where it drew q = k = 0 and a mask of magnitude about 1: there compiled is only 1.1-2x eager's
+reference than eager's. ``_sfdp_replacement_24`` does the same (``attention_mask.to(query.dtype)``):
+the audit's "less accurate in aggregate" finding on ``_sfdp_pattern_24_half_inference``. Found first
+by ``pmverify audit`` (semantics oracle) on ``_sfdp_pattern_16_half_mask_fp32_training`` and
+``_half_mask_fp32_bs1_training``, where it drew q = k = 0 and a mask of magnitude about 1: there compiled is only 1.1-2x eager's
 error, below an ulp; with random q, k and a mask of magnitude 1-2 compiled is about as accurate as
 eager (0.8-1.4x). Whether the rounding survives is Inductor's choice: with a (1, heads, q, k) bias in
 training it fuses the cast into the softmax and drops it; the (batch, 1, 1, k) mask below, the

@@ -6,7 +6,8 @@ replace ``softmax(q @ k.T / s) @ v`` on permuted inputs (``_sfdp_pattern_7`` and
 workloads inputs to matmul are permuted") by ``scaled_dot_product_attention``, whose output has another
 memory layout than the matmul's. The values agree; the layout does not, so code that views the
 output as eager laid it out breaks under ``torch.compile``. Found by ``pmverify audit`` (structure
-oracle: output strides) on the fp32 and half variants of most ``_sfdp`` inference rewrites.
+oracle: output strides) on the fp32 and half variants of most ``_sfdp`` rewrites, inference and
+training (this script shows the inference form).
 
 Standalone: needs only torch. Prints eager's and compiled strides and whether ``.view`` of the result
 works, and exits 1 while the strides differ (the bug), 0 once they agree.

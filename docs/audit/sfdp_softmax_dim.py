@@ -5,7 +5,8 @@ from pre-serialized patterns (torch/_inductor/fx_passes/serialized_patterns/), w
 softmax's ``dim`` (in the decomposed ``amax`` / ``sum`` of the softmax) as ``Ignored()``, and no
 re-trace checks it; so attention that normalises over the *query* dim (-2) is replaced by
 ``scaled_dot_product_attention``, which normalises over the key dim (-1). Found by
-``pmverify audit`` (near miss ``reduction_dim``) on ``_sfdp_pattern_19``; the graph below takes the
+``pmverify audit`` (near misses ``reduction_dim`` and ``dim``) on most serialized ``_sfdp`` patterns
+(docs/audit/README.md lists where one run shrank to it); the graph below takes the
 route of ``_sfdp_pattern_1`` (``softmax(q @ k.T / scale) @ v``).
 
 Standalone: needs only torch. Prints the largest difference between eager and ``torch.compile``
