@@ -112,7 +112,7 @@ K = 1.0
 #: Sampling allowance of the aggregate factor, ``K + SAMPLING / sqrt(n)`` for a result of n
 #: elements: about three standard deviations of the RMS ratio of two equally accurate results
 #: whose roundings fall independently (bf16 products rounded in two orders, 3000 draws: 0.1-0.4 %
-#: of them break it at n = 64 to 1024; 2.5 % with 2). n is the number of elements, or twice the
+#: of them break it at n = 64 to 1024; 2.5 % with 2). n is the number of elements, or three times the
 #: effective number carrying the errors where that is fewer (:func:`_effective_count`: inputs with
 #: a few outliers put the errors of a whole result on a few elements).
 SAMPLING = 3.0
@@ -315,7 +315,7 @@ def _judge(
     squares_after = (((err_after - slack).clamp_min(0.0) / unit) ** 2).where(counted, 0.0)
     squares_before = (err_before / unit) ** 2
     sum_after, sum_before = float(squares_after.sum()), float(squares_before.sum())
-    factor = k + SAMPLING / math.sqrt(min(numel, 2 * _effective_count(squares_before + squares_after)))
+    factor = k + SAMPLING / math.sqrt(min(numel, 3 * _effective_count(squares_before + squares_after)))
     holds = sum_after <= factor**2 * sum_before + ulps**2
     return _Judgement(
         usable, far, worse, math.sqrt(sum_after / numel), math.sqrt(sum_before / numel), factor, numel, holds
@@ -324,8 +324,8 @@ def _judge(
 
 def _effective_count(weights: torch.Tensor) -> float:
     """How many elements carry the squared errors ``weights``: ``(sum w)**2 / sum w**2`` (the
-    participation ratio; the sample size behind a mean of unequal weights, Kish 1965). Errors spread
-    as roundings are give about half the elements; four outliers give four."""
+    participation ratio; the sample size behind a mean of unequal weights, Kish 1965). Roundings
+    spread over a result give a third to a half of its elements; four outliers give four."""
     total, squares = float(weights.sum()), float((weights**2).sum())
     return total * total / squares if squares > 0 else float(weights.numel())
 
