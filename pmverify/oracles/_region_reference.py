@@ -73,14 +73,13 @@ def _to64(value: Any) -> Any:
 
 def region_reference(
     before: torch.fx.GraphModule, float64: torch.fx.GraphModule, region: set[str], inputs: tuple[Any, ...]
-) -> tuple[tuple[list[Any], list[Any]], float] | None:
+) -> tuple[list[Any], list[Any]] | None:
     """Run ``before`` on clones of ``inputs`` up to ``region`` and ``float64`` (its float64 twin,
-    :func:`~pmverify.oracles.semantics.float64_module`) from there on; return ((flat outputs, final
-    inputs), operand scale), the results float64 where the region reaches them and the operand
-    scale the largest finite magnitude the region and what follows it read from outside the region
-    (what a cancellation's rounding error is relative to; constants the region makes itself, such
-    as a ``full(-finfo.max)`` mask fill, do not count), or None (see the module docstring). The
-    caller sets deterministic fill."""
+    :func:`~pmverify.oracles.semantics.float64_module`) from there on; return (flat outputs, final
+    inputs), float64 where the region reaches them, or None (see the module docstring). The caller
+    sets deterministic fill. (A slack of one float32 eps of the largest operand the region read was
+    dropped: under a 0/-1e9 padding mask it excused any error; the noise floor, :mod:`._noise`,
+    covers the cancellations it was for.)"""
     if not region:
         return None
     nodes, twins = list(before.graph.nodes), list(float64.graph.nodes)
@@ -96,17 +95,9 @@ def region_reference(
     placeholders = iter(args)
     original = dict(zip(twins, nodes, strict=True))
 
-    scale = [0.0]
-
     def value_of(twin: torch.fx.Node) -> Any:
         node = original[twin]
-        if node in tainted:
-            return wide[node]
-        value = _to64(real[node])  # read from outside the region: its rounding is what cancels
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
-            finite = value.abs().where(torch.isfinite(value), 0.0)
-            scale[0] = max(scale[0], float(finite.max()))
-        return value
+        return wide[node] if node in tainted else _to64(real[node])
 
     try:
         with torch.no_grad():
@@ -121,7 +112,7 @@ def region_reference(
                     wide[node] = twin.target(*call_args, **call_kwargs)
                 elif node.op == "output":
                     outputs = torch.fx.node.map_arg(node.args[0], lambda n: wide[n] if n in tainted else _to64(real[n]))
-                    return (pytree.tree_leaves(outputs), [_to64(x) for x in args]), scale[0]
+                    return pytree.tree_leaves(outputs), [_to64(x) for x in args]
                 else:
                     return None  # get_attr, call_module...: not the graphs pmverify draws
     except Exception:  # noqa: BLE001 - no float64 run of this graph: only the whole-graph reference

@@ -605,7 +605,7 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_
             message = compare(f"{where}{name}", b, a, r, **rule)
             if message and r is not None:  # measured from the rewrite's inputs and its noise, before reporting
                 region = _region_results(pair, rank) if region is None else region
-                local = named_results(pair.case.gm, region[0]) if region else None
+                local = named_results(pair.case.gm, region) if region else None
                 noise = _noise_results(pair, rank)
                 noise_i = (
                     tuple(named_results(pair.case.gm, level)[i][1] if level else None for level in noise)

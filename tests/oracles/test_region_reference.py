@@ -108,24 +108,9 @@ def test_region_and_its_reference():
     after.recompile()
     region = rewritten_region(before, after)
     assert region == {"mul", "mul_1"}  # the add upstream is kept as it was
-    (outputs, final_inputs), scale = region_reference(before, float64_module(before), region, (x, y))
+    outputs, final_inputs = region_reference(before, float64_module(before), region, (x, y))
     u = (x + y).double()  # upstream in bfloat16, the region in float64
     assert torch.equal(outputs[0], u * 3.0 * 5.0) and outputs[0].dtype == torch.float64
-    assert scale == pytest.approx(float(u.abs().max()))  # what the region reads from outside it
-
-
-def test_constants_the_region_makes_do_not_widen_its_slack():
-    # a mask fill of -finfo.max made inside the region (as attention patterns have it) is no
-    # operand whose rounding could cancel: counted, it would make any error "within slack"
-    def masked(x, mask):
-        u = x + 1.0
-        return torch.where(mask, u * 2.0, torch.full([], -torch.finfo(torch.float32).max)).softmax(-1)
-
-    x, mask = torch.randn(3, 4), torch.rand(3, 4) > 0.3
-    before = make_fx(masked)(x, mask)
-    region = {n.name for n in before.graph.nodes if n.op == "call_function"} - {"add"}
-    _, scale = region_reference(before, float64_module(before), region, (x, mask))
-    assert scale == pytest.approx(float((x + 1.0).abs().max()))
 
 
 def test_no_region_reference_after_an_inplace_op_in_the_region():
