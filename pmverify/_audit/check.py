@@ -95,8 +95,9 @@ def _finding(error: Any, check: str) -> dict[str, Any]:
     where = "" if check == "check_rewrite" else " (planted among random graphs with near misses)"
     variants = rewritten_variants(getattr(error, "result", None))
     # the variant first: the violation's message is long, and the reason is cut to one line
-    fired_on = "".join(
-        f"shrunk to the {v['reason']} variant ({v['detail'] or 'see the reproducer'}); " for v in variants[:1]
+    shrunk = variants[0] if variants else None
+    fired_on = (
+        f"shrunk to the {shrunk['reason']} variant ({shrunk['detail'] or 'see the reproducer'}); " if shrunk else ""
     )
     return {
         "status": FINDING,

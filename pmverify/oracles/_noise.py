@@ -18,8 +18,8 @@ roundoff of float32 (2**-24; of float64 for an op that computes in float64), eac
 seeded generator; the noise of an element is the RMS of its deviations from the unperturbed float64
 reference. By default the perturbation stays at float32 level: the rounding of a float16 / bfloat16
 op to its own dtype is what the semantics rule compares, so it must not be excused as noise (a
-rewrite that adds a bf16 rounding is 2**16 times the float32 noise). With ``own=True`` each op is
-perturbed at its own dtype's unit roundoff; the semantics rule uses that only on elements whose
+rewrite that adds a bf16 rounding is 2**16 times the float32 noise). A second set of runs perturbs each op at its own
+dtype's unit roundoff; the semantics rule uses that only on elements whose
 noise is many ulps of their own magnitude scale (a float16 gradient that cancels to 0), never on a
 well-conditioned result, whose rounding order it still compares.
 
@@ -132,52 +132,56 @@ def _decomposed(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> torch.fx.G
         return gm
 
 
+def _spread(runs: list[Any], reference: tuple[list[Any], list[Any]], position: int, index: int) -> Any:
+    """The RMS deviation of ``runs`` from ``reference`` at one result, or None where it is no
+    floating tensor (or a run gave another shape)."""
+    ref = reference[position][index]
+    if not isinstance(ref, torch.Tensor) or not ref.is_floating_point():
+        return None
+    total = torch.zeros(ref.shape, dtype=torch.float64)
+    for run in runs:
+        value = run[position][index]
+        if not isinstance(value, torch.Tensor) or value.shape != ref.shape:
+            return None
+        total += (value.double() - ref.double()).nan_to_num(0.0, 0.0, 0.0) ** 2
+    return (total / len(runs)).sqrt()
+
+
 def noise_floor(
     gm: torch.fx.GraphModule,
     inputs: tuple[Any, ...],
     reference: tuple[list[Any], list[Any]],
     drawn: dict[str, Any] | None = None,
-    *,
-    own: bool = False,
-) -> tuple[list[Any], list[Any]] | None:
-    """The noise of each result of ``gm``: ``(flat outputs, final inputs)`` lined up with
-    ``reference`` (the unperturbed float64 run, :func:`~pmverify.oracles.semantics.float64_reference`),
-    each a float64 tensor of the result's shape (the RMS deviation of :data:`RUNS` perturbed runs of
-    ``gm``'s float64 twin on clones of ``inputs``, ``gm`` decomposed as Inductor decomposes it
-    unless it draws random numbers; see the module docstring), or None where the result is no
-    floating tensor. ``drawn``: what the run before the pass drew (:func:`._rng.run_recording`).
-    ``own``: perturb each op at the unit roundoff of the dtype it computes in (float16: 2**-11,
-    bfloat16: 2**-8) instead of float32's. None when the perturbed graph does not run. The caller
-    sets deterministic fill."""
+) -> tuple[tuple[list[Any], list[Any]], tuple[list[Any], list[Any]]] | None:
+    """The noise of each result of ``gm`` at float32 level and at its ops' own dtypes (float16:
+    2**-11, bfloat16: 2**-8; see the module docstring): for each level, ``(flat outputs, final
+    inputs)`` lined up with ``reference`` (the unperturbed float64 run,
+    :func:`~pmverify.oracles.semantics.float64_reference`), each a float64 tensor of the result's
+    shape (the RMS deviation of :data:`RUNS` perturbed runs of ``gm``'s float64 twin on clones of
+    ``inputs``, ``gm`` decomposed as Inductor decomposes it unless it draws random numbers), or None
+    where the result is no floating tensor. ``drawn``: what the run before the pass drew
+    (:func:`._rng.run_recording`). None when the perturbed graph does not run. The caller sets
+    deterministic fill."""
     from .semantics import float64_module
 
-    runs = []
+    levels = []
     try:
         graph = gm if drawn else _decomposed(gm, inputs)  # a retrace would rename what drew
         float64 = float64_module(graph)
         dtypes = _computed_dtypes(graph, inputs)
-        for i in range(RUNS):
-            args = [
-                x.detach().clone().double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                for x in inputs
-            ]
-            args = [x.clone() if isinstance(x, torch.Tensor) and not x.is_floating_point() else x for x in args]
-            with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                out = _Perturbing(float64, drawn or {}, dtypes, SEED + i, own).run(*args)
-            runs.append((pytree.tree_leaves(out), args))
+        for own in (False, True):
+            runs = []
+            for i in range(RUNS):
+                args = [
+                    (x.detach().clone().double() if x.is_floating_point() else x.clone())
+                    if isinstance(x, torch.Tensor)
+                    else x
+                    for x in inputs
+                ]
+                with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                    out = _Perturbing(float64, drawn or {}, dtypes, SEED + i, own).run(*args)
+                runs.append((pytree.tree_leaves(out), args))
+            levels.append(tuple([_spread(runs, reference, p, i) for i in range(len(reference[p]))] for p in range(2)))
     except Exception:  # noqa: BLE001 - no perturbed run of this graph: no noise floor
         return None
-
-    def spread(position: int, index: int) -> Any:
-        ref = reference[position][index] if index < len(reference[position]) else None
-        if not isinstance(ref, torch.Tensor) or not ref.is_floating_point():
-            return None
-        total = torch.zeros(ref.shape, dtype=torch.float64)
-        for run in runs:
-            value = run[position][index]
-            if not isinstance(value, torch.Tensor) or value.shape != ref.shape:
-                return None
-            total += (value.double() - ref.double()).nan_to_num(0.0, 0.0, 0.0) ** 2
-        return (total / len(runs)).sqrt()
-
-    return tuple([spread(position, index) for index in range(len(reference[position]))] for position in range(2))  # type: ignore[return-value]
+    return levels[0], levels[1]  # type: ignore[return-value]

@@ -632,12 +632,7 @@ def _noise_results(pair: Any, rank: int) -> Any:
 
             drawn = results.get("drawn")
             with deterministic_fill():
-                levels = [
-                    noise_floor(pair.case.gm, pair.case.inputs[rank], results["reference"], drawn, own=own)
-                    for own in (False, True)
-                ]
-                if levels[0] is not None:
-                    result = levels
+                result = noise_floor(pair.case.gm, pair.case.inputs[rank], results["reference"], drawn)
         pair.cache[key] = result if result is not None else False
     return pair.cache[key]
 
