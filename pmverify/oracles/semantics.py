@@ -14,7 +14,10 @@ inputs is covered). The rule for a floating-point result of n elements:
   1. **In aggregate** (the rule of torch._dynamo's ``same()``: RMS error against a float64
      reference at most a factor times the original's): over the n elements, ::
 
-         sum((err_after - s)+ ** 2) <= (K + SAMPLING / sqrt(n)) ** 2 * sum(err_before ** 2) + ULPS ** 2
+         sum((err_after - s)+ ** 2) <= (K + SAMPLING / sqrt(n')) ** 2 * sum(err_before ** 2) + ULPS ** 2
+
+     where n' is n, or three times the number of elements that carry the squared errors
+     (:func:`_effective_count`) where that is fewer: a few outliers are a sample of a few;
 
      with K = 1, SAMPLING = 3 and ULPS = 1/2 (in units). ``same()`` allows 2-3 times the error of a
      whole model run; one rewrite that doubles a rounding is about 1.4 times worse, so the factor
@@ -39,6 +42,11 @@ inputs is covered). The rule for a floating-point result of n elements:
   makes a replacement more accurate on the values it reads look worse than its pattern. Computed
   only when a result is flagged, and not for tensor-parallel or compiled cases or when an
   in-place op comes at or after the rewrite.
+- A result still flagged is judged a last time with its *noise floor* (:mod:`._noise`: float64
+  runs of the graph before the pass with every ATen op's operands and results perturbed at float32
+  unit roundoff, and at their own dtypes' for ill-conditioned elements) as slack: NOISE_FACTOR
+  times the element's noise plus the result's median noise. A result that cancels to near 0 is
+  determined by float32 arithmetic only to that noise.
 - Where no reference can be computed (an op without float64 support), the comparison falls back to
   ``torch.testing``'s per-dtype defaults for ``|after - before|``.
 - NaN/Inf policy: a case whose reference (the float64 run; the graph before the pass where no
