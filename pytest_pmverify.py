@@ -2,11 +2,10 @@
 shared example database, the ``slow`` / ``gpu`` / ``multiproc`` markers and a JSON session report.
 
 Registered as the ``pmverify`` ``pytest11`` entry point. At load it imports the standard library,
-pytest and Hypothesis only: torch when a collected test is marked ``gpu``, redis-py for a
-``redis://`` database, pmverify never (``pmverify fuzz --profile`` imports :data:`PROFILES`,
-:func:`load_profile` and :func:`example_database` from here; every pmverify report, the CLI's and
-this plugin's, is written by :func:`write_output` after :func:`check_writable`; ``$PMVERIFY_SEED``
-is read by :func:`env_seed`).
+pytest, Hypothesis and pmverify's torch-free helpers only (:mod:`pmverify._settings`: the profiles,
+the example database, ``$PMVERIFY_SEED``; :mod:`pmverify._io`: the one writer of every report; the
+command line and the jobs use the same); torch when a collected test of a project that opted in is
+marked ``gpu``, redis-py for a ``redis://`` database.
 
 Options (group ``pmverify``):
 
@@ -25,44 +24,24 @@ Options (group ``pmverify``):
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import importlib.metadata
 import inspect
 import json
 import os
 import platform
-import re
-import stat
 import sys
-import tempfile
 import time
-import urllib.parse
-from typing import Any, TextIO
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, Verbosity, is_hypothesis_test, settings
-from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis import Phase, Verbosity, is_hypothesis_test, settings
 
-__all__ = [
-    "PROFILES",
-    "check_writable",
-    "env_seed",
-    "example_database",
-    "load_profile",
-    "make_folder",
-    "output_file",
-    "output_stream",
-    "profile_name",
-    "redacted",
-    "write_atomic",
-    "write_output",
-]
+from pmverify._io import check_writable, output_stream, write_output
+from pmverify._settings import PROFILES, env_seed, example_database, load_profile, redacted
 
-#: pmverify's Hypothesis profiles, by short name; registered as ``pmverify-<name>``.
-PROFILES = ("ci", "dev", "nightly")
-_MAX_EXAMPLES = {"ci": 15, "dev": 50, "nightly": 2000}
-_SUPPRESSED = (HealthCheck.too_slow, HealthCheck.data_too_large)  # torch is slow; graphs are big
+__all__: list[str] = []  # hooks only; the helpers it shares live in pmverify._settings and pmverify._io
+
 _MARKERS = (
     "slow: long-running tests (deselect with -m 'not slow')",
     "gpu: needs a CUDA GPU (skipped when torch.cuda.is_available() is False)",
@@ -72,123 +51,6 @@ _PLUMBING_MARKERS = {"parametrize", "usefixtures", "filterwarnings"}  # left out
 _GPU_SKIP = "needs a CUDA GPU: torch.cuda.is_available() is False"
 _FINDING = "pmverify_finding"  # report.user_properties entry of a PassVerificationError
 _STATE = pytest.StashKey[dict[str, Any]]()
-
-
-def profile_name(name: str) -> str:
-    """The Hypothesis name of pmverify's profile ``name`` (``"ci"`` → ``"pmverify-ci"``); raises
-    ``ValueError`` for a name not in :data:`PROFILES`."""
-    if name not in PROFILES:
-        raise ValueError(f"profile={name!r} is not one of PROFILES={PROFILES}")
-    return f"pmverify-{name}"
-
-
-def _register_profiles() -> None:
-    # From Hypothesis' "default" profile, not the active one: on CI Hypothesis loads its own "ci"
-    # profile, whose derandomize=True and database=None must not leak into these.
-    base = settings.get_profile("default")
-    for name in PROFILES:
-        settings.register_profile(
-            profile_name(name),
-            base,
-            max_examples=_MAX_EXAMPLES[name],
-            deadline=None,  # torch trips deadlines at random
-            suppress_health_check=_SUPPRESSED,
-            print_blob=name == "ci",
-        )
-
-
-_register_profiles()
-
-
-def load_profile(name: str, *, database: ExampleDatabase | None = None) -> str:
-    """Load pmverify's Hypothesis profile ``name`` (one of :data:`PROFILES`) and return the
-    Hypothesis name of the profile loaded.
-
-    - ``database``: an example database for it (see :func:`example_database`); default Hypothesis'
-      own (``.hypothesis/examples``). Given, a profile ``pmverify-<name>-with-db`` is registered
-      from ``pmverify-<name>`` and loaded.
-
-    Raises ``ValueError`` for an unknown ``name``, ``TypeError`` for a ``database`` that is not an
-    ``ExampleDatabase``. Example: ``load_profile("nightly", database=example_database("redis://ci:6379"))``.
-    """
-    loaded = profile_name(name)
-    if database is not None:
-        if not isinstance(database, ExampleDatabase):
-            raise TypeError(f"database={database!r} must be a hypothesis.database.ExampleDatabase")
-        settings.register_profile(f"{loaded}-with-db", settings.get_profile(loaded), database=database)
-        loaded = f"{loaded}-with-db"
-    settings.load_profile(loaded)
-    return loaded
-
-
-def redacted(spec: str) -> str:
-    """``spec`` fit to print: a ``redis://user:password@host`` URL's password, and a
-    ``?password=`` query value, replaced by ``***``."""
-    if "://" not in spec:
-        return spec
-    url = urllib.parse.urlsplit(spec)
-    if url.password is not None:
-        url = url._replace(netloc=url.netloc.replace(f":{url.password}@", ":***@", 1))
-    if url.query:
-        query = urllib.parse.parse_qsl(url.query, keep_blank_values=True)
-        hidden = [(key, "***" if key.lower() == "password" else value) for key, value in query]
-        url = url._replace(query=urllib.parse.urlencode(hidden, safe="*"))
-    return urllib.parse.urlunsplit(url)
-
-
-def env_seed() -> int | None:
-    """``$PMVERIFY_SEED`` as an int (the seed of ``pmverify.verify(seed=None)``), None when it is
-    unset or empty; raises ``ValueError`` (``"PMVERIFY_SEED='abc' is not an int ..."``) for anything
-    else. Read by ``verify``, and checked when pytest and the ``pmverify`` command start."""
-    text = os.environ.get("PMVERIFY_SEED", "").strip()
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"PMVERIFY_SEED={text!r} is not an int (the seed of pmverify.verify(seed=None))") from None
-
-
-def example_database(spec: str) -> ExampleDatabase:
-    """The Hypothesis example database ``spec`` names: a directory (``DirectoryBasedExampleDatabase``)
-    or ``redis://HOST:PORT[/N]`` (``RedisExampleDatabase``, after a ping: 2 s to connect, 5 s a
-    command). Raises ``ValueError`` with a one-line message (naming no option) for an empty spec,
-    a path that is a file or under one, another URL scheme, a bad Redis URL, redis-py not installed, or a Redis
-    server that cannot be reached."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"the example database {spec!r} is empty: give a directory or redis://HOST:PORT[/N]")
-    if "://" not in spec:
-        if os.path.exists(spec) and not os.path.isdir(spec):
-            raise ValueError(f"the example database {spec!r} is a file, not a directory")
-        try:  # refused now: Hypothesis would fail to save into it silently
-            make_folder(spec)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"the example database {spec!r} cannot be made a folder: {exc}") from None
-        return DirectoryBasedExampleDatabase(spec)
-    url = urllib.parse.urlsplit(spec)
-    if url.scheme != "redis":
-        raise ValueError(
-            f"unsupported example database scheme {url.scheme!r}: give a directory or redis://HOST:PORT[/N]"
-        )
-    try:
-        where = f"{url.hostname}:{url.port or 6379}"
-    except ValueError as exc:  # a port that is not a number
-        raise ValueError(f"bad Redis URL: {exc}") from None
-    if not url.hostname or url.path.strip("/") and not url.path.strip("/").isdigit():
-        raise ValueError(f"bad Redis URL: give redis://HOST:PORT[/N], N a database number (got host {url.hostname!r})")
-    try:
-        import redis
-        from hypothesis.extra.redis import RedisExampleDatabase
-    except ImportError:
-        raise ValueError("redis-py is not installed: pip install 'pmverify[redis]'") from None
-    client = redis.Redis.from_url(spec, socket_connect_timeout=2, socket_timeout=5)
-    try:
-        client.ping()
-    except (redis.exceptions.RedisError, OSError) as exc:
-        client.close()
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ValueError(f"cannot reach Redis at {where}: {reason}") from None
-    return RedisExampleDatabase(client)
 
 
 # -- options, profile, seed ------------------------------------------------------------------------
@@ -504,146 +366,6 @@ class _Report:
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 reporter.write_line(f"pmverify: --pmverify-report={self.path} not written: {exc}", red=True)
-
-
-# -- output paths: one writer for every report ------------------------------------------------------
-
-_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
-_FD_PATH = re.compile(r"/(?:dev|proc/self)/fd/(\d+)")
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def output_stream(path: str | os.PathLike[str]) -> int | None:
-    """The file descriptor an output ``path`` names as a stream: 1 for ``-`` and ``/dev/stdout``, 2
-    for ``/dev/stderr``, N for ``/dev/fd/N`` and ``/proc/self/fd/N``; None for any other path."""
-    text = os.fspath(path)
-    if text == "-":  # (./- is a file)
-        return 1
-    text = os.path.normpath(text)
-    if text in _STREAMS:
-        return _STREAMS[text]
-    match = _FD_PATH.fullmatch(text)
-    return int(match.group(1)) if match else None
-
-
-def _not_a_folder(folder: str) -> str | None:
-    """The nearest of ``folder`` and the folders above it that exists, when it is not a folder."""
-    folder = os.path.abspath(folder)
-    while not os.path.exists(folder):
-        if os.path.dirname(folder) == folder:
-            return None
-        folder = os.path.dirname(folder)
-    return None if os.path.isdir(folder) else folder
-
-
-def make_folder(path: str | os.PathLike[str]) -> None:
-    """Make the folder ``path`` and those above it. Raises ``ValueError`` (``"'/a/file.py' is not a
-    folder"``) when it or one above it is there and is not a folder, ``OSError`` when it cannot be made."""
-    blocking = _not_a_folder(os.fspath(path))
-    if blocking is not None:
-        raise ValueError(f"{blocking!r} is not a folder")
-    os.makedirs(path, exist_ok=True)
-
-
-def output_file(path: str | os.PathLike[str]) -> str:
-    """The regular file an output at ``path`` replaces: ``path`` with its symlinks resolved (a
-    dangling link's target too), so that a link stays a link and its target is written; a file, or
-    a path that is not there yet.
-
-    Raises ``ValueError`` (``"'p' cannot be written: it is a FIFO, not a file; ..."``, to follow
-    an option's ``--report=``) for anything else: a stream (:func:`output_stream`), a directory, a
-    device, a FIFO, a socket, a symlink loop, or a path under something that is not a folder.
-    Nothing is opened or written.
-    """
-    text = os.fspath(path)
-    refused = f"{text!r} cannot be written"
-    if output_stream(text) is not None:
-        raise ValueError(f"{refused} as a file: it is a stream")
-    target = os.path.realpath(text)
-    try:
-        mode = os.lstat(target).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        blocking = _not_a_folder(os.path.dirname(target))
-        if blocking is not None:
-            raise ValueError(f"{refused}: {blocking!r} is not a folder") from None
-        return target
-    if stat.S_ISREG(mode):
-        return target
-    if stat.S_ISLNK(mode):
-        raise ValueError(f"{refused}: it is a symlink loop")
-    what = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    where = f"it links to {target!r}, {what}" if target != os.path.abspath(text) else f"it is {what}"
-    raise ValueError(f"{refused}: {where}, not a file; give a file (replaced whole), - or /dev/stdout")
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to the file ``path`` (its symlinks resolved, see :func:`output_file`) through a
-    temporary file in the same folder and ``os.replace`` (parent folders made): a reader, or a process
-    killed mid-write, sees the old file or the new one, never half of one. The file gets the mode
-    ``open()`` would give it, not ``mkstemp``'s 0600. Raises ``ValueError`` for a path that is not a
-    file (:func:`output_file`): a device, FIFO or directory is never replaced."""
-    target = output_file(path)
-    folder = os.path.dirname(target)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_output(path: str | os.PathLike[str], text: str, *, stdout: TextIO | None = None) -> None:
-    """Write ``text`` to the output ``path``: through the stream it names (:func:`output_stream`;
-    descriptor 1 is ``stdout``, default ``sys.stdout``, and 2 is ``sys.stderr``), else with
-    :func:`write_atomic`. Shared by the plugin's report, ``pmverify fuzz``'s report and JUnit XML
-    and ``pmverify selfcheck``'s report: a stream is written once, at the end, never replaced."""
-    fd = output_stream(path)
-    if fd is None:
-        write_atomic(path, text)
-        return
-    stream = (stdout or sys.stdout) if fd == 1 else sys.stderr if fd == 2 else None
-    if stream is None:
-        with open(fd, "w", encoding="utf-8", closefd=False) as handle:
-            handle.write(text)
-        return
-    stream.write(text)
-    stream.flush()
-
-
-def check_writable(path: str | os.PathLike[str]) -> None:
-    """Raise unless the output ``path`` can be written: ``ValueError`` (see :func:`output_file`) for
-    a path that is neither a file, nor one not there yet, nor a stream; ``OSError`` for a file that
-    cannot be written (parent folders are made) or a stream whose descriptor is not open. Opens
-    nothing that could block, and leaves no file behind that was not there. For refusing a report
-    path before a long run, not after it."""
-    fd = output_stream(path)
-    if fd is not None:
-        os.fstat(fd)
-        return
-    target = output_file(path)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    try:
-        handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except FileExistsError:
-        os.close(os.open(target, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK))
-        return
-    os.close(handle)
-    os.unlink(target)
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:

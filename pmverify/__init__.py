@@ -10,23 +10,51 @@ Inductor's own passes); ``check_rewrite`` checks one in isolation. ``verify`` re
 ``RewriteNotComparable``, ``AllCasesVoid``) for a search that checked nothing.
 """
 
-__version__ = "0.1.0"
+from typing import TYPE_CHECKING, Any
 
-from ._case import GraphCase, MutationSite, PlantedInstance
-from ._check import CaseResult, check_case
-from ._inductor_rewrites import inductor_rewrite, record_inductor
-from ._record import RecordedRewrite, record_patterns
-from ._rewrite import RewriteResult, check_rewrite
-from ._summary import (
-    AllCasesVoid,
-    RewriteNeverMatched,
-    RewriteNotComparable,
-    RewriteUnsatisfiable,
-    VacuousSearch,
-    VerifySummary,
-)
-from ._verify import PassVerificationError, verify
-from .oracles import Violation
+from ._version import __version__
+
+#: Where each public name lives: ``import pmverify`` imports none of these modules (nor torch); the
+#: first use of a name imports its module (PEP 562).
+_WHERE = {
+    "GraphCase": "_case",
+    "MutationSite": "_case",
+    "PlantedInstance": "_case",
+    "CaseResult": "_check",
+    "check_case": "_check",
+    "inductor_rewrite": "_inductor_rewrites",
+    "record_inductor": "_inductor_rewrites",
+    "RecordedRewrite": "_record",
+    "record_patterns": "_record",
+    "RewriteResult": "_rewrite",
+    "check_rewrite": "_rewrite",
+    "AllCasesVoid": "_summary",
+    "RewriteNeverMatched": "_summary",
+    "RewriteNotComparable": "_summary",
+    "RewriteUnsatisfiable": "_summary",
+    "VacuousSearch": "_summary",
+    "VerifySummary": "_summary",
+    "PassVerificationError": "_verify",
+    "verify": "_verify",
+    "Violation": "oracles",
+}
+
+if TYPE_CHECKING:
+    from ._case import GraphCase, MutationSite, PlantedInstance
+    from ._check import CaseResult, check_case
+    from ._inductor_rewrites import inductor_rewrite, record_inductor
+    from ._record import RecordedRewrite, record_patterns
+    from ._rewrite import RewriteResult, check_rewrite
+    from ._summary import (
+        AllCasesVoid,
+        RewriteNeverMatched,
+        RewriteNotComparable,
+        RewriteUnsatisfiable,
+        VacuousSearch,
+        VerifySummary,
+    )
+    from ._verify import PassVerificationError, verify
+    from .oracles import Violation
 
 __all__ = [
     "AllCasesVoid",
@@ -51,3 +79,19 @@ __all__ = [
     "record_patterns",
     "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, its module imported on first use (and the name then cached here)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

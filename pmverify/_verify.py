@@ -230,7 +230,7 @@ def verify(
         if not isinstance(flag, bool):
             raise InvalidArgument(f"{name}={flag!r} must be a bool")
     if seed is None:
-        from pytest_pmverify import env_seed  # (torch-free; pytest and the CLI check it at start-up)
+        from ._settings import env_seed  # (torch-free; pytest and the CLI check it at start-up)
 
         seed = env_seed()
     check_pass(pass_)

@@ -342,8 +342,7 @@ def _summary(report: dict[str, Any], out: Any) -> None:
 
 
 def fuzz(args: argparse.Namespace, out: Any = None) -> int:
-    import pytest_pmverify
-
+    from . import _io, _settings
     from ._job import JobOptions, TargetError, format_duration, run_job
     from ._job.report import write_outputs
     from ._job.targets import check
@@ -366,14 +365,14 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         return 2
     if args.db is not None:
         try:
-            pytest_pmverify.example_database(args.db)
+            _settings.example_database(args.db)
         except ValueError as exc:
-            print(f"pmverify fuzz: --db={pytest_pmverify.redacted(args.db)!r}: {exc}", file=sys.stderr)
+            print(f"pmverify fuzz: --db={_settings.redacted(args.db)!r}: {exc}", file=sys.stderr)
             return 2
     if not _outputs_ok("fuzz", [("--report", args.report), ("--junit", args.junit)]):
         return 2
     stdout = out  # where --report - goes, written once at the end; nothing else goes there then
-    if any(pytest_pmverify.output_stream(path) == 1 for path in (args.report, args.junit) if path is not None):
+    if any(_io.output_stream(path) == 1 for path in (args.report, args.junit) if path is not None):
         out = sys.stderr
     if not _folder_made("fuzz", args.repro_dir):  # (a --db folder is made by example_database above)
         return 2
@@ -407,7 +406,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     report, code = run_job(options, out)
     _summary(report, out)
     for option, path in (("report", args.report), ("junit", args.junit)):
-        if path is not None and pytest_pmverify.output_stream(path) is None:
+        if path is not None and _io.output_stream(path) is None:
             print(f"{option}: {path}", file=out)
     try:  # the streams, once: the job wrote only the files
         write_outputs(report, args.report, args.junit, streams=True, stdout=stdout)
@@ -418,13 +417,13 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
 
 def _writable(command: str, path: pathlib.Path | None, option: str = "--report") -> bool:
     """Whether ``path`` (given as ``option``) can be written: a file, a path not there yet, or a
-    stream (:func:`pytest_pmverify.check_writable`); says why not in one line on stderr."""
-    import pytest_pmverify
+    stream (:func:`pmverify._io.check_writable`); says why not in one line on stderr."""
+    from . import _io
 
     if path is None:
         return True
     try:
-        pytest_pmverify.check_writable(path)
+        _io.check_writable(path)
     except ValueError as exc:  # not a file: "'p' cannot be written: it is a FIFO, not a file; ..."
         print(f"pmverify {command}: {option}={exc}", file=sys.stderr)
         return False
@@ -437,12 +436,12 @@ def _writable(command: str, path: pathlib.Path | None, option: str = "--report")
 def _folder_made(command: str, path: pathlib.Path | None, option: str = "--repro-dir") -> bool:
     """Whether the folder ``path`` (given as ``option``; None: not given) is there or was made; says
     why not in one line on stderr."""
-    import pytest_pmverify
+    from . import _io
 
     if path is None:
         return True
     try:
-        pytest_pmverify.make_folder(path)
+        _io.make_folder(path)
     except (OSError, ValueError) as exc:
         print(f"pmverify {command}: {option}={str(path)!r} cannot be made a folder: {exc}", file=sys.stderr)
         return False
@@ -453,7 +452,7 @@ def _outputs_ok(command: str, outputs: Sequence[tuple[str, pathlib.Path | None]]
     """Whether every output given (``(option, path)``, None: not given) can be written and no two
     of them are one stream or one file (one would overwrite the other); says why not in one line
     on stderr."""
-    import pytest_pmverify
+    from . import _io
 
     given = [(option, path) for option, path in outputs if path is not None]
     if not all(_writable(command, path, option) for option, path in given):
@@ -461,20 +460,19 @@ def _outputs_ok(command: str, outputs: Sequence[tuple[str, pathlib.Path | None]]
     for i, (option, path) in enumerate(given):
         for other_option, other in given[i + 1 :]:
             both = f"{option}={str(path)!r} and {other_option}={str(other)!r}"
-            stream, other_stream = pytest_pmverify.output_stream(path), pytest_pmverify.output_stream(other)
+            stream, other_stream = _io.output_stream(path), _io.output_stream(other)
             if stream is not None and stream == other_stream:
                 print(f"pmverify {command}: {both} are one stream: give one of them a file", file=sys.stderr)
                 return False
             if stream is None and other_stream is None:
-                if pytest_pmverify.output_file(path) == pytest_pmverify.output_file(other):
+                if _io.output_file(path) == _io.output_file(other):
                     print(f"pmverify {command}: {both} are one file: give them two", file=sys.stderr)
                     return False
     return True
 
 
 def audit(args: argparse.Namespace, out: Any = None) -> int:
-    import pytest_pmverify
-
+    from . import _io
     from ._audit import run_command
 
     out = out if out is not None else sys.stdout
@@ -484,17 +482,16 @@ def audit(args: argparse.Namespace, out: Any = None) -> int:
     if not _folder_made("audit", args.repro_dir):
         return 2
     stdout = out  # where an output given as - goes, written once at the end; nothing else goes there then
-    if any(pytest_pmverify.output_stream(path) == 1 for _, path in outputs if path is not None):
+    if any(_io.output_stream(path) == 1 for _, path in outputs if path is not None):
         out = sys.stderr
     return run_command(args, out, stdout)
 
 
 def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
-    import pytest_pmverify
-
-    from . import __version__
+    from . import _io
     from ._selfcheck import DEFAULT_MAX_EXAMPLES, report, table
     from ._selfcheck import selfcheck as run_selfcheck
+    from ._version import __version__
     from .faults import BANK
 
     out = out if out is not None else sys.stdout
@@ -505,7 +502,7 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
     if not _writable("selfcheck", args.report):
         return 2
     stdout = out  # where --report - goes, at the end; nothing else goes there then
-    if args.report is not None and pytest_pmverify.output_stream(args.report) == 1:
+    if args.report is not None and _io.output_stream(args.report) == 1:
         out = sys.stderr
     max_examples = args.max_examples or DEFAULT_MAX_EXAMPLES
     names = list(dict.fromkeys(args.fault or BANK))
@@ -539,8 +536,8 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
             shrink=not args.no_shrink,
             elapsed_s=round(time.monotonic() - start, 3),
         )
-        pytest_pmverify.write_output(args.report, json.dumps(data, indent=2) + "\n", stdout=stdout)
-        if pytest_pmverify.output_stream(args.report) is None:
+        _io.write_output(args.report, json.dumps(data, indent=2) + "\n", stdout=stdout)
+        if _io.output_stream(args.report) is None:
             print(f"report: {args.report}", file=out)
     if any(not r.detected and r.status != "error" for r in results):
         return 1  # an escape outranks a fault that could not be searched here
@@ -567,10 +564,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(_joined(argv))
     args.command_line = shlex.join(["pmverify", *argv])
-    import pytest_pmverify  # (torch-free)
+    from . import _settings
 
     try:  # bad usage ends here, before torch is imported
-        pytest_pmverify.env_seed()
+        _settings.env_seed()
     except ValueError as exc:
         print(f"pmverify {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Report paths (``pytest_pmverify.output_file`` / ``output_stream`` / ``check_writable`` /
+"""Report paths (``pmverify._io.output_file`` / ``output_stream`` / ``check_writable`` /
 ``write_output``, shared by ``pmverify fuzz --report/--junit``, ``pmverify selfcheck --report`` and
 ``--pmverify-report``): a file or a new path is replaced atomically (a symlink's target), a stream
 is written once at the end, anything else is refused up front. Run as root, in tmp_path only: a
@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-import pytest_pmverify
+from pmverify import _io, _settings
 from pmverify._job.report import write_outputs
 from pmverify.cli import main
 
@@ -86,9 +86,9 @@ def test_a_file_or_a_path_not_there_yet_is_replaced_atomically(tmp_path, where):
     path = tmp_path / where
     if where == "r.json":
         path.write_text("old")
-    pytest_pmverify.check_writable(path)
+    _io.check_writable(path)
     assert path.exists() == (where == "r.json")  # the check leaves no file that was not there
-    pytest_pmverify.write_output(path, "new\n")
+    _io.write_output(path, "new\n")
     assert path.read_text() == "new\n" and os.listdir(path.parent) == ["r.json"]  # no temporary file
 
 
@@ -98,9 +98,9 @@ def test_a_symlink_stays_a_link_and_its_target_is_written(tmp_path, target):
     link.symlink_to(target)
     if target == "real.json":
         (tmp_path / target).write_text("old")
-    pytest_pmverify.check_writable(link)
-    assert pytest_pmverify.output_file(link) == str(tmp_path / target)
-    pytest_pmverify.write_output(link, "new\n")
+    _io.check_writable(link)
+    assert _io.output_file(link) == str(tmp_path / target)
+    _io.write_output(link, "new\n")
     assert link.is_symlink() and os.readlink(link) == target and (tmp_path / target).read_text() == "new\n"
 
 
@@ -109,7 +109,7 @@ def test_what_is_not_a_file_is_refused_and_left_alone(tmp_path, kind):
     path, message = _refused(tmp_path, kind)
     before = _kind(path) if os.path.lexists(path) else None
     with _within(10):
-        for call in (pytest_pmverify.check_writable, lambda p: pytest_pmverify.write_output(p, "{}")):
+        for call in (_io.check_writable, lambda p: _io.write_output(p, "{}")):
             with pytest.raises(ValueError, match="cannot be written") as info:
                 call(path)
             assert str(info.value) == f"{str(path)!r} cannot be written: {message}" + (
@@ -121,9 +121,9 @@ def test_what_is_not_a_file_is_refused_and_left_alone(tmp_path, kind):
 def test_dev_null_is_a_device_by_its_stat_alone():
     """Classified, never opened: ``output_file`` only stats the path."""
     before = os.stat("/dev/null")
-    assert pytest_pmverify.output_stream("/dev/null") is None
+    assert _io.output_stream("/dev/null") is None
     with pytest.raises(ValueError, match=r"'/dev/null' cannot be written: it is a character device, not a file"):
-        pytest_pmverify.output_file("/dev/null")
+        _io.output_file("/dev/null")
     after = os.stat("/dev/null")
     assert stat.S_ISCHR(after.st_mode) and (after.st_rdev, after.st_mode) == (before.st_rdev, before.st_mode)
 
@@ -134,24 +134,24 @@ def test_dev_null_is_a_device_by_its_stat_alone():
     + [("./-", None), ("r.json", None), ("/dev/stdin", None), ("/dev/fd", None)],
 )
 def test_streams_are_named_by_their_paths(path, fd):
-    assert pytest_pmverify.output_stream(path) == fd
+    assert _io.output_stream(path) == fd
 
 
 def test_a_stream_is_written_through_never_replaced(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     stdout = io.StringIO()
-    pytest_pmverify.write_output("-", "{}\n", stdout=stdout)
+    _io.write_output("-", "{}\n", stdout=stdout)
     assert stdout.getvalue() == "{}\n" and os.listdir(tmp_path) == []
     read, write = os.pipe()
     try:
-        pytest_pmverify.check_writable(f"/dev/fd/{write}")
-        pytest_pmverify.write_output(f"/dev/fd/{write}", "<x/>\n")
+        _io.check_writable(f"/dev/fd/{write}")
+        _io.write_output(f"/dev/fd/{write}", "<x/>\n")
         assert os.read(read, 100) == b"<x/>\n"
     finally:
         os.close(read)
         os.close(write)
     with pytest.raises(OSError):  # a descriptor that is not open
-        pytest_pmverify.check_writable(f"/dev/fd/{write}")
+        _io.check_writable(f"/dev/fd/{write}")
 
 
 def test_the_job_checkpoints_only_files_and_writes_streams_once_at_the_end(tmp_path, monkeypatch):
@@ -168,9 +168,9 @@ def test_the_job_checkpoints_only_files_and_writes_streams_once_at_the_end(tmp_p
 def test_a_folder_under_a_file_is_said_to_be_one(tmp_path):
     (tmp_path / "file.py").write_text("")
     with pytest.raises(ValueError, match=rf"^{str(tmp_path / 'file.py')!r} is not a folder$"):
-        pytest_pmverify.make_folder(tmp_path / "file.py" / "repro")
+        _io.make_folder(tmp_path / "file.py" / "repro")
     with pytest.raises(ValueError, match=r"cannot be made a folder: .*file.py' is not a folder"):
-        pytest_pmverify.example_database(str(tmp_path / "file.py" / "db"))
+        _settings.example_database(str(tmp_path / "file.py" / "db"))
 
 
 # -- the CLI: refused up front, in one line, exit 2 --------------------------------------------------

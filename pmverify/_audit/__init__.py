@@ -59,8 +59,8 @@ def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:
     :mod:`pmverify.cli`): list the rewrites, audit them, print the table, write the reports to
     their streams. ``out``: where progress and the table go; ``stdout``: where ``-`` goes.
     Returns the exit status (2: a source that cannot be recorded, or globs matching nothing)."""
-    from .. import __version__
     from .._job.durations import format_duration
+    from .._version import __version__
     from .report import summary, write_outputs
 
     sources = list(dict.fromkeys(args.modules or [INDUCTOR]))
@@ -109,6 +109,6 @@ def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:
 
 
 def _is_file(path: Any) -> bool:
-    from pytest_pmverify import output_stream
+    from .._io import output_stream
 
     return output_stream(path) is None

@@ -128,14 +128,9 @@ def _never_matched(error: Any) -> dict[str, Any]:
 
 
 def _check_rewrite(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str) -> dict[str, Any]:
-    from .. import (
-        AllCasesVoid,
-        PassVerificationError,
-        RewriteNeverMatched,
-        RewriteNotComparable,
-        RewriteUnsatisfiable,
-        check_rewrite,
-    )
+    from .._rewrite import check_rewrite
+    from .._summary import AllCasesVoid, RewriteNeverMatched, RewriteNotComparable, RewriteUnsatisfiable
+    from .._verify import PassVerificationError
 
     try:
         result = check_rewrite(
@@ -167,7 +162,7 @@ def _check_rewrite(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any
 
 
 def _planted(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str) -> dict[str, Any]:
-    from .. import PassVerificationError, verify
+    from .._verify import PassVerificationError, verify
     from ..strategies import planted
 
     counts = {"cases": 0, "rewritten": 0}

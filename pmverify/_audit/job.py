@@ -107,7 +107,7 @@ class _Audit:
     def report(self) -> dict[str, Any]:
         import torch
 
-        from .. import __version__
+        from .._version import __version__
 
         rows = []
         for rewrite, result in zip(self.rewrites, self.results, strict=True):

@@ -10,8 +10,7 @@ import pathlib
 import xml.etree.ElementTree as ET
 from typing import Any, TextIO
 
-from pytest_pmverify import output_stream, write_output
-
+from .._io import output_stream, write_output
 from .._job.report import _xml_text, jsonable
 from .check import FINDING, STATUSES
 

@@ -19,11 +19,10 @@ __all__ = ["serve"]
 def _start(sources: list[str], options: dict[str, Any]) -> dict[str, list[Any]]:
     from hypothesis.internal.conjecture import engine
 
-    import pytest_pmverify
-
+    from .. import _settings
     from .sources import record_source
 
-    pytest_pmverify.load_profile("ci")  # deadline None, pmverify's health checks; no database (fresh_search)
+    _settings.load_profile("ci")  # deadline None, pmverify's health checks; no database (fresh_search)
     # private: Hypothesis reads it when it starts shrinking (read at 6.x); fuzz's workers set it too
     engine.MAX_SHRINKING_SECONDS = max(1, int(options["shrink_s"]))
     return {spec: record_source(spec) for spec in sources}

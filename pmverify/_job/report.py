@@ -12,7 +12,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, TextIO
 
-from pytest_pmverify import output_stream, write_atomic, write_output
+from .._io import output_stream, write_atomic, write_output
 
 __all__ = ["jsonable", "write_atomic", "write_json", "write_outputs", "junit_xml"]
 
@@ -35,7 +35,7 @@ def jsonable(value: Any) -> Any:
 
 
 def write_json(path: pathlib.Path, report: dict) -> None:
-    """``report`` as JSON, written atomically (:func:`pytest_pmverify.write_atomic`)."""
+    """``report`` as JSON, written atomically (:func:`pmverify._io.write_atomic`)."""
     write_atomic(path, json.dumps(jsonable(report), indent=2) + "\n")
 
 
@@ -50,7 +50,7 @@ def write_outputs(
     """Write ``report`` as JSON to ``json_path`` and as JUnit XML to ``junit_path`` (None: not
     asked for): with ``streams=False`` those that are files (the job's checkpoints, atomic), with
     ``streams=True`` those that are streams (``-``, ``/dev/stdout``...: once, at the end; ``-`` to
-    ``stdout``). See :func:`pytest_pmverify.write_output`."""
+    ``stdout``). See :func:`pmverify._io.write_output`."""
     for path, render in (
         (json_path, lambda: json.dumps(jsonable(report), indent=2) + "\n"),
         (junit_path, lambda: junit_xml(jsonable(report))),

@@ -46,16 +46,15 @@ class _Job:
     def __init__(self, options: JobOptions, out: TextIO) -> None:
         from hypothesis import settings
 
-        import pytest_pmverify
-
-        from .. import __version__
+        from .. import _settings
+        from .._version import __version__
 
         self.options = options
         self.out = out
-        database = pytest_pmverify.example_database(options.db) if options.db else None
-        pytest_pmverify.load_profile(options.profile, database=database)
+        database = _settings.example_database(options.db) if options.db else None
+        _settings.load_profile(options.profile, database=database)
         self.database = settings.default.database
-        self.database_text = pytest_pmverify.redacted(options.db) if options.db else repr(self.database)
+        self.database_text = _settings.redacted(options.db) if options.db else repr(self.database)
         self.context = multiprocessing.get_context("spawn")
         self.runs = [TargetRun(name) for name in dict.fromkeys(options.targets)]
         self.turn = 0

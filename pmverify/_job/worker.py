@@ -83,14 +83,13 @@ def _stats(result: Any) -> dict:
 
 class _Worker:
     def __init__(self, conn: Any, name: str, cases: str | None, options: dict) -> None:
-        import pytest_pmverify
-
+        from .. import _settings
         from .targets import load
 
         self.conn = conn
         self.options = options
-        database = pytest_pmverify.example_database(options["db"]) if options.get("db") else None
-        pytest_pmverify.load_profile(options["profile"], database=database)
+        database = _settings.example_database(options["db"]) if options.get("db") else None
+        _settings.load_profile(options["profile"], database=database)
         self.target = load(name, cases)
         # --strict-order, or a fault of the bank only a graph judged in the pass's order shows
         self.strict_order = bool(options.get("strict_order")) or self.target.strict_order

@@ -185,13 +185,13 @@ def test_a_finding_the_database_cannot_take_is_still_reported(tmp_path):
 
 
 def test_redis_passwords_are_not_shown():
-    import pytest_pmverify
+    from pmverify._settings import redacted
 
-    assert pytest_pmverify.redacted("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
-    assert pytest_pmverify.redacted("redis://user:s3cret@host/1") == "redis://user:***@host/1"
-    assert pytest_pmverify.redacted("redis://host:6379") == "redis://host:6379"
-    assert pytest_pmverify.redacted("some/folder") == "some/folder"
-    assert pytest_pmverify.redacted("redis://host/0?password=s3cret&x=1") == "redis://host/0?password=***&x=1"
+    assert redacted("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
+    assert redacted("redis://user:s3cret@host/1") == "redis://user:***@host/1"
+    assert redacted("redis://host:6379") == "redis://host:6379"
+    assert redacted("some/folder") == "some/folder"
+    assert redacted("redis://host/0?password=s3cret&x=1") == "redis://host/0?password=***&x=1"
 
 
 def test_junit_drops_what_xml_cannot_hold():
