@@ -20,6 +20,11 @@ Options (group ``pmverify``):
   (under xdist too), with every ``PassVerificationError`` as a finding: a file replaced atomically
   (a symlink's target), or ``-`` / ``/dev/stdout`` written after the terminal summary; a device,
   FIFO, socket or directory is a usage error.
+
+Markers ``slow``, ``gpu``, ``multiproc`` are registered for every project; ``gpu`` tests are skipped
+without a CUDA GPU only in a project that opted in (a pmverify profile from the option,
+``$PMVERIFY_PROFILE`` or the ``pmverify_profile`` ini value, or ``--pmverify-db`` /
+``--pmverify-report``): any project with pmverify installed loads this plugin.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 import pytest
 from hypothesis import Phase, Verbosity, is_hypothesis_test, settings
 
+from pmverify._compat import pin_seed
 from pmverify._io import check_writable, output_stream, write_output
 from pmverify._settings import PROFILES, env_seed, example_database, load_profile, redacted
 
@@ -44,7 +50,8 @@ __all__: list[str] = []  # hooks only; the helpers it shares live in pmverify._s
 
 _MARKERS = (
     "slow: long-running tests (deselect with -m 'not slow')",
-    "gpu: needs a CUDA GPU (skipped when torch.cuda.is_available() is False)",
+    "gpu: needs a CUDA GPU (skipped when torch.cuda.is_available() is False, in a project that opted in to "
+    "pmverify's plugin: a pmverify profile or a --pmverify-* option)",
     "multiproc: starts several processes (e.g. a gloo process world)",
 )
 _PLUMBING_MARKERS = {"parametrize", "usefixtures", "filterwarnings"}  # left out of the report
@@ -131,6 +138,9 @@ def pytest_configure(config: pytest.Config) -> None:
     forced = config.getoption("hypothesis_seed", default=None)
     seed = config.getoption("pmverify_seed") if profile == "ci" and forced is None else None
     state = {"profile": profile, "source": source, "seed": seed, "forced_seed": forced, "env": {}, "db": spec}
+    # Only a project that opted in to the plugin has its ``gpu`` tests skipped without a GPU: any
+    # project with pmverify installed loads it, and its own ``gpu`` marker may mean something else.
+    state["opted_in"] = profile is not None or spec is not None or bool(config.getoption("pmverify_report"))
     if seed is not None:
         state["env"]["PMVERIFY_SEED"] = os.environ.get("PMVERIFY_SEED")
         os.environ["PMVERIFY_SEED"] = str(seed)
@@ -175,10 +185,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             test = item.obj if isinstance(item, pytest.Function) else None
             if test is not None and is_hypothesis_test(test):
-                test = getattr(test, "__func__", test)  # a bound method: its function
-                # What hypothesis.seed sets, less its database=None (as pmverify.verify does)
-                if getattr(test, "_hypothesis_internal_use_seed", None) is None:
-                    test._hypothesis_internal_use_seed = seed
+                pin_seed(getattr(test, "__func__", test), seed)  # (a bound method: its function)
+    if not config.stash.get(_STATE, {}).get("opted_in"):
+        return
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu_items and not _cuda_available():
         for item in gpu_items:

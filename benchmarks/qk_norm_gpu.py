@@ -248,7 +248,7 @@ def compiled(case: Case) -> Callable:
     """``case``'s unfused pattern compiled by Inductor, specialised to the shapes it is first called
     with. Dynamo's caches are reset first, so that one compile per case and T stays under its
     recompile limit."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return torch.compile(unfused(case), fullgraph=True, dynamic=False)
 
 

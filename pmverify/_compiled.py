@@ -2,7 +2,7 @@
 
 The case's graph (``case.gm``, called as a function of the case's inputs) is compiled twice with
 ``torch.compile(backend="inductor", fullgraph=True, dynamic=False)``: once without the pass, once
-with it installed as ``torch._inductor.config.post_grad_custom_post_pass``. Both compiled functions
+with it installed as Inductor's ``post_grad_custom_post_pass`` (``torch.compile(options=...)``). Both compiled functions
 run every rank's inputs (on clones: the final values of mutated inputs are results too), and the
 oracles compare the two; Inductor's own codegen noise cancels out.
 
@@ -49,7 +49,7 @@ import logging
 import time
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -260,23 +260,24 @@ def _fresh_function(gm: torch.fx.GraphModule) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _compile_config(post_pass: Any, pre_pass: Any):
-    """The configuration of both compiles (see the module docstring); restored on exit."""
-    import torch._dynamo
+def _compile_config(post_pass: Any, pre_pass: Any) -> Iterator[dict[str, Any]]:
+    """The configuration of both compiles (see the module docstring): Dynamo's and AOTAutograd's
+    set for the block, restored on exit; Inductor's yielded, as ``torch.compile``'s ``options``."""
+    import torch._dynamo.config
     import torch._functorch.config
     import torch._inductor.config as inductor_config
 
     pre_passes = get_custom_graph_passes(inductor_config.pre_grad_custom_pass)
+    options = {
+        "fx_graph_cache": False,
+        "fx_graph_remote_cache": False,
+        "emulate_precision_casts": True,
+        "post_grad_custom_post_pass": post_pass,
+        "pre_grad_custom_pass": (pre_pass, *pre_passes)
+        if pre_pass is not None
+        else inductor_config.pre_grad_custom_pass,
+    }
     with (
-        inductor_config.patch(
-            fx_graph_cache=False,
-            fx_graph_remote_cache=False,
-            emulate_precision_casts=True,
-            post_grad_custom_post_pass=post_pass,
-            pre_grad_custom_pass=(pre_pass, *pre_passes)
-            if pre_pass is not None
-            else inductor_config.pre_grad_custom_pass,
-        ),
         torch._functorch.config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=False),
         torch._dynamo.config.patch(
             suppress_errors=False, automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False
@@ -284,7 +285,7 @@ def _compile_config(post_pass: Any, pre_pass: Any):
         torch.no_grad(),
         semantics.deterministic_fill(),
     ):
-        yield
+        yield options
 
 
 def _compile_and_run(
@@ -294,8 +295,8 @@ def _compile_and_run(
     clones). Returns per rank the results or the exception, the seconds of the first call and of
     the others. An exception of the first call (the compile) stands for every rank."""
     results: list[Results | BaseException] = []
-    with _compile_config(post_pass, pre_pass):
-        compiled = torch.compile(_fresh_function(case.gm), **COMPILE_OPTIONS)
+    with _compile_config(post_pass, pre_pass) as options:
+        compiled = torch.compile(_fresh_function(case.gm), **COMPILE_OPTIONS, options=options)
         start = time.perf_counter()
         try:
             results.append((pytree.tree_leaves(compiled(*first_args)), first_args))

@@ -127,6 +127,7 @@ def check_rewrite(
     pass_source: str | None = None,
     force_extra_check: bool = False,
     config_patches: Mapping[str, Any] | None = None,
+    settings: Any = None,
 ) -> RewriteResult:
     """Check one recorded rewrite alone: its replacement computes what its search function
     computes on every input Inductor's matcher rewrites; return a :class:`RewriteResult`.
@@ -169,6 +170,7 @@ def check_rewrite(
     - ``config_patches``: options of ``torch._inductor.config`` (dotted names, ``{"shape_padding":
       True, "cpp.enable_concat_linear": True}``) set with ``torch._inductor.config.patch`` while
       the rewrite is registered again and searched; default none.
+    - ``settings``: the ``hypothesis.settings`` of the search, as for :func:`verify`.
 
     Each case holds one instance of the search function in no context, traced with the rewrite's
     ``trace_fn``: the inputs as drawn, or (half the cases) a near miss of what the trace does not
@@ -181,7 +183,7 @@ def check_rewrite(
     is a semantics finding. The pass under test is
     :meth:`RecordedRewrite.pattern_pass`; ``extra_check`` decides where it fires (instances it
     rejects are left alone, and pass trivially), and every oracle of :func:`check_case` judges the
-    result. Runs under the active Hypothesis settings profile, as :func:`verify`.
+    result.
 
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the replacement breaks a
     property (``violations`` name the oracle: ``semantics``, ``structure``...);
@@ -245,7 +247,17 @@ def check_rewrite(
         if force_extra_check:
             notes.append("its extra_check forced: a match it rejects is accepted where a gate is simulated")
         return _search(
-            recorded, rewrite, simulated, notes, force_extra_check, inputs, max_examples, seed, repro_dir, pass_source
+            recorded,
+            rewrite,
+            simulated,
+            notes,
+            force_extra_check,
+            inputs,
+            max_examples,
+            seed,
+            repro_dir,
+            pass_source,
+            settings,
         )
 
 
@@ -260,6 +272,7 @@ def _search(
     seed: int | None,
     repro_dir: str | os.PathLike[str] | None,
     pass_source: str | None,
+    settings: Any,
 ) -> RewriteResult:
     """:func:`check_rewrite`'s search of ``rewrite`` (``recorded`` or its variant)."""
     from .strategies import planted
@@ -298,6 +311,7 @@ def _search(
             pass_source=pass_source,
             on_result=count,
             allow_no_rewrites=True,  # judged below, with the rewrite's own message
+            settings=settings,
         )
     except PassVerificationError as error:
         note = error.note.replace("give verify() pass_source", "give check_rewrite() pass_source")

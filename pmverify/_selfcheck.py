@@ -109,9 +109,9 @@ def run_fault(
     - ``name``: the name to report (default ``fault.name``, the pass class's).
 
     Runs under the active Hypothesis settings profile, without its example database and its
-    explain phase (and shrink phase, unless ``shrink``).
+    explain phase (and shrink phase, unless ``shrink``): :func:`pmverify._verify.fresh_settings`.
     """
-    from ._verify import fresh_search, verify_in_rotation
+    from ._verify import fresh_settings, verify_in_rotation
 
     result = FaultResult(name or fault.name, fault.bug, fault.oracles)
     counter = _Counter()
@@ -119,25 +119,25 @@ def run_fault(
     try:
         if fault.requires is not None:
             fault.requires()
-        with fresh_search(shrink=shrink):
-            for family, error in verify_in_rotation(
-                fault.pass_cls,
-                fault.families(),
-                batch=BATCH,
-                remaining=lambda: max_examples - counter.cases,
-                seed=seed,
-                on_result=counter,
-                repro_dir=repro_dir,
-                # a bank row may ask for strict order (a fault only a graph judged unsorted shows)
-                strict_order=fault.strict_order,
-            ):
-                if error is not None:
-                    result.family = family
-                    result.oracles = tuple(sorted({v.oracle for v in error.violations}))
-                    result.case = repr(error.case)
-                    result.nodes = _call_nodes(error.case)
-                    result.reproducer = str(error.reproducer) if error.reproducer else None
-                    break
+        for family, error in verify_in_rotation(
+            fault.pass_cls,
+            fault.families(),
+            batch=BATCH,
+            remaining=lambda: max_examples - counter.cases,
+            seed=seed,
+            on_result=counter,
+            repro_dir=repro_dir,
+            # a bank row may ask for strict order (a fault only a graph judged unsorted shows)
+            strict_order=fault.strict_order,
+            settings=fresh_settings(shrink=shrink),
+        ):
+            if error is not None:
+                result.family = family
+                result.oracles = tuple(sorted({v.oracle for v in error.violations}))
+                result.case = repr(error.case)
+                result.nodes = _call_nodes(error.case)
+                result.reproducer = str(error.reproducer) if error.reproducer else None
+                break
     except Exception as exc:  # noqa: BLE001 - a search that cannot run is reported, not raised
         logger.debug("selfcheck of %s failed", fault.name, exc_info=True)
         result.status, result.error = ERROR, f"{type(exc).__name__}: {exc}"

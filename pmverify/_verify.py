@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import inspect
@@ -12,7 +11,8 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, event, given, settings
+import hypothesis
+from hypothesis import Phase, event, given
 
 try:
     from builtins import BaseExceptionGroup
@@ -24,10 +24,11 @@ from hypothesis.strategies import SearchStrategy
 from . import _reproducer
 from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
-from ._hypothesis_compat import no_local_constants
+from ._compat import keyed, no_local_constants
+from ._settings import SUPPRESSED_HEALTH_CHECKS
 from ._summary import VerifySummary, vacuous_error
 
-__all__ = ["PassVerificationError", "verify", "case_events", "database_key", "verify_in_rotation", "fresh_search"]
+__all__ = ["PassVerificationError", "verify", "case_events", "database_key", "verify_in_rotation", "fresh_settings"]
 
 
 class PassVerificationError(AssertionError):
@@ -166,6 +167,7 @@ def verify(
     on_case: Callable[[Any], None] | None = None,
     strict_order: bool = False,
     allow_no_rewrites: bool = False,
+    settings: hypothesis.settings | None = None,
 ) -> VerifySummary:
     """Search ``cases`` for a case on which ``pass_`` breaks a property; return a
     :class:`VerifySummary` of what was checked when none is found, else raise
@@ -173,7 +175,7 @@ def verify(
 
     - ``pass_``: a pass object, or a pass class built per case as ``pass_(case.pass_config)``.
     - ``cases``: a Hypothesis strategy of :class:`GraphCase` (e.g. ``strategies.qk_norm_cases()``).
-    - ``max_examples``: cases to try; default the active Hypothesis profile's ``max_examples``.
+    - ``max_examples``: cases to try; default that of ``settings``.
     - ``seed``: seed of the search (Hypothesis' ``@seed``; the example database stays in use);
       default ``$PMVERIFY_SEED`` (an int; the pytest plugin's ``ci`` profile sets it), else random.
     - ``oracles``: as for :func:`check_case`; default all.
@@ -196,9 +198,14 @@ def verify(
     - ``allow_no_rewrites``: accept a search in which no case was rewritten, or every case was
       void (default False: those raise, see below); for cases on which the pass rightly rewrites
       nothing (a family of near misses) and for batches whose caller judges the whole run.
+    - ``settings``: the ``hypothesis.settings`` the search runs under, as a parent: its
+      ``max_examples``, ``database``, ``phases``, ``verbosity``... hold, except that ``deadline`` is
+      always None (torch code trips it at random), ``too_slow`` and ``data_too_large`` are added to
+      its suppressed health checks, and ``max_examples`` gives way to the argument. Default
+      ``hypothesis.settings.default`` (the active profile, e.g. the pytest plugin's). Nothing global
+      is changed: ``settings.default`` is the same after the call.
 
-    Runs under the active Hypothesis settings profile (``deadline`` is always None: torch code
-    trips it at random). The failing case is saved to the Hypothesis example database before this
+    The failing case is saved to the Hypothesis example database before this
     raises, and replayed first on the next run. When a case breaks several oracles, Hypothesis
     shrinks toward one of them: the error also names, for each other oracle that fired, its own
     first failing case and reproducer (``other_failures``), at no extra search.
@@ -208,7 +215,8 @@ def verify(
     :class:`~pmverify.AllCasesVoid` if every case was void (each with the ``summary``: what was
     drawn, and the planted ground truth). ``InvalidArgument`` for a ``cases`` that is not a
     strategy, a ``max_examples`` below 1, a ``seed`` that is not an int or a
-    ``strict_order`` / ``allow_no_rewrites`` that is not a bool, ``ValueError`` for an unknown ``mode`` or a
+    ``strict_order`` / ``allow_no_rewrites`` that is not a bool, a ``settings`` that is not a
+    ``hypothesis.settings``, ``ValueError`` for an unknown ``mode`` or a
     ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass.
 
     Example::
@@ -229,22 +237,26 @@ def verify(
     for name, flag in (("strict_order", strict_order), ("allow_no_rewrites", allow_no_rewrites)):
         if not isinstance(flag, bool):
             raise InvalidArgument(f"{name}={flag!r} must be a bool")
+    if settings is not None and not isinstance(settings, hypothesis.settings):
+        raise InvalidArgument(f"settings={settings!r} must be a hypothesis.settings or None")
     if seed is None:
         from ._settings import env_seed  # (torch-free; pytest and the CLI check it at start-up)
 
         seed = env_seed()
     check_pass(pass_)
-    overrides: dict[str, Any] = {
-        "deadline": None,
-        "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    }
-    if max_examples is not None:
-        overrides["max_examples"] = max_examples
+    parent = hypothesis.settings.default if settings is None else settings
+    search_settings = hypothesis.settings(
+        parent,
+        deadline=None,
+        suppress_health_check=list(dict.fromkeys([*parent.suppress_health_check, *SUPPRESSED_HEALTH_CHECKS])),
+        max_examples=parent.max_examples if max_examples is None else max_examples,
+        # Hypothesis derives a test's key from its source; the failures are kept under pmverify's own
+        database=keyed(parent.database, database_key(pass_, cases, mode, strict_order)),
+    )
 
     tally = [VerifySummary()]
     first: dict[str, CaseResult] = {}  # each oracle's first failing case
 
-    @settings(**overrides)
     @given(cases)
     def run_case(case: Any) -> None:
         if on_case is not None:
@@ -260,15 +272,12 @@ def verify(
         if result.violations:
             raise _CaseFailed(result)
 
-    if seed is not None:
-        # What ``hypothesis.seed`` sets, without the ``database=None`` it also sets: a seeded search
-        # must still save its failures (tests/test_verify.py checks this against Hypothesis).
-        run_case._hypothesis_internal_use_seed = seed
-    # Hypothesis reads the example database key from here before deriving one from the test's source.
-    run_case._hypothesis_internal_database_key = database_key(pass_, cases, mode, strict_order)
+    # The settings go on last: ``hypothesis.seed`` sets ``database=None`` (a seeded search must still
+    # save its failures: tests/test_verify.py checks this against Hypothesis), and they replace it.
+    test = search_settings(run_case if seed is None else hypothesis.seed(seed)(run_case))
     try:
         with no_local_constants():  # the draws depend on the seed only, not on what was imported
-            run_case()
+            test()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
         failure = _case_failure(error)
         if failure is None:
@@ -363,13 +372,15 @@ def verify_in_rotation(
     on_result: Any = None,
     repro_dir: str | os.PathLike[str] | None = None,
     strict_order: bool = False,
+    settings: hypothesis.settings | None = None,
 ) -> Iterator[tuple[str, PassVerificationError | None]]:
     """Run :func:`verify` on ``families`` (``(name, strategy)`` pairs) in rotation, ``batch`` cases
     of one family at a time, while ``remaining()`` (checked before each batch) says how many cases
     may still be tried; yield ``(family name, the PassVerificationError or None)`` after each
     batch. Batch ``i`` is seeded ``seed * 100_003 + i``, so a run is reproducible batch by batch.
     A batch that rewrites nothing is no error (``allow_no_rewrites=True``): the caller judges the
-    whole run, e.g. from ``on_result``. What ``pmverify selfcheck`` searches with."""
+    whole run, e.g. from ``on_result``. ``settings``: as for :func:`verify`. What ``pmverify
+    selfcheck`` searches with."""
     index = 0
     while (todo := min(batch, remaining())) > 0:
         family, cases = families[index % len(families)]
@@ -383,6 +394,7 @@ def verify_in_rotation(
                 repro_dir=repro_dir,
                 strict_order=strict_order,
                 allow_no_rewrites=True,
+                settings=settings,
             )
         except PassVerificationError as error:
             yield family, error
@@ -391,18 +403,12 @@ def verify_in_rotation(
         index += 1
 
 
-@contextlib.contextmanager
-def fresh_search(*, shrink: bool = True) -> Iterator[None]:
-    """Run the block under the active Hypothesis profile less its example database (nothing read
+def fresh_settings(parent: hypothesis.settings | None = None, *, shrink: bool = True) -> hypothesis.settings:
+    """``parent`` (default ``hypothesis.settings.default``) less its example database (nothing read
     or saved: counts do not depend on earlier runs), its explain phase (it re-runs the shrunk case
-    many times) and, unless ``shrink``, its shrink phase; the profile is restored on exit."""
-    previous = settings.default
+    many times) and, unless ``shrink``, its shrink phase: settings for :func:`verify` to search
+    afresh with. Nothing global is changed."""
+    parent = hypothesis.settings.default if parent is None else parent
     dropped = {Phase.explain} if shrink else {Phase.explain, Phase.shrink}
-    phases = [phase for phase in previous.phases if phase not in dropped]
-    settings.register_profile("pmverify-fresh-search", parent=previous, database=None, phases=phases)
-    settings.load_profile("pmverify-fresh-search")
-    try:
-        yield
-    finally:
-        settings.register_profile("pmverify-restored", parent=previous)
-        settings.load_profile("pmverify-restored")
+    phases = [phase for phase in parent.phases if phase not in dropped]
+    return hypothesis.settings(parent, database=None, phases=phases)

@@ -2,6 +2,7 @@
 default (``pmverify_profile`` in pyproject.toml: 15 examples a test, seed 0 pinned per test), another
 with ``--pmverify-profile dev|nightly`` or ``PMVERIFY_PROFILE`` (``HYPOTHESIS_PROFILE`` still works)."""
 
+import contextlib
 import os
 
 import pytest
@@ -30,7 +31,21 @@ def finding_only():
     """A context manager running ``verify`` without shrinking and without the example database:
     tests that need a finding within the profile's examples, not the smallest case (shrinking
     re-traces patterns hundreds of times), and that a database entry from an earlier run must not
-    let pass without searching."""
-    from pmverify._verify import fresh_search
+    let pass without searching. (pmverify itself takes settings objects, ``verify(settings=
+    fresh_settings(...))``; these tests call it as a user would, under the active profile.)"""
+    from hypothesis import settings
 
-    return lambda: fresh_search(shrink=False)
+    from pmverify._verify import fresh_settings
+
+    @contextlib.contextmanager
+    def fresh():
+        previous = settings.default
+        settings.register_profile("pmverify-test-finding-only", fresh_settings(previous, shrink=False))
+        settings.load_profile("pmverify-test-finding-only")
+        try:
+            yield
+        finally:
+            settings.register_profile("pmverify-test-restored", previous)
+            settings.load_profile("pmverify-test-restored")
+
+    return fresh

@@ -220,14 +220,13 @@ def test_every_inductor_training_rewrite_gets_a_status():
     stated reason (never matched, unsatisfiable here, not comparable, all cases void), never a
     crash of pmverify; most attention rewrites are compared. About two minutes of CPU."""
     from pmverify import VacuousSearch, record_inductor
-    from pmverify._verify import fresh_search
+    from pmverify._verify import fresh_settings
 
     training = {r.name: r for r in record_inductor() if r.trace_fn is pm.joint_fwd_bwd}
     compared = set()
     for name, rewrite in training.items():
         try:
-            with fresh_search(shrink=False):
-                check_rewrite(rewrite, max_examples=10, seed=0)
+            check_rewrite(rewrite, max_examples=10, seed=0, settings=fresh_settings(shrink=False))
         except PassVerificationError:
             pass
         except VacuousSearch:

@@ -46,7 +46,10 @@ def test_import_loads_neither_torch_nor_pmverify_beyond_its_torch_free_helpers()
         "('torch', 'pmverify', 'redis')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.strip() == "['pmverify', 'pmverify._io', 'pmverify._settings', 'pmverify._version']"
+    assert (
+        out.stdout.strip()
+        == "['pmverify', 'pmverify._compat', 'pmverify._io', 'pmverify._settings', 'pmverify._version']"
+    )
 
 
 # -- profiles --------------------------------------------------------------------------------------
@@ -412,3 +415,34 @@ def test_a_redis_password_is_not_printed(tmp_path):
     )
     assert run.returncode == 4 and "redis://:***@127.0.0.1:1/0" in run.stderr
     assert "s3cretPW" not in run.stdout + run.stderr
+
+
+# -- the gpu marker: only for a project that opted in ----------------------------------------------
+
+GPU_PROJECT = """
+import pytest
+
+@pytest.mark.gpu
+def test_marked_gpu():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "opted_in"),
+    [((), False), (("--pmverify-profile", "dev"), True), (("--pmverify-report", "r.json"), True)],
+)
+def test_gpu_tests_are_skipped_only_in_a_project_that_opted_in(
+    pytester, clean_env, monkeypatch, restored_profile, args, opted_in
+):
+    monkeypatch.setattr(pytest_pmverify, "_cuda_available", lambda: False)  # (in-process run: no GPU either way)
+    pytester.makepyfile(test_gpu_project=GPU_PROJECT)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+    result.assert_outcomes(**({"skipped": 1} if opted_in else {"passed": 1}))
+
+
+def test_gpu_tests_are_skipped_under_the_ini_profile(pytester, clean_env, monkeypatch, restored_profile):
+    monkeypatch.setattr(pytest_pmverify, "_cuda_available", lambda: False)
+    pytester.makeini("[pytest]\npmverify_profile = ci\n")
+    pytester.makepyfile(test_gpu_project=GPU_PROJECT)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(skipped=1)

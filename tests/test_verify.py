@@ -371,12 +371,12 @@ class StridesThenValues:
 
 
 def test_an_oracle_the_shrunk_case_no_longer_breaks_keeps_its_first_failing_case(tmp_path, monkeypatch):
-    from pmverify._verify import fresh_search
+    from pmverify._verify import fresh_settings
 
     gm = _traced(lambda x: x.sin() + 1)
     cases = st.integers(0, 8).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
-    with fresh_search(), pytest.raises(PassVerificationError) as info:  # (no saved failure replayed first)
-        verify(StridesThenValues, cases, max_examples=30, seed=0, repro_dir=tmp_path)
+    with pytest.raises(PassVerificationError) as info:  # (fresh: no saved failure replayed first)
+        verify(StridesThenValues, cases, max_examples=30, seed=0, repro_dir=tmp_path, settings=fresh_settings())
     error = info.value
     assert error.case.pass_config == 3 and [v.oracle for v in error.violations] == ["structure"]
     (other,) = error.other_failures.values()

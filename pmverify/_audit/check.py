@@ -127,14 +127,21 @@ def _never_matched(error: Any) -> dict[str, Any]:
     }
 
 
-def _check_rewrite(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str) -> dict[str, Any]:
+def _check_rewrite(
+    rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str, settings: Any
+) -> dict[str, Any]:
     from .._rewrite import check_rewrite
     from .._summary import AllCasesVoid, RewriteNeverMatched, RewriteNotComparable, RewriteUnsatisfiable
     from .._verify import PassVerificationError
 
     try:
         result = check_rewrite(
-            rewrite, max_examples=max_examples, seed=seed, repro_dir=repro_dir, pass_source=pass_source
+            rewrite,
+            max_examples=max_examples,
+            seed=seed,
+            repro_dir=repro_dir,
+            pass_source=pass_source,
+            settings=settings,
         )
     except PassVerificationError as error:
         return _finding(error, "check_rewrite")
@@ -161,7 +168,9 @@ def _check_rewrite(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any
     }
 
 
-def _planted(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str) -> dict[str, Any]:
+def _planted(
+    rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str, settings: Any
+) -> dict[str, Any]:
     from .._verify import PassVerificationError, verify
     from ..strategies import planted
 
@@ -181,6 +190,7 @@ def _planted(rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass
             pass_source=pass_source,
             on_result=count,
             allow_no_rewrites=True,  # near misses and context graphs are rightly left alone
+            settings=settings,
         )
     except PassVerificationError as error:
         return _finding(error, "planted")
@@ -197,17 +207,19 @@ def check_one(
     seed: int,
     repro_dir: Any = None,
     planted: int | None = None,
+    settings: Any = None,
 ) -> dict[str, Any]:
     """Audit one :class:`pmverify.RecordedRewrite`: :func:`pmverify.check_rewrite` with
     ``max_examples`` cases, then, when that found nothing, ``planted`` cases (default
     :func:`planted_examples`) of :func:`pmverify.strategies.planted` (random context graphs, near
     misses) through :func:`pmverify.verify` with the one-rewrite pass; seeded ``seed`` and
-    ``seed + 1``. ``pass_source``: code defining ``PASS`` for the reproducers. Returns the outcome
+    ``seed + 1``. ``pass_source``: code defining ``PASS`` for the reproducers. ``settings``: the
+    ``hypothesis.settings`` of both searches (default the active profile). Returns the outcome
     as plain JSON: ``status``, ``reason`` (one line), ``check``, ``kind``, ``violations``,
     ``reproducer``, ``seconds``..., as the module docstring says. Never raises for what the
     rewrite or pmverify does (an exception of pmverify is an ``error`` outcome)."""
     start = time.monotonic()
-    options = {"seed": seed, "repro_dir": repro_dir, "pass_source": pass_source}
+    options = {"seed": seed, "repro_dir": repro_dir, "pass_source": pass_source, "settings": settings}
     outcome = _check_rewrite(rewrite, max_examples=max_examples, **options)
     if outcome["status"] == OK:
         options["seed"] = seed + 1

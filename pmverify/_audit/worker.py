@@ -17,29 +17,33 @@ __all__ = ["serve"]
 
 
 def _start(sources: list[str], options: dict[str, Any]) -> dict[str, list[Any]]:
-    from hypothesis.internal.conjecture import engine
-
-    from .. import _settings
+    from .._compat import set_max_shrinking_seconds
     from .sources import record_source
 
-    _settings.load_profile("ci")  # deadline None, pmverify's health checks; no database (fresh_search)
-    # private: Hypothesis reads it when it starts shrinking (read at 6.x); fuzz's workers set it too
-    engine.MAX_SHRINKING_SECONDS = max(1, int(options["shrink_s"]))
+    set_max_shrinking_seconds(options["shrink_s"])  # fuzz's workers bound it too
     return {spec: record_source(spec) for spec in sources}
 
 
 def _check(recorded: dict[str, list[Any]], request: tuple, options: dict[str, Any]) -> dict[str, Any]:
-    from .._verify import fresh_search
+    from .._settings import profile_settings
+    from .._verify import fresh_settings
     from .sources import locate
 
     spec, module, name, seed = request
     print(f"pmverify audit: {module}/{name} (seed {seed})", flush=True)  # where the log's rewrites start
     try:
         rewrite, pass_source = locate(spec, recorded[spec], module, name)
-        with fresh_search():  # no example database: a rewrite's outcome depends on its seed only
-            return check_one(
-                rewrite, pass_source, max_examples=options["max_examples"], seed=seed, repro_dir=options["repro_dir"]
-            )
+        # pmverify's ci profile (deadline None, its health checks) with no example database: a
+        # rewrite's outcome depends on its seed only
+        settings = fresh_settings(profile_settings("ci"))
+        return check_one(
+            rewrite,
+            pass_source,
+            max_examples=options["max_examples"],
+            seed=seed,
+            repro_dir=options["repro_dir"],
+            settings=settings,
+        )
     except Exception as exc:  # noqa: BLE001 - check_one catches what checking raises; this is the rest
         return {"status": ERROR, "reason": f"the worker raised {error_text(exc)}", "violations": [], "reproducer": None}
 

@@ -29,6 +29,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .._compat import current_choices, finished_exit_reason, keyed, set_max_shrinking_seconds
+
 __all__ = [
     "current_choices",
     "known_minimal",
@@ -63,64 +65,48 @@ def known_minimal(database: Any, key: bytes, choices: bytes | None) -> bool:
         return False
 
 
-def current_choices() -> bytes | None:
-    """The Hypothesis choice sequence of the case being run, as the example database stores it;
-    None where this Hypothesis does not expose it (then a case that kills the worker is reported
-    without a reproducer)."""
-    try:
-        from hypothesis.control import current_build_context
-        from hypothesis.database import choices_to_bytes
-
-        return choices_to_bytes(current_build_context().data.choices)
-    except (ImportError, AttributeError):  # pragma: no cover - Hypothesis internals moved
-        return None
-
-
 @contextlib.contextmanager
 def search_outcome() -> Iterator[dict[str, bool]]:
     """Yield a dict whose ``"finished"`` says, once the block's Hypothesis test has run, whether its
     engine ended with nothing left to do (its shrinker at its fixed point) rather than at a limit
     (``engine.MAX_SHRINKING_SECONDS``: ``very_slow_shrinking``; 500 shrinks; a flaky failure)."""
-    from hypothesis.internal.conjecture.engine import ExitReason
     from hypothesis.statistics import collector
 
     outcome = {"finished": False}
+    finished = finished_exit_reason()
 
     def note(statistics: dict[str, Any]) -> None:
-        outcome["finished"] = statistics.get("stopped-because") == ExitReason.finished.value
+        outcome["finished"] = statistics.get("stopped-because") == finished
 
     with collector.with_value(note):
         yield outcome
 
 
 @contextlib.contextmanager
-def shrinking_from(key: bytes, choices: bytes, stop_at: float) -> Iterator[dict[str, bool]]:
-    """Run the block under the active Hypothesis profile set to replay the case ``choices`` encode
-    and shrink it, by ``stop_at`` (``time.time()``), for a Hypothesis test keyed ``key``: phases
-    reuse and shrink, one bug, on an in-memory database holding the choices in its secondary corpus
-    (see the module's Why). Yields :func:`search_outcome`'s dict; the profile is restored on exit."""
+def shrinking_from(
+    key: bytes, choices: bytes, stop_at: float, parent: Any = None
+) -> Iterator[tuple[dict[str, bool], Any]]:
+    """Yield ``(outcome, settings)``: ``settings`` (from ``parent``, default
+    ``hypothesis.settings.default``) replay the case ``choices`` encode and shrink it, by ``stop_at``
+    (``time.time()``), for a Hypothesis test keyed ``key`` (``pmverify.verify``'s database key, or a
+    test on :func:`pmverify._compat.keyed`): phases reuse and shrink, one bug, on an in-memory
+    database holding the choices under ``key``'s secondary corpus (see the module's Why).
+    ``outcome`` is :func:`search_outcome`'s dict for the block's test. Nothing global is changed
+    but Hypothesis' shrinking time limit."""
     from hypothesis import Phase, settings
     from hypothesis.database import InMemoryExampleDatabase
-    from hypothesis.internal.conjecture import engine
 
     database = InMemoryExampleDatabase()
     database.save(key + b".secondary", choices)
-    previous = settings.default
-    settings.register_profile(
-        "pmverify-job-shrink",
-        parent=previous,
+    replay = settings(
+        settings.default if parent is None else parent,
         database=database,
         phases=[Phase.reuse, Phase.shrink],
         report_multiple_bugs=False,
     )
-    settings.load_profile("pmverify-job-shrink")
-    engine.MAX_SHRINKING_SECONDS = max(1, int(stop_at - time.time()))
-    try:
-        with search_outcome() as outcome:
-            yield outcome
-    finally:
-        settings.register_profile("pmverify-job-restored", parent=previous)
-        settings.load_profile("pmverify-job-restored")
+    set_max_shrinking_seconds(stop_at - time.time())
+    with search_outcome() as outcome:
+        yield outcome, replay
 
 
 def _in_forked_child(parent: int) -> None:
@@ -241,6 +227,7 @@ def shrink_in_forks(
     timeout_s: float,
     stop_at: float,
     heartbeat: Callable[[], None],
+    parent: Any = None,
 ) -> tuple[bytes, Any, bool] | None:
     """Shrink the crash or timeout finding whose case ``choices`` encode (drawn from ``strategy``),
     each candidate case judged by :func:`dies_alike` with the per-case ``timeout_s``, by
@@ -248,9 +235,9 @@ def shrink_in_forks(
     (``finished``: the shrinker reached its fixed point before ``stop_at``), or None when the
     saved case of a crash does not die alike in a forked child (nothing to shrink from; the saved
     case of a timeout is not run again: it outlasted the timeout in the worker). Raises
-    ``RuntimeError`` when this process runs other Python threads (forking would not be sound)."""
+    ``RuntimeError`` when this process runs other Python threads (forking would not be sound).
+    ``parent``: the ``hypothesis.settings`` the shrink derives from (default the active profile)."""
     from hypothesis import HealthCheck, Verbosity, given, settings
-    from hypothesis.internal.conjecture import engine
 
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if any(name != "pmverify-parent-watch" for name in others):
@@ -277,15 +264,18 @@ def shrink_in_forks(
             judged[drawn] = alike
         if alike:
             if not best:  # the saved case, replayed: Hypothesis starts timing its shrinking about now
-                engine.MAX_SHRINKING_SECONDS = max(1, int(stop_at - time.time()))
+                set_max_shrinking_seconds(stop_at - time.time())
             best[:] = [drawn, case]
             raise _DiesAlike
 
-    with shrinking_from(key, choices, stop_at) as outcome:  # (settings made inside: they take its profile)
-        test = settings(deadline=None, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)(
-            given(strategy)(probe)
-        )
-        test._hypothesis_internal_database_key = key
+    with shrinking_from(key, choices, stop_at, parent) as (outcome, replay):
+        test = settings(
+            replay,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet,
+            database=keyed(replay.database, key),
+        )(given(strategy)(probe))
         try:
             test()
         except _DiesAlike:

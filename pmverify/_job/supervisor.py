@@ -44,16 +44,13 @@ class _Job:
     """One run of the job: its targets' state, its workers, its report and its display."""
 
     def __init__(self, options: JobOptions, out: TextIO) -> None:
-        from hypothesis import settings
-
         from .. import _settings
         from .._version import __version__
 
         self.options = options
         self.out = out
         database = _settings.example_database(options.db) if options.db else None
-        _settings.load_profile(options.profile, database=database)
-        self.database = settings.default.database
+        self.database = _settings.profile_settings(options.profile, database=database).database
         self.database_text = _settings.redacted(options.db) if options.db else repr(self.database)
         self.context = multiprocessing.get_context("spawn")
         self.runs = [TargetRun(name) for name in dict.fromkeys(options.targets)]
@@ -551,15 +548,8 @@ def run_job(options: JobOptions, out: TextIO | None = None) -> tuple[dict[str, A
     when a target or family could not be searched (its worker failed to start, its strategy
     raised) or a target checked no case (its ``no_cases_reason`` says why), else 0; 130 when
     interrupted (SIGINT or SIGTERM), the report then says so."""
-    from hypothesis import settings
-
     out = out if out is not None else sys.stdout
-    previous = settings.default  # the job loads its profile here too: restored for the caller
-    try:
-        return _run(_Job(options, out))
-    finally:
-        settings.register_profile("pmverify-job-caller", parent=previous)
-        settings.load_profile("pmverify-job-caller")
+    return _run(_Job(options, out))
 
 
 def _run(job: _Job) -> tuple[dict[str, Any], int]:

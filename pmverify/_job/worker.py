@@ -89,7 +89,7 @@ class _Worker:
         self.conn = conn
         self.options = options
         database = _settings.example_database(options["db"]) if options.get("db") else None
-        _settings.load_profile(options["profile"], database=database)
+        self.settings = _settings.profile_settings(options["profile"], database=database)
         self.target = load(name, cases)
         # --strict-order, or a fault of the bank only a graph judged in the pass's order shows
         self.strict_order = bool(options.get("strict_order")) or self.target.strict_order
@@ -117,9 +117,9 @@ class _Worker:
 
     def batch(self, family: int, seed: int, max_examples: int, replay: bool, stop_at: float) -> None:
         from hypothesis import Phase, settings
-        from hypothesis.internal.conjecture import engine
 
         from .. import _reproducer
+        from .._compat import set_max_shrinking_seconds
         from .._verify import PassVerificationError, verify
 
         target = self.target
@@ -150,9 +150,9 @@ class _Worker:
                 first.append(finding)
                 self.conn.send(("found", finding))
                 # Hypothesis times its shrinking from when it starts, which is about now
-                engine.MAX_SHRINKING_SECONDS = max(1, int(stop_at - time.time()))
+                set_max_shrinking_seconds(stop_at - time.time())
 
-        def search() -> None:
+        def search(search_settings: settings) -> None:
             verify(
                 target.pass_,
                 target.families[family][1],
@@ -164,21 +164,20 @@ class _Worker:
                 pass_source=target.pass_source,
                 strict_order=self.strict_order,
                 allow_no_rewrites=True,  # the job judges a target's whole run (never_matched), not a batch
+                settings=search_settings,
             )
 
         shrink = self.options["shrink"]
         phases = [Phase.explicit, Phase.reuse] if replay else [Phase.explicit, Phase.generate, Phase.target]
         if shrink and not replay:
             phases.append(Phase.shrink)
-        previous = settings.default
         # one bug a search: shrinking starts at the first failure, not after more generation
-        settings.register_profile("pmverify-job-batch", parent=previous, phases=phases, report_multiple_bugs=False)
-        settings.load_profile("pmverify-job-batch")
+        batch_settings = settings(self.settings, phases=phases, report_multiple_bugs=False)
         failure = error = None
         minimal = False
         try:
             with search_outcome() as outcome:
-                search()
+                search(batch_settings)
         except PassVerificationError as exc:
             failure = exc
             minimal = shrink and not replay and outcome["finished"]
@@ -187,17 +186,14 @@ class _Worker:
                 error = "Hypothesis ran no case: " + traceback.format_exc(limit=2)
         except Exception as exc:  # noqa: BLE001 - a strategy or harness error ends this family's search
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
-        finally:
-            settings.register_profile("pmverify-job-restored", parent=previous)
-            settings.load_profile("pmverify-job-restored")
         choices = last[0]
         if failure is not None and replay:
-            minimal = known_minimal(settings.default.database, self.keys[family], choices)
+            minimal = known_minimal(self.settings.database, self.keys[family], choices)
             if not minimal and shrink and choices is not None and stop_at - time.time() >= 1:
                 # a failure saved unshrunk (a job stopped while shrinking it, --no-shrink): shrink it now
                 try:
-                    with shrinking_from(self.keys[family], choices, stop_at) as outcome:
-                        search()
+                    with shrinking_from(self.keys[family], choices, stop_at, self.settings) as (outcome, replay):
+                        search(replay)
                 except PassVerificationError as exc:
                     failure, choices, minimal = exc, last[0], outcome["finished"]
                 except Exception:  # noqa: BLE001 - it did not fail again (flaky) or raised: the replay's stands
@@ -228,6 +224,7 @@ class _Worker:
         from hypothesis.database import InMemoryExampleDatabase
 
         from .. import _reproducer
+        from .._compat import keyed
         from ..oracles import Violation
 
         rendered: dict[str, Any] = {"reproducer": None, "case": None, "note": None, "choices": None, "shrunk": False}
@@ -236,7 +233,8 @@ class _Worker:
         drawn: list[Any] = []
 
         @settings(
-            database=database,
+            self.settings,
+            database=keyed(database, b"pmverify-render"),
             phases=[Phase.reuse],
             max_examples=1,
             deadline=None,
@@ -246,7 +244,6 @@ class _Worker:
         def draw(case: Any) -> None:
             drawn.append(case)
 
-        draw._hypothesis_internal_database_key = b"pmverify-render"
         try:
             draw()
         except Exception as exc:  # noqa: BLE001 - the job reports the note
@@ -269,6 +266,7 @@ class _Worker:
                     timeout_s=timeout_s,
                     stop_at=stop_at,
                     heartbeat=lambda: self.conn.send(("alive",)),
+                    parent=self.settings,
                 )
             except Exception as exc:  # noqa: BLE001 - the unshrunk case's reproducer is still written
                 shrunk = None

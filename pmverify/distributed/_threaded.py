@@ -6,7 +6,7 @@ their process group once, then take work from a queue, so a call costs a few que
 Collectives in flight are keyed by group name across the whole process, and every world's default
 group has the same name, so only one world may run at a time (the caller holds the run lock).
 
-The threaded process group is installed only for the duration of a call (:func:`_installed`): the
+The threaded process group is installed only for the duration of a call (:func:`pmverify._compat.threaded_process_group`): the
 thread-local ``distributed_c10d._world``, the thread-isolated C++ group registry and autograd without
 device threads. Each worker thread's world data lives in a class-level ``threading.local`` and its
 groups in its thread-local C++ registry, so both outlive the uninstall between calls.
@@ -14,7 +14,6 @@ groups in its thread-local C++ registry, so both outlive the uninstall between c
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import itertools
 import logging
@@ -23,12 +22,12 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
+from .._compat import threaded_process_group
 from . import _context
 from ._errors import SPMDError, rank_failed, timed_out
 
@@ -42,23 +41,6 @@ _JOIN_TIMEOUT_S = 5.0  # for a world's threads to stop, at shutdown
 
 _worlds: dict[int, _ThreadedWorld] = {}
 _abandoned: list[_ThreadedWorld] = []  # worlds with a rank that never came back: joined at shutdown
-
-
-@contextlib.contextmanager
-def _installed() -> Iterator[Any]:
-    """Install torch's threaded process group for the duration of the block; yields its
-    ``ProcessLocalGroup`` class."""
-    from torch.testing._internal.distributed import multi_threaded_pg as mtpg
-
-    mtpg._install_threaded_pg()
-    # Without isolation the C++ group registry is process-wide: every rank registers its default
-    # group under the same name and resolves the last rank's group.
-    torch._C._distributed_c10d._set_thread_isolation_mode(True)
-    try:
-        yield mtpg.ProcessLocalGroup
-    finally:
-        torch._C._distributed_c10d._set_thread_isolation_mode(False)
-        mtpg._uninstall_threaded_pg()
 
 
 class _Report:
@@ -317,7 +299,7 @@ def _summary(exc: BaseException | None) -> str:
 
 def run(fn: Callable[..., Any], world_size: int, args_per_rank: Sequence[Sequence[Any]], timeout_s: float) -> list[Any]:
     """Run ``fn`` on the threaded world of ``world_size``, starting it on first use."""
-    with _installed() as plg:
+    with threaded_process_group() as plg:
         world = _worlds.get(world_size)
         if world is None:
             world = _ThreadedWorld(world_size)
@@ -335,7 +317,7 @@ def shutdown() -> None:
     """Stop every threaded world, joining its threads."""
     if not _worlds and not _abandoned:
         return
-    with _installed():
+    with threaded_process_group():
         worlds = [*_worlds.values(), *_abandoned]
         _worlds.clear()
         _abandoned.clear()

@@ -87,13 +87,11 @@ def _op_name(af: torch.fx.Node) -> str:
 def element_descriptions(af: torch.fx.Node) -> list[str] | None:
     """What each element of ``af``'s result tuple is, from the op's schema and the node's kwargs
     (``["output 0", "new value of base 0, `x_1` (arg `x`)"]``); None for an op without a schema."""
-    from torch._higher_order_ops.auto_functionalize import get_mutable_args_from_schema
-
     op = af.args[0] if af.args else af.kwargs.get("_mutable_op")
     if not isinstance(op, torch._ops.OpOverload):
         return None
     schema = op._schema
-    mutable, _ = get_mutable_args_from_schema(schema)
+    mutable = [arg.name for arg in schema.arguments if arg.alias_info is not None and arg.alias_info.is_write]
     returns = schema.returns
     if not returns:
         outs = ["output 0, None: the op returns nothing"]

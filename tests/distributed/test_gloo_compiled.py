@@ -21,7 +21,6 @@ def compiled_rank(x, w_q, w_k, w_v, q_weight, k_weight):
     """One rank: ``qkv = x @ W_qkv_shardᵀ`` (column parallel), then vLLM's ``forward_qk`` with the
     functional all-reduce; compiled with ``QKNormFusionPass`` as ``post_grad_custom_post_pass``.
     Returns (matched_count, eager outputs, compiled outputs)."""
-    from torch._inductor import config as inductor_config
     from torch.distributed._functional_collectives import all_reduce
 
     from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
@@ -47,9 +46,9 @@ def compiled_rank(x, w_q, w_k, w_v, q_weight, k_weight):
 
     eager = forward(x)
     pass_ = QKNormFusionPass(config)
-    torch._dynamo.reset()
-    with inductor_config.patch(post_grad_custom_post_pass=pass_, fx_graph_cache=False):
-        compiled = torch.compile(forward, fullgraph=True)(x)
+    torch.compiler.reset()
+    options = {"post_grad_custom_post_pass": pass_, "fx_graph_cache": False}
+    compiled = torch.compile(forward, fullgraph=True, options=options)(x)
     return pass_.matched_count, eager, compiled
 
 

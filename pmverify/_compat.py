@@ -1,0 +1,241 @@
+"""The one door to the private torch and Hypothesis internals pmverify relies on.
+
+Every use of an internal goes through a named function here, so that a release that moves one
+fails in one place with a clear message (:class:`InternalMoved`: which internal, why pmverify needs
+it, the version it was read at and the version installed) rather than deep in a search. Importing
+this module imports neither torch nor Hypothesis' internals: each is imported when first used.
+
+Where a public route exists pmverify takes it, and nothing of it is here: a search's seed is
+``hypothesis.seed``; its example-database key is :class:`KeyedDatabase` (a public
+``ExampleDatabase`` wrapper; only the layout of Hypothesis' sub-keys is assumed, see there);
+``torch.compiler.reset()``; a schema's mutated arguments from ``alias_info.is_write``.
+
+What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torch :data:`TORCH_READ_AT`):
+
+- ``hypothesis.internal.conjecture.providers._get_local_constants`` (:func:`no_local_constants`):
+  no setting turns off the constants Hypothesis draws from the source of the modules imported so
+  far; a seeded search must depend on its seed only. Does nothing when it is gone.
+- ``hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS``
+  (:func:`set_max_shrinking_seconds`): Hypothesis' shrinking time limit has no setting; the jobs
+  bound a shrink by their budget.
+- ``hypothesis.internal.conjecture.engine.ExitReason`` (:func:`finished_exit_reason`): whether a
+  shrink reached its fixed point, read from the statistics Hypothesis reports.
+- ``hypothesis.control.current_build_context().data.choices`` (:func:`current_choices`): the
+  choice sequence of the case being run, which the job saves before a case that may kill its process.
+- ``_hypothesis_internal_use_seed`` on a test (:func:`pin_seed`): what ``hypothesis.seed`` sets,
+  without the ``database=None`` it also sets; the pytest plugin pins the seed of other people's
+  tests and must leave their settings (and database) alone.
+- ``torch.testing._internal.distributed.multi_threaded_pg`` and
+  ``torch._C._distributed_c10d._set_thread_isolation_mode`` (:func:`threaded_process_group`): the
+  one in-process process group that computes real collectives; torch's own tests use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from hypothesis.database import ExampleDatabase
+
+__all__ = [
+    "HYPOTHESIS_READ_AT",
+    "TORCH_READ_AT",
+    "InternalMoved",
+    "KeyedDatabase",
+    "current_choices",
+    "finished_exit_reason",
+    "keyed",
+    "no_local_constants",
+    "pin_seed",
+    "set_max_shrinking_seconds",
+    "threaded_process_group",
+]
+
+#: The versions the internals below were read at.
+HYPOTHESIS_READ_AT = "6.170.17"
+TORCH_READ_AT = "2.13.0"
+
+
+class InternalMoved(RuntimeError):
+    """A private torch / Hypothesis internal pmverify relies on is not where it was read.
+
+    ``internal``: its dotted name; ``why``: what pmverify needs it for. The message names both, the
+    version it was read at and the version installed."""
+
+    def __init__(self, internal: str, why: str, cause: BaseException) -> None:
+        self.internal, self.why = internal, why
+        dist = internal.split(".")[0]
+        read_at = HYPOTHESIS_READ_AT if dist == "hypothesis" else TORCH_READ_AT
+        try:
+            installed = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            installed = "not installed"
+        super().__init__(
+            f"{internal} is gone from {dist} {installed} (pmverify read it at {read_at}; {why}): "
+            f"{type(cause).__name__}: {cause}. Install {dist}=={read_at}, or report it to pmverify."
+        )
+
+
+def _internal(module: str, attribute: str, why: str) -> Any:
+    """``module.attribute``, imported now; :class:`InternalMoved` when it is not there."""
+    try:
+        parent = importlib.import_module(module)
+        if hasattr(parent, attribute):
+            return getattr(parent, attribute)
+        if hasattr(parent, "__path__"):  # a submodule not imported yet
+            return importlib.import_module(f"{module}.{attribute}")
+        raise AttributeError(f"module {module!r} has no attribute {attribute!r}")
+    except (ImportError, AttributeError) as exc:
+        raise InternalMoved(f"{module}.{attribute}", why, exc) from None
+
+
+# -- Hypothesis ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def no_local_constants() -> Iterator[None]:
+    """Within the block, Hypothesis draws none of the constants it collects from the source of the
+    "local" modules loaded so far (``hypothesis.internal.conjecture.providers._get_local_constants``:
+    about 5 % of its numbers, from every module in ``sys.modules`` outside site-packages and the
+    standard library, gathered anew whenever ``sys.modules`` grows). Those make a seeded search draw
+    differently depending on what the process imported before it (a test alone or in the suite; an
+    audit worker's first rewrite or its tenth), where pmverify's searches must depend on their seed
+    only. Hypothesis' global constants (0, 1, inf, the float boundaries...) are still drawn. Nothing
+    changes when the internal is not there (another Hypothesis version)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        original, cache, empty = providers._get_local_constants, providers.CONSTANTS_CACHE.cache, providers.Constants()
+    except (ImportError, AttributeError):
+        yield
+        return
+    providers._get_local_constants = lambda: empty
+    cache.clear()  # the permitted constants of each choice type, local ones included
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        cache.clear()
+
+
+def set_max_shrinking_seconds(seconds: float) -> None:
+    """Bound Hypothesis' shrinking of the next failure to ``seconds`` (at least 1; Hypothesis times
+    it from when shrinking starts). Raises :class:`InternalMoved` when the limit moved."""
+    engine = _internal("hypothesis.internal.conjecture", "engine", "a job bounds shrinking by its budget")
+    if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        raise InternalMoved(
+            "hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS",
+            "a job bounds shrinking by its budget",
+            AttributeError("no MAX_SHRINKING_SECONDS"),
+        )
+    engine.MAX_SHRINKING_SECONDS = max(1, int(seconds))
+
+
+def finished_exit_reason() -> str:
+    """The ``"stopped-because"`` value of Hypothesis' statistics when its engine ended with nothing
+    left to do (its shrinker at its fixed point), not at a limit. Raises :class:`InternalMoved`."""
+    reason = _internal("hypothesis.internal.conjecture.engine", "ExitReason", "a job tells a finished shrink")
+    return reason.finished.value
+
+
+def current_choices() -> bytes | None:
+    """The Hypothesis choice sequence of the case being run, as the example database stores it;
+    None where this Hypothesis does not expose it (then a case that kills the worker is reported
+    without a reproducer)."""
+    try:
+        from hypothesis.control import current_build_context
+        from hypothesis.database import choices_to_bytes
+
+        return choices_to_bytes(current_build_context().data.choices)
+    except (ImportError, AttributeError):  # pragma: no cover - Hypothesis internals moved
+        return None
+
+
+def pin_seed(test: Any, seed: int) -> bool:
+    """Seed the Hypothesis test ``test`` (a ``@given`` function) with ``seed`` unless it has a seed
+    of its own, keeping its settings and example database (``hypothesis.seed`` would set
+    ``database=None``); return whether it was seeded."""
+    if getattr(test, "_hypothesis_internal_use_seed", None) is not None:
+        return False
+    test._hypothesis_internal_use_seed = seed
+    return True
+
+
+class KeyedDatabase(ExampleDatabase):
+    """The example database ``inner`` seen by one Hypothesis test under the key ``key``: whatever key
+    Hypothesis derives for the test (from its source: it changes with every edit of the function
+    and with the Hypothesis release), its examples are kept under ``key``, and its sub-keys
+    (``<test key>.secondary``, ``<test key>.pareto``) under ``key.secondary``, ``key.pareto``.
+    A test that runs on this database must be the only one that does.
+
+    Why: pmverify names a search by what it searches (the pass and the strategy, see
+    ``pmverify._verify.database_key``), so that every search of the same pass on the same strategy
+    (a test, ``pmverify fuzz``, another machine) replays the same failures. The one assumption on
+    Hypothesis is the layout of its sub-keys (``b".".join((test key, name))``, read at
+    :data:`HYPOTHESIS_READ_AT`)."""
+
+    SUB_KEYS = (b"secondary", b"pareto")
+
+    def __init__(self, inner: ExampleDatabase, key: bytes) -> None:
+        super().__init__()
+        if not isinstance(inner, ExampleDatabase):
+            raise TypeError(f"inner={inner!r} must be a hypothesis.database.ExampleDatabase")
+        if not isinstance(key, bytes) or not key:
+            raise TypeError(f"key={key!r} must be non-empty bytes")
+        self.inner, self.key = inner, key
+
+    def __repr__(self) -> str:
+        return f"KeyedDatabase({self.inner!r}, {self.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KeyedDatabase) and (self.inner, self.key) == (other.inner, other.key)
+
+    def __hash__(self) -> int:
+        return hash((KeyedDatabase, self.key))
+
+    def mapped(self, key: bytes) -> bytes:
+        """The key of ``inner`` that the test's ``key`` stands for."""
+        head, dot, tail = key.rpartition(b".")
+        return b".".join((self.key, tail)) if dot and tail in self.SUB_KEYS else self.key
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(self.mapped(key), value)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return self.inner.fetch(self.mapped(key))
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(self.mapped(key), value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(self.mapped(src), self.mapped(dest), value)
+
+
+def keyed(database: ExampleDatabase | None, key: bytes) -> ExampleDatabase | None:
+    """``database`` under ``key`` (:class:`KeyedDatabase`), or None for no database."""
+    return None if database is None else KeyedDatabase(database, key)
+
+
+# -- torch -----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def threaded_process_group() -> Iterator[Any]:
+    """Install torch's threaded process group (``multi_threaded_pg._install_threaded_pg``) with the
+    C++ group registry isolated per thread (``_set_thread_isolation_mode``: else every rank
+    registers its default group under the same name and resolves the last rank's group) for the
+    duration of the block; yields its ``ProcessLocalGroup`` class. Raises :class:`InternalMoved`."""
+    why = "tensor-parallel cases run real collectives in one process"
+    mtpg = _internal("torch.testing._internal.distributed", "multi_threaded_pg", why)
+    isolate = _internal("torch._C._distributed_c10d", "_set_thread_isolation_mode", why)
+    install, uninstall = mtpg._install_threaded_pg, mtpg._uninstall_threaded_pg
+    install()
+    isolate(True)
+    try:
+        yield mtpg.ProcessLocalGroup
+    finally:
+        isolate(False)
+        uninstall()
