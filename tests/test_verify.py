@@ -425,3 +425,53 @@ def test_a_seeded_search_draws_the_same_whatever_the_process_imported(tmp_path, 
     import _many_constants  # noqa: F401 - a local module full of float constants, loaded now
 
     assert drawn() == first
+
+
+# -- settings: the caller's, composed; nothing global changed ---------------------------------------
+
+
+def _numbered_cases():
+    gm = _traced(lambda x: x.sin() + 1)
+    return st.integers(0, 1000).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
+
+
+def test_the_callers_max_examples_hold_and_the_argument_beats_them():
+    from hypothesis import settings
+
+    before = settings.default
+    cases = _numbered_cases()
+    assert verify(_recompute_sin, cases, settings=settings(max_examples=4, database=None)).cases == 4
+    assert verify(_recompute_sin, cases, max_examples=2, settings=settings(max_examples=50, database=None)).cases == 2
+    assert settings.default is before
+
+
+def test_the_callers_database_keeps_the_failure_under_pmverifys_key(tmp_path):
+    from hypothesis import settings
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from pmverify._verify import database_key
+
+    before = settings.default
+    db = InMemoryExampleDatabase()
+    cases = _numbered_cases()
+    with pytest.raises(PassVerificationError):
+        verify(StridesThenValues, cases, seed=0, repro_dir=tmp_path, settings=settings(max_examples=50, database=db))
+    assert db.data.get(database_key(StridesThenValues, cases)), "the failure was not saved under pmverify's key"
+    assert settings.default is before and settings.default.database is not db
+    checked = []
+    with pytest.raises(PassVerificationError):  # replayed first: one example is enough
+        verify(
+            StridesThenValues,
+            cases,
+            max_examples=1,
+            seed=1,
+            repro_dir=tmp_path,
+            on_result=checked.append,
+            settings=settings(database=db),
+        )
+    assert checked[0].violations
+
+
+def test_settings_that_are_not_settings_are_refused():
+    with pytest.raises(InvalidArgument, match="settings=.* must be a hypothesis.settings or None"):
+        verify(_recompute_sin, _numbered_cases(), settings={"max_examples": 3})

@@ -1,0 +1,72 @@
+"""pmverify._compat: the one door to private internals; the example-database key wrapper (its keys,
+golden: stable across releases of pmverify and Hypothesis); the message when an internal moved."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.database import InMemoryExampleDatabase
+
+from pmverify._compat import InternalMoved, KeyedDatabase, _internal, keyed
+from pmverify._verify import database_key
+
+
+def test_a_keyed_database_keeps_a_tests_keys_under_its_own():
+    inner = InMemoryExampleDatabase()
+    db = KeyedDatabase(inner, b"pm")
+    test_key = bytes(range(48))  # (what Hypothesis derives from a test's source: any bytes)
+    db.save(test_key, b"a")
+    db.save(test_key + b".secondary", b"b")
+    db.save(test_key + b".pareto", b"c")
+    assert {key: set(values) for key, values in inner.data.items()} == {
+        b"pm": {b"a"},
+        b"pm.secondary": {b"b"},
+        b"pm.pareto": {b"c"},
+    }
+    assert list(db.fetch(b"another test key")) == [b"a"]
+    db.move(test_key, test_key + b".secondary", b"a")
+    assert set(inner.data[b"pm.secondary"]) == {b"a", b"b"} and not set(inner.data[b"pm"])
+    db.delete(test_key + b".pareto", b"c")
+    assert not set(inner.data[b"pm.pareto"])
+    assert keyed(None, b"pm") is None and keyed(inner, b"pm") == db
+
+
+@pytest.mark.parametrize(
+    ("inner", "key"), [("db", b"k"), (InMemoryExampleDatabase(), b""), (InMemoryExampleDatabase(), "k")]
+)
+def test_a_keyed_database_refuses_bad_arguments(inner, key):
+    with pytest.raises(TypeError):
+        KeyedDatabase(inner, key)
+
+
+def _golden_pass(graph):
+    pass
+
+
+_golden_pass.__module__, _golden_pass.__qualname__ = "mypasses", "fuse"
+
+
+@pytest.mark.parametrize(
+    ("mode", "strict_order", "expected"),
+    [
+        # sha256 of "pmverify.verify:mypasses.fuse:just(1)", then with ":strict_order", ":compiled"
+        ("direct", False, "f563902faa2019d7b25067d9a51e577a9da37bd3b399abe1376da944d29bc881"),
+        ("direct", True, "d5573af3a14ea6909f3e04162247ab32ad7f775606fdcae3d514afa9a5f525fd"),
+        ("compiled", False, "c6025f6494b6d51b2e69aeeadfee522fd1d167667ef0a487a4d5927c85c0b2ca"),
+    ],
+)
+def test_database_keys_are_golden(mode, strict_order, expected):
+    """The key of a fixed pass and strategy, hard-coded: a change of it loses every failure saved in
+    every shared database (a nightly job's, a team's Redis), so it must be deliberate."""
+    assert database_key(_golden_pass, st.just(1), mode, strict_order).hex() == expected
+
+
+def test_an_internal_that_moved_says_which_why_and_where_it_was_read():
+    with pytest.raises(InternalMoved) as info:
+        _internal("hypothesis.internal.conjecture.engine", "NoSuchThing", "a job bounds shrinking by its budget")
+    message = str(info.value)
+    assert message.startswith("hypothesis.internal.conjecture.engine.NoSuchThing is gone from hypothesis ")
+    assert "pmverify read it at 6.170.17; a job bounds shrinking by its budget" in message
+    assert info.value.internal == "hypothesis.internal.conjecture.engine.NoSuchThing"
+    with pytest.raises(InternalMoved, match="no_such_module"):
+        _internal("torch.no_such_module", "x", "why")
