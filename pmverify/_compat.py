@@ -47,6 +47,7 @@ __all__ = [
     "KeyedDatabase",
     "current_choices",
     "finished_exit_reason",
+    "internal",
     "keyed",
     "no_local_constants",
     "pin_seed",
@@ -79,7 +80,7 @@ class InternalMoved(RuntimeError):
         )
 
 
-def _internal(module: str, attribute: str, why: str) -> Any:
+def internal(module: str, attribute: str, why: str) -> Any:
     """``module.attribute``, imported now; :class:`InternalMoved` when it is not there."""
     try:
         parent = importlib.import_module(module)
@@ -124,7 +125,7 @@ def no_local_constants() -> Iterator[None]:
 def set_max_shrinking_seconds(seconds: float) -> None:
     """Bound Hypothesis' shrinking of the next failure to ``seconds`` (at least 1; Hypothesis times
     it from when shrinking starts). Raises :class:`InternalMoved` when the limit moved."""
-    engine = _internal("hypothesis.internal.conjecture", "engine", "a job bounds shrinking by its budget")
+    engine = internal("hypothesis.internal.conjecture", "engine", "a job bounds shrinking by its budget")
     if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
         raise InternalMoved(
             "hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS",
@@ -137,7 +138,7 @@ def set_max_shrinking_seconds(seconds: float) -> None:
 def finished_exit_reason() -> str:
     """The ``"stopped-because"`` value of Hypothesis' statistics when its engine ended with nothing
     left to do (its shrinker at its fixed point), not at a limit. Raises :class:`InternalMoved`."""
-    reason = _internal("hypothesis.internal.conjecture.engine", "ExitReason", "a job tells a finished shrink")
+    reason = internal("hypothesis.internal.conjecture.engine", "ExitReason", "a job tells a finished shrink")
     return reason.finished.value
 
 
@@ -229,8 +230,8 @@ def threaded_process_group() -> Iterator[Any]:
     registers its default group under the same name and resolves the last rank's group) for the
     duration of the block; yields its ``ProcessLocalGroup`` class. Raises :class:`InternalMoved`."""
     why = "tensor-parallel cases run real collectives in one process"
-    mtpg = _internal("torch.testing._internal.distributed", "multi_threaded_pg", why)
-    isolate = _internal("torch._C._distributed_c10d", "_set_thread_isolation_mode", why)
+    mtpg = internal("torch.testing._internal.distributed", "multi_threaded_pg", why)
+    isolate = internal("torch._C._distributed_c10d", "_set_thread_isolation_mode", why)
     install, uninstall = mtpg._install_threaded_pg, mtpg._uninstall_threaded_pg
     install()
     isolate(True)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.database import InMemoryExampleDatabase
 
-from pmverify._compat import InternalMoved, KeyedDatabase, _internal, keyed
+from pmverify._compat import InternalMoved, KeyedDatabase, internal, keyed
 from pmverify._verify import database_key
 
 
@@ -63,10 +63,10 @@ def test_database_keys_are_golden(mode, strict_order, expected):
 
 def test_an_internal_that_moved_says_which_why_and_where_it_was_read():
     with pytest.raises(InternalMoved) as info:
-        _internal("hypothesis.internal.conjecture.engine", "NoSuchThing", "a job bounds shrinking by its budget")
+        internal("hypothesis.internal.conjecture.engine", "NoSuchThing", "a job bounds shrinking by its budget")
     message = str(info.value)
     assert message.startswith("hypothesis.internal.conjecture.engine.NoSuchThing is gone from hypothesis ")
     assert "pmverify read it at 6.170.17; a job bounds shrinking by its budget" in message
     assert info.value.internal == "hypothesis.internal.conjecture.engine.NoSuchThing"
     with pytest.raises(InternalMoved, match="no_such_module"):
-        _internal("torch.no_such_module", "x", "why")
+        internal("torch.no_such_module", "x", "why")

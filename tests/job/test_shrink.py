@@ -162,8 +162,8 @@ class _Conn:
 
 @pytest.fixture
 def worker(tmp_path):
-    """A worker of the ``raises`` target, in this process, on a database folder; the profile it
-    loads is restored."""
+    """A worker of the ``raises`` target, in this process, on a database folder (its settings:
+    ``worker.settings``; Hypothesis' active profile is left alone)."""
     from pmverify._job.worker import _Worker
 
     previous = settings.default
@@ -171,8 +171,7 @@ def worker(tmp_path):
     worker = _Worker(_Conn(), "_crashing_passes:raises", CASES, options)
     worker.ready()
     yield worker
-    settings.register_profile("test-restored", parent=previous)
-    settings.load_profile("test-restored")
+    assert settings.default is previous
 
 
 def _replay(worker):
@@ -185,7 +184,7 @@ def _replay(worker):
 
 def test_a_replayed_failure_saved_unshrunk_is_shrunk_then_replays_without_shrinking(big, worker):
     choices, _ = big
-    database = settings.default.database
+    database = worker.settings.database
     database.save(worker.keys[0], choices)  # as a job stopped mid-shrink (or --no-shrink) left it
     found, cases = _replay(worker)
     assert found["replayed"] and found["shrunk"] and "fx_graphs: 1 ops" in found["case"]
@@ -201,6 +200,6 @@ def test_a_replayed_failure_saved_unshrunk_is_shrunk_then_replays_without_shrink
 
 def test_without_shrinking_a_replayed_failure_stays_unshrunk(big, worker):
     worker.options["shrink"] = False
-    settings.default.database.save(worker.keys[0], big[0])
+    worker.settings.database.save(worker.keys[0], big[0])
     found, _ = _replay(worker)
     assert found["replayed"] and not found["shrunk"] and "fx_graphs: 4 ops" in found["case"]
