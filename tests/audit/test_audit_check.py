@@ -7,7 +7,8 @@ import types
 
 import pytest
 
-import pmverify
+import pmverify._rewrite
+import pmverify._verify
 from pmverify._audit import check, worker
 from pmverify._audit.sources import listing, locate, record_source
 
@@ -103,7 +104,7 @@ _SUMMARY = pmverify.VerifySummary(cases=3, void_cases=3, first_void="output 0 is
     ],
 )
 def test_each_outcome_of_check_rewrite_maps_to_its_status(monkeypatch, error, status, reason):
-    monkeypatch.setattr(pmverify, "check_rewrite", _raising(error))
+    monkeypatch.setattr(pmverify._rewrite, "check_rewrite", _raising(error))
     outcome = check.check_one(object(), "PASS = None", max_examples=1, seed=0)
     assert outcome["status"] == status and outcome["reason"].startswith(reason)
     assert outcome["violations"] == (
@@ -125,9 +126,9 @@ class _PlantedFinding(Exception):
 
 def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch):
     passed = types.SimpleNamespace(examples=2, matched=2)
-    monkeypatch.setattr(pmverify, "check_rewrite", lambda *args, **kwargs: passed)
-    monkeypatch.setattr(pmverify, "PassVerificationError", _PlantedFinding)
-    monkeypatch.setattr(pmverify, "verify", _raising(_PlantedFinding()))
+    monkeypatch.setattr(pmverify._rewrite, "check_rewrite", lambda *args, **kwargs: passed)
+    monkeypatch.setattr(pmverify._verify, "PassVerificationError", _PlantedFinding)
+    monkeypatch.setattr(pmverify._verify, "verify", _raising(_PlantedFinding()))
     monkeypatch.setattr("pmverify.strategies.planted", lambda rewrite: None)
     outcome = check.check_one(types.SimpleNamespace(pattern_pass=lambda: None), "PASS = None", max_examples=4, seed=0)
     assert outcome["status"] == "finding" and outcome["check"] == "planted"
