@@ -28,6 +28,12 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
 - ``torch.testing._internal.distributed.multi_threaded_pg`` and
   ``torch._C._distributed_c10d._set_thread_isolation_mode`` (:func:`threaded_process_group`): the
   one in-process process group that computes real collectives; torch's own tests use it.
+- ``torch.utils._python_dispatch._disable_current_modes`` (:func:`outside_dispatch_modes`): how
+  Inductor itself leaves the active fake modes to make a plain tensor while tracing.
+- ``torch._C._ExcludeDispatchKeyGuard``, ``torch._sync``, ``torch._from_functional_tensor``
+  (:func:`functionalize_key_excluded`, :func:`from_functional`): running a program under a fresh
+  ``FunctionalTensorMode`` and reading back its values, as AOTAutograd does for mutated inputs
+  (the functionalization strategies' ground truth).
 """
 
 from __future__ import annotations
@@ -46,10 +52,13 @@ __all__ = [
     "InternalMoved",
     "KeyedDatabase",
     "current_choices",
+    "from_functional",
+    "functionalize_key_excluded",
     "finished_exit_reason",
     "internal",
     "keyed",
     "no_local_constants",
+    "outside_dispatch_modes",
     "pin_seed",
     "set_max_shrinking_seconds",
     "threaded_process_group",
@@ -240,3 +249,28 @@ def threaded_process_group() -> Iterator[Any]:
     finally:
         isolate(False)
         uninstall()
+
+
+def outside_dispatch_modes() -> Any:
+    """A context manager leaving every active torch dispatch mode (fake, functional...) for its
+    block. Raises :class:`InternalMoved`."""
+    why = "a recorded example input is made as a plain tensor while tracing"
+    return internal("torch.utils._python_dispatch", "_disable_current_modes", why)()
+
+
+def functionalize_key_excluded() -> Any:
+    """A guard excluding the ``Functionalize`` dispatch key for its block, so that a fresh
+    ``FunctionalTensorMode`` inside does the functionalization. Raises :class:`InternalMoved`."""
+    import torch
+
+    guard = internal("torch._C", "_ExcludeDispatchKeyGuard", "functionalization strategies run AOTAutograd's way")
+    return guard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
+
+
+def from_functional(tensor: Any) -> Any:
+    """The plain tensor a ``FunctionalTensor`` holds, its pending mutations applied. Raises
+    :class:`InternalMoved`."""
+
+    why = "functionalization strategies read back a functionalized program's values"
+    internal("torch", "_sync", why)(tensor)
+    return internal("torch", "_from_functional_tensor", why)(tensor.elem)

@@ -247,12 +247,13 @@ def plain_tensors(values: Any) -> Any:
     import torch
     from torch.utils import _pytree as pytree
 
+    from ._compat import outside_dispatch_modes
+
     def plain(value: Any) -> Any:
         if not isinstance(value, torch.Tensor) or type(value) in (torch.Tensor, torch.nn.Parameter):
             return value
         constant = getattr(value, "constant", None)  # a FakeTensor's, when it keeps one
-        # private: _disable_current_modes (read at torch 2.13) is how Inductor itself leaves fake modes
-        with torch.utils._python_dispatch._disable_current_modes(), torch.no_grad():
+        with outside_dispatch_modes(), torch.no_grad():
             if isinstance(constant, torch.Tensor) and type(constant) is torch.Tensor:
                 fresh = constant.detach().clone()
             else:

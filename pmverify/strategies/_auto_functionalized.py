@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase, MutationSite
+from .._compat import from_functional, functionalize_key_excluded
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
 from ._mutations import _Editor, _val, apply_view
 from ._validation import check_choices, check_drawn_case, check_strategy
@@ -72,15 +73,13 @@ def _functionalized(program: Any, n_bases: int) -> Any:
     from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        guard = torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
-        with guard, FunctionalTensorMode():
+        with functionalize_key_excluded(), FunctionalTensorMode():
             wrapped = [FunctionalTensor.to_functional(t) for t in tensors]
             out = program(*wrapped)
             results = ([] if out is None else [out]) + wrapped[:n_bases]
             unwrapped = []
             for result in results:
-                torch._sync(result)
-                unwrapped.append(torch._from_functional_tensor(result.elem))
+                unwrapped.append(from_functional(result))
         return tuple(unwrapped)
 
     return run

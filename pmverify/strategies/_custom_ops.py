@@ -72,11 +72,7 @@ def _same(name: str, *tensors: Tensor) -> None:
 
 
 def _is_defined(name: str) -> bool:
-    try:
-        torch._C._dispatch_find_schema_or_throw(f"{NAMESPACE}::{name}", "")
-    except RuntimeError:
-        return False
-    return True
+    return hasattr(getattr(torch.ops, NAMESPACE), name)
 
 
 def _define_add_into() -> None:
