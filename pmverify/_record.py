@@ -172,7 +172,7 @@ class RecordedRewrite:
         return self._isolated
 
     def __repr__(self) -> str:
-        from .strategies._validation import short_repr
+        from ._validation import short_repr
 
         parts = [
             f"{_qualname(self.search_fn)} -> {_qualname(self.replace_fn)}",

@@ -216,13 +216,13 @@ def check_rewrite(
     """
     from torch._inductor import config
 
-    from ._gates import check_config_patches, inference_mode_gate, rewrite_copy
+    from ._gates import inference_mode_gate, rewrite_copy, validate_config_patches
 
     if not isinstance(recorded, RecordedRewrite):
         raise InvalidArgument(f"recorded={recorded!r} must be a RecordedRewrite (from pmverify.record_patterns())")
     if not isinstance(force_extra_check, bool):
         raise InvalidArgument(f"force_extra_check={force_extra_check!r} must be a bool")
-    patches = check_config_patches(config_patches)
+    patches = validate_config_patches(config_patches)
     with config.patch(patches) if patches else contextlib.nullcontext():
         rewrite, simulated = (
             rewrite_copy(recorded, force_extra_check=force_extra_check)

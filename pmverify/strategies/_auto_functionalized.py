@@ -34,9 +34,10 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase, MutationSite
+from .._validation import validate_choices, validate_strategy
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
+from ._drawn import validate_drawn_case
 from ._mutations import _Editor, _val, apply_view
-from ._validation import check_choices, check_drawn_case, check_strategy
 
 __all__ = ["with_mutating_custom_ops", "VERSIONS"]
 
@@ -201,7 +202,7 @@ def _add_custom_op(draw: Any, editor: _Editor, versions: tuple[int, ...], copies
 @st.composite
 def _functional_cases(draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...]) -> GraphCase:
     case = draw(cases)
-    check_drawn_case("cases", case)
+    validate_drawn_case("cases", case)
     if case.form != "functional":
         raise InvalidArgument(
             f"cases drew a case of form={case.form!r}; with_mutating_custom_ops takes functional cases "
@@ -266,10 +267,10 @@ def with_mutating_custom_ops(
             result = pmverify.check_case(QKNormFusionPass, case)
             assert result.ok and result.matches == case.expected_matches, result.violations
     """
-    check_strategy("cases", cases)
+    validate_strategy("cases", cases)
     if isinstance(versions, (Sequence, set, frozenset)) and not isinstance(versions, (str, bytes)):
         for version in versions:
             if not isinstance(version, int) or isinstance(version, bool):
                 raise InvalidArgument(f"versions={versions!r} holds {version!r}, not one of {VERSIONS}")
-    versions = check_choices("versions", versions, VERSIONS)
+    versions = validate_choices("versions", versions, VERSIONS)
     return _functional_cases(cases, tuple(versions))

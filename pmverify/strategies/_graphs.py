@@ -33,10 +33,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase
+from .._validation import validate_choices, validate_dtypes, validate_int, validate_optional_int, validate_order
 from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp, Val
 from ._ops_core import kind_of, provisional
 from ._tensors import DEFAULT_BOUND, max_magnitude_of, tensors
-from ._validation import check_choices, check_dtypes, check_int, check_optional_int, check_order
 
 __all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES"]
 
@@ -333,13 +333,13 @@ def fx_graphs(
             result = pmverify.check_case(MyPass(), case)
             assert result.ok, result.violations
     """
-    check_int("min_nodes", min_nodes, minimum=1)
-    check_optional_int("max_nodes", max_nodes, minimum=1)
+    validate_int("min_nodes", min_nodes, minimum=1)
+    validate_optional_int("max_nodes", max_nodes, minimum=1)
     if max_nodes is None:
         max_nodes = max(_DEFAULT_MAX_NODES, min_nodes)
-    check_order("min_nodes", min_nodes, "max_nodes", max_nodes)
-    dtypes = DEFAULT_GRAPH_DTYPES if dtypes is None else check_dtypes("dtypes", dtypes, GRAPH_DTYPES)
-    given = GRAPH_OPS if ops is None else check_choices("ops", ops, GRAPH_OPS)
+    validate_order("min_nodes", min_nodes, "max_nodes", max_nodes)
+    dtypes = DEFAULT_GRAPH_DTYPES if dtypes is None else validate_dtypes("dtypes", dtypes, GRAPH_DTYPES)
+    given = GRAPH_OPS if ops is None else validate_choices("ops", ops, GRAPH_OPS)
     names = tuple(name for name in given if _BY_NAME[name].dtypes(dtypes))
     if not names:
         raise InvalidArgument(f"none of ops={list(given)!r} applies to dtypes={list(dtypes)!r}")

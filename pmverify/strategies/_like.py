@@ -19,8 +19,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from .._validation import short_repr, validate_int, validate_optional_int, validate_order
 from ._tensors import TENSOR_DTYPES, tensors
-from ._validation import check_int, check_optional_int, check_order, short_repr
 
 __all__ = ["like", "Dim"]
 
@@ -43,9 +43,9 @@ class Dim:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidArgument(f"Dim name={self.name!r} must be a non-empty str")
-        check_optional_int(f"Dim({self.name!r}).min", self.min, minimum=0)
-        check_optional_int(f"Dim({self.name!r}).max", self.max, minimum=0)
-        check_order(f"Dim({self.name!r}).min", self.min, f"Dim({self.name!r}).max", self.max)
+        validate_optional_int(f"Dim({self.name!r}).min", self.min, minimum=0)
+        validate_optional_int(f"Dim({self.name!r}).max", self.max, minimum=0)
+        validate_order(f"Dim({self.name!r}).min", self.min, f"Dim({self.name!r}).max", self.max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +78,11 @@ def _positions(name: str, value: Any, example: Sequence[Any]) -> tuple[tuple[int
         if not isinstance(position, (tuple, list)) or len(position) != 2:
             raise InvalidArgument(f"{where} holds {position!r}, not an (input index, dim) pair")
         index, dim = position
-        check_int(f"{where}: input index", index, 0, len(example) - 1)
+        validate_int(f"{where}: input index", index, 0, len(example) - 1)
         item = example[index]
         if not isinstance(item, torch.Tensor):
             raise InvalidArgument(f"{where}: example_inputs[{index}]={short_repr(item)} is not a tensor")
-        check_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
+        validate_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
         positions.append((index, dim % item.dim()))
     sizes = {example[i].shape[d] for i, d in positions}
     if len(sizes) > 1:
@@ -109,7 +109,7 @@ def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) ->
             raise InvalidArgument(f"vary names {dim.name!r} twice")
         low = min_side if dim.min is None else dim.min
         high = max_side if dim.max is None else dim.max
-        check_order(f"{dim.name} min", low, f"{dim.name} max", high)
+        validate_order(f"{dim.name} min", low, f"{dim.name} max", high)
         positions = _positions(dim.name, value, example)
         for position in positions:
             if position in owner:
@@ -307,9 +307,9 @@ def like(
     for i, item in enumerate(example):
         if isinstance(item, torch.Tensor) and item.dtype not in TENSOR_DTYPES:
             raise InvalidArgument(f"example_inputs[{i}] has dtype {item.dtype}, which tensors() cannot draw")
-    check_int("min_side", min_side, minimum=0)
-    check_int("max_side", max_side, minimum=0)
-    check_order("min_side", min_side, "max_side", max_side)
+    validate_int("min_side", min_side, minimum=0)
+    validate_int("max_side", max_side, minimum=0)
+    validate_order("min_side", min_side, "max_side", max_side)
     symbols = _symbols(example, vary, min_side, max_side)
     strategy = _inputs(tuple(map(_TensorLike.of, example)), symbols)
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.

@@ -31,7 +31,8 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from .._apply import propagate_fake
 from .._case import GraphCase, MutationSite, PlantedInstance
 from .._fx import flat_nodes, is_view
-from ._validation import check_drawn_case, check_int, check_strategy
+from .._validation import validate_int, validate_strategy
+from ._drawn import validate_drawn_case
 
 __all__ = ["with_mutations", "mark_mutations_inside", "INPLACE_OPS", "POSITIONS", "TARGET_KINDS", "MUTATION_INSIDE"]
 
@@ -400,7 +401,7 @@ def _add_inplace(draw: Any, editor: _Editor) -> None:
 @st.composite
 def _inplace_cases(draw: Any, cases: st.SearchStrategy, max_mutations: int) -> GraphCase:
     case = draw(cases)
-    check_drawn_case("cases", case)
+    validate_drawn_case("cases", case)
     editor = _Editor(case, draw(st.integers(0, 2**32 - 1)))
     _add_inplace(draw, editor)
     while len(editor.mutations) < max_mutations and draw(st.booleans()):
@@ -445,6 +446,6 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
             result = pmverify.check_case(QKNormFusionPass, case)
             assert result.ok and result.matches == case.expected_matches, result.violations
     """
-    check_strategy("cases", cases)
-    check_int("max_mutations", max_mutations, 1)
+    validate_strategy("cases", cases)
+    validate_int("max_mutations", max_mutations, 1)
     return _inplace_cases(cases, max_mutations)

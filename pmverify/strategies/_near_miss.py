@@ -41,8 +41,8 @@ from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .._fx import flat_nodes
+from .._validation import FLOAT_DTYPES
 from ._joint import callable_placeholders, cast_tangents
-from ._validation import FLOAT_DTYPES
 
 __all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants", "runs_eagerly"]
 

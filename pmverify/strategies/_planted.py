@@ -44,11 +44,11 @@ from .._apply import error_summary, propagate_fake, quiet_fake_tensor_errors
 from .._case import GraphCase, PlantedInstance
 from .._fx import GRADIENT_OUTPUTS, flat_nodes
 from .._record import RecordedRewrite
+from .._validation import short_repr, validate_choices, validate_int, validate_order, validate_strategy
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
 from ._like import _TensorLike, like
 from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, kind_applies, runs_eagerly, signature, trace, variants
 from ._recorded_inputs import NumberForms, recorded_example
-from ._validation import check_choices, check_int, check_order, check_strategy, short_repr
 
 __all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
 
@@ -834,12 +834,12 @@ def planted(
             f"inputs=None: give a strategy of input tuples for pattern={_name(pattern)} (only a recorded "
             "rewrite has default inputs)"
         )
-    check_strategy("inputs", inputs)
+    validate_strategy("inputs", inputs)
     if context is not None:
-        check_strategy("context", context)
-    check_int("min_instances", min_instances, 0)
-    check_int("max_instances", max_instances, 0)
-    check_order("min_instances", min_instances, "max_instances", max_instances)
+        validate_strategy("context", context)
+    validate_int("min_instances", min_instances, 0)
+    validate_int("max_instances", max_instances, 0)
+    validate_order("min_instances", min_instances, "max_instances", max_instances)
     if context is not None and context.is_empty:
         if min_instances < 1:
             raise InvalidArgument(
@@ -853,7 +853,7 @@ def planted(
     if isinstance(near_misses, bool):
         kinds = NEAR_MISS_KINDS if near_misses else ()
     else:
-        kinds = check_choices("near_misses", near_misses, NEAR_MISS_KINDS)
+        kinds = validate_choices("near_misses", near_misses, NEAR_MISS_KINDS)
     if trace_fn is not None and not callable(trace_fn):
         raise InvalidArgument(f"trace_fn={trace_fn!r} must be callable")
     if name is not None and not isinstance(name, str):
