@@ -308,7 +308,7 @@ def _apply_on(rewrite: Any, isolated: Any, args: tuple[Any, ...]) -> bool:
     import copy
 
     from ._apply import propagate_fake, quiet_fake_tensor_errors
-    from .strategies._near_miss import trace
+    from ._fx import trace
 
     try:
         gm = copy.deepcopy(trace(rewrite.search_fn, args, rewrite.trace_fn))

@@ -22,7 +22,7 @@ from hypothesis.errors import InvalidArgument
 from .._validation import short_repr, validate_int, validate_optional_int, validate_order
 from ._tensors import TENSOR_DTYPES, tensors
 
-__all__ = ["like", "Dim"]
+__all__ = ["like", "Dim", "TensorLike"]
 
 _DEFAULT_MAX_SIDE = 16
 
@@ -164,7 +164,7 @@ def _strided(values: torch.Tensor, shape: tuple[int, ...], strides: tuple[int, .
 
 
 @dataclasses.dataclass(frozen=True)
-class _TensorLike:
+class TensorLike:
     """What :func:`like` keeps of a contiguous example tensor: its shape, dtype and whether it
     requires grad (a ``joint_fwd_bwd`` trace differentiates those inputs only: a floating tensor
     only), never its values (the strategy's repr keys the example database: ``torch.empty`` garbage
@@ -188,7 +188,7 @@ class _TensorLike:
             return value
         grad = bool(value.requires_grad and value.is_floating_point())
         if value.is_contiguous():
-            return _TensorLike(tuple(value.shape), value.dtype, grad)
+            return TensorLike(tuple(value.shape), value.dtype, grad)
         return _StridedLike(tuple(value.shape), value.dtype, grad, tuple(value.stride()))
 
     def strides_at(self, shape: Sequence[int]) -> tuple[int, ...] | None:
@@ -215,13 +215,13 @@ class _TensorLike:
     def zeros(self) -> torch.Tensor:
         return self.laid_out(torch.zeros(self.drawn_shape(self.shape), dtype=self.dtype), self.shape)
 
-    def resized(self, shape: Sequence[int]) -> _TensorLike:
+    def resized(self, shape: Sequence[int]) -> TensorLike:
         """This description at another ``shape`` of the same rank, in the same layout family."""
-        return _TensorLike(tuple(shape), self.dtype, self.requires_grad)
+        return TensorLike(tuple(shape), self.dtype, self.requires_grad)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class _StridedLike(_TensorLike):
+class _StridedLike(TensorLike):
     """A non-contiguous example tensor: also its strides (its layout family, :func:`layout_strides`)."""
 
     stride: tuple[int, ...] = ()
@@ -229,7 +229,7 @@ class _StridedLike(_TensorLike):
     def strides_at(self, shape: Sequence[int]) -> tuple[int, ...] | None:
         return layout_strides(self.shape, self.stride, shape)
 
-    def resized(self, shape: Sequence[int]) -> _TensorLike:
+    def resized(self, shape: Sequence[int]) -> TensorLike:
         return _StridedLike(
             tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape)
         )
@@ -237,14 +237,14 @@ class _StridedLike(_TensorLike):
 
 @st.composite
 def _inputs(draw: Any, example: tuple[Any, ...], symbols: tuple[_Symbol, ...]) -> tuple[Any, ...]:
-    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, _TensorLike)}
+    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, TensorLike)}
     for symbol in symbols:
         size = draw(st.integers(symbol.low, symbol.high))
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     return tuple(
         item.laid_out(draw(tensors(item.dtype, item.drawn_shape(shapes[i]))), shapes[i])
-        if isinstance(item, _TensorLike)
+        if isinstance(item, TensorLike)
         else item
         for i, item in enumerate(example)
     )
@@ -311,7 +311,7 @@ def like(
     validate_int("max_side", max_side, minimum=0)
     validate_order("min_side", min_side, "max_side", max_side)
     symbols = _symbols(example, vary, min_side, max_side)
-    strategy = _inputs(tuple(map(_TensorLike.of, example)), symbols)
+    strategy = _inputs(tuple(map(TensorLike.of, example)), symbols)
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
     strategy.pmverify_example_inputs = example
     return strategy

@@ -27,7 +27,6 @@ run per near miss of new shapes); ``planted(qk_norm)`` 28-38 before, 27-37 after
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import math
@@ -40,22 +39,23 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .._apply import error_summary, propagate_fake, quiet_fake_tensor_errors
+from .._apply import error_summary, propagate_fake
 from .._case import GraphCase, PlantedInstance
-from .._fx import GRADIENT_OUTPUTS, flat_nodes
-from .._record import RecordedRewrite
+from .._fx import GRADIENT_OUTPUTS, flat_nodes, trace
+from .._record import RecordedRewrite, isolated_pass
 from .._validation import short_repr, validate_choices, validate_int, validate_order, validate_strategy
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
-from ._like import _TensorLike, like
-from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, kind_applies, runs_eagerly, signature, trace, variants
+from ._like import TensorLike, like
+from ._near_miss import NEAR_MISS_KINDS, kind_applies, variants
 from ._recorded_inputs import NumberForms, recorded_example
+from ._traced import Traced, runs_eagerly, signature
+from ._truth import isolated_truth
 
 __all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
 
 #: How an instance input reaches the instance, simplest first.
 PRODUCERS = (None, "clone", "view")
 _DEFAULT_MAX_INSTANCES = 3
-_OUTCOME_CACHE_SIZE = 1024
 
 
 @dataclasses.dataclass
@@ -224,50 +224,6 @@ class _Rewrite:
         return repr(self.rewrite)
 
 
-def _isolated_truth(rewrite: RecordedRewrite, inst: Traced) -> Traced:
-    """The ground truth of a self-contained instance (plain, or a near miss edited in its graph)
-    from Inductor's matcher holding ``rewrite`` alone, run on the instance's graph:
-
-    - a plain instance it rewrites stays ``must_match=True``; one its ``extra_check`` rejects is
-      ``must_match=False, reason="extra_check"``; one it cannot match at all (another trace than the
-      registered pattern, a failed re-trace) is ``must_match=None, reason="trace_differs"``;
-    - a near miss it rewrites (e.g. a ``"constant"`` a ``scalar_workaround`` makes a wildcard) is
-      ``must_match=None``, its reason kept; one it leaves alone stays ``must_match=False``;
-    - where the matcher raises (an ``extra_check`` that raises), ``must_match=None`` (reason
-      ``"matcher_raised"`` for a plain instance): the pass under test raises there too, a crash.
-
-    Memoised per rewrite on the instance's exact trace, its tensor inputs' shapes, strides and
-    dtypes (what ``extra_check`` sees: fake tensors, no values) and its other inputs' values (a
-    ``scalar_workaround`` argument's value is in ``match.kwargs``)."""
-    isolated = rewrite._isolated_pass()
-    key = (tuple(_arg_key(a) for a in inst.args), signature(inst.gm))
-    outcome = isolated.outcomes.get(key)
-    if outcome is None:
-        gm = copy.deepcopy(inst.gm)
-        propagate_fake(gm, inst.args)
-        isolated.checks.clear()
-        try:
-            with quiet_fake_tensor_errors():
-                matched = isolated.pass_.apply(gm.graph) > 0
-        except Exception:  # noqa: BLE001 - e.g. a raising extra_check: the pass under test shows it
-            outcome = "matcher_raised"
-        else:
-            outcome = "matched" if matched else ("extra_check" if False in isolated.checks else "no_match")
-        if len(isolated.outcomes) >= _OUTCOME_CACHE_SIZE:
-            isolated.outcomes.clear()
-        isolated.outcomes[key] = outcome
-    if outcome == "matcher_raised":
-        return dataclasses.replace(inst, must_match=None, reason=inst.reason or outcome)
-    if inst.must_match is True:
-        if outcome == "extra_check":
-            return dataclasses.replace(inst, must_match=False, reason="extra_check")
-        if outcome == "no_match":
-            return dataclasses.replace(inst, must_match=None, reason="trace_differs")
-    elif outcome == "matched":
-        return dataclasses.replace(inst, must_match=None)
-    return inst
-
-
 def _scalar_values(example: Any) -> st.SearchStrategy[Any]:
     """Values of a ``scalar_workaround`` argument, ``example`` first (the simplest: shrinks to it).
 
@@ -402,7 +358,7 @@ def _full_example(pattern: Callable[..., Any], example: Sequence[Any], positions
         )
     names = _parameters(pattern)
     for position in positions:
-        if isinstance(example[position], (torch.Tensor, _TensorLike)):
+        if isinstance(example[position], (torch.Tensor, TensorLike)):
             raise InvalidArgument(
                 f"scalar_workaround names {names[position]!r}, but example_inputs[{position}] is the tensor "
                 f"{short_repr(example[position])}: a scalar_workaround argument is a Python number"
@@ -438,7 +394,7 @@ class _Wildcards:
 
             spec = self.spec
             example = spec["example_inputs"] if spec["example_inputs"] is not None else args
-            example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in example)
+            example = tuple(x.zeros() if isinstance(x, TensorLike) else x for x in example)
             self.reference = signature(trace(spec["pattern"], example, spec["trace_fn"]), loose=True)
             self._rewrite = pattern_rewrite(
                 spec["pattern"],
@@ -522,12 +478,12 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
         # contracted size of 1): Inductor cannot match it, a hand-written pass may.
         chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
     if "rewrite" in spec and chosen.must_match is not None and not chosen.extra_user:
-        chosen = _isolated_truth(spec["rewrite"].rewrite, chosen)
+        chosen = isolated_truth(spec["rewrite"].rewrite, chosen)
     elif "wildcards" in spec and chosen.must_match is False:
         wildcards = spec["wildcards"]
         if wildcards.given and chosen.reason in _EDITED_KINDS:
             # the edited argument may be one the pass's matcher holds as a wildcard: ask it
-            chosen = _isolated_truth(wildcards.rewrite(args), chosen)
+            chosen = isolated_truth(wildcards.rewrite(args), chosen)
         elif chosen.reason in _ASKED_KINDS:
             chosen = _asked_truth(wildcards, args, chosen, signature(gm, loose=True))
     return chosen
@@ -542,14 +498,14 @@ def _asked_truth(wildcards: _Wildcards, args: tuple[Any, ...], inst: Traced, str
     if not wildcards.broken:
         try:
             rewrite = wildcards.rewrite(args)
-            rewrite._isolated_pass()
+            isolated_pass(rewrite)
         except Exception:  # noqa: BLE001 - whatever register_replacement raises: no matcher
             if wildcards.given:
                 raise
             wildcards.broken = True
         else:
             if wildcards.reference == structure:
-                return _isolated_truth(rewrite, inst)
+                return isolated_truth(rewrite, inst)
     return dataclasses.replace(inst, must_match=None)
 
 
@@ -634,7 +590,7 @@ def _reference(spec: dict[str, Any]) -> tuple[Any, ...] | None:
     if spec["example_inputs"] is None:
         return None
     if "reference" not in spec:
-        example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in spec["example_inputs"])
+        example = tuple(x.zeros() if isinstance(x, TensorLike) else x for x in spec["example_inputs"])
         spec["reference"] = signature(_trace_checked(spec["pattern"], example, spec["trace_fn"]), loose=True)
     return spec["reference"]
 
@@ -879,7 +835,7 @@ def planted(
         "pass_config": pass_config,
         "name": _pattern_name(pattern) if name is None else _identifier(name),
         # shapes and dtypes only: the strategy's repr keys the example database
-        "example_inputs": None if example_inputs is None else tuple(map(_TensorLike.of, example_inputs)),
+        "example_inputs": None if example_inputs is None else tuple(map(TensorLike.of, example_inputs)),
     }
     # Inductor's matcher for the pattern (the ground truth of some near misses); the spec's repr keys
     # the example database: each prints its arguments only
