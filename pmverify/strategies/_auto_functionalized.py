@@ -38,6 +38,7 @@ from .._validation import validate_choices, validate_strategy
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
 from ._drawn import validate_drawn_case
 from ._mutations import Editor, apply_view, meta_val
+from ._public import public_call
 
 __all__ = ["with_mutating_custom_ops", "VERSIONS"]
 
@@ -272,5 +273,6 @@ def with_mutating_custom_ops(
         for version in versions:
             if not isinstance(version, int) or isinstance(version, bool):
                 raise InvalidArgument(f"versions={versions!r} holds {version!r}, not one of {VERSIONS}")
+    given = versions
     versions = validate_choices("versions", versions, VERSIONS)
-    return _functional_cases(cases, tuple(versions))
+    return public_call(with_mutating_custom_ops, _functional_cases(cases, tuple(versions)), cases, versions=given)

@@ -31,6 +31,7 @@ from .._case import GraphCase
 from .._validation import validate_choices, validate_dtypes, validate_int, validate_optional_int, validate_order
 from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp
 from ._ops_core import Builder
+from ._public import public_call
 
 __all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES"]
 
@@ -184,6 +185,7 @@ def fx_graphs(
             result = pmverify.check_case(MyPass(), case)
             assert result.ok, result.violations
     """
+    given_max, given_dtypes, given_ops = max_nodes, dtypes, ops
     validate_int("min_nodes", min_nodes, minimum=1)
     validate_optional_int("max_nodes", max_nodes, minimum=1)
     if max_nodes is None:
@@ -202,4 +204,5 @@ def fx_graphs(
             f"no graph of ops={list(names)!r} (op nodes each: {costs}) has between min_nodes={min_nodes} "
             f"and max_nodes={max_nodes} op nodes"
         )
-    return _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable))
+    drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable))
+    return public_call(fx_graphs, drawn, min_nodes=min_nodes, max_nodes=given_max, dtypes=given_dtypes, ops=given_ops)

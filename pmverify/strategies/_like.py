@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._validation import short_repr, validate_int, validate_optional_int, validate_order
+from ._public import public_call
 from ._tensors import TENSOR_DTYPES, tensors
 
-__all__ = ["like", "Dim", "TensorLike"]
+__all__ = ["like", "Dim", "TensorLike", "StridedLike"]
 
 _DEFAULT_MAX_SIDE = 16
 
@@ -182,14 +183,14 @@ class TensorLike:
 
     @classmethod
     def of(cls, value: Any) -> Any:
-        """The description of a tensor (:class:`_StridedLike` for a non-contiguous one); any other
+        """The description of a tensor (:class:`StridedLike` for a non-contiguous one); any other
         value as it is."""
         if not isinstance(value, torch.Tensor):
             return value
         grad = bool(value.requires_grad and value.is_floating_point())
         if value.is_contiguous():
             return TensorLike(tuple(value.shape), value.dtype, grad)
-        return _StridedLike(tuple(value.shape), value.dtype, grad, tuple(value.stride()))
+        return StridedLike(tuple(value.shape), value.dtype, grad, tuple(value.stride()))
 
     def strides_at(self, shape: Sequence[int]) -> tuple[int, ...] | None:
         """The strides of this layout at ``shape`` (None: contiguous)."""
@@ -221,7 +222,7 @@ class TensorLike:
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class _StridedLike(TensorLike):
+class StridedLike(TensorLike):
     """A non-contiguous example tensor: also its strides (its layout family, :func:`layout_strides`)."""
 
     stride: tuple[int, ...] = ()
@@ -230,7 +231,7 @@ class _StridedLike(TensorLike):
         return layout_strides(self.shape, self.stride, shape)
 
     def resized(self, shape: Sequence[int]) -> TensorLike:
-        return _StridedLike(
+        return StridedLike(
             tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape)
         )
 
@@ -311,7 +312,10 @@ def like(
     validate_int("max_side", max_side, minimum=0)
     validate_order("min_side", min_side, "max_side", max_side)
     symbols = _symbols(example, vary, min_side, max_side)
-    strategy = _inputs(tuple(map(TensorLike.of, example)), symbols)
+    described = tuple(map(TensorLike.of, example))
+    strategy = public_call(
+        like, _inputs(described, symbols), described, vary=vary, min_side=min_side, max_side=max_side
+    )
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
     strategy.pmverify_example_inputs = example
     return strategy

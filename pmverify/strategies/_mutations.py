@@ -33,6 +33,7 @@ from .._case import GraphCase, MutationSite, PlantedInstance
 from .._fx import flat_nodes, is_view
 from .._validation import validate_int, validate_strategy
 from ._drawn import validate_drawn_case
+from ._public import public_call
 
 __all__ = [
     "with_mutations",
@@ -459,4 +460,4 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
     """
     validate_strategy("cases", cases)
     validate_int("max_mutations", max_mutations, 1)
-    return _inplace_cases(cases, max_mutations)
+    return public_call(with_mutations, _inplace_cases(cases, max_mutations), cases, max_mutations=max_mutations)

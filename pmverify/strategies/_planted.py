@@ -47,6 +47,7 @@ from .._validation import short_repr, validate_choices, validate_int, validate_o
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
 from ._like import TensorLike, like
 from ._near_miss import NEAR_MISS_KINDS, kind_applies, variants
+from ._public import Shown, public_call
 from ._recorded_inputs import NumberForms, recorded_example
 from ._traced import Traced, runs_eagerly, signature
 from ._truth import isolated_truth
@@ -755,6 +756,21 @@ def planted(
         def test_my_pass():
             pmverify.verify(MyRMSNormPass(), cases)
     """
+    # the public call as given, for the strategy's repr (which keys the example database)
+    call_args = (Shown(repr(pattern)) if isinstance(pattern, RecordedRewrite) else pattern,)
+    call_args += () if inputs is None else (inputs,)
+    call_kwargs = {
+        "context": context,
+        "min_instances": min_instances,
+        "max_instances": max_instances,
+        "near_misses": near_misses,
+        "trace_fn": trace_fn,
+        "example_inputs": example_inputs,
+        "pass_config": pass_config,
+        "name": name,
+        "scalar_workaround": scalar_workaround,
+        "exclusive_arg_names": exclusive_arg_names,
+    }
     rewrite = pattern if isinstance(pattern, RecordedRewrite) else None
     if rewrite is not None:
         given = (
@@ -854,4 +870,6 @@ def planted(
             )
         if recorded_args.describe_cap() is not None:
             spec["cap"] = recorded_args.describe_cap()
-    return _cases(spec)
+    if call_kwargs["example_inputs"] is not None:  # shapes and dtypes only, as in the spec
+        call_kwargs["example_inputs"] = tuple(map(TensorLike.of, call_kwargs["example_inputs"]))
+    return public_call(planted, _cases(spec), *call_args, **call_kwargs)

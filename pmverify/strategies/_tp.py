@@ -24,6 +24,7 @@ from torch.distributed.tensor import Replicate, Shard
 from .._case import GraphCase
 from .._validation import short_repr, validate_strategy
 from ._drawn import validate_drawn_case
+from ._public import public_call
 from ._tensors import DEFAULT_BOUND, tensors, tp_sizes
 
 __all__ = ["tp_cases", "Replicate", "Shard"]
@@ -135,10 +136,12 @@ def tp_cases(
         per_rank = planted(qk_norm_pattern, like((qkv, q_weight, k_weight), vary={"tokens": [(0, 0)]}))
         cases = tp_cases(per_rank, placements=lambda case: [Replicate()] * len(case.inputs[0]))
     """
+    given_world = tp_world
     validate_strategy("cases", cases)
     if tp_world is None:
         tp_world = tp_sizes()
     validate_strategy("tp_world", tp_world)
     if placements is not None and not callable(placements):
         _check_kinds(placements)
-    return _tp_cases(cases, placements, tp_world)
+    drawn = _tp_cases(cases, placements, tp_world)
+    return public_call(tp_cases, drawn, cases, placements=placements, tp_world=given_world)
