@@ -231,9 +231,7 @@ class StridedLike(TensorLike):
         return layout_strides(self.shape, self.stride, shape)
 
     def resized(self, shape: Sequence[int]) -> TensorLike:
-        return StridedLike(
-            tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape)
-        )
+        return StridedLike(tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape))
 
 
 @st.composite
