@@ -9,21 +9,7 @@ import pytest
 import torch
 from hypothesis import find
 
-import pmverify.strategies as strategies
-from pmverify.strategies import (
-    Dim,
-    Replicate,
-    dtypes,
-    fx_graphs,
-    like,
-    planted,
-    shapes,
-    tensors,
-    tp_cases,
-    tp_sizes,
-    with_mutating_custom_ops,
-    with_mutations,
-)
+from pmverify import strategies as S
 
 
 def scale_pattern(x, w):
@@ -34,32 +20,32 @@ EXAMPLE = (torch.empty(4, 8), torch.empty(8))
 
 #: One call of each public strategy, with arguments that must show in its repr.
 CALLS = {
-    "dtypes": (lambda: dtypes(allowed=[torch.bfloat16]), ["allowed=[torch.bfloat16]"]),
-    "shapes": (lambda: shapes(max_dims=2), ["max_dims=2"]),
+    "dtypes": (lambda: S.dtypes(allowed=[torch.bfloat16]), ["allowed=[torch.bfloat16]"]),
+    "shapes": (lambda: S.shapes(max_dims=2), ["max_dims=2"]),
     "tensors": (
-        lambda: tensors(torch.float16, (2, 3), max_magnitude=2.0),
+        lambda: S.tensors(torch.float16, (2, 3), max_magnitude=2.0),
         ["torch.float16", "(2, 3)", "max_magnitude=2.0"],
     ),
-    "tp_sizes": (lambda: tp_sizes(max_size=4), ["max_size=4"]),
-    "fx_graphs": (lambda: fx_graphs(max_nodes=5, ops=["neg", "add"]), ["max_nodes=5", "ops=['neg', 'add']"]),
+    "tp_sizes": (lambda: S.tp_sizes(max_size=4), ["max_size=4"]),
+    "fx_graphs": (lambda: S.fx_graphs(max_nodes=5, ops=["neg", "add"]), ["max_nodes=5", "ops=['neg', 'add']"]),
     "like": (
-        lambda: like(EXAMPLE, vary={Dim("tokens", max=8): [(0, 0)]}),
+        lambda: S.like(EXAMPLE, vary={S.Dim("tokens", max=8): [(0, 0)]}),
         ["TensorLike(shape=(4, 8), dtype=torch.float32", "vary={Dim(name='tokens', min=None, max=8)"],
     ),
     "planted": (
-        lambda: planted(scale_pattern, like(EXAMPLE), max_instances=1, near_misses=["dim"]),
+        lambda: S.planted(scale_pattern, S.like(EXAMPLE), max_instances=1, near_misses=["dim"]),
         ["planted(scale_pattern, like(", "max_instances=1", "near_misses=['dim']"],
     ),
     "with_mutations": (
-        lambda: with_mutations(fx_graphs(), max_mutations=1),
+        lambda: S.with_mutations(S.fx_graphs(), max_mutations=1),
         ["with_mutations(fx_graphs()", "max_mutations=1"],
     ),
     "with_mutating_custom_ops": (
-        lambda: with_mutating_custom_ops(fx_graphs(), versions=[2]),
+        lambda: S.with_mutating_custom_ops(S.fx_graphs(), versions=[2]),
         ["with_mutating_custom_ops(fx_graphs()", "versions=[2]"],
     ),
     "tp_cases": (
-        lambda: tp_cases(fx_graphs(), placements=[Replicate()], tp_world=tp_sizes(min_size=2)),
+        lambda: S.tp_cases(S.fx_graphs(), placements=[S.Replicate()], tp_world=S.tp_sizes(min_size=2)),
         ["placements=[Replicate()]", "tp_world=tp_sizes(min_size=2)"],
     ),
 }
@@ -70,9 +56,7 @@ PRIVATE_CALL = re.compile(r"(?<![\w.])_\w+\(")
 
 def test_every_generic_public_strategy_is_covered():
     functions = {
-        name
-        for name in strategies.__all__
-        if callable(getattr(strategies, name)) and name[0].islower() and "qk_norm" not in name
+        name for name in S.__all__ if callable(getattr(S, name)) and name[0].islower() and "qk_norm" not in name
     }
     assert functions == set(CALLS)
 
@@ -88,22 +72,24 @@ def test_repr_is_the_public_call(name):
 
 
 def test_arguments_left_at_their_default_are_left_out():
-    for function in (dtypes, shapes, tp_sizes, fx_graphs):
+    for function in (S.dtypes, S.shapes, S.tp_sizes, S.fx_graphs):
         assert repr(function()) == f"{function.__name__}()"
-    for function in (with_mutations, with_mutating_custom_ops, tp_cases):
-        assert repr(function(fx_graphs())) == f"{function.__name__}(fx_graphs())"
-    assert repr(planted(scale_pattern, like(EXAMPLE))) == f"planted(scale_pattern, {like(EXAMPLE)!r})"
-    assert repr(tensors(torch.float32, (2,))) == "tensors(torch.float32, (2,))"
+    for function in (S.with_mutations, S.with_mutating_custom_ops, S.tp_cases):
+        assert repr(function(S.fx_graphs())) == f"{function.__name__}(fx_graphs())"
+    assert repr(S.planted(scale_pattern, S.like(EXAMPLE))) == f"planted(scale_pattern, {S.like(EXAMPLE)!r})"
+    assert repr(S.tensors(torch.float32, (2,))) == "tensors(torch.float32, (2,))"
 
 
 def test_arguments_tell_strategies_apart():
     """The repr keys the example database: different calls, different reprs."""
-    assert repr(fx_graphs(max_nodes=5)) != repr(fx_graphs(max_nodes=6))
-    assert repr(like(EXAMPLE)) != repr(like((torch.empty(4, 8), torch.empty(8, dtype=torch.float16))))
-    assert repr(planted(scale_pattern, like(EXAMPLE))) != repr(planted(scale_pattern, like(EXAMPLE), max_instances=1))
+    assert repr(S.fx_graphs(max_nodes=5)) != repr(S.fx_graphs(max_nodes=6))
+    assert repr(S.like(EXAMPLE)) != repr(S.like((torch.empty(4, 8), torch.empty(8, dtype=torch.float16))))
+    assert repr(S.planted(scale_pattern, S.like(EXAMPLE))) != repr(
+        S.planted(scale_pattern, S.like(EXAMPLE), max_instances=1)
+    )
 
 
 def test_public_strategy_draws_what_it_wraps():
-    assert find(tp_sizes(min_size=2), lambda n: True) == 2
-    assert find(shapes(min_dims=2), lambda s: True) == (1, 1)
-    assert not fx_graphs().is_empty
+    assert find(S.tp_sizes(min_size=2), lambda n: True) == 2
+    assert find(S.shapes(min_dims=2), lambda s: True) == (1, 1)
+    assert not S.fx_graphs().is_empty
