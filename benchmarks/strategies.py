@@ -41,6 +41,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from pmverify._fx import clear_trace_memo
 from pmverify.fusions.qk_norm import QKNormConfig
 from pmverify.fusions.qk_norm.patterns import rewrites
 from pmverify.strategies import (
@@ -57,7 +58,6 @@ from pmverify.strategies import (
     with_mutating_custom_ops,
     with_mutations,
 )
-from pmverify.strategies._near_miss import _TRACES
 
 
 def rms_pattern(x, w):
@@ -122,7 +122,7 @@ def main() -> None:
     for name, make in _strategies().items():
         strategy = make()
         measure(strategy, 1)  # warm-up: imports, op registration
-        _TRACES.clear()  # every row starts with planted's trace memo empty, as a fresh process does
+        clear_trace_memo()  # every row starts with planted's trace memo empty, as a fresh process does
         count, seconds = measure(strategy, args.examples)
         rate = count / seconds
         rows.append({"strategy": name, "cases": count, "seconds": seconds, "cases_per_s": rate})

@@ -1,14 +1,29 @@
-"""Small facts about FX nodes that the oracles and the strategies share."""
+"""Small facts about FX nodes that the oracles and the strategies share, and tracing a pattern as
+``register_replacement`` does (:func:`trace`: the strategies plant its traces, the gate search
+re-traces a rewrite's search function on other inputs)."""
 
 from __future__ import annotations
 
+import collections
 import operator
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch._guards import TracingContext, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-__all__ = ["is_view", "flat_nodes", "output_vals", "GRADIENT_OUTPUTS"]
+__all__ = [
+    "is_view",
+    "flat_nodes",
+    "output_vals",
+    "GRADIENT_OUTPUTS",
+    "arg_key",
+    "trace",
+    "clear_trace_memo",
+    "callable_placeholders",
+]
 
 #: Key of a case graph's output node ``meta``: the positions (in the flattened outputs) of the
 #: gradients a planted joint forward-backward instance returns. Autograd gives no stride contract
@@ -35,3 +50,66 @@ def output_vals(gm: torch.fx.GraphModule) -> list[Any]:
         getattr(arg, "meta", {}).get("val") if isinstance(arg, torch.fx.Node) else arg
         for arg in pytree.tree_leaves(output.args[0])
     ]
+
+
+_TRACES: collections.OrderedDict[Any, torch.fx.GraphModule] = collections.OrderedDict()
+_TRACE_CACHE_SIZE = 512
+
+
+def arg_key(value: Any) -> Any:
+    """What a trace depends on of one input: a tensor's shape, stride, dtype, device type and
+    ``requires_grad`` (not its values); another value's type and repr. Hashable."""
+    if isinstance(value, torch.Tensor):
+        shape, stride = tuple(value.shape), tuple(value.stride())
+        return ("tensor", shape, stride, value.dtype, value.device.type, value.requires_grad)
+    return ("value", type(value).__name__, repr(value))
+
+
+def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[..., Any] | None = None):
+    """Trace ``pattern`` on ``args`` with ``trace_fn`` (default Inductor's ``fwd_only``, the tracer
+    ``register_replacement`` uses) in one fake mode, so every node has ``meta["val"]``.
+
+    Traces are memoised on the pattern, the tracer and the inputs' shapes, strides, dtypes and
+    ``requires_grad`` (a joint trace differentiates the inputs that require it) (as
+    ``register_replacement`` assumes, a pattern's trace does not depend on input values): shrinking
+    re-draws the same shapes hundreds of times. Callers must not mutate the returned graph."""
+    key = (pattern, trace_fn, tuple(arg_key(a) for a in args))
+    try:
+        gm = _TRACES.pop(key)
+    except TypeError:  # an unhashable pattern or tracer: no memo
+        key = None
+    except KeyError:
+        gm = None
+    else:
+        _TRACES[key] = gm
+        return gm
+    if trace_fn is None:
+        from torch._inductor.pattern_matcher import fwd_only as trace_fn
+    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+        gm = callable_placeholders(trace_fn(pattern, list(args)))  # joint_fwd_bwd's cross its inputs
+    if key is not None:
+        _TRACES[key] = gm
+        while len(_TRACES) > _TRACE_CACHE_SIZE:
+            _TRACES.popitem(last=False)
+    return gm
+
+
+def clear_trace_memo() -> None:
+    """Forget every trace :func:`trace` memoised (a benchmark's rows each start as a fresh process)."""
+    _TRACES.clear()
+
+
+def callable_placeholders(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` with each placeholder's target set to its name, recompiled, when one differs.
+
+    ``joint_fwd_bwd`` clones the joint graph, which renames its placeholders (``primals_2``,
+    ``primals_4``... for targets ``primals_1``, ``primals_2``...); FX then generates
+    ``def forward(self, primals_1, primals_2, ...): primals_2 = primals_1; primals_4 = primals_2``,
+    so calling the module computes with its inputs crossed (an ``Interpreter``, which takes inputs
+    by position, and Inductor's matcher are not affected)."""
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    if any(node.target != node.name for node in placeholders):
+        for node in placeholders:
+            node.target = node.name
+        gm.recompile()
+    return gm

@@ -46,7 +46,7 @@ __all__ = [
     "Gate",
     "Lever",
     "RewriteGate",
-    "check_config_patches",
+    "validate_config_patches",
     "find_gate",
     "gate_of_rewrite",
     "inference_mode_gate",
@@ -196,7 +196,7 @@ def gate_of_rewrite(rewrite: Any, isolated: Any, *, forced: bool = False) -> Rew
     for args in _variants(rewrite.search_args):
         isolated.rejected.clear()
         if _apply_on(rewrite, isolated, args) and accepted is None:
-            from .strategies._validation import short_repr
+            from ._validation import short_repr
 
             accepted = short_repr(args)
         for match in () if forced else list(isolated.rejected.values()):
@@ -252,7 +252,7 @@ def inference_mode_gate(recorded: Any) -> str | None:
     return "outside torch.inference_mode() (a training pattern)" if registered else None
 
 
-def check_config_patches(config_patches: Any) -> dict[str, Any]:
+def validate_config_patches(config_patches: Any) -> dict[str, Any]:
     """``config_patches`` as a dict of options of ``torch._inductor.config`` (dotted names:
     ``"cpp.enable_concat_linear"``); InvalidArgument naming it for anything else, an unknown
     option, or a non-bool value for a bool option."""
@@ -308,7 +308,7 @@ def _apply_on(rewrite: Any, isolated: Any, args: tuple[Any, ...]) -> bool:
     import copy
 
     from ._apply import propagate_fake, quiet_fake_tensor_errors
-    from .strategies._near_miss import trace
+    from ._fx import trace
 
     try:
         gm = copy.deepcopy(trace(rewrite.search_fn, args, rewrite.trace_fn))
@@ -321,7 +321,7 @@ def _apply_on(rewrite: Any, isolated: Any, args: tuple[Any, ...]) -> bool:
 
 def _inputs(match: Any) -> str:
     """The match's inputs in words: ``mat1=tensor[5, 5]:float16, ...``."""
-    from .strategies._validation import short_repr
+    from ._validation import short_repr
 
     parts = []
     for name, value in match.kwargs.items():

@@ -22,7 +22,15 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["RecordedRewrite", "record_patterns", "original_register_replacement", "pattern_rewrite", "plain_tensors"]
+__all__ = [
+    "RecordedRewrite",
+    "IsolatedPass",
+    "isolated_pass",
+    "record_patterns",
+    "original_register_replacement",
+    "pattern_rewrite",
+    "plain_tensors",
+]
 
 #: The package of Inductor's own pattern passes; :attr:`RecordedRewrite.module` names them without it.
 _INDUCTOR_PASSES = "torch._inductor.fx_passes."
@@ -149,30 +157,10 @@ class RecordedRewrite:
 
         Raises ``ValueError`` when the registration registers nothing (``register_replacement``
         returns False: e.g. a ``joint_fwd_bwd`` pattern under inference mode)."""
-        return self._isolated_pass().pass_
-
-    def _isolated_pass(self) -> _Isolated:
-        """The cached one-rewrite pass, with the outcomes of its ``extra_check`` calls."""
-        if self._isolated is None:
-            from torch._inductor.pattern_matcher import PatternMatcherPass
-
-            isolated = _Isolated(PatternMatcherPass(pass_name=f"pmverify_rewrite_{self.name}"))
-            user_check = self.extra_check
-
-            def extra_check(match: Any) -> bool:
-                outcome = bool(user_check(match))
-                isolated.checks.append(outcome)
-                if not outcome:
-                    isolated.reject(match)
-                return outcome
-
-            if self.register(isolated.pass_, extra_check=extra_check) is False:
-                raise ValueError(f"registering {self!r} again registered nothing (register_replacement returned False)")
-            object.__setattr__(self, "_isolated", isolated)
-        return self._isolated
+        return isolated_pass(self).pass_
 
     def __repr__(self) -> str:
-        from .strategies._validation import short_repr
+        from ._validation import short_repr
 
         parts = [
             f"{_qualname(self.search_fn)} -> {_qualname(self.replace_fn)}",
@@ -193,7 +181,7 @@ class RecordedRewrite:
 
 
 @dataclasses.dataclass
-class _Isolated:
+class IsolatedPass:
     """A one-rewrite ``PatternMatcherPass`` and the outcomes of its ``extra_check`` since the
     caller last cleared them; ``outcomes`` memoises ground truth by the caller's key;
     ``rejected``: the first matches the ``extra_check`` rejected, one per
@@ -214,6 +202,29 @@ class _Isolated:
 
 
 _MAX_REJECTED = 8
+
+
+def isolated_pass(rewrite: RecordedRewrite) -> IsolatedPass:
+    """The one-rewrite pass of ``rewrite`` (registered on first use, cached on the record), with the
+    outcomes of its ``extra_check`` calls; what :meth:`RecordedRewrite.pattern_pass` returns the
+    pass of. Raises ``ValueError`` as it does."""
+    if rewrite._isolated is None:
+        from torch._inductor.pattern_matcher import PatternMatcherPass
+
+        isolated = IsolatedPass(PatternMatcherPass(pass_name=f"pmverify_rewrite_{rewrite.name}"))
+        user_check = rewrite.extra_check
+
+        def extra_check(match: Any) -> bool:
+            outcome = bool(user_check(match))
+            isolated.checks.append(outcome)
+            if not outcome:
+                isolated.reject(match)
+            return outcome
+
+        if rewrite.register(isolated.pass_, extra_check=extra_check) is False:
+            raise ValueError(f"registering {rewrite!r} again registered nothing (register_replacement returned False)")
+        object.__setattr__(rewrite, "_isolated", isolated)
+    return rewrite._isolated
 
 
 @dataclasses.dataclass

@@ -24,7 +24,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from ._check import CaseResult
-from ._record import RecordedRewrite
+from ._record import RecordedRewrite, isolated_pass
 from ._summary import (
     AllCasesVoid,
     RewriteNeverMatched,
@@ -80,7 +80,7 @@ def _never_matched(
     )
     found = None
     if result.outcomes.get("extra_check"):
-        found = gate_of_rewrite(rewrite, rewrite._isolated_pass(), forced=force_extra_check)
+        found = gate_of_rewrite(rewrite, isolated_pass(rewrite), forced=force_extra_check)
     if found is not None and found.gate is not None:
         condition = found.gate.condition
         return RewriteUnsatisfiable(
@@ -218,13 +218,13 @@ def check_rewrite(
     """
     from torch._inductor import config
 
-    from ._gates import check_config_patches, inference_mode_gate, rewrite_copy
+    from ._gates import inference_mode_gate, rewrite_copy, validate_config_patches
 
     if not isinstance(recorded, RecordedRewrite):
         raise InvalidArgument(f"recorded={recorded!r} must be a RecordedRewrite (from pmverify.record_patterns())")
     if not isinstance(force_extra_check, bool):
         raise InvalidArgument(f"force_extra_check={force_extra_check!r} must be a bool")
-    patches = check_config_patches(config_patches)
+    patches = validate_config_patches(config_patches)
     with config.patch(patches) if patches else contextlib.nullcontext():
         rewrite, simulated = (
             rewrite_copy(recorded, force_extra_check=force_extra_check)
@@ -300,7 +300,7 @@ def _search(
         counts["comparable"] += result.matches > 0 and result.not_comparable is None
         outcomes.update(_outcome(instance) for instance in result.case.planted)
 
-    rewrite._isolated_pass().rejected.clear()
+    isolated_pass(rewrite).rejected.clear()
     try:
         summary = verify(
             rewrite.pattern_pass(),

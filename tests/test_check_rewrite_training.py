@@ -16,11 +16,12 @@ from torch._inductor import pattern_matcher as pm
 
 from pmverify import GraphCase, PassVerificationError, check_case, verify
 from pmverify._apply import error_summary
-from pmverify._fx import GRADIENT_OUTPUTS
+from pmverify._fx import GRADIENT_OUTPUTS, trace
 from pmverify._record import record_patterns
 from pmverify._rewrite import RewriteResult, check_rewrite
 from pmverify.strategies import like, planted
-from pmverify.strategies._near_miss import Traced, trace, variants
+from pmverify.strategies._near_miss import variants
+from pmverify.strategies._traced import Traced
 
 
 def _tanh_mul(x, y):

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from ._near_miss import Traced, _all_finite, _runs
+from ._traced import Traced, all_finite, runs
 
 __all__ = ["ARGUMENT_KINDS", "argument_variant", "argument_kind_applies"]
 
@@ -293,11 +293,11 @@ def _edited(base: Traced, edit: tuple[int, Any, tuple, dict, Any, str]) -> tuple
 
 
 def _first_valid(base: Traced, edits: list, kind: str, pick: _Pick) -> Traced | None:
-    finite = _all_finite(base.gm, base.args)
+    finite = all_finite(base.gm, base.args)
     while edits:
         edit = edits.pop(pick(len(edits)))
         gm, args = _edited(base, edit)
-        if _runs(gm, args, finite):
+        if runs(gm, args, finite):
             return Traced(gm, args, False, kind, detail=edit[-1])
     return None
 
@@ -363,7 +363,7 @@ def _moved(value: Any, rank: int, move: tuple[int, int, bool]) -> Any:
 
 def _reduction_dim(base: Traced, pick: _Pick) -> Traced | None:
     moves = _reduction_dim_edits(base.gm)
-    finite = _all_finite(base.gm, base.args)
+    finite = all_finite(base.gm, base.args)
     while moves:
         move = moves.pop(pick(len(moves)))
         graph = copy.deepcopy(base.gm.graph)
@@ -380,7 +380,7 @@ def _reduction_dim(base: Traced, pick: _Pick) -> Traced | None:
                 node.kwargs = {**node.kwargs, slot: new}
             changed.append(f"{node.target} {value!r} -> {new!r}")
         gm = torch.fx.GraphModule(base.gm, graph)
-        if _runs(gm, base.args, finite):
+        if runs(gm, base.args, finite):
             how = "swapped with" if move[1] in _used(base.gm) else "moved to"
             detail = f"dim {move[0]} {how} {move[1]}: " + ", ".join(changed)
             return Traced(gm, base.args, False, "reduction_dim", detail=detail)
@@ -422,7 +422,7 @@ def _value_edits(base: Traced) -> list[tuple[int, Any, str]]:
 
 def _values(base: Traced, pick: _Pick) -> Traced | None:
     edits = _value_edits(base)
-    finite = _all_finite(base.gm, base.args)
+    finite = all_finite(base.gm, base.args)
     names = [ph.name for ph in base.gm.graph.find_nodes(op="placeholder")]
     while edits:
         index, value, role = edits.pop(pick(len(edits)))
@@ -432,7 +432,7 @@ def _values(base: Traced, pick: _Pick) -> Traced | None:
         except RuntimeError:  # a value the dtype cannot hold (-1 in uint8)
             continue
         args = (*base.args[:index], tensor, *base.args[index + 1 :])
-        if _runs(base.gm, args, finite):
+        if runs(base.gm, args, finite):
             detail = f"input {names[index]} (argument {index}, {role}) given {value!r} at every other element"
             return Traced(base.gm, args, None, "values", detail=detail)
     return None

@@ -35,9 +35,11 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase, MutationSite
 from .._compat import from_functional, functionalize_key_excluded
+from .._validation import validate_choices, validate_strategy
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
-from ._mutations import _Editor, _val, apply_view
-from ._validation import check_choices, check_drawn_case, check_strategy
+from ._drawn import validate_drawn_case
+from ._mutations import Editor, apply_view, meta_val
+from ._public import public_call
 
 __all__ = ["with_mutating_custom_ops", "VERSIONS"]
 
@@ -112,7 +114,7 @@ def _snippet(call: _Call) -> torch.fx.GraphModule:
     return gm
 
 
-def _splice(editor: _Editor, slot: torch.fx.Node, call: _Call, actual: Sequence[torch.fx.Node]):
+def _splice(editor: Editor, slot: torch.fx.Node, call: _Call, actual: Sequence[torch.fx.Node]):
     """Copy the nodes of ``call``'s snippet before ``slot``, its placeholders bound to ``actual``;
     return (the new nodes, the nodes standing for the snippet's outputs)."""
     snippet = _snippet(call)
@@ -127,7 +129,7 @@ def _splice(editor: _Editor, slot: torch.fx.Node, call: _Call, actual: Sequence[
     return [env[n] for n in added], [env[n] for n in output.args[0]]
 
 
-def _rewire(editor: _Editor, base: torch.fx.Node, new: torch.fx.Node, slot: torch.fx.Node, added: set) -> None:
+def _rewire(editor: Editor, base: torch.fx.Node, new: torch.fx.Node, slot: torch.fx.Node, added: set) -> None:
     """Readers of ``base`` at or after ``slot`` read ``new`` instead, except planted-instance nodes
     (their structure is ground truth) and the nodes just added."""
     order = editor.order()
@@ -136,7 +138,7 @@ def _rewire(editor: _Editor, base: torch.fx.Node, new: torch.fx.Node, slot: torc
             user.replace_input_with(base, new)
 
 
-def _return(editor: _Editor, nodes: Sequence[torch.fx.Node]) -> None:
+def _return(editor: Editor, nodes: Sequence[torch.fx.Node]) -> None:
     output = editor.graph.output_node()
     result = output.args[0]
     if isinstance(result, (tuple, list)):
@@ -145,7 +147,7 @@ def _return(editor: _Editor, nodes: Sequence[torch.fx.Node]) -> None:
         output.args = ((result, *nodes),)
 
 
-def _add_custom_op(draw: Any, editor: _Editor, versions: tuple[int, ...], copies: list) -> None:
+def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies: list) -> None:
     spec: CustomOpSpec = draw(st.sampled_from(CUSTOM_OPS))
     version = draw(st.sampled_from(versions))
     placement, index, slot = editor.draw_slot(draw)
@@ -162,8 +164,8 @@ def _add_custom_op(draw: Any, editor: _Editor, versions: tuple[int, ...], copies
         other = draw(st.sampled_from(choices))
         operands.append(editor.new_input("act", shape, dtype) if other is None else other)
     scalars = tuple(draw(st.sampled_from(_SCALES)) for _ in spec.scalars)
-    layouts = tuple(_layout(_val(node)) for node in bases)
-    call = _Call(spec.name, version, layouts, tuple(_layout(_val(n)) for n in operands), view, scalars)
+    layouts = tuple(_layout(meta_val(node)) for node in bases)
+    call = _Call(spec.name, version, layouts, tuple(_layout(meta_val(n)) for n in operands), view, scalars)
 
     added, results = _splice(editor, slot, call, bases + operands)
     hop = next(n for n in added if isinstance(n.target, torch._ops.HigherOrderOperator))
@@ -200,13 +202,13 @@ def _add_custom_op(draw: Any, editor: _Editor, versions: tuple[int, ...], copies
 @st.composite
 def _functional_cases(draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...]) -> GraphCase:
     case = draw(cases)
-    check_drawn_case("cases", case)
+    validate_drawn_case("cases", case)
     if case.form != "functional":
         raise InvalidArgument(
             f"cases drew a case of form={case.form!r}; with_mutating_custom_ops takes functional cases "
             "(compose as with_mutations(with_mutating_custom_ops(...)))"
         )
-    editor = _Editor(case, draw(st.integers(0, 2**32 - 1)))
+    editor = Editor(case, draw(st.integers(0, 2**32 - 1)))
     # AOTAutograd never returns a view of an input it copies into: such an output would see the
     # copy_ at the end of the graph, which a correct rewrite of the view (e.g. into a copy) need not.
     editor.protected = editor.aliased_inputs()
@@ -265,10 +267,11 @@ def with_mutating_custom_ops(
             result = pmverify.check_case(QKNormFusionPass, case)
             assert result.ok and result.matches == case.expected_matches, result.violations
     """
-    check_strategy("cases", cases)
+    validate_strategy("cases", cases)
     if isinstance(versions, (Sequence, set, frozenset)) and not isinstance(versions, (str, bytes)):
         for version in versions:
             if not isinstance(version, int) or isinstance(version, bool):
                 raise InvalidArgument(f"versions={versions!r} holds {version!r}, not one of {VERSIONS}")
-    versions = check_choices("versions", versions, VERSIONS)
-    return _functional_cases(cases, tuple(versions))
+    given = versions
+    versions = validate_choices("versions", versions, VERSIONS)
+    return public_call(with_mutating_custom_ops, _functional_cases(cases, tuple(versions)), cases, versions=given)

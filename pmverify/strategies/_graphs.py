@@ -19,24 +19,19 @@ test cases at 5 times the length of the minimal one, as for any strategy of vary
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import itertools
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase
-from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp, Val
-from ._ops_core import kind_of, provisional
-from ._tensors import DEFAULT_BOUND, max_magnitude_of, tensors
-from ._validation import check_choices, check_dtypes, check_int, check_optional_int, check_order
+from .._validation import validate_choices, validate_dtypes, validate_int, validate_optional_int, validate_order
+from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp
+from ._ops_core import Builder
+from ._public import public_call
 
 __all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES"]
 
@@ -45,150 +40,7 @@ _DEFAULT_MAX_NODES = 8
 #: post-grad graphs compute in, int64 (indices, argmax), int32 and bool (masks). float64 is left
 #: out: the semantics oracle's reference computes in float64, so a float64 graph is its own reference.
 DEFAULT_GRAPH_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
-#: How many of the most recent fitting values an operand is drawn from (besides a new input).
-_WINDOW = 4
 _BY_NAME = {op.name: op for op in OPS}
-
-
-class _Builder:
-    """A graph under construction: its nodes, fake mode, values and real inputs."""
-
-    def __init__(self, draw: Any, dtypes: Sequence[torch.dtype]) -> None:
-        self.draw = draw
-        self.dtypes = tuple(dtypes)
-        self.graph = torch.fx.Graph()
-        self.mode = FakeTensorMode()
-        self.values: list[Val] = []
-        self.inputs: list[torch.Tensor] = []
-        self.op_nodes = 0
-        self._last_input: torch.fx.Node | None = None
-
-    def allows(self, dtype: torch.dtype) -> bool:
-        """Whether values of ``dtype`` may appear (``dtype`` is one of the case's dtypes)."""
-        return dtype in self.dtypes
-
-    def of_kinds(self, kinds: Sequence[str]) -> list[torch.dtype]:
-        return [d for d in self.dtypes if kind_of(d) in kinds]
-
-    def new_input(
-        self,
-        shape: tuple[int, ...],
-        dtype: torch.dtype,
-        *,
-        max_magnitude: float | None = None,
-        elements: st.SearchStrategy | None = None,
-    ) -> Val:
-        """A new placeholder (after the others) holding a tensor drawn by :func:`tensors`. Its bound
-        is its real magnitude, at least 2 for a floating input (room for what ``with_mutations`` and
-        ``tp_cases`` may give it)."""
-        if elements is not None:
-            real = self.draw(tensors(dtype, shape, elements=elements))
-        else:
-            real = self.draw(tensors(dtype, shape, max_magnitude=max_magnitude))
-        if self._last_input is not None:
-            where = self.graph.inserting_after(self._last_input)
-        elif len(self.graph.nodes):
-            where = self.graph.inserting_before(next(iter(self.graph.nodes)))
-        else:
-            where = contextlib.nullcontext()
-        with where:
-            node = self.graph.placeholder(f"x{len(self.inputs)}")
-        node.meta["val"] = self.mode.from_tensor(real)
-        self._last_input = node
-        self.inputs.append(real)
-        if dtype == torch.bool:
-            magnitude, nonneg = 1.0, True
-        elif dtype.is_floating_point:  # with_mutations may make it negative
-            magnitude, nonneg = max(float(real.abs().max()) if real.numel() else 0.0, DEFAULT_BOUND), False
-        else:  # never written: exact
-            magnitude = float(real.abs().max()) if real.numel() else 0.0
-            nonneg = not real.numel() or bool(real.min() >= 0)
-        value = Val(node, magnitude, node.meta["val"], nonneg)
-        self.values.append(value)
-        return value
-
-    def _largest_accepted(self, accepts: Callable[[Val], bool], shape: tuple[int, ...], dtype: torch.dtype) -> float:
-        """The largest magnitude (a power of two from the dtype's default down to 2) at which
-        ``accepts`` takes a new input of ``shape`` and ``dtype``."""
-        meta = torch.empty(shape, dtype=dtype, device="meta")
-        if not dtype.is_floating_point:
-            return max_magnitude_of(dtype)
-        magnitude = max_magnitude_of(dtype)
-        while magnitude > DEFAULT_BOUND and not accepts(Val(None, magnitude, meta)):
-            magnitude /= 2
-        return magnitude
-
-    def operand(
-        self,
-        accepts: Callable[[Val], bool],
-        fresh: st.SearchStrategy[tuple[int, ...]],
-        dtypes: Sequence[torch.dtype],
-        *,
-        elements: st.SearchStrategy | None = None,
-    ) -> Val:
-        """One of the ``_WINDOW`` most recent values that ``accepts`` (the most recent first), or a
-        new input of one of ``dtypes`` whose shape ``fresh`` draws (and that ``accepts`` by the op
-        table's contract), with values from ``elements`` if given (index tensors)."""
-        candidates = list(itertools.islice((value for value in reversed(self.values) if accepts(value)), _WINDOW))
-        if candidates:
-            i = self.draw(st.integers(0, len(candidates)))
-            if i < len(candidates):
-                return candidates[i]
-        shape = self.draw(fresh)
-        fitting = list(dtypes) if elements is not None else [d for d in dtypes if accepts(provisional(shape, d))]
-        if not fitting:
-            raise AssertionError(f"the op table's fresh input of shape {shape} is accepted in none of {list(dtypes)}")
-        dtype = self.draw(st.sampled_from(fitting))
-        if elements is not None:
-            value = self.new_input(shape, dtype, elements=elements)
-        else:
-            value = self.new_input(shape, dtype, max_magnitude=self._largest_accepted(accepts, shape, dtype))
-        if not accepts(value):
-            raise AssertionError(f"the op table's fresh {dtype} input of shape {value.shape} is not accepted")
-        return value
-
-    def call(
-        self,
-        target: Any,
-        args: tuple,
-        kwargs: dict | None = None,
-        *,
-        bound: float | None = None,
-        nonneg: bool = False,
-    ) -> torch.fx.Node:
-        """Emit ``target(*args, **kwargs)``; with ``bound``, its result becomes a value (of one of the
-        case's dtypes, with that bound on its magnitude)."""
-        kwargs = kwargs or {}
-        if isinstance(target, torch._ops.OpOverload):
-            positional = {a.name for a in target._schema.arguments if not a.kwarg_only}
-            if positional & set(kwargs):  # make_fx's convention: positional arguments positionally
-                raise AssertionError(f"{target} given positional arguments {positional & set(kwargs)} as keywords")
-        name = "getitem" if target is operator.getitem else target._opname
-        node = self.graph.create_node("call_function", target, args, kwargs, name=name)
-        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
-        with self.mode:
-            result = target(*fake_args, **fake_kwargs)
-        node.meta["val"] = (
-            [snapshot_fake(r) for r in result] if isinstance(result, (list, tuple)) else snapshot_fake(result)
-        )
-        if target is not operator.getitem:
-            self.op_nodes += 1
-        if bound is not None:
-            if node.meta["val"].dtype == torch.bool:
-                bound, nonneg = 1.0, True
-            value = Val(node, float(bound), node.meta["val"], nonneg)
-            if not self.allows(value.dtype):
-                raise AssertionError(f"{target} made a {value.dtype} value; the case's dtypes are {self.dtypes}")
-            self.values.append(value)
-        return node
-
-    def finish(self, label: str) -> GraphCase:
-        """The case: its output returns every sink (value without users), in graph order."""
-        sinks = [value.node for value in self.values if not value.node.users]
-        output = self.graph.output(tuple(sinks))
-        output.meta["val"] = tuple(node.meta["val"] for node in sinks)
-        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
-        return GraphCase(gm=gm, inputs=[tuple(self.inputs)], tp_world=1, form="functional", label=label)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +76,7 @@ def _completable(min_nodes: int, max_nodes: int, costs: set[int]) -> tuple[bool,
 
 @st.composite
 def _graphs(draw: Any, spec: _Spec) -> GraphCase:
-    builder = _Builder(draw, spec.dtypes)
+    builder = Builder(draw, spec.dtypes)
     while True:
         op = draw(st.sampled_from(spec.fitting(builder.op_nodes)))
         x = None
@@ -333,13 +185,14 @@ def fx_graphs(
             result = pmverify.check_case(MyPass(), case)
             assert result.ok, result.violations
     """
-    check_int("min_nodes", min_nodes, minimum=1)
-    check_optional_int("max_nodes", max_nodes, minimum=1)
+    given_max, given_dtypes, given_ops = max_nodes, dtypes, ops
+    validate_int("min_nodes", min_nodes, minimum=1)
+    validate_optional_int("max_nodes", max_nodes, minimum=1)
     if max_nodes is None:
         max_nodes = max(_DEFAULT_MAX_NODES, min_nodes)
-    check_order("min_nodes", min_nodes, "max_nodes", max_nodes)
-    dtypes = DEFAULT_GRAPH_DTYPES if dtypes is None else check_dtypes("dtypes", dtypes, GRAPH_DTYPES)
-    given = GRAPH_OPS if ops is None else check_choices("ops", ops, GRAPH_OPS)
+    validate_order("min_nodes", min_nodes, "max_nodes", max_nodes)
+    dtypes = DEFAULT_GRAPH_DTYPES if dtypes is None else validate_dtypes("dtypes", dtypes, GRAPH_DTYPES)
+    given = GRAPH_OPS if ops is None else validate_choices("ops", ops, GRAPH_OPS)
     names = tuple(name for name in given if _BY_NAME[name].dtypes(dtypes))
     if not names:
         raise InvalidArgument(f"none of ops={list(given)!r} applies to dtypes={list(dtypes)!r}")
@@ -351,4 +204,5 @@ def fx_graphs(
             f"no graph of ops={list(names)!r} (op nodes each: {costs}) has between min_nodes={min_nodes} "
             f"and max_nodes={max_nodes} op nodes"
         )
-    return _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable))
+    drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable))
+    return public_call(fx_graphs, drawn, min_nodes=min_nodes, max_nodes=given_max, dtypes=given_dtypes, ops=given_ops)

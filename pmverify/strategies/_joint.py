@@ -27,7 +27,6 @@ from .._fx import flat_nodes
 from ._tensors import tensors
 
 __all__ = [
-    "callable_placeholders",
     "gradient_outputs",
     "tangent_placeholders",
     "tangents",
@@ -52,22 +51,6 @@ def tangent_placeholders(gm: torch.fx.GraphModule, primals: int) -> list[torch.f
                 f"{_TANGENT_PREFIX}_* placeholders of a joint_fwd_bwd trace (with a tensor meta['val']) can be drawn"
             )
     return extra
-
-
-def callable_placeholders(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``gm`` with each placeholder's target set to its name, recompiled, when one differs.
-
-    ``joint_fwd_bwd`` clones the joint graph, which renames its placeholders (``primals_2``,
-    ``primals_4``... for targets ``primals_1``, ``primals_2``...); FX then generates
-    ``def forward(self, primals_1, primals_2, ...): primals_2 = primals_1; primals_4 = primals_2``,
-    so calling the module computes with its inputs crossed (an ``Interpreter``, which takes inputs
-    by position, and Inductor's matcher are not affected)."""
-    placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    if any(node.target != node.name for node in placeholders):
-        for node in placeholders:
-            node.target = node.name
-        gm.recompile()
-    return gm
 
 
 def gradient_outputs(gm: torch.fx.GraphModule, primals: int) -> set[torch.fx.Node]:

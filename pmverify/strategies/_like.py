@@ -19,10 +19,11 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from .._validation import short_repr, validate_int, validate_optional_int, validate_order
+from ._public import public_call
 from ._tensors import TENSOR_DTYPES, tensors
-from ._validation import check_int, check_optional_int, check_order, short_repr
 
-__all__ = ["like", "Dim"]
+__all__ = ["like", "Dim", "TensorLike", "StridedLike"]
 
 _DEFAULT_MAX_SIDE = 16
 
@@ -43,9 +44,9 @@ class Dim:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidArgument(f"Dim name={self.name!r} must be a non-empty str")
-        check_optional_int(f"Dim({self.name!r}).min", self.min, minimum=0)
-        check_optional_int(f"Dim({self.name!r}).max", self.max, minimum=0)
-        check_order(f"Dim({self.name!r}).min", self.min, f"Dim({self.name!r}).max", self.max)
+        validate_optional_int(f"Dim({self.name!r}).min", self.min, minimum=0)
+        validate_optional_int(f"Dim({self.name!r}).max", self.max, minimum=0)
+        validate_order(f"Dim({self.name!r}).min", self.min, f"Dim({self.name!r}).max", self.max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +79,11 @@ def _positions(name: str, value: Any, example: Sequence[Any]) -> tuple[tuple[int
         if not isinstance(position, (tuple, list)) or len(position) != 2:
             raise InvalidArgument(f"{where} holds {position!r}, not an (input index, dim) pair")
         index, dim = position
-        check_int(f"{where}: input index", index, 0, len(example) - 1)
+        validate_int(f"{where}: input index", index, 0, len(example) - 1)
         item = example[index]
         if not isinstance(item, torch.Tensor):
             raise InvalidArgument(f"{where}: example_inputs[{index}]={short_repr(item)} is not a tensor")
-        check_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
+        validate_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
         positions.append((index, dim % item.dim()))
     sizes = {example[i].shape[d] for i, d in positions}
     if len(sizes) > 1:
@@ -109,7 +110,7 @@ def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) ->
             raise InvalidArgument(f"vary names {dim.name!r} twice")
         low = min_side if dim.min is None else dim.min
         high = max_side if dim.max is None else dim.max
-        check_order(f"{dim.name} min", low, f"{dim.name} max", high)
+        validate_order(f"{dim.name} min", low, f"{dim.name} max", high)
         positions = _positions(dim.name, value, example)
         for position in positions:
             if position in owner:
@@ -164,7 +165,7 @@ def _strided(values: torch.Tensor, shape: tuple[int, ...], strides: tuple[int, .
 
 
 @dataclasses.dataclass(frozen=True)
-class _TensorLike:
+class TensorLike:
     """What :func:`like` keeps of a contiguous example tensor: its shape, dtype and whether it
     requires grad (a ``joint_fwd_bwd`` trace differentiates those inputs only: a floating tensor
     only), never its values (the strategy's repr keys the example database: ``torch.empty`` garbage
@@ -182,14 +183,14 @@ class _TensorLike:
 
     @classmethod
     def of(cls, value: Any) -> Any:
-        """The description of a tensor (:class:`_StridedLike` for a non-contiguous one); any other
+        """The description of a tensor (:class:`StridedLike` for a non-contiguous one); any other
         value as it is."""
         if not isinstance(value, torch.Tensor):
             return value
         grad = bool(value.requires_grad and value.is_floating_point())
         if value.is_contiguous():
-            return _TensorLike(tuple(value.shape), value.dtype, grad)
-        return _StridedLike(tuple(value.shape), value.dtype, grad, tuple(value.stride()))
+            return TensorLike(tuple(value.shape), value.dtype, grad)
+        return StridedLike(tuple(value.shape), value.dtype, grad, tuple(value.stride()))
 
     def strides_at(self, shape: Sequence[int]) -> tuple[int, ...] | None:
         """The strides of this layout at ``shape`` (None: contiguous)."""
@@ -215,13 +216,13 @@ class _TensorLike:
     def zeros(self) -> torch.Tensor:
         return self.laid_out(torch.zeros(self.drawn_shape(self.shape), dtype=self.dtype), self.shape)
 
-    def resized(self, shape: Sequence[int]) -> _TensorLike:
+    def resized(self, shape: Sequence[int]) -> TensorLike:
         """This description at another ``shape`` of the same rank, in the same layout family."""
-        return _TensorLike(tuple(shape), self.dtype, self.requires_grad)
+        return TensorLike(tuple(shape), self.dtype, self.requires_grad)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class _StridedLike(_TensorLike):
+class StridedLike(TensorLike):
     """A non-contiguous example tensor: also its strides (its layout family, :func:`layout_strides`)."""
 
     stride: tuple[int, ...] = ()
@@ -229,22 +230,20 @@ class _StridedLike(_TensorLike):
     def strides_at(self, shape: Sequence[int]) -> tuple[int, ...] | None:
         return layout_strides(self.shape, self.stride, shape)
 
-    def resized(self, shape: Sequence[int]) -> _TensorLike:
-        return _StridedLike(
-            tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape)
-        )
+    def resized(self, shape: Sequence[int]) -> TensorLike:
+        return StridedLike(tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape))
 
 
 @st.composite
 def _inputs(draw: Any, example: tuple[Any, ...], symbols: tuple[_Symbol, ...]) -> tuple[Any, ...]:
-    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, _TensorLike)}
+    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, TensorLike)}
     for symbol in symbols:
         size = draw(st.integers(symbol.low, symbol.high))
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     return tuple(
         item.laid_out(draw(tensors(item.dtype, item.drawn_shape(shapes[i]))), shapes[i])
-        if isinstance(item, _TensorLike)
+        if isinstance(item, TensorLike)
         else item
         for i, item in enumerate(example)
     )
@@ -307,11 +306,14 @@ def like(
     for i, item in enumerate(example):
         if isinstance(item, torch.Tensor) and item.dtype not in TENSOR_DTYPES:
             raise InvalidArgument(f"example_inputs[{i}] has dtype {item.dtype}, which tensors() cannot draw")
-    check_int("min_side", min_side, minimum=0)
-    check_int("max_side", max_side, minimum=0)
-    check_order("min_side", min_side, "max_side", max_side)
+    validate_int("min_side", min_side, minimum=0)
+    validate_int("max_side", max_side, minimum=0)
+    validate_order("min_side", min_side, "max_side", max_side)
     symbols = _symbols(example, vary, min_side, max_side)
-    strategy = _inputs(tuple(map(_TensorLike.of, example)), symbols)
+    described = tuple(map(TensorLike.of, example))
+    strategy = public_call(
+        like, _inputs(described, symbols), described, vary=vary, min_side=min_side, max_side=max_side
+    )
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
     strategy.pmverify_example_inputs = example
     return strategy

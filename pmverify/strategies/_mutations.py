@@ -13,7 +13,7 @@ discards a match whose nodes lie in two mutation regions.
 
 Every choice is drawn from what applies at the drawn position (shapes, dtypes, which nodes are
 defined there and read later), so no draw is rejected: the rejection rate is 0%. The helpers here
-(:class:`_Editor`, :func:`mark_mutations_inside`) are shared with
+(:class:`Editor`, :func:`mark_mutations_inside`) are shared with
 :func:`~pmverify.strategies.with_mutating_custom_ops`.
 """
 
@@ -31,9 +31,21 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from .._apply import propagate_fake
 from .._case import GraphCase, MutationSite, PlantedInstance
 from .._fx import flat_nodes, is_view
-from ._validation import check_drawn_case, check_int, check_strategy
+from .._validation import validate_int, validate_strategy
+from ._drawn import validate_drawn_case
+from ._public import public_call
 
-__all__ = ["with_mutations", "mark_mutations_inside", "INPLACE_OPS", "POSITIONS", "TARGET_KINDS", "MUTATION_INSIDE"]
+__all__ = [
+    "with_mutations",
+    "mark_mutations_inside",
+    "Editor",
+    "meta_val",
+    "apply_view",
+    "INPLACE_OPS",
+    "POSITIONS",
+    "TARGET_KINDS",
+    "MUTATION_INSIDE",
+]
 
 aten = torch.ops.aten
 
@@ -94,7 +106,8 @@ def mark_mutations_inside(graph: torch.fx.Graph, planted: Sequence[PlantedInstan
 # ------------------------------------------------------------------------------------------ editor
 
 
-def _val(node: torch.fx.Node) -> Any:
+def meta_val(node: torch.fx.Node) -> Any:
+    """The node's ``meta["val"]`` (its fake tensor), None when it has none."""
     return node.meta.get("val")
 
 
@@ -133,7 +146,7 @@ def _view_node(graph: torch.fx.Graph, base: torch.fx.Node, view: tuple[Any, ...]
     return graph.call_function(aten.view.default, (base, [-1]))
 
 
-class _Editor:
+class Editor:
     """A drawn case being extended: a copy of its graph (fake-propagated in one mode), its inputs
     per rank, and what the mutations added so far."""
 
@@ -198,7 +211,7 @@ class _Editor:
         return [
             n
             for n in self.original
-            if n.op == "placeholder" and n not in self.mutated and n not in self.protected and _writable(_val(n))
+            if n.op == "placeholder" and n not in self.mutated and n not in self.protected and _writable(meta_val(n))
         ]
 
     def views_read_from(self, base: torch.fx.Node, slot: torch.fx.Node) -> bool:
@@ -247,7 +260,7 @@ class _Editor:
                 or target._schema.is_mutable
                 or target._schema.name in _HIDDEN_ALIASES
                 or target._schema.name in _UNINITIALISED
-                or not _writable(_val(node))
+                or not _writable(meta_val(node))
             ):
                 continue
             if read_later and not any(order[user] >= at for user in node.users):
@@ -277,7 +290,7 @@ class _Editor:
             return "input", base, None, torch.empty(1, 4, device="meta")
         kind = draw(st.sampled_from(kinds))
         base = draw(st.sampled_from(pools[kind]))
-        value = _meta_like(_val(base))
+        value = _meta_like(meta_val(base))
         if kind != "view":
             return kind, base, None, value
         view = draw(_views(value))
@@ -288,7 +301,7 @@ class _Editor:
         return [
             n
             for n in self.inputs_at() + self.buffers_at(slot, read_later=False)
-            if n not in exclude and _val(n).shape == like.shape and _val(n).dtype == like.dtype
+            if n not in exclude and meta_val(n).shape == like.shape and meta_val(n).dtype == like.dtype
         ]
 
     # -- new graph inputs
@@ -364,7 +377,7 @@ def _views(draw: Any, value: torch.Tensor) -> tuple[Any, ...]:
 # ------------------------------------------------------------------------------------------ in-place
 
 
-def _operands(draw: Any, editor: _Editor, name: str, slot: torch.fx.Node, base: torch.fx.Node, target: torch.Tensor):
+def _operands(draw: Any, editor: Editor, name: str, slot: torch.fx.Node, base: torch.fx.Node, target: torch.Tensor):
     """The args after ``self`` of in-place op ``name`` writing ``target`` (a meta tensor)."""
     shape, dtype = tuple(target.shape), target.dtype
     if name == "add_.Scalar":
@@ -385,7 +398,7 @@ def _operands(draw: Any, editor: _Editor, name: str, slot: torch.fx.Node, base: 
     return ([index], editor.new_input("act", (rows, *shape[1:]), dtype), False)
 
 
-def _add_inplace(draw: Any, editor: _Editor) -> None:
+def _add_inplace(draw: Any, editor: Editor) -> None:
     placement, index, slot = editor.draw_slot(draw)
     kind, base, view, target = editor.draw_target(draw, slot, read_later=True, instance=index)
     name = draw(st.sampled_from(INPLACE_OPS))
@@ -400,8 +413,8 @@ def _add_inplace(draw: Any, editor: _Editor) -> None:
 @st.composite
 def _inplace_cases(draw: Any, cases: st.SearchStrategy, max_mutations: int) -> GraphCase:
     case = draw(cases)
-    check_drawn_case("cases", case)
-    editor = _Editor(case, draw(st.integers(0, 2**32 - 1)))
+    validate_drawn_case("cases", case)
+    editor = Editor(case, draw(st.integers(0, 2**32 - 1)))
     _add_inplace(draw, editor)
     while len(editor.mutations) < max_mutations and draw(st.booleans()):
         _add_inplace(draw, editor)
@@ -445,6 +458,6 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
             result = pmverify.check_case(QKNormFusionPass, case)
             assert result.ok and result.matches == case.expected_matches, result.violations
     """
-    check_strategy("cases", cases)
-    check_int("max_mutations", max_mutations, 1)
-    return _inplace_cases(cases, max_mutations)
+    validate_strategy("cases", cases)
+    validate_int("max_mutations", max_mutations, 1)
+    return public_call(with_mutations, _inplace_cases(cases, max_mutations), cases, max_mutations=max_mutations)

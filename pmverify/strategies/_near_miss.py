@@ -29,22 +29,20 @@ pattern is skipped.
 
 from __future__ import annotations
 
-import collections
 import copy
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
-from torch._guards import TracingContext, tracing
-from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .._fx import flat_nodes
-from ._joint import callable_placeholders, cast_tangents
-from ._validation import FLOAT_DTYPES
+from .._fx import flat_nodes, trace
+from .._validation import FLOAT_DTYPES
+from ._argument_near_miss import argument_kind_applies, argument_variant
+from ._joint import cast_tangents
+from ._traced import Traced, all_finite, runs, runs_eagerly, signature
 
-__all__ = ["NEAR_MISS_KINDS", "Traced", "trace", "signature", "variants", "runs_eagerly"]
+__all__ = ["NEAR_MISS_KINDS", "kind_applies", "variants"]
 
 #: Near-miss kinds, in the order shrinking prefers them (those of :mod:`._argument_near_miss` after
 #: the literal edits: each changes something the pattern's trace does not pin).
@@ -62,128 +60,6 @@ NEAR_MISS_KINDS = (
 )
 
 _INT_CONSTANT_ARGS = ("exponent", "other", "alpha", "value", "scalar")
-
-
-@dataclasses.dataclass(frozen=True)
-class Traced:
-    """One instance ready to splice: the (possibly changed) pattern graph and what it runs on.
-
-    - ``gm``: the traced graph; its placeholders take ``args`` in order.
-    - ``must_match`` / ``reason``: the ground truth (see :class:`pmverify.PlantedInstance`).
-    - ``extra_user``: name of the intermediate of ``gm`` to give a user outside the instance.
-    - ``unused``: whether the instance's outputs are left unused.
-    - ``detail``: what a near miss changed, in words (``"aten.add.Tensor's other: 1e-06 -> 2e-06"``).
-    - ``primals``: how many of ``args`` are the pattern's arguments (None: all); the others are the
-      tangents of a joint trace (:mod:`._joint`), then any input a near miss added.
-    """
-
-    gm: torch.fx.GraphModule
-    args: tuple[Any, ...]
-    must_match: bool | None = True
-    reason: str | None = None
-    extra_user: str | None = None
-    unused: bool = False
-    detail: str | None = None
-    primals: int | None = None
-
-
-_TRACES: collections.OrderedDict[Any, torch.fx.GraphModule] = collections.OrderedDict()
-_TRACE_CACHE_SIZE = 512
-
-
-def _arg_key(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        shape, stride = tuple(value.shape), tuple(value.stride())
-        return ("tensor", shape, stride, value.dtype, value.device.type, value.requires_grad)
-    return ("value", type(value).__name__, repr(value))
-
-
-def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[..., Any] | None = None):
-    """Trace ``pattern`` on ``args`` with ``trace_fn`` (default Inductor's ``fwd_only``, the tracer
-    ``register_replacement`` uses) in one fake mode, so every node has ``meta["val"]``.
-
-    Traces are memoised on the pattern, the tracer and the inputs' shapes, strides, dtypes and
-    ``requires_grad`` (a joint trace differentiates the inputs that require it) (as
-    ``register_replacement`` assumes, a pattern's trace does not depend on input values): shrinking
-    re-draws the same shapes hundreds of times. Callers must not mutate the returned graph."""
-    key = (pattern, trace_fn, tuple(_arg_key(a) for a in args))
-    try:
-        gm = _TRACES.pop(key)
-    except TypeError:  # an unhashable pattern or tracer: no memo
-        key = None
-    except KeyError:
-        gm = None
-    else:
-        _TRACES[key] = gm
-        return gm
-    if trace_fn is None:
-        from torch._inductor.pattern_matcher import fwd_only as trace_fn
-    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
-        gm = callable_placeholders(trace_fn(pattern, list(args)))  # joint_fwd_bwd's cross its inputs
-    if key is not None:
-        _TRACES[key] = gm
-        while len(_TRACES) > _TRACE_CACHE_SIZE:
-            _TRACES.popitem(last=False)
-    return gm
-
-
-#: Literal types Inductor's first, structural match ignores (``gen_pattern_and_search_gm``); its
-#: check then re-traces the search function on the matched inputs and compares them exactly.
-_LOOSE_TYPES = (int, float, list, torch.device, torch.dtype)
-
-
-def _normalise(value: Any, index: dict[torch.fx.Node, int], loose: bool) -> Any:
-    if isinstance(value, torch.fx.Node):
-        return ("node", index.get(value))
-    if loose and type(value) in _LOOSE_TYPES and not (isinstance(value, list) and flat_nodes(value)):
-        return "_"
-    if isinstance(value, (list, tuple)):
-        return tuple(_normalise(v, index, loose) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _normalise(v, index, loose)) for k, v in value.items()))
-    return (type(value).__name__, repr(value))
-
-
-def signature(gm: torch.fx.GraphModule, *, loose: bool = False) -> tuple[Any, ...]:
-    """What Inductor's pattern matcher compares: op targets, wiring and literal arguments. With
-    ``loose``, what its first, structural match compares: int, float, list, device and dtype
-    literals ignored (sizes burnt into a trace do not count)."""
-    index = {node: i for i, node in enumerate(gm.graph.nodes)}
-    return tuple(
-        (node.op, str(node.target), _normalise(node.args, index, loose), _normalise(node.kwargs, index, loose))
-        for node in gm.graph.nodes
-        if node.op != "placeholder"
-    )
-
-
-def _runs(gm: torch.fx.GraphModule, args: Sequence[Any], finite: bool) -> bool:
-    """Whether ``gm`` runs on clones of ``args`` (and stays finite when ``finite``)."""
-    try:
-        with torch.no_grad():  # a training instance's primals require grad: its joint graph needs none
-            out = pytree.tree_leaves(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
-    except Exception:
-        return False
-    return not finite or all(
-        bool(t.isfinite().all()) for t in out if isinstance(t, torch.Tensor) and t.is_floating_point()
-    )
-
-
-def runs_eagerly(pattern: Callable[..., Any], args: Sequence[Any]) -> bool:
-    """Whether ``pattern`` itself (eager PyTorch, not its decomposed trace) runs on clones of
-    ``args``: a program a model could hold. A decomposition may be laxer than the op it decomposes
-    (``torch.lerp`` and ``torch.mv`` refuse mixed float dtypes, their decompositions promote), so a
-    trace that runs does not make the inputs valid. Run without grad, on a forked CPU RNG (a random
-    op in the pattern leaves the global generator as it was)."""
-    try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            pattern(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
-    except Exception:  # noqa: BLE001 - whatever the pattern raises: not a program a model holds
-        return False
-    return True
-
-
-def _all_finite(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
-    return _runs(gm, args, True)
 
 
 def _schema_names(node: torch.fx.Node) -> list[str]:
@@ -264,12 +140,12 @@ def _describe_edit(gm: torch.fx.GraphModule, edit: tuple[int, int | str, Any]) -
 
 
 def _edited(base: Traced, kind: str, pick: Callable[[int], int]) -> Traced | None:
-    finite = _all_finite(base.gm, base.args)
+    finite = all_finite(base.gm, base.args)
     edits = _edits(base.gm, kind)
     while edits:
         edit = edits.pop(pick(len(edits)))
         gm = _apply_edit(base.gm, edit)
-        if _runs(gm, base.args, finite):
+        if runs(gm, base.args, finite):
             return Traced(gm, base.args, False, kind, detail=_describe_edit(base.gm, edit))
     return None
 
@@ -293,7 +169,7 @@ def _other_dtype(pattern: Callable[..., Any], base: Traced, trace_fn: Any, pick:
         if tangents is None:
             continue
         args = (*args, *tangents)
-        if signature(gm) != original and _runs(gm, args, True) and runs_eagerly(pattern, args[:count]):
+        if signature(gm) != original and runs(gm, args, True) and runs_eagerly(pattern, args[:count]):
             detail = f"its {first} inputs cast to {dtype}"
             return Traced(gm, args, None, "dtype", detail=detail, primals=base.primals)
     return None
@@ -318,8 +194,6 @@ def kind_applies(base: Traced, kind: str) -> bool:
     if kind == "dtype":
         return any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in base.args)
     if kind in ("optional_arg", "overload", "reduction_dim", "values"):
-        from ._argument_near_miss import argument_kind_applies
-
         return argument_kind_applies(base, kind)
     if kind == "extra_user":
         return bool(_intermediates(base.gm))
@@ -348,8 +222,6 @@ def _variant(
     if kind == "dtype":
         return _other_dtype(pattern, base, trace_fn, pick)
     if kind in ("optional_arg", "overload", "reduction_dim", "values"):
-        from ._argument_near_miss import argument_variant
-
         return argument_variant(base, kind, pick)
     if kind == "extra_user":
         names = _intermediates(base.gm)

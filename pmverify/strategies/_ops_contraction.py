@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
-from ._ops_core import FLOAT, MAX_NUMEL, MAX_SIDE, GraphOp, Val, bound_cap, broadcast, broadcastable
+from ._ops_core import FLOAT, MAX_NUMEL, MAX_SIDE, Builder, GraphOp, Val, bound_cap, broadcast, broadcastable
 from ._tensors import DEFAULT_BOUND, shapes
-
-if TYPE_CHECKING:
-    from ._graphs import _Builder
 
 __all__ = ["CONTRACTION_OPS", "BETAS", "ALPHAS"]
 
@@ -31,7 +28,7 @@ ALPHAS = (2.0, 0.5, -1.0)
 _TOP = 2.0  # the largest |beta| and |alpha|
 
 
-def _rhs(b: _Builder, x: Val, batch: tuple[int, ...], rows: int, limit: float) -> Val:
+def _rhs(b: Builder, x: Val, batch: tuple[int, ...], rows: int, limit: float) -> Val:
     """The right operand ``[*batch, K, N]`` of a product with ``x[..., M, K]`` (K = ``x.shape[-1]``),
     with ``M * N`` elements at most :data:`MAX_NUMEL` and bound at most ``limit``."""
     k = x.shape[-1]
@@ -54,7 +51,7 @@ def _limit(x: Val, scale: float = 1.0, bias: float = 0.0) -> float:
 
 
 def _product_accepts(rank: int, scaled: bool = False, contiguous: bool = False) -> Callable[[Any, Val], bool]:
-    def accepts(b: _Builder, x: Val) -> bool:
+    def accepts(b: Builder, x: Val) -> bool:
         if x.rank != rank or (contiguous and not x.fake.is_contiguous()):
             return False
         top = _TOP if scaled else 1.0
@@ -63,17 +60,17 @@ def _product_accepts(rank: int, scaled: bool = False, contiguous: bool = False) 
     return accepts
 
 
-def _mm(b: _Builder, x: Val) -> None:
+def _mm(b: Builder, x: Val) -> None:
     y = _rhs(b, x, (), x.shape[0], _limit(x))
     b.call(aten.mm.default, (x.node, y.node), bound=_product_bound(x, y.bound))
 
 
-def _bmm(b: _Builder, x: Val) -> None:
+def _bmm(b: Builder, x: Val) -> None:
     y = _rhs(b, x, x.shape[:1], x.shape[1], _limit(x))
     b.call(aten.bmm.default, (x.node, y.node), bound=_product_bound(x, y.bound))
 
 
-def _matmul(b: _Builder, x: Val) -> None:
+def _matmul(b: Builder, x: Val) -> None:
     """The decomposed form of ``torch.matmul`` of ``x[B, M, K]`` and ``y[K, N]``: view to 2-D, mm,
     view back."""
     batch, rows, k = x.shape
@@ -83,7 +80,7 @@ def _matmul(b: _Builder, x: Val) -> None:
     b.call(aten._unsafe_view.default, (product, [batch, rows, y.shape[-1]]), bound=_product_bound(x, y.bound))
 
 
-def _scaled(b: _Builder) -> dict[str, Any]:
+def _scaled(b: Builder) -> dict[str, Any]:
     """``beta`` / ``alpha`` keywords: none (simplest), ``beta``, ``alpha`` or both."""
     form = b.draw(st.sampled_from(("none", "beta", "alpha", "both")))
     kwargs = {}
@@ -94,7 +91,7 @@ def _scaled(b: _Builder) -> dict[str, Any]:
     return kwargs
 
 
-def _biased(b: _Builder, x: Val, target: Any, batch: tuple[int, ...]) -> None:
+def _biased(b: Builder, x: Val, target: Any, batch: tuple[int, ...]) -> None:
     """``target(bias, x, y[, beta=][, alpha=])``: a bias that broadcasts to the product's shape."""
     y = _rhs(b, x, batch, x.shape[-2], _limit(x, _TOP, _TOP * DEFAULT_BOUND))
     out = (*batch, x.shape[-2], y.shape[-1])

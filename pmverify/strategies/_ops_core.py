@@ -1,7 +1,8 @@
 """The core of the op table of :func:`~pmverify.strategies.fx_graphs`: values, ops, bounds, shapes.
 
-A :class:`Val` is a value of the graph under construction (its node, fake tensor, a bound on its
-magnitude, and whether it is known non-negative); a :class:`GraphOp` is one entry of the table. The
+A :class:`Builder` is the graph under construction that the ops emit into; a :class:`Val` is one
+of its values (its node, fake tensor, a bound on its magnitude, and whether it is known
+non-negative); a :class:`GraphOp` is one entry of the table. The
 families of ops live in ``_ops_elementwise``, ``_ops_reductions``, ``_ops_views``, ``_ops_slicing``,
 ``_ops_creation`` and ``_ops_contraction``; ``_graph_ops`` assembles them in order.
 
@@ -14,21 +15,25 @@ a value (at most 2 per in-place op).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import itertools
 import math
+import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import snapshot_fake
 
-from ._tensors import DEFAULT_BOUND, max_magnitude_of, shapes
-
-if TYPE_CHECKING:
-    from ._graphs import _Builder
+from .._case import GraphCase
+from ._tensors import DEFAULT_BOUND, max_magnitude_of, shapes, tensors
 
 __all__ = [
+    "Builder",
     "Val",
     "GraphOp",
     "BOUND_CAP",
@@ -182,8 +187,8 @@ class GraphOp:
 
     name: str
     cost: int
-    emit: Callable[[_Builder, Val | None], None]
-    accepts: Callable[[_Builder, Val], bool] = lambda b, x: True
+    emit: Callable[[Builder, Val | None], None]
+    accepts: Callable[[Builder, Val], bool] = lambda b, x: True
     fresh: st.SearchStrategy[tuple[int, ...]] = FRESH
     kinds: tuple[str, ...] = FLOAT
     min_rank: int = 1
@@ -191,7 +196,7 @@ class GraphOp:
     nullary: bool = False
     operand_dtypes: Callable[[GraphOp, Sequence[torch.dtype]], tuple[torch.dtype, ...]] = of_kinds
 
-    def takes(self, b: _Builder, x: Val) -> bool:
+    def takes(self, b: Builder, x: Val) -> bool:
         """Whether ``x`` can be the first operand."""
         return (
             x.kind in self.kinds and x.rank >= self.min_rank and (self.empty_ok or x.numel > 0) and self.accepts(b, x)
@@ -202,7 +207,7 @@ class GraphOp:
 
 
 def fresh_bound(dtype: torch.dtype) -> float:
-    """The bound a new input of ``dtype`` has at least: 2 for floats (see ``_Builder.new_input``),
+    """The bound a new input of ``dtype`` has at least: 2 for floats (see ``Builder.new_input``),
     7 for integers (values in [0, 8)), 1 for bool."""
     return DEFAULT_BOUND if dtype.is_floating_point else max_magnitude_of(dtype)
 
@@ -285,3 +290,149 @@ def optional(draw: Any, choices: Sequence[Any]) -> Any:
 def kwargs_of(**given: Any) -> dict[str, Any]:
     """The keyword arguments that were given (not None)."""
     return {name: value for name, value in given.items() if value is not None}
+
+
+#: How many of the most recent fitting values an operand is drawn from (besides a new input).
+_WINDOW = 4
+
+
+class Builder:
+    """A graph under construction (what every op of the table emits into): its nodes, fake mode,
+    values and real inputs."""
+
+    def __init__(self, draw: Any, dtypes: Sequence[torch.dtype]) -> None:
+        self.draw = draw
+        self.dtypes = tuple(dtypes)
+        self.graph = torch.fx.Graph()
+        self.mode = FakeTensorMode()
+        self.values: list[Val] = []
+        self.inputs: list[torch.Tensor] = []
+        self.op_nodes = 0
+        self._last_input: torch.fx.Node | None = None
+
+    def allows(self, dtype: torch.dtype) -> bool:
+        """Whether values of ``dtype`` may appear (``dtype`` is one of the case's dtypes)."""
+        return dtype in self.dtypes
+
+    def of_kinds(self, kinds: Sequence[str]) -> list[torch.dtype]:
+        return [d for d in self.dtypes if kind_of(d) in kinds]
+
+    def new_input(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        *,
+        max_magnitude: float | None = None,
+        elements: st.SearchStrategy | None = None,
+    ) -> Val:
+        """A new placeholder (after the others) holding a tensor drawn by :func:`tensors`. Its bound
+        is its real magnitude, at least 2 for a floating input (room for what ``with_mutations`` and
+        ``tp_cases`` may give it)."""
+        if elements is not None:
+            real = self.draw(tensors(dtype, shape, elements=elements))
+        else:
+            real = self.draw(tensors(dtype, shape, max_magnitude=max_magnitude))
+        if self._last_input is not None:
+            where = self.graph.inserting_after(self._last_input)
+        elif len(self.graph.nodes):
+            where = self.graph.inserting_before(next(iter(self.graph.nodes)))
+        else:
+            where = contextlib.nullcontext()
+        with where:
+            node = self.graph.placeholder(f"x{len(self.inputs)}")
+        node.meta["val"] = self.mode.from_tensor(real)
+        self._last_input = node
+        self.inputs.append(real)
+        if dtype == torch.bool:
+            magnitude, nonneg = 1.0, True
+        elif dtype.is_floating_point:  # with_mutations may make it negative
+            magnitude, nonneg = max(float(real.abs().max()) if real.numel() else 0.0, DEFAULT_BOUND), False
+        else:  # never written: exact
+            magnitude = float(real.abs().max()) if real.numel() else 0.0
+            nonneg = not real.numel() or bool(real.min() >= 0)
+        value = Val(node, magnitude, node.meta["val"], nonneg)
+        self.values.append(value)
+        return value
+
+    def _largest_accepted(self, accepts: Callable[[Val], bool], shape: tuple[int, ...], dtype: torch.dtype) -> float:
+        """The largest magnitude (a power of two from the dtype's default down to 2) at which
+        ``accepts`` takes a new input of ``shape`` and ``dtype``."""
+        meta = torch.empty(shape, dtype=dtype, device="meta")
+        if not dtype.is_floating_point:
+            return max_magnitude_of(dtype)
+        magnitude = max_magnitude_of(dtype)
+        while magnitude > DEFAULT_BOUND and not accepts(Val(None, magnitude, meta)):
+            magnitude /= 2
+        return magnitude
+
+    def operand(
+        self,
+        accepts: Callable[[Val], bool],
+        fresh: st.SearchStrategy[tuple[int, ...]],
+        dtypes: Sequence[torch.dtype],
+        *,
+        elements: st.SearchStrategy | None = None,
+    ) -> Val:
+        """One of the ``_WINDOW`` most recent values that ``accepts`` (the most recent first), or a
+        new input of one of ``dtypes`` whose shape ``fresh`` draws (and that ``accepts`` by the op
+        table's contract), with values from ``elements`` if given (index tensors)."""
+        candidates = list(itertools.islice((value for value in reversed(self.values) if accepts(value)), _WINDOW))
+        if candidates:
+            i = self.draw(st.integers(0, len(candidates)))
+            if i < len(candidates):
+                return candidates[i]
+        shape = self.draw(fresh)
+        fitting = list(dtypes) if elements is not None else [d for d in dtypes if accepts(provisional(shape, d))]
+        if not fitting:
+            raise AssertionError(f"the op table's fresh input of shape {shape} is accepted in none of {list(dtypes)}")
+        dtype = self.draw(st.sampled_from(fitting))
+        if elements is not None:
+            value = self.new_input(shape, dtype, elements=elements)
+        else:
+            value = self.new_input(shape, dtype, max_magnitude=self._largest_accepted(accepts, shape, dtype))
+        if not accepts(value):
+            raise AssertionError(f"the op table's fresh {dtype} input of shape {value.shape} is not accepted")
+        return value
+
+    def call(
+        self,
+        target: Any,
+        args: tuple,
+        kwargs: dict | None = None,
+        *,
+        bound: float | None = None,
+        nonneg: bool = False,
+    ) -> torch.fx.Node:
+        """Emit ``target(*args, **kwargs)``; with ``bound``, its result becomes a value (of one of the
+        case's dtypes, with that bound on its magnitude)."""
+        kwargs = kwargs or {}
+        if isinstance(target, torch._ops.OpOverload):
+            positional = {a.name for a in target._schema.arguments if not a.kwarg_only}
+            if positional & set(kwargs):  # make_fx's convention: positional arguments positionally
+                raise AssertionError(f"{target} given positional arguments {positional & set(kwargs)} as keywords")
+        name = "getitem" if target is operator.getitem else target._opname
+        node = self.graph.create_node("call_function", target, args, kwargs, name=name)
+        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
+        with self.mode:
+            result = target(*fake_args, **fake_kwargs)
+        node.meta["val"] = (
+            [snapshot_fake(r) for r in result] if isinstance(result, (list, tuple)) else snapshot_fake(result)
+        )
+        if target is not operator.getitem:
+            self.op_nodes += 1
+        if bound is not None:
+            if node.meta["val"].dtype == torch.bool:
+                bound, nonneg = 1.0, True
+            value = Val(node, float(bound), node.meta["val"], nonneg)
+            if not self.allows(value.dtype):
+                raise AssertionError(f"{target} made a {value.dtype} value; the case's dtypes are {self.dtypes}")
+            self.values.append(value)
+        return node
+
+    def finish(self, label: str) -> GraphCase:
+        """The case: its output returns every sink (value without users), in graph order."""
+        sinks = [value.node for value in self.values if not value.node.users]
+        output = self.graph.output(tuple(sinks))
+        output.meta["val"] = tuple(node.meta["val"] for node in sinks)
+        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
+        return GraphCase(gm=gm, inputs=[tuple(self.inputs)], tp_world=1, form="functional", label=label)

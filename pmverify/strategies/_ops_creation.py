@@ -16,15 +16,12 @@ ever read by its ``fill``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
-from ._ops_core import ANY, CPU, FRESH, MAX_SIDE, NUMERIC, GraphOp, Val, kind_of
-
-if TYPE_CHECKING:
-    from ._graphs import _Builder
+from ._ops_core import ANY, CPU, FRESH, MAX_SIDE, NUMERIC, Builder, GraphOp, Val, kind_of
 
 __all__ = ["CREATION_OPS", "CREATION_FORMS"]
 
@@ -36,14 +33,14 @@ _DEFAULTS = {"float": torch.float32, "int": torch.int64, "bool": torch.bool}
 _VALUES = {"float": (1.0, 0.0, -0.5, 2.0), "int": (1, 0, 3), "bool": (True, False)}
 
 
-def _shape(b: _Builder) -> tuple[int, ...]:
+def _shape(b: Builder) -> tuple[int, ...]:
     """A recent value's shape (most recent first) or a new one."""
     recent = list(dict.fromkeys(v.shape for v in reversed(b.values) if v.rank >= 1 and v.numel > 0))[:4]
     i = b.draw(st.integers(0, len(recent)))
     return recent[i] if i < len(recent) else b.draw(FRESH)
 
 
-def _kwargs(b: _Builder, dtype: torch.dtype, default: torch.dtype) -> dict[str, Any]:
+def _kwargs(b: Builder, dtype: torch.dtype, default: torch.dtype) -> dict[str, Any]:
     """The keyword arguments of a creation op making ``dtype``; ``dtype=`` omitted (simplest) only
     when ``default`` (torch's choice without it) is ``dtype``."""
     given = b.draw(st.booleans())
@@ -58,11 +55,11 @@ def _kwargs(b: _Builder, dtype: torch.dtype, default: torch.dtype) -> dict[str, 
     return kwargs
 
 
-def _value(b: _Builder, dtype: torch.dtype) -> Any:
+def _value(b: Builder, dtype: torch.dtype) -> Any:
     return b.draw(st.sampled_from(_VALUES[kind_of(dtype)]))
 
 
-def _full(b: _Builder, x: Val | None) -> None:
+def _full(b: Builder, x: Val | None) -> None:
     dtype = b.draw(st.sampled_from(b.dtypes))
     value = _value(b, dtype)
     kwargs = _kwargs(b, dtype, _DEFAULTS[kind_of(dtype)])
@@ -70,14 +67,14 @@ def _full(b: _Builder, x: Val | None) -> None:
 
 
 def _constant(name: str, target: Any, value: float) -> GraphOp:
-    def emit(b: _Builder, x: Val | None) -> None:
+    def emit(b: Builder, x: Val | None) -> None:
         dtype = b.draw(st.sampled_from(b.dtypes))
         b.call(target, (list(_shape(b)),), _kwargs(b, dtype, torch.float32), bound=value, nonneg=True)
 
     return GraphOp(name, 1, emit, kinds=ANY, nullary=True)
 
 
-def _empty_fill(b: _Builder, x: Val | None) -> None:
+def _empty_fill(b: Builder, x: Val | None) -> None:
     dtype = b.draw(st.sampled_from(b.dtypes))
     value = _value(b, dtype)
     buffer = b.call(aten.empty.memory_format, (list(_shape(b)),), _kwargs(b, dtype, torch.float32))
@@ -88,7 +85,7 @@ def _empty_fill(b: _Builder, x: Val | None) -> None:
 ARANGE_FORMS = ("end", "start", "start_step")
 
 
-def _arange(b: _Builder, x: Val | None) -> None:
+def _arange(b: Builder, x: Val | None) -> None:
     """``arange.default(end)``, ``arange.start(start, end)`` or ``arange.start_step(start, end,
     step)``: 1..8 values."""
     numeric = [d for d in b.dtypes if kind_of(d) in NUMERIC]
@@ -114,7 +111,7 @@ def _like(name: str, target: Any, value: Any) -> GraphOp:
     """``target(x[, v])`` with ``x``'s shape, maybe ``dtype=``, ``pin_memory=False`` and
     ``memory_format=torch.preserve_format``; ``value`` None: the fill value is drawn."""
 
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         dtype = b.draw(st.sampled_from([x.dtype, *[d for d in b.dtypes if d != x.dtype]]))
         fill = _value(b, dtype) if value is None else value
         given = b.draw(st.booleans())
@@ -130,7 +127,7 @@ def _like(name: str, target: Any, value: Any) -> GraphOp:
     return GraphOp(name, 1, emit, kinds=ANY, min_rank=0, empty_ok=True)
 
 
-def _scalar_tensor(b: _Builder, x: Val | None) -> None:
+def _scalar_tensor(b: Builder, x: Val | None) -> None:
     """A 0-d tensor: ``scalar_tensor.default(c)`` and its keyword forms."""
     dtype = b.draw(st.sampled_from(b.dtypes))
     value = _value(b, dtype)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -23,6 +23,7 @@ from ._ops_core import (
     CPU,
     FLOAT,
     NUMERIC,
+    Builder,
     GraphOp,
     Val,
     bound_cap,
@@ -39,9 +40,6 @@ from ._ops_core import (
 )
 from ._tensors import DEFAULT_BOUND
 
-if TYPE_CHECKING:
-    from ._graphs import _Builder
-
 __all__ = ["ELEMENTWISE_OPS", "second"]
 
 aten = torch.ops.aten
@@ -49,7 +47,7 @@ prims = torch.ops.prims
 
 
 def second(
-    b: _Builder,
+    b: Builder,
     x: Val,
     bound: Callable[[float, float], float],
     *,
@@ -74,7 +72,7 @@ def second(
     return b.operand(accepts, broadcastable(x.shape), list(dict.fromkeys(dtypes)))
 
 
-def _second_fits(b: _Builder, x: Val, bound: Callable[[float, float], float], kinds: Sequence[str] = ANY) -> bool:
+def _second_fits(b: Builder, x: Val, bound: Callable[[float, float], float], kinds: Sequence[str] = ANY) -> bool:
     """Whether a new input of ``x``'s dtype would do as :func:`second` operand (the contract)."""
     return x.kind in kinds and bound(x.bound, fresh_bound(x.dtype)) <= bound_cap(x.dtype)
 
@@ -101,25 +99,25 @@ def _unary(
     promotes: bool = False,
     nonneg: Callable[[Val], bool] = lambda x: False,
 ) -> GraphOp:
-    def accepts(b: _Builder, x: Val) -> bool:
+    def accepts(b: Builder, x: Val) -> bool:
         dtype = _result(x, promotes)
         return x.bound <= limit and b.allows(dtype) and bound(x.bound) <= bound_cap(dtype)
 
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         b.call(target, (x.node,), bound=bound(x.bound), nonneg=nonneg(x))
 
     dtypes = _promotes_ints if promotes else of_kinds
     return GraphOp(name, 1, emit, accepts, kinds=kinds, empty_ok=True, operand_dtypes=dtypes)
 
 
-def _log(b: _Builder, x: Val) -> None:
+def _log(b: Builder, x: Val) -> None:
     """``log(|x| + 1)``: finite everywhere."""
     one = 1.0 if x.kind == "float" else 1
     shifted = b.call(aten.add.Tensor, (b.call(aten.abs.default, (x.node,)), one))
     b.call(aten.log.default, (shifted,), bound=math.log1p(x.bound), nonneg=True)
 
 
-def _gelu(b: _Builder, x: Val) -> None:
+def _gelu(b: Builder, x: Val) -> None:
     approximate = optional(b.draw, ("none", "tanh"))
     b.call(aten.gelu.default, (x.node,), kwargs_of(approximate=approximate), bound=x.bound)
 
@@ -127,11 +125,11 @@ def _gelu(b: _Builder, x: Val) -> None:
 _EXPONENTS = (2, 2.0, 3)
 
 
-def _powers(b: _Builder, x: Val) -> list[Any]:
+def _powers(b: Builder, x: Val) -> list[Any]:
     return [e for e in _EXPONENTS if b.allows(d := promoted(x, e)) and max(x.bound, x.bound**e) <= bound_cap(d)]
 
 
-def _pow(b: _Builder, x: Val) -> None:
+def _pow(b: Builder, x: Val) -> None:
     e = b.draw(st.sampled_from(_powers(b, x)))
     b.call(aten.pow.Tensor_Scalar, (x.node, e), bound=max(x.bound, x.bound**e), nonneg=e != 3 or x.nonneg)
 
@@ -163,21 +161,21 @@ def _scalar_op(
         dtype = promoted(x, c)
         return torch.float32 if true_division and not dtype.is_floating_point else dtype
 
-    def constants(b: _Builder, x: Val) -> list[Any]:
+    def constants(b: Builder, x: Val) -> list[Any]:
         pool = floats if x.kind == "float" else ints + floats
         return [c for c in pool if b.allows(d := result(x, c)) and bound(x.bound, abs(c)) <= bound_cap(d)]
 
-    def zero_dim_ok(b: _Builder, x: Val) -> Callable[[Val], bool]:
+    def zero_dim_ok(b: Builder, x: Val) -> Callable[[Val], bool]:
         def accepts(v: Val) -> bool:
             d = promoted(x, v)
             return v.rank == 0 and v.kind == x.kind and b.allows(d) and bound(x.bound, v.bound) <= bound_cap(d)
 
         return accepts
 
-    def accepts(b: _Builder, x: Val) -> bool:
+    def accepts(b: Builder, x: Val) -> bool:
         return bool(constants(b, x))
 
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         forms = [*_SCALAR_FORMS[: 3 if zero_dim else 2], *(["reverse"] if reverse is not None else [])]
         if zero_dim and not zero_dim_ok(b, x)(provisional((), x.dtype)):
             forms.remove("0-d")
@@ -220,10 +218,10 @@ def _binary(
     def scaled(bx: float, by: float) -> float:
         return bound(bx, top * by)
 
-    def accepts(b: _Builder, x: Val) -> bool:
+    def accepts(b: Builder, x: Val) -> bool:
         return _second_fits(b, x, scaled, kinds)
 
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         y = second(b, x, scaled, kinds=kinds)
         kwargs = {}
         if alpha:
@@ -243,7 +241,7 @@ def _binary(
 ROUNDING_MODES = (None, "trunc", "floor")
 
 
-def _div(b: _Builder, x: Val) -> None:
+def _div(b: Builder, x: Val) -> None:
     """``x / (|y| + 1)``: never divides by zero."""
     y = second(b, x, lambda bx, by: bx + 1, kinds=NUMERIC)
     one = 1.0 if y.kind == "float" else 1
@@ -257,14 +255,14 @@ def _div(b: _Builder, x: Val) -> None:
         b.call(aten.div.Tensor_mode, (x.node, divisor), {"rounding_mode": mode}, bound=x.bound + 1)
 
 
-def _div_accepts(b: _Builder, x: Val) -> bool:
+def _div_accepts(b: Builder, x: Val) -> bool:
     return x.bound + 1 <= bound_cap(x.dtype)
 
 
 # ------------------------------------------------------------------------------------ masks
 
 
-def _where(b: _Builder, x: Val) -> None:
+def _where(b: Builder, x: Val) -> None:
     """``where(x > 0, x, y)``; ``y`` a tensor, or a number (``where.ScalarOther`` /
     ``where.ScalarSelf``)."""
     mask = b.call(aten.gt.Scalar, (x.node, 0))
@@ -279,7 +277,7 @@ def _where(b: _Builder, x: Val) -> None:
     b.call(target, args, bound=max(x.bound, abs(c)))
 
 
-def _fill_value(b: _Builder, x: Val) -> Any:
+def _fill_value(b: Builder, x: Val) -> Any:
     """A number of ``x``'s kind that keeps ``x``'s dtype."""
     if x.kind == "bool":
         return b.draw(st.sampled_from((False, True)))
@@ -288,7 +286,7 @@ def _fill_value(b: _Builder, x: Val) -> Any:
     return b.draw(st.sampled_from((0.0, -1.0, 0.5)))
 
 
-def _where_scalar(b: _Builder, x: Val) -> None:
+def _where_scalar(b: Builder, x: Val) -> None:
     """``where(x > 0, x, scalar_tensor(c))``, as make_fx writes ``torch.where(m, x, c)``."""
     mask = b.call(aten.gt.Scalar, (x.node, 0))
     c = _fill_value(b, x)
@@ -297,7 +295,7 @@ def _where_scalar(b: _Builder, x: Val) -> None:
     b.call(aten.where.self, (mask, x.node, value), bound=max(x.bound, abs(c)))
 
 
-def _mask(b: _Builder, x: Val) -> Val:
+def _mask(b: Builder, x: Val) -> Val:
     """A bool value that broadcasts to ``x``'s shape (a recent one, or a new bool input)."""
 
     def accepts(v: Val) -> bool:
@@ -306,14 +304,14 @@ def _mask(b: _Builder, x: Val) -> Val:
     return b.operand(accepts, broadcastable(x.shape), [torch.bool])
 
 
-def _where_mask(b: _Builder, x: Val) -> None:
+def _where_mask(b: Builder, x: Val) -> None:
     """``where(mask, x, y)`` with a bool value ``mask`` (an attention mask, a comparison)."""
     mask = _mask(b, x)
     y = second(b, x, max, same_shape=True)
     b.call(aten.where.self, (mask.node, x.node, y.node), bound=max(x.bound, y.bound), nonneg=x.nonneg and y.nonneg)
 
 
-def _masked_fill(b: _Builder, x: Val) -> None:
+def _masked_fill(b: Builder, x: Val) -> None:
     """``masked_fill.Scalar(x, mask, c)`` or ``masked_fill.Tensor(x, mask, t)`` with a 0-d ``t``."""
     mask = _mask(b, x)
     if b.draw(st.booleans()):
@@ -336,7 +334,7 @@ def _needs_bool(op: GraphOp, dtypes: Sequence[torch.dtype]) -> tuple[torch.dtype
 COMPARISONS = ("gt", "lt", "ge", "le", "eq", "ne")
 
 
-def _compare(b: _Builder, x: Val) -> None:
+def _compare(b: Builder, x: Val) -> None:
     """``gt.Scalar(x, c)`` ... or ``gt.Tensor(x, y)``: a bool result."""
     op = getattr(aten, b.draw(st.sampled_from(COMPARISONS)))
     if b.draw(st.booleans()):
@@ -347,7 +345,7 @@ def _compare(b: _Builder, x: Val) -> None:
     b.call(op.Scalar, (x.node, c), bound=1, nonneg=True)
 
 
-def _logical_and(b: _Builder, x: Val) -> None:
+def _logical_and(b: Builder, x: Val) -> None:
     """Of two bool values (on other dtypes, its fake tensor's strides differ from eager's)."""
     y = second(b, x, lambda bx, by: 1.0, kinds=("bool",))
     b.call(aten.logical_and.default, (x.node, y.node), bound=1, nonneg=True)
@@ -360,7 +358,7 @@ def _logical_and(b: _Builder, x: Val) -> None:
 CLAMP_FORMS = ("both", "max_only", "min_only", "clamp_min", "clamp_max")
 
 
-def _clamp(b: _Builder, x: Val) -> None:
+def _clamp(b: Builder, x: Val) -> None:
     """``clamp(x, lo, hi)``, ``clamp(x, None, hi)``, ``clamp(x, lo)``, ``clamp_min(x, lo)`` or
     ``clamp_max(x, hi)``."""
     pairs = ((-1.0, 1.0), (0.0, 1.0), (-0.5, 0.5)) if x.kind == "float" else ((0, 3), (-2, 2))
@@ -380,14 +378,14 @@ def _clamp(b: _Builder, x: Val) -> None:
         b.call(target, (x.node, low), bound=max(x.bound, abs(low)), nonneg=low >= 0)
 
 
-def _clamp_accepts(b: _Builder, x: Val) -> bool:
+def _clamp_accepts(b: Builder, x: Val) -> bool:
     return max(x.bound, 1.0) <= bound_cap(x.dtype)
 
 
 # ------------------------------------------------------------------------------------ casts
 
 
-def cast_targets(b: _Builder, x: Val) -> list[torch.dtype]:
+def cast_targets(b: Builder, x: Val) -> list[torch.dtype]:
     """The case's dtypes ``x`` can be cast to without overflow (``x``'s own first when listed
     first: a no-op cast, which real graphs hold too)."""
     return [d for d in b.dtypes if (1.0 if d == torch.bool else x.bound) <= bound_cap(d)]
@@ -399,7 +397,7 @@ def _cast_bound(x: Val, dtype: torch.dtype) -> float:
     return x.bound if dtype.is_floating_point or x.kind != "float" else math.floor(x.bound)
 
 
-def _convert(b: _Builder, x: Val) -> None:
+def _convert(b: Builder, x: Val) -> None:
     dtype = b.draw(st.sampled_from(cast_targets(b, x)))
     b.call(prims.convert_element_type.default, (x.node, dtype), bound=_cast_bound(x, dtype), nonneg=x.nonneg)
 
@@ -408,7 +406,7 @@ def _convert(b: _Builder, x: Val) -> None:
 TO_COPY_FORMS = ("dtype", "non_blocking", "memory_format", "layout_device", "to", "to_copy")
 
 
-def _to_copy(b: _Builder, x: Val) -> None:
+def _to_copy(b: Builder, x: Val) -> None:
     """``_to_copy(x, dtype=d)`` (with ``non_blocking``, ``memory_format``, or ``layout`` and
     ``device`` too), or ``to.dtype(x, d)`` / ``to.dtype(x, d, False, True)`` (``copy=True``)."""
     dtype = b.draw(st.sampled_from(cast_targets(b, x)))
@@ -432,7 +430,7 @@ def _to_copy(b: _Builder, x: Val) -> None:
 # ---------------------------------------------------------------------------------- addcmul
 
 
-def _addcmul(b: _Builder, x: Val) -> None:
+def _addcmul(b: Builder, x: Val) -> None:
     """``addcmul(x, t1, t2)`` (``value`` omitted, 0.5, 2 or -1): t1, t2 broadcast to ``x``."""
     cap = bound_cap(x.dtype)
 
@@ -450,7 +448,7 @@ def _addcmul(b: _Builder, x: Val) -> None:
     b.call(aten.addcmul.default, (x.node, t1.node, t2.node), kwargs, bound=bound)
 
 
-def _addcmul_accepts(b: _Builder, x: Val) -> bool:
+def _addcmul_accepts(b: Builder, x: Val) -> bool:
     return x.bound + 2 * DEFAULT_BOUND * DEFAULT_BOUND <= bound_cap(x.dtype)
 
 

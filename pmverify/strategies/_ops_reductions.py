@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -24,6 +24,7 @@ from ._ops_core import (
     FLOAT,
     MAX_SIDE,
     NUMERIC,
+    Builder,
     GraphOp,
     Val,
     bound_cap,
@@ -35,9 +36,6 @@ from ._ops_core import (
 )
 from ._tensors import shapes
 
-if TYPE_CHECKING:
-    from ._graphs import _Builder
-
 __all__ = ["REDUCTION_OPS"]
 
 aten = torch.ops.aten
@@ -45,7 +43,7 @@ _SIDE2 = shapes(min_side=2, max_side=MAX_SIDE)
 
 
 def _reduced_dims(
-    b: _Builder, x: Val, size_ok: Callable[[int], bool], bound_ok: Callable[[int], bool], *, full: bool = True
+    b: Builder, x: Val, size_ok: Callable[[int], bool], bound_ok: Callable[[int], bool], *, full: bool = True
 ) -> list[int] | None:
     """Dims to reduce, as written in the graph: one (last first, maybe negative), two, or None for
     every dim (with ``full``). ``size_ok(size)``: a dim of that size may be reduced; ``bound_ok(n)``:
@@ -76,7 +74,7 @@ def _accumulator(x: Val) -> torch.dtype:
 
 
 def _dtype_options(
-    b: _Builder, x: Val, default: torch.dtype | None, *, floating: bool = False
+    b: Builder, x: Val, default: torch.dtype | None, *, floating: bool = False
 ) -> list[torch.dtype | None]:
     """``dtype=`` choices, omitted (None) first when ``default`` (the result without it) is allowed;
     floating dtypes only for a floating ``x`` or with ``floating``."""
@@ -91,7 +89,7 @@ def _summing(name: str, target_dim: Any, target_all: Any, *, mean: bool) -> Grap
     def size_ok(side: int) -> bool:
         return side > 0 or not mean
 
-    def options(b: _Builder, x: Val) -> list[tuple[torch.dtype | None, torch.dtype]]:
+    def options(b: Builder, x: Val) -> list[tuple[torch.dtype | None, torch.dtype]]:
         default = None if mean and x.kind != "float" else _accumulator(x)
         result = []
         for dtype in _dtype_options(b, x, default, floating=mean):
@@ -100,7 +98,7 @@ def _summing(name: str, target_dim: Any, target_all: Any, *, mean: bool) -> Grap
                 result.append((dtype, out))
         return result
 
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         dtype, out = b.draw(st.sampled_from(options(b, x)))
         dims = _reduced_dims(b, x, size_ok, lambda n: x.bound * (1 if mean else n) <= bound_cap(out))
         reduced = x.numel if dims is None else math.prod(x.shape[d] for d in dims)
@@ -139,7 +137,7 @@ def _floats_for_mean(op: GraphOp, dtypes: Sequence[torch.dtype]) -> tuple[torch.
 def _extremum(name: str, target: Any) -> GraphOp:
     """``amax`` / ``amin``: ``target(x, dims[, keepdim])`` or ``target(x)`` (every dim)."""
 
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         dims = _reduced_dims(b, x, lambda side: side > 0, lambda n: True)
         keepdim = optional(b.draw, (True, False))
         if dims is None:
@@ -155,7 +153,7 @@ def _spread(name: str, target: Any, bound: Callable[[float], float]) -> GraphOp:
     """``var`` / ``std``: ``target(x, dims, correction=c, keepdim=k)`` (each omitted first) or
     ``target(x)``; every reduced dim larger than the correction (1 when omitted)."""
 
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         correction = optional(b.draw, (0, 1))
         least = 1 if correction is None else correction
         dims = _reduced_dims(b, x, lambda side: side > least, lambda n: n > least)
@@ -167,13 +165,13 @@ def _spread(name: str, target: Any, bound: Callable[[float], float]) -> GraphOp:
         kwargs.update(kwargs_of(keepdim=keepdim))
         b.call(target, (x.node, dims), kwargs, bound=bound(x.bound), nonneg=True)
 
-    def accepts(b: _Builder, x: Val) -> bool:
+    def accepts(b: Builder, x: Val) -> bool:
         return any(side > 1 for side in x.shape) and bound(x.bound) <= bound_cap(x.dtype)
 
     return GraphOp(name, 1, emit, accepts, _SIDE2, kinds=FLOAT)
 
 
-def _argmax(b: _Builder, x: Val) -> None:
+def _argmax(b: Builder, x: Val) -> None:
     """``argmax(x)`` (a 0-d index into the flattened value), ``argmax(x, d)`` or
     ``argmax(x, d, True)``: int64 indices."""
     d = b.draw(st.sampled_from([d for d in reversed(range(x.rank)) if x.shape[d] > 0]))
@@ -201,7 +199,7 @@ SOFTMAX_FORMS = ("_softmax", "int", "int_dtype")
 
 
 def _softmax_like(name: str, internal: Any, public: Any, bound: Callable[[float, int], float]) -> GraphOp:
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         dims = [
             d for d in reversed(range(x.rank)) if x.shape[d] > 0 and bound(x.bound, x.shape[d]) <= bound_cap(x.dtype)
         ]
@@ -218,7 +216,7 @@ def _softmax_like(name: str, internal: Any, public: Any, bound: Callable[[float,
             dtype = b.draw(st.sampled_from(targets))
             b.call(public, (x.node, dim, dtype), bound=result, nonneg=name == "softmax")
 
-    def accepts(b: _Builder, x: Val) -> bool:
+    def accepts(b: Builder, x: Val) -> bool:
         return any(side > 0 and bound(x.bound, side) <= bound_cap(x.dtype) for side in x.shape)
 
     return GraphOp(name, 1, emit, accepts, kinds=FLOAT, empty_ok=True)
@@ -228,7 +226,7 @@ def _scan(name: str, target: Any, bound: Callable[[float, int], float], kinds: t
     """``cumsum`` / ``cumprod``: ``target(x, d[, dtype=])``; integer and bool values accumulate in
     int64 without ``dtype=``."""
 
-    def options(b: _Builder, x: Val) -> list[tuple[torch.dtype | None, torch.dtype]]:
+    def options(b: Builder, x: Val) -> list[tuple[torch.dtype | None, torch.dtype]]:
         result = []
         for dtype in _dtype_options(b, x, _accumulator(x)):
             out = dtype or _accumulator(x)
@@ -236,7 +234,7 @@ def _scan(name: str, target: Any, bound: Callable[[float, int], float], kinds: t
                 result.append((dtype, out))
         return result
 
-    def emit(b: _Builder, x: Val) -> None:
+    def emit(b: Builder, x: Val) -> None:
         dtype, out = b.draw(st.sampled_from(options(b, x)))
         d = b.draw(
             st.sampled_from([d for d in reversed(range(x.rank)) if bound(x.bound, x.shape[d]) <= bound_cap(out)])

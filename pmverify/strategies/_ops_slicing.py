@@ -16,16 +16,13 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
-from ._ops_core import ANY, INT64_MAX, MAX_NUMEL, MAX_SIDE, GraphOp, Val, kind_of, signed_dim
+from ._ops_core import ANY, INT64_MAX, MAX_NUMEL, MAX_SIDE, Builder, GraphOp, Val, kind_of, signed_dim
 from ._tensors import shapes
-
-if TYPE_CHECKING:
-    from ._graphs import _Builder
 
 __all__ = ["SLICING_OPS", "START_AT", "END_AT", "START_FORMS", "END_FORMS", "INNER_END_FORMS"]
 
@@ -45,7 +42,7 @@ END_FORMS = ("int", "max", "past", "none")
 INNER_END_FORMS = ("int", "negative")
 
 
-def _bounds(b: _Builder, side: int) -> tuple[Any, Any]:
+def _bounds(b: Builder, side: int) -> tuple[Any, Any]:
     """A slice's (start, end) over a dim of ``side`` elements, as written in a graph. Where it
     starts and ends is drawn first, as a kind (0 or inside; the end, one short of it, inside or
     empty), so that the boundaries real graphs hold (``x[:-1]``, ``x[1:]``, ``x[-n:]``) are common,
@@ -90,7 +87,7 @@ def _trimmed(args: Sequence[Any], defaults: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(args)
 
 
-def _slice(b: _Builder, x: Val) -> None:
+def _slice(b: Builder, x: Val) -> None:
     d = b.draw(st.integers(0, x.rank - 1))
     start, end = _bounds(b, x.shape[d])
     step = b.draw(st.sampled_from((None, 1, 2, 3)))
@@ -104,7 +101,7 @@ def _nonempty_dims(x: Val) -> list[int]:
     return [d for d in reversed(range(x.rank)) if x.shape[d] > 0]
 
 
-def _select(b: _Builder, x: Val) -> None:
+def _select(b: Builder, x: Val) -> None:
     d = b.draw(st.sampled_from(_nonempty_dims(x)))
     index = b.draw(st.integers(0, x.shape[d] - 1))
     if b.draw(st.booleans()):
@@ -112,7 +109,7 @@ def _select(b: _Builder, x: Val) -> None:
     b.call(aten.select.int, (x.node, signed_dim(b.draw, d, x.rank), index), bound=x.bound, nonneg=x.nonneg)
 
 
-def _narrow(b: _Builder, x: Val) -> None:
+def _narrow(b: Builder, x: Val) -> None:
     d = b.draw(st.integers(0, x.rank - 1))
     side = x.shape[d]
     start = b.draw(st.integers(0, side))
@@ -126,7 +123,7 @@ def _unbind_dims(x: Val) -> list[int]:
     return [d for d in range(x.rank) if 1 <= x.shape[d] <= MAX_SIDE]
 
 
-def _unbind(b: _Builder, x: Val) -> None:
+def _unbind(b: Builder, x: Val) -> None:
     """``unbind.int(x)`` (dim 0) or ``unbind.int(x, d)``, and a ``getitem`` per piece."""
     d = b.draw(st.sampled_from(_unbind_dims(x)))
     args = (x.node,) if d == 0 and b.draw(st.booleans()) is False else (x.node, signed_dim(b.draw, d, x.rank))
@@ -139,7 +136,7 @@ def _split_dims(x: Val) -> list[int]:
     return [d for d in reversed(range(x.rank)) if 2 <= x.shape[d]]
 
 
-def _split(b: _Builder, x: Val) -> None:
+def _split(b: Builder, x: Val) -> None:
     """``split_with_sizes`` into 2..4 pieces, or ``split.Tensor(x, size, dim)`` (the last piece
     shorter), and a ``getitem`` per piece."""
     d = b.draw(st.sampled_from(_split_dims(x)))
@@ -158,7 +155,7 @@ def _split(b: _Builder, x: Val) -> None:
         b.call(operator.getitem, (pieces, i), bound=x.bound, nonneg=x.nonneg)
 
 
-def _cat(b: _Builder, x: Val) -> None:
+def _cat(b: Builder, x: Val) -> None:
     """``cat([x, y])`` (dim 0 omitted) or ``cat([x, y], dim)``."""
     d = b.draw(st.integers(0, x.rank - 1))
     per_row = math.prod(x.shape[:d] + x.shape[d + 1 :])  # elements per index along d
@@ -175,12 +172,12 @@ def _cat(b: _Builder, x: Val) -> None:
     b.call(aten.cat.default, args, bound=max(x.bound, y.bound), nonneg=x.nonneg and y.nonneg)
 
 
-def _exact(b: _Builder, x: Val, shape: tuple[int, ...]) -> Val:
+def _exact(b: Builder, x: Val, shape: tuple[int, ...]) -> Val:
     """A value of ``x``'s dtype and exactly ``shape`` (a recent one, or a new input)."""
     return b.operand(lambda v: v.dtype == x.dtype and v.shape == shape, st.just(shape), [x.dtype])
 
 
-def _slice_scatter(b: _Builder, x: Val) -> None:
+def _slice_scatter(b: Builder, x: Val) -> None:
     """``slice_scatter(x, src, dim, start, end, step)`` (trailing defaults omitted), ``src`` shaped
     like the slice."""
     d = b.draw(st.integers(0, x.rank - 1))
@@ -197,7 +194,7 @@ def _slice_scatter(b: _Builder, x: Val) -> None:
     b.call(aten.slice_scatter.default, args, bound=max(x.bound, src.bound), nonneg=x.nonneg and src.nonneg)
 
 
-def _select_scatter(b: _Builder, x: Val) -> None:
+def _select_scatter(b: Builder, x: Val) -> None:
     d = b.draw(st.sampled_from(_nonempty_dims(x)))
     index = b.draw(st.integers(0, x.shape[d] - 1)) - (x.shape[d] if b.draw(st.booleans()) else 0)
     src = _exact(b, x, x.shape[:d] + x.shape[d + 1 :])
@@ -205,11 +202,11 @@ def _select_scatter(b: _Builder, x: Val) -> None:
     b.call(aten.select_scatter.default, args, bound=max(x.bound, src.bound), nonneg=x.nonneg and src.nonneg)
 
 
-def _index_dtypes(b: _Builder, allowed: Sequence[torch.dtype]) -> list[torch.dtype]:
+def _index_dtypes(b: Builder, allowed: Sequence[torch.dtype]) -> list[torch.dtype]:
     return [d for d in allowed if b.allows(d)]
 
 
-def _index(b: _Builder, shape_ok: Any, fresh: st.SearchStrategy, high: int, dtypes: Sequence[torch.dtype]) -> Val:
+def _index(b: Builder, shape_ok: Any, fresh: st.SearchStrategy, high: int, dtypes: Sequence[torch.dtype]) -> Val:
     """An index value: integers in [0, ``high``) of one of ``dtypes`` (a recent one that
     ``shape_ok``, or a new input drawn in range)."""
 
@@ -219,7 +216,7 @@ def _index(b: _Builder, shape_ok: Any, fresh: st.SearchStrategy, high: int, dtyp
     return b.operand(accepts, fresh, dtypes, elements=st.integers(0, high - 1))
 
 
-def _index_select(b: _Builder, x: Val) -> None:
+def _index_select(b: Builder, x: Val) -> None:
     """``index_select(x, dim, index)`` (a 1-D index), or ``index.Tensor(x, [index])`` for dim 0
     (how make_fx decomposes ``x[index]``)."""
     d = b.draw(st.sampled_from(_index_dims(x)))
@@ -244,7 +241,7 @@ def _index_dims(x: Val) -> list[int]:
     return [d for d in _nonempty_dims(x) if x.numel // x.shape[d] * MAX_SIDE <= MAX_NUMEL]
 
 
-def _gather(b: _Builder, x: Val) -> None:
+def _gather(b: Builder, x: Val) -> None:
     """``gather(x, dim, index)``: an int64 index of ``x``'s rank, no larger than ``x`` off ``dim``."""
     d = b.draw(st.sampled_from(_index_dims(x)))
 

@@ -12,7 +12,6 @@ storage) and ``clone`` with or without ``memory_format=``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from ._ops_core import (
     MAX_NUMEL,
     MAX_RANK,
     MAX_SIDE,
+    Builder,
     GraphOp,
     Val,
     refactored,
@@ -30,61 +30,58 @@ from ._ops_core import (
 )
 from ._tensors import shapes
 
-if TYPE_CHECKING:
-    from ._graphs import _Builder
-
 __all__ = ["VIEW_OPS"]
 
 aten = torch.ops.aten
 
 
-def _sizes(b: _Builder, x: Val) -> list[int]:
+def _sizes(b: Builder, x: Val) -> list[int]:
     """A size list with ``x``'s element count, maybe with one -1 (not when it has no elements)."""
     sizes = list(b.draw(refactored(x.numel)))
     return with_inferred(b.draw, sizes) if x.numel else sizes
 
 
-def _contiguous(b: _Builder, x: Val) -> bool:
+def _contiguous(b: Builder, x: Val) -> bool:
     return x.fake.is_contiguous()
 
 
-def _view(b: _Builder, x: Val) -> None:
+def _view(b: Builder, x: Val) -> None:
     b.call(aten.view.default, (x.node, _sizes(b, x)), bound=x.bound, nonneg=x.nonneg)
 
 
-def _reshape(b: _Builder, x: Val) -> None:
+def _reshape(b: Builder, x: Val) -> None:
     """The decomposed form of ``reshape`` on a tensor that cannot be viewed."""
     copy = b.call(aten.clone.default, (x.node,), {"memory_format": torch.contiguous_format})
     b.call(aten._unsafe_view.default, (copy, list(b.draw(refactored(x.numel)))), bound=x.bound, nonneg=x.nonneg)
 
 
-def _aten_reshape(b: _Builder, x: Val) -> None:
+def _aten_reshape(b: Builder, x: Val) -> None:
     b.call(aten.reshape.default, (x.node, _sizes(b, x)), bound=x.bound, nonneg=x.nonneg)
 
 
-def _unsafe_view(b: _Builder, x: Val) -> None:
+def _unsafe_view(b: Builder, x: Val) -> None:
     b.call(aten._unsafe_view.default, (x.node, list(b.draw(refactored(x.numel)))), bound=x.bound, nonneg=x.nonneg)
 
 
-def _permute(b: _Builder, x: Val) -> None:
+def _permute(b: Builder, x: Val) -> None:
     order = list(b.draw(st.permutations(range(x.rank))))
     if b.draw(st.booleans()):  # dims counted from the end, as ``x.permute(-1, -2)`` is traced
         order = [d - x.rank for d in order]
     b.call(aten.permute.default, (x.node, order), bound=x.bound, nonneg=x.nonneg)
 
 
-def _transpose(b: _Builder, x: Val) -> None:
+def _transpose(b: Builder, x: Val) -> None:
     d0 = b.draw(st.integers(0, x.rank - 2))
     d1 = b.draw(st.integers(d0 + 1, x.rank - 1))
     dims = (signed_dim(b.draw, d0, x.rank), signed_dim(b.draw, d1, x.rank))
     b.call(aten.transpose.int, (x.node, *dims), bound=x.bound, nonneg=x.nonneg)
 
 
-def _t(b: _Builder, x: Val) -> None:
+def _t(b: Builder, x: Val) -> None:
     b.call(aten.t.default, (x.node,), bound=x.bound, nonneg=x.nonneg)
 
 
-def _unsqueeze(b: _Builder, x: Val) -> None:
+def _unsqueeze(b: Builder, x: Val) -> None:
     dim = signed_dim(b.draw, b.draw(st.integers(0, x.rank)), x.rank + 1)
     b.call(aten.unsqueeze.default, (x.node, dim), bound=x.bound, nonneg=x.nonneg)
 
@@ -93,7 +90,7 @@ def _unsqueeze(b: _Builder, x: Val) -> None:
 SQUEEZE_FORMS = ("dim", "dims", "all")
 
 
-def _squeeze(b: _Builder, x: Val) -> None:
+def _squeeze(b: Builder, x: Val) -> None:
     """``squeeze.dim(x, d)`` (a size-1 dim first; any other is a no-op), ``squeeze.dims(x, [..])``
     or ``squeeze.default(x)``."""
     ones = [d for d in range(x.rank) if x.shape[d] == 1]
@@ -111,7 +108,7 @@ def _squeeze(b: _Builder, x: Val) -> None:
         )
 
 
-def _flatten(b: _Builder, x: Val) -> None:
+def _flatten(b: Builder, x: Val) -> None:
     """``flatten.using_ints(x)``, ``(x, start)`` or ``(x, start, end)``."""
     start = b.draw(st.integers(0, x.rank - 1))
     end = b.draw(st.integers(start, x.rank - 1))
@@ -123,7 +120,7 @@ def _flatten(b: _Builder, x: Val) -> None:
     b.call(aten.flatten.using_ints, args, bound=x.bound, nonneg=x.nonneg)
 
 
-def _unflatten(b: _Builder, x: Val) -> None:
+def _unflatten(b: Builder, x: Val) -> None:
     d = b.draw(st.integers(0, x.rank - 1))
     side = x.shape[d]
     sizes = list(b.draw(refactored(side, MAX_RANK - x.rank + 1)))
@@ -131,7 +128,7 @@ def _unflatten(b: _Builder, x: Val) -> None:
     b.call(aten.unflatten.int, (x.node, signed_dim(b.draw, d, x.rank), sizes), bound=x.bound, nonneg=x.nonneg)
 
 
-def _expand(b: _Builder, x: Val) -> None:
+def _expand(b: Builder, x: Val) -> None:
     """Size-1 dims grow, and maybe a leading dim is added; kept sizes may be written -1; at most
     :data:`MAX_NUMEL` elements."""
     room = MAX_NUMEL // max(1, x.numel)
@@ -151,7 +148,7 @@ def _expand(b: _Builder, x: Val) -> None:
     b.call(aten.expand.default, (x.node, sizes), bound=x.bound, nonneg=x.nonneg)
 
 
-def _as_strided(b: _Builder, x: Val) -> None:
+def _as_strided(b: Builder, x: Val) -> None:
     """``as_strided(x, size, stride[, storage_offset])`` of a contiguous input: the input's own
     strides, permuted, over a crop of its sizes (every element read lies in the input)."""
     strides = x.fake.stride()
@@ -168,7 +165,7 @@ def _as_strided(b: _Builder, x: Val) -> None:
     b.call(aten.as_strided.default, args, bound=x.bound, nonneg=x.nonneg)
 
 
-def _as_strided_accepts(b: _Builder, x: Val) -> bool:
+def _as_strided_accepts(b: Builder, x: Val) -> bool:
     return x.node is None or (x.node.op == "placeholder" and x.fake.is_contiguous())
 
 
@@ -176,7 +173,7 @@ def _as_strided_accepts(b: _Builder, x: Val) -> bool:
 CLONE_FORMATS = (None, torch.contiguous_format, torch.preserve_format, torch.channels_last)
 
 
-def _clone(b: _Builder, x: Val) -> None:
+def _clone(b: Builder, x: Val) -> None:
     formats = CLONE_FORMATS if x.rank == 4 else CLONE_FORMATS[:3]
     memory_format = b.draw(st.sampled_from(formats))
     kwargs = {} if memory_format is None else {"memory_format": memory_format}

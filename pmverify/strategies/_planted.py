@@ -27,7 +27,6 @@ run per near miss of new shapes); ``planted(qk_norm)`` 28-38 before, 27-37 after
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import math
@@ -40,22 +39,24 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .._apply import error_summary, propagate_fake, quiet_fake_tensor_errors
+from .._apply import error_summary, propagate_fake
 from .._case import GraphCase, PlantedInstance
-from .._fx import GRADIENT_OUTPUTS, flat_nodes
-from .._record import RecordedRewrite
+from .._fx import GRADIENT_OUTPUTS, flat_nodes, trace
+from .._record import RecordedRewrite, isolated_pass
+from .._validation import short_repr, validate_choices, validate_int, validate_order, validate_strategy
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
-from ._like import _TensorLike, like
-from ._near_miss import NEAR_MISS_KINDS, Traced, _arg_key, kind_applies, runs_eagerly, signature, trace, variants
+from ._like import TensorLike, like
+from ._near_miss import NEAR_MISS_KINDS, kind_applies, variants
+from ._public import Shown, public_call
 from ._recorded_inputs import NumberForms, recorded_example
-from ._validation import check_choices, check_int, check_order, check_strategy, short_repr
+from ._traced import Traced, runs_eagerly, signature
+from ._truth import isolated_truth
 
 __all__ = ["planted", "NEAR_MISS_KINDS", "PRODUCERS"]
 
 #: How an instance input reaches the instance, simplest first.
 PRODUCERS = (None, "clone", "view")
 _DEFAULT_MAX_INSTANCES = 3
-_OUTCOME_CACHE_SIZE = 1024
 
 
 @dataclasses.dataclass
@@ -224,50 +225,6 @@ class _Rewrite:
         return repr(self.rewrite)
 
 
-def _isolated_truth(rewrite: RecordedRewrite, inst: Traced) -> Traced:
-    """The ground truth of a self-contained instance (plain, or a near miss edited in its graph)
-    from Inductor's matcher holding ``rewrite`` alone, run on the instance's graph:
-
-    - a plain instance it rewrites stays ``must_match=True``; one its ``extra_check`` rejects is
-      ``must_match=False, reason="extra_check"``; one it cannot match at all (another trace than the
-      registered pattern, a failed re-trace) is ``must_match=None, reason="trace_differs"``;
-    - a near miss it rewrites (e.g. a ``"constant"`` a ``scalar_workaround`` makes a wildcard) is
-      ``must_match=None``, its reason kept; one it leaves alone stays ``must_match=False``;
-    - where the matcher raises (an ``extra_check`` that raises), ``must_match=None`` (reason
-      ``"matcher_raised"`` for a plain instance): the pass under test raises there too, a crash.
-
-    Memoised per rewrite on the instance's exact trace, its tensor inputs' shapes, strides and
-    dtypes (what ``extra_check`` sees: fake tensors, no values) and its other inputs' values (a
-    ``scalar_workaround`` argument's value is in ``match.kwargs``)."""
-    isolated = rewrite._isolated_pass()
-    key = (tuple(_arg_key(a) for a in inst.args), signature(inst.gm))
-    outcome = isolated.outcomes.get(key)
-    if outcome is None:
-        gm = copy.deepcopy(inst.gm)
-        propagate_fake(gm, inst.args)
-        isolated.checks.clear()
-        try:
-            with quiet_fake_tensor_errors():
-                matched = isolated.pass_.apply(gm.graph) > 0
-        except Exception:  # noqa: BLE001 - e.g. a raising extra_check: the pass under test shows it
-            outcome = "matcher_raised"
-        else:
-            outcome = "matched" if matched else ("extra_check" if False in isolated.checks else "no_match")
-        if len(isolated.outcomes) >= _OUTCOME_CACHE_SIZE:
-            isolated.outcomes.clear()
-        isolated.outcomes[key] = outcome
-    if outcome == "matcher_raised":
-        return dataclasses.replace(inst, must_match=None, reason=inst.reason or outcome)
-    if inst.must_match is True:
-        if outcome == "extra_check":
-            return dataclasses.replace(inst, must_match=False, reason="extra_check")
-        if outcome == "no_match":
-            return dataclasses.replace(inst, must_match=None, reason="trace_differs")
-    elif outcome == "matched":
-        return dataclasses.replace(inst, must_match=None)
-    return inst
-
-
 def _scalar_values(example: Any) -> st.SearchStrategy[Any]:
     """Values of a ``scalar_workaround`` argument, ``example`` first (the simplest: shrinks to it).
 
@@ -402,7 +359,7 @@ def _full_example(pattern: Callable[..., Any], example: Sequence[Any], positions
         )
     names = _parameters(pattern)
     for position in positions:
-        if isinstance(example[position], (torch.Tensor, _TensorLike)):
+        if isinstance(example[position], (torch.Tensor, TensorLike)):
             raise InvalidArgument(
                 f"scalar_workaround names {names[position]!r}, but example_inputs[{position}] is the tensor "
                 f"{short_repr(example[position])}: a scalar_workaround argument is a Python number"
@@ -438,7 +395,7 @@ class _Wildcards:
 
             spec = self.spec
             example = spec["example_inputs"] if spec["example_inputs"] is not None else args
-            example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in example)
+            example = tuple(x.zeros() if isinstance(x, TensorLike) else x for x in example)
             self.reference = signature(trace(spec["pattern"], example, spec["trace_fn"]), loose=True)
             self._rewrite = pattern_rewrite(
                 spec["pattern"],
@@ -522,12 +479,12 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
         # contracted size of 1): Inductor cannot match it, a hand-written pass may.
         chosen = dataclasses.replace(chosen, must_match=None, reason="trace_differs")
     if "rewrite" in spec and chosen.must_match is not None and not chosen.extra_user:
-        chosen = _isolated_truth(spec["rewrite"].rewrite, chosen)
+        chosen = isolated_truth(spec["rewrite"].rewrite, chosen)
     elif "wildcards" in spec and chosen.must_match is False:
         wildcards = spec["wildcards"]
         if wildcards.given and chosen.reason in _EDITED_KINDS:
             # the edited argument may be one the pass's matcher holds as a wildcard: ask it
-            chosen = _isolated_truth(wildcards.rewrite(args), chosen)
+            chosen = isolated_truth(wildcards.rewrite(args), chosen)
         elif chosen.reason in _ASKED_KINDS:
             chosen = _asked_truth(wildcards, args, chosen, signature(gm, loose=True))
     return chosen
@@ -542,14 +499,14 @@ def _asked_truth(wildcards: _Wildcards, args: tuple[Any, ...], inst: Traced, str
     if not wildcards.broken:
         try:
             rewrite = wildcards.rewrite(args)
-            rewrite._isolated_pass()
+            isolated_pass(rewrite)
         except Exception:  # noqa: BLE001 - whatever register_replacement raises: no matcher
             if wildcards.given:
                 raise
             wildcards.broken = True
         else:
             if wildcards.reference == structure:
-                return _isolated_truth(rewrite, inst)
+                return isolated_truth(rewrite, inst)
     return dataclasses.replace(inst, must_match=None)
 
 
@@ -634,7 +591,7 @@ def _reference(spec: dict[str, Any]) -> tuple[Any, ...] | None:
     if spec["example_inputs"] is None:
         return None
     if "reference" not in spec:
-        example = tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in spec["example_inputs"])
+        example = tuple(x.zeros() if isinstance(x, TensorLike) else x for x in spec["example_inputs"])
         spec["reference"] = signature(_trace_checked(spec["pattern"], example, spec["trace_fn"]), loose=True)
     return spec["reference"]
 
@@ -799,6 +756,21 @@ def planted(
         def test_my_pass():
             pmverify.verify(MyRMSNormPass(), cases)
     """
+    # the public call as given, for the strategy's repr (which keys the example database)
+    call_args = (Shown(repr(pattern)) if isinstance(pattern, RecordedRewrite) else pattern,)
+    call_args += () if inputs is None else (inputs,)
+    call_kwargs = {
+        "context": context,
+        "min_instances": min_instances,
+        "max_instances": max_instances,
+        "near_misses": near_misses,
+        "trace_fn": trace_fn,
+        "example_inputs": example_inputs,
+        "pass_config": pass_config,
+        "name": name,
+        "scalar_workaround": scalar_workaround,
+        "exclusive_arg_names": exclusive_arg_names,
+    }
     rewrite = pattern if isinstance(pattern, RecordedRewrite) else None
     if rewrite is not None:
         given = (
@@ -834,12 +806,12 @@ def planted(
             f"inputs=None: give a strategy of input tuples for pattern={_name(pattern)} (only a recorded "
             "rewrite has default inputs)"
         )
-    check_strategy("inputs", inputs)
+    validate_strategy("inputs", inputs)
     if context is not None:
-        check_strategy("context", context)
-    check_int("min_instances", min_instances, 0)
-    check_int("max_instances", max_instances, 0)
-    check_order("min_instances", min_instances, "max_instances", max_instances)
+        validate_strategy("context", context)
+    validate_int("min_instances", min_instances, 0)
+    validate_int("max_instances", max_instances, 0)
+    validate_order("min_instances", min_instances, "max_instances", max_instances)
     if context is not None and context.is_empty:
         if min_instances < 1:
             raise InvalidArgument(
@@ -853,7 +825,7 @@ def planted(
     if isinstance(near_misses, bool):
         kinds = NEAR_MISS_KINDS if near_misses else ()
     else:
-        kinds = check_choices("near_misses", near_misses, NEAR_MISS_KINDS)
+        kinds = validate_choices("near_misses", near_misses, NEAR_MISS_KINDS)
     if trace_fn is not None and not callable(trace_fn):
         raise InvalidArgument(f"trace_fn={trace_fn!r} must be callable")
     if name is not None and not isinstance(name, str):
@@ -879,7 +851,7 @@ def planted(
         "pass_config": pass_config,
         "name": _pattern_name(pattern) if name is None else _identifier(name),
         # shapes and dtypes only: the strategy's repr keys the example database
-        "example_inputs": None if example_inputs is None else tuple(map(_TensorLike.of, example_inputs)),
+        "example_inputs": None if example_inputs is None else tuple(map(TensorLike.of, example_inputs)),
     }
     # Inductor's matcher for the pattern (the ground truth of some near misses); the spec's repr keys
     # the example database: each prints its arguments only
@@ -898,4 +870,6 @@ def planted(
             )
         if recorded_args.describe_cap() is not None:
             spec["cap"] = recorded_args.describe_cap()
-    return _cases(spec)
+    if call_kwargs["example_inputs"] is not None:  # shapes and dtypes only, as in the spec
+        call_kwargs["example_inputs"] = tuple(map(TensorLike.of, call_kwargs["example_inputs"]))
+    return public_call(planted, _cases(spec), *call_args, **call_kwargs)

@@ -30,11 +30,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import Shard
 
 from .._case import GraphCase, PlantedInstance
+from .._validation import short_repr, validate_bool, validate_dtypes, validate_int, validate_order, validate_strategy
 from ..fusions.qk_norm.config import DEFAULT_GROUP_NAME, SUPPORTED_DTYPES, QKNormConfig, kv_head_range
 from ..fusions.qk_norm.tp import all_reduce, qk_norm_tp_forward
 from ._qk_norm import _EPS, _HEAD_DIMS, _apply_ops, _Inputs, _Source, _source, draw_layers
 from ._tensors import tp_sizes
-from ._validation import check_bool, check_dtypes, check_int, check_order, check_strategy, short_repr
 
 __all__ = ["qk_norm_tp_cases", "NEAR_MISS_KINDS"]
 
@@ -441,19 +441,19 @@ def qk_norm_tp_cases(
     elif tp_world is None:
         tp_world = tp_sizes()
     if tp_world is not None:
-        check_strategy("tp_world", tp_world)
-    check_int("min_tokens", min_tokens, minimum=1)
+        validate_strategy("tp_world", tp_world)
+    validate_int("min_tokens", min_tokens, minimum=1)
     max_tokens = max(_DEFAULT_MAX_TOKENS, min_tokens) if max_tokens is None else max_tokens
-    check_int("max_tokens", max_tokens, minimum=1)
-    check_order("min_tokens", min_tokens, "max_tokens", max_tokens)
+    validate_int("max_tokens", max_tokens, minimum=1)
+    validate_order("min_tokens", min_tokens, "max_tokens", max_tokens)
     if config is not None:
-        check_order("min_tokens", min_tokens, "config.max_tokens", config.max_tokens)
-    check_int("min_instances", min_instances, minimum=1)
-    check_int("max_instances", max_instances, minimum=1)
-    check_order("min_instances", min_instances, "max_instances", max_instances)
-    check_bool("near_misses", near_misses)
+        validate_order("min_tokens", min_tokens, "config.max_tokens", config.max_tokens)
+    validate_int("min_instances", min_instances, minimum=1)
+    validate_int("max_instances", max_instances, minimum=1)
+    validate_order("min_instances", min_instances, "max_instances", max_instances)
+    validate_bool("near_misses", near_misses)
     if config is not None and dtypes is not None:
         raise InvalidArgument(f"dtypes={dtypes!r} cannot be combined with config: the dtype is config.dtype")
-    dtypes = check_dtypes("dtypes", dtypes, SUPPORTED_DTYPES)
+    dtypes = validate_dtypes("dtypes", dtypes, SUPPORTED_DTYPES)
     kinds = NEAR_MISS_KINDS if near_misses else ()
     return _cases(_Spec(config, tp_world, min_tokens, max_tokens, min_instances, max_instances, kinds, dtypes))

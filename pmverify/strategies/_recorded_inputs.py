@@ -33,9 +33,11 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from .._fx import trace
 from .._record import RecordedRewrite
-from ._like import _TensorLike
-from ._near_miss import Traced, runs_eagerly, signature, trace
+from ._like import TensorLike
+from ._traced import Traced, runs_eagerly, signature
+from ._truth import isolated_truth
 
 __all__ = [
     "MAX_NUMEL",
@@ -236,33 +238,31 @@ _EXAMPLES: weakref.WeakKeyDictionary[RecordedRewrite, RecordedExample] = weakref
 
 
 def _zeros(args: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(x.zeros() if isinstance(x, _TensorLike) else x for x in args)
+    return tuple(x.zeros() if isinstance(x, TensorLike) else x for x in args)
 
 
 def _verdict(rewrite: RecordedRewrite, args: tuple[Any, ...]) -> str:
     """What Inductor's matcher holding ``rewrite`` alone does with the search function traced on
     ``args``: "matched", "extra_check", "no_match", "matcher_raised" or "does not trace"."""
-    from ._planted import _isolated_truth
-
     try:
         gm = trace(rewrite.search_fn, args, rewrite.trace_fn)
     except Exception:  # noqa: BLE001 - compared only: the draw reports a pattern that does not trace
         return "does not trace"
-    truth = _isolated_truth(rewrite, Traced(gm, args))
+    truth = isolated_truth(rewrite, Traced(gm, args))
     return "matched" if truth.must_match is True else truth.reason or "no_match"
 
 
 def _capped(rewrite: RecordedRewrite, example: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[int, int], str | None]:
     """``example`` at capped sizes (zeros), the sizes changed, and why not when the cap was refused."""
-    likes = [_TensorLike.of(x) for x in example]
-    shapes = [x.shape for x in likes if isinstance(x, _TensorLike)]
+    likes = [TensorLike.of(x) for x in example]
+    shapes = [x.shape for x in likes if isinstance(x, TensorLike)]
     sizes = capped_sizes(shapes)
     if not sizes:
         if any(math.prod(s) > MAX_NUMEL or max(s, default=0) > MAX_SIDE for s in shapes):
             return _zeros(likes), {}, "sizes not capped: no size map keeps their divisibility within the caps"
         return _zeros(likes), {}, None
     capped = tuple(
-        x.resized(tuple(sizes.get(n, n) for n in x.shape)).zeros() if isinstance(x, _TensorLike) else x for x in likes
+        x.resized(tuple(sizes.get(n, n) for n in x.shape)).zeros() if isinstance(x, TensorLike) else x for x in likes
     )
     if not runs_eagerly(rewrite.search_fn, capped):
         return _zeros(likes), {}, "sizes not capped: the search function does not run at the capped sizes"

@@ -27,7 +27,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from ._validation import FLOAT_DTYPES, check_bool, check_dtypes, check_int, check_order, check_strategy
+from .._validation import FLOAT_DTYPES, validate_bool, validate_dtypes, validate_int, validate_order, validate_strategy
+from ._public import public_call
 
 __all__ = [
     "dtypes",
@@ -91,7 +92,7 @@ def dtypes(*, allowed: Sequence[torch.dtype] | None = None) -> st.SearchStrategy
 
     Example: ``dtypes(allowed=[torch.bfloat16, torch.float16])`` draws bfloat16 or float16.
     """
-    return st.sampled_from(check_dtypes("allowed", allowed))
+    return public_call(dtypes, st.sampled_from(validate_dtypes("allowed", allowed)), allowed=allowed)
 
 
 def shapes(
@@ -111,10 +112,11 @@ def shapes(
     Example: ``shapes(min_dims=2, max_dims=2, max_side=4)`` draws ``(1, 1)``, ``(3, 4)``, ...
     """
     for name, value in (("min_dims", min_dims), ("max_dims", max_dims), ("min_side", min_side), ("max_side", max_side)):
-        check_int(name, value, minimum=0)
-    check_order("min_dims", min_dims, "max_dims", max_dims)
-    check_order("min_side", min_side, "max_side", max_side)
-    return st.lists(st.integers(min_side, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
+        validate_int(name, value, minimum=0)
+    validate_order("min_dims", min_dims, "max_dims", max_dims)
+    validate_order("min_side", min_side, "max_side", max_side)
+    drawn = st.lists(st.integers(min_side, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
+    return public_call(shapes, drawn, min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
 
 
 def _check_dtype(dtype: Any) -> None:
@@ -347,18 +349,27 @@ def tensors(
     _check_dtype(dtype)
     shape = _check_shape("shape", shape)
     _check_magnitude(max_magnitude)
-    check_bool("allow_nan", allow_nan)
-    check_bool("allow_infinity", allow_infinity)
+    validate_bool("allow_nan", allow_nan)
+    validate_bool("allow_infinity", allow_infinity)
     if elements is None:
         nonfinite = ((math.nan,) if allow_nan else ()) + ((math.inf, -math.inf) if allow_infinity else ())
-        return _seeded(dtype, shape, max_magnitude, nonfinite if dtype.is_floating_point else ())
-    check_strategy("elements", elements)
+        drawn = _seeded(dtype, shape, max_magnitude, nonfinite if dtype.is_floating_point else ())
+        return public_call(
+            tensors,
+            drawn,
+            dtype,
+            shape,
+            max_magnitude=max_magnitude,
+            allow_nan=allow_nan,
+            allow_infinity=allow_infinity,
+        )
+    validate_strategy("elements", elements)
     if max_magnitude is not None or allow_nan or allow_infinity:
         raise InvalidArgument(
             f"elements={elements!r} draws the values itself: drop max_magnitude={max_magnitude!r}, "
             f"allow_nan={allow_nan!r} and allow_infinity={allow_infinity!r}"
         )
-    return _from_elements(dtype, shape, elements)
+    return public_call(tensors, _from_elements(dtype, shape, elements), dtype, shape, elements=elements)
 
 
 def tp_sizes(*, min_size: int = 1, max_size: int = 8) -> st.SearchStrategy[int]:
@@ -372,10 +383,10 @@ def tp_sizes(*, min_size: int = 1, max_size: int = 8) -> st.SearchStrategy[int]:
 
     Example: ``tp_sizes(max_size=4)`` draws 1, 2 or 4.
     """
-    check_int("min_size", min_size, minimum=1)
-    check_int("max_size", max_size, minimum=1)
-    check_order("min_size", min_size, "max_size", max_size)
+    validate_int("min_size", min_size, minimum=1)
+    validate_int("max_size", max_size, minimum=1)
+    validate_order("min_size", min_size, "max_size", max_size)
     sizes = [1 << k for k in range(max_size.bit_length()) if min_size <= 1 << k <= max_size]
     if not sizes:
         raise InvalidArgument(f"min_size={min_size} and max_size={max_size} hold no power of two")
-    return st.sampled_from(sizes)
+    return public_call(tp_sizes, st.sampled_from(sizes), min_size=min_size, max_size=max_size)

@@ -22,8 +22,10 @@ from hypothesis.errors import InvalidArgument
 from torch.distributed.tensor import Replicate, Shard
 
 from .._case import GraphCase
+from .._validation import short_repr, validate_strategy
+from ._drawn import validate_drawn_case
+from ._public import public_call
 from ._tensors import DEFAULT_BOUND, tensors, tp_sizes
-from ._validation import check_drawn_case, check_strategy, short_repr
 
 __all__ = ["tp_cases", "Replicate", "Shard"]
 
@@ -75,7 +77,7 @@ def _magnitude(value: torch.Tensor) -> float | None:
 @st.composite
 def _tp_cases(draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy) -> GraphCase:
     case = draw(cases)
-    check_drawn_case("cases", case)
+    validate_drawn_case("cases", case)
     if case.tp_world != 1:
         raise InvalidArgument(f"cases drew {case!r}; it must draw GraphCases with tp_world=1")
     world = draw(tp_world)
@@ -134,10 +136,12 @@ def tp_cases(
         per_rank = planted(qk_norm_pattern, like((qkv, q_weight, k_weight), vary={"tokens": [(0, 0)]}))
         cases = tp_cases(per_rank, placements=lambda case: [Replicate()] * len(case.inputs[0]))
     """
-    check_strategy("cases", cases)
+    given_world = tp_world
+    validate_strategy("cases", cases)
     if tp_world is None:
         tp_world = tp_sizes()
-    check_strategy("tp_world", tp_world)
+    validate_strategy("tp_world", tp_world)
     if placements is not None and not callable(placements):
         _check_kinds(placements)
-    return _tp_cases(cases, placements, tp_world)
+    drawn = _tp_cases(cases, placements, tp_world)
+    return public_call(tp_cases, drawn, cases, placements=placements, tp_world=given_world)

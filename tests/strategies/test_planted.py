@@ -456,7 +456,9 @@ def test_examples_another_dtype_may_match():
     """Regression: ``register_replacement`` re-traces its search function on the matched inputs,
     so the pattern traced on float16 inputs is matched by a pass registered with bfloat16 example
     inputs; the "dtype" kind is therefore ``must_match=None``, not a near miss."""
-    from pmverify.strategies._near_miss import Traced, trace, variants
+    from pmverify._fx import trace
+    from pmverify.strategies._near_miss import variants
+    from pmverify.strategies._traced import Traced
 
     args = (torch.rand(2, 8).to(torch.bfloat16), torch.ones(8, dtype=torch.bfloat16))
     base = Traced(trace(rms_pattern, args), args)

@@ -12,8 +12,8 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from pmverify._validation import FLOAT_DTYPES
 from pmverify.strategies._tensors import TENSOR_DTYPES, dtypes, max_magnitude_of, shapes, tensors, tp_sizes
-from pmverify.strategies._validation import FLOAT_DTYPES
 
 INT_DTYPES = [d for d in TENSOR_DTYPES if not d.is_floating_point and d != torch.bool]
 

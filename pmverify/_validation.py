@@ -1,5 +1,9 @@
-"""Eager argument checks shared by the strategies: each raises ``InvalidArgument`` naming the
-argument and its value, as ``hypothesis.internal.validation`` does for Hypothesis' own strategies."""
+"""Eager argument validation shared by the strategies and the engine (``_record``, ``_gates``,
+``_rewrite``): each ``validate_*`` raises ``hypothesis.errors.InvalidArgument`` naming the argument
+and its value, as ``hypothesis.internal.validation`` does for Hypothesis' own strategies.
+
+The bottom of the package: it imports nothing of pmverify. (``check_*`` names are the
+verification entry points, ``check_case`` / ``check_rewrite``; these only validate arguments.)"""
 
 from __future__ import annotations
 
@@ -11,29 +15,30 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 __all__ = [
-    "check_bool",
-    "check_int",
-    "check_optional_int",
-    "check_order",
-    "check_strategy",
-    "check_choices",
-    "check_dtypes",
+    "validate_bool",
+    "validate_int",
+    "validate_optional_int",
+    "validate_order",
+    "validate_strategy",
+    "validate_choices",
+    "validate_dtypes",
     "FLOAT_DTYPES",
     "short_repr",
-    "check_drawn_case",
 ]
 
 #: Floating dtypes the strategies draw, simplest first.
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def check_bool(name: str, value: Any) -> None:
+def validate_bool(name: str, value: Any) -> None:
+    """``value`` must be a bool; InvalidArgument naming ``name`` otherwise."""
     if not isinstance(value, bool):
         raise InvalidArgument(f"{name}={value!r} must be a bool")
 
 
-def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> None:
-    """``value`` must be an int (not a bool) in [``minimum``, ``maximum``]."""
+def validate_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> None:
+    """``value`` must be an int (not a bool) in [``minimum``, ``maximum``]; InvalidArgument naming
+    ``name`` and the value otherwise."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(f"{name}={value!r} must be an int")
     if minimum is not None and value < minimum:
@@ -42,12 +47,13 @@ def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | 
         raise InvalidArgument(f"{name}={value!r} must be at most {maximum}")
 
 
-def check_optional_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> None:
+def validate_optional_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> None:
+    """``value`` must be None or pass :func:`validate_int`."""
     if value is not None:
-        check_int(name, value, minimum, maximum)
+        validate_int(name, value, minimum, maximum)
 
 
-def check_order(low_name: str, low: Any, high_name: str, high: Any) -> None:
+def validate_order(low_name: str, low: Any, high_name: str, high: Any) -> None:
     """``low <= high`` when both are given (``min_nodes=5 is larger than max_nodes=2``)."""
     if low is not None and high is not None and low > high:
         raise InvalidArgument(f"{low_name}={low!r} is larger than {high_name}={high!r}")
@@ -64,22 +70,13 @@ def short_repr(value: Any) -> str:
     return repr(value)
 
 
-def check_strategy(name: str, value: Any) -> None:
+def validate_strategy(name: str, value: Any) -> None:
+    """``value`` must be a Hypothesis ``SearchStrategy``; InvalidArgument naming ``name`` otherwise."""
     if not isinstance(value, st.SearchStrategy):
         raise InvalidArgument(f"{name}={short_repr(value)} must be a Hypothesis strategy")
 
 
-def check_drawn_case(name: str, value: Any, *, form: str | None = None) -> None:
-    """A value drawn from the ``name`` strategy must be a ``GraphCase`` (of ``form`` when given)."""
-    from .._case import GraphCase
-
-    if not isinstance(value, GraphCase):
-        raise InvalidArgument(f"{name} drew {short_repr(value)}; it must draw pmverify.GraphCase values")
-    if form is not None and value.form != form:
-        raise InvalidArgument(f"{name} drew a case of form={value.form!r}; it must draw {form} cases")
-
-
-def check_choices(name: str, value: Any, allowed: Iterable[Any]) -> tuple[Any, ...]:
+def validate_choices(name: str, value: Any, allowed: Iterable[Any]) -> tuple[Any, ...]:
     """``value`` must be a non-empty sequence (not a str) of members of ``allowed``; returns it as a
     tuple without repeats, in the caller's order."""
     allowed = tuple(allowed)
@@ -94,10 +91,10 @@ def check_choices(name: str, value: Any, allowed: Iterable[Any]) -> tuple[Any, .
     return tuple(dict.fromkeys(items))
 
 
-def check_dtypes(name: str, value: Any, allowed: Sequence[torch.dtype] = FLOAT_DTYPES) -> tuple[torch.dtype, ...]:
+def validate_dtypes(name: str, value: Any, allowed: Sequence[torch.dtype] = FLOAT_DTYPES) -> tuple[torch.dtype, ...]:
     """``None`` → ``allowed``; else a non-empty sequence of torch dtypes from ``allowed``."""
     if value is None:
         return tuple(allowed)
     if isinstance(value, torch.dtype):
         raise InvalidArgument(f"{name}={value!r} must be a sequence of torch dtypes, e.g. [{value!r}]")
-    return check_choices(name, value, allowed)
+    return validate_choices(name, value, allowed)
