@@ -1,6 +1,7 @@
 """Shrinking what the job already holds: a replayed failure saved unshrunk (in the worker, under
 :func:`shrinking_from`), and a crash or a hang (each candidate in a forked child, :func:`dies_alike`)."""
 
+import dataclasses
 import threading
 import time
 
@@ -8,6 +9,7 @@ import _crashing_passes as passes
 import pytest
 from hypothesis import Phase, given, settings
 
+from pmverify._job.protocol import BatchRequest, CaseStarted, SearchDone
 from pmverify._job.shrink import current_choices, dies_alike, minimal_key, shrink_in_forks, shrinking_from, warm_up
 
 CASES = "_crashing_passes:CASES"
@@ -177,10 +179,10 @@ def worker(tmp_path):
 
 def _replay(worker):
     worker.conn.sent.clear()
-    worker.batch(0, 0, 25, True, time.time() + 60)
-    (done,) = [m for m in worker.conn.sent if m[0] == "done"]
-    cases = sum(m[0] == "case" for m in worker.conn.sent)
-    return done[1], cases
+    worker.batch(BatchRequest(family=0, seed=0, max_examples=25, replay=True, stop_at=time.time() + 60))
+    (done,) = [m for m in worker.conn.sent if isinstance(m, SearchDone)]
+    cases = sum(isinstance(m, CaseStarted) for m in worker.conn.sent)
+    return dataclasses.asdict(done.finding), cases
 
 
 def test_a_replayed_failure_saved_unshrunk_is_shrunk_then_replays_without_shrinking(big, worker):
