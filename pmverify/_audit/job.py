@@ -302,10 +302,7 @@ class _Audit:
     def stop_workers(self) -> None:
         for slot in self.slots:
             if slot.worker is not None:
-                if slot.worker.state is WorkerState.IDLE:
-                    slot.worker.stop()
-                else:
-                    slot.worker.kill()
+                slot.worker.end()
                 slot.worker = None
             slot.index = None
 

@@ -47,7 +47,7 @@ from .protocol import (
 )
 from .shrink import known_minimal, minimal_key
 from .state import JobOptions, TargetRun
-from .worker import serve
+from .worker import serve, serve_options
 from .workers import WorkerProcess, WorkerState, describe_exit, poll
 
 __all__ = ["JobOptions", "run_job"]
@@ -98,16 +98,8 @@ class _Job:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             log = None
-        options = self.options
-        worker_options = {
-            "profile": options.profile,
-            "db": options.db,
-            "repro_dir": str(options.repro_dir) if options.repro_dir else None,
-            "shrink": options.shrink,
-            "log": str(log) if log else None,
-            "strict_order": options.strict_order,
-        }
-        run.worker = WorkerProcess(self.context, run.name, log, serve, (run.name, options.cases, worker_options))
+        args = (run.name, self.options.cases, serve_options(self.options, log))
+        run.worker = WorkerProcess(self.context, run.name, log, serve, args)
         return run.worker
 
     # -- the report -------------------------------------------------------------------------
@@ -547,13 +539,10 @@ class _Job:
     def stop_workers(self) -> None:
         for run in self.runs:
             if run.worker is not None:
-                if run.worker.state is WorkerState.IDLE:
-                    run.worker.stop()
-                else:
-                    worker = run.worker
-                    self._stopped(run, worker)
+                if run.worker.state.at_work:
+                    self._stopped(run, run.worker)
                     run.end_search()
-                    worker.kill()
+                run.worker.end()
                 run.worker = None
 
 

@@ -7,6 +7,7 @@ It talks to the job over a ``multiprocessing`` pipe, in the messages of :mod:`.p
 from __future__ import annotations
 
 import os
+import pathlib
 import time
 import traceback
 import unittest
@@ -33,7 +34,7 @@ from .protocol import (
 from .shrink import current_choices, known_minimal, search_outcome, shrink_in_forks, shrinking_from, warm_up
 from .workers import die_with_parent, log_to, quiet_tqdm
 
-__all__ = ["serve"]
+__all__ = ["serve", "serve_options"]
 
 
 def _violations(violations: Any) -> tuple[ViolationRecord, ...]:
@@ -313,6 +314,19 @@ class _Worker:
                 "elapsed_s": round(time.monotonic() - start, 3),
             }
         self.conn.send(RealModelDone(result))
+
+
+def serve_options(options: Any, log: pathlib.Path | None) -> dict[str, Any]:
+    """The ``options`` of :func:`serve` for a job of :class:`~.state.JobOptions` ``options``, its
+    output going to ``log`` (None: nowhere of the job's)."""
+    return {
+        "profile": options.profile,
+        "db": options.db,
+        "repro_dir": str(options.repro_dir) if options.repro_dir else None,
+        "shrink": options.shrink,
+        "log": str(log) if log else None,
+        "strict_order": options.strict_order,
+    }
 
 
 def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:

@@ -126,6 +126,13 @@ class WorkerProcess:
         tail = text[fatal:].splitlines()[:60] if fatal >= 0 else text.splitlines()[-lines:]
         return "\n".join(line for line in tail if not line.startswith("Extension modules:")) or None
 
+    def end(self) -> None:
+        """:meth:`stop` it when idle, else :meth:`kill` it."""
+        if self.state is WorkerState.IDLE:
+            self.stop()
+        else:
+            self.kill()
+
     def stop(self) -> None:
         """Ask the worker to end (:class:`~.protocol.Stop`), give it 3 s, then :meth:`kill` it."""
         try:

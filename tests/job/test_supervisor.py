@@ -32,6 +32,9 @@ class FakeWorker:
     def stop(self):
         self.killed = True
 
+    def end(self):
+        self.killed = True
+
     def done(self):
         self.state, self.job = WorkerState.IDLE, None
 
