@@ -12,7 +12,7 @@ from .._summary import VerifySummary
 from .protocol import BatchRequest
 from .workers import WorkerProcess, WorkerState
 
-__all__ = ["JobOptions", "TargetRun"]
+__all__ = ["JobOptions", "PendingRender", "TargetRun"]
 
 
 @dataclasses.dataclass
@@ -41,6 +41,19 @@ class JobOptions:
     strict_order: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class PendingRender:
+    """A crash or timeout finding whose reproducer a fresh worker is to write: the ``finding`` (its
+    report row, which the reproducer completes), its ``family`` (an index) and ``choices``, how the
+    worker died (``exit_code``: its exit code, or None for a timeout) and whether to ``shrink`` it."""
+
+    finding: dict[str, Any]
+    family: int
+    choices: bytes
+    exit_code: int | None
+    shrink: bool
+
+
 class TargetRun:
     """The job's state of one target."""
 
@@ -57,9 +70,8 @@ class TargetRun:
         self.batches = 0
         self.findings: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
-        #: crash and timeout findings whose reproducer a fresh worker writes: (finding, family,
-        #: choices, how the worker died: its exit code, or None for a timeout, whether to shrink it)
-        self.renders: list[tuple[dict[str, Any], int, bytes, int | None, bool]] = []
+        #: crash and timeout findings whose reproducer a fresh worker writes, in order
+        self.renders: list[PendingRender] = []
         #: the choices of each family's first finding, as saved to the example database
         self.first_choices: dict[int, bytes] = {}
         self.restarts = 0

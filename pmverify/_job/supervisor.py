@@ -21,6 +21,7 @@ crash or hang, and never loses what it found.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import multiprocessing
 import sys
@@ -46,7 +47,7 @@ from .protocol import (
     ViolationRecord,
 )
 from .shrink import known_minimal, minimal_key
-from .state import JobOptions, TargetRun
+from .state import JobOptions, PendingRender, TargetRun
 from .worker import serve, serve_options
 from .workers import WorkerProcess, WorkerState, describe_exit, poll
 
@@ -146,7 +147,7 @@ class _Job:
             if isinstance(job, BatchRequest):
                 doing = f"{'replay ' if job.replay else ''}{run.families[job.family]}"
             elif isinstance(job, RenderRequest):
-                kind = run.renders[0][0]["kind"] if run.renders else "finding"
+                kind = run.renders[0].finding["kind"] if run.renders else "finding"
                 doing = f"{'shrinking' if job.stop_at is not None else 'reproducing'} its {kind}"
             elif isinstance(job, RealModelRequest):
                 doing = "real model"
@@ -239,9 +240,9 @@ class _Job:
         if isinstance(job, RenderRequest):
             if not run.renders:
                 return
-            job_finding, family, choices, exit_code, _ = run.renders[0]
+            job_finding = run.renders[0].finding
             if job.stop_at is not None:  # it was shrinking it: drawn again by the next worker, unshrunk
-                run.renders[0] = (job_finding, family, choices, exit_code, False)
+                run.renders[0] = dataclasses.replace(run.renders[0], shrink=False)
                 job_finding["note"] = f"not shrunk: the worker shrinking the case ended ({message})"
             else:
                 run.renders.pop(0)
@@ -270,7 +271,7 @@ class _Job:
             known = family < len(run.keys) and known_minimal(self.database, run.keys[family], worker.case[1])
             finding["shrunk"] = known
             exit_code = worker.process.exitcode if kind == "crash" else None
-            run.renders.append((finding, family, worker.case[1], exit_code, True))
+            run.renders.append(PendingRender(finding, family, worker.case[1], exit_code, shrink=True))
         elif worker.case is not None:
             finding["note"] = "this Hypothesis does not expose the case's choices: no reproducer"
         else:
@@ -283,9 +284,10 @@ class _Job:
         # the wall-clock time (shared with the worker) by which its shrinking must be over
         stop_at = time.time() + self.deadline - time.monotonic() - 2.0
         if run.renders:
-            finding, family, choices, exit_code, shrink = run.renders[0]
+            pending = run.renders[0]
+            finding, family, choices, exit_code = pending.finding, pending.family, pending.choices, pending.exit_code
             # shrunk in the budget's time only, not after it (a crash's exit code known)
-            shrink = shrink and self.options.shrink and self.status == "running" and not finding["shrunk"]
+            shrink = pending.shrink and self.options.shrink and self.status == "running" and not finding["shrunk"]
             shrink = shrink and (finding["kind"] == "timeout" or exit_code is not None)
             timeout = self.options.case_timeout_s
             violations = tuple(
@@ -394,7 +396,8 @@ class _Job:
 
     def _rendered(self, run: TargetRun, rendered: Rendered) -> None:
         """The reproducer of ``run``'s first pending crash or timeout finding is written (or not)."""
-        finding, family, choices, _, _ = run.renders.pop(0)
+        pending = run.renders.pop(0)
+        finding, family, choices = pending.finding, pending.family, pending.choices
         if rendered.choices is not None:  # shrunk (to the end, or as far as the budget let it)
             finding["shrunk"] = rendered.shrunk
             saved = self._save(run, family, rendered.choices, minimal=rendered.shrunk, replaces=choices)

@@ -269,12 +269,12 @@ def test_a_crash_is_shrunk_by_a_fresh_worker_within_the_budget(make_job):
     # the next run replays it: minimal already, its reproducer is written without shrinking
     run.findings.clear()
     _crashed(job, run)
-    assert run.renders[0][0]["shrunk"] is False  # b"big" again: not minimal
+    assert run.renders[0].finding["shrunk"] is False  # b"big" again: not minimal
     run.renders.clear()
     run.worker = FakeWorker("busy", job=BatchRequest(0, 0, 25, True, 0.0), case=(0, b"small"))
     run.worker.process.exitcode = -11
     job.died(run, "crash", "killed")
-    assert run.renders[0][0]["shrunk"] is True and job._next_job(run).stop_at is None
+    assert run.renders[0].finding["shrunk"] is True and job._next_job(run).stop_at is None
 
 
 @pytest.mark.parametrize("why", ["no-shrink", "after the budget", "exit code unknown"])
