@@ -14,31 +14,15 @@ import unittest
 from typing import Any
 
 from .._summary import VerifySummary
-from .protocol import (
-    Alive,
-    BatchRequest,
-    CaseChecked,
-    CaseStarted,
-    Failed,
-    Finding,
-    Found,
-    OtherFailure,
-    Ready,
-    RealModelDone,
-    RealModelRequest,
-    Rendered,
-    RenderRequest,
-    SearchDone,
-    ViolationRecord,
-)
+from . import protocol
 from .shrink import current_choices, known_minimal, search_outcome, shrink_in_forks, shrinking_from, warm_up
 from .workers import die_with_parent, log_to, quiet_tqdm
 
 __all__ = ["serve", "serve_options"]
 
 
-def _violations(violations: Any) -> tuple[ViolationRecord, ...]:
-    return tuple(ViolationRecord.of(v) for v in violations)
+def _violations(violations: Any) -> tuple[protocol.ViolationRecord, ...]:
+    return tuple(protocol.ViolationRecord.of(v) for v in violations)
 
 
 def _finding(
@@ -51,11 +35,11 @@ def _finding(
     replayed: bool,
     choices: bytes | None,
     error: Any = None,
-) -> Finding:
+) -> protocol.Finding:
     """A violation finding; with ``error`` (the search's ``PassVerificationError``), the other
     oracles that fired during the search on cases of their own (``other_failures``)."""
     others = error.other_failures if error is not None else {}
-    return Finding(
+    return protocol.Finding(
         target=target.name,
         family=target.families[family][0],
         violations=_violations(result.violations),
@@ -65,7 +49,7 @@ def _finding(
         replayed=replayed,
         choices=choices,
         other_failures=tuple(
-            OtherFailure(
+            protocol.OtherFailure(
                 oracle=oracle,
                 violations=_violations(v for v in other.violations if v.oracle == oracle),
                 case=repr(other.case),
@@ -76,10 +60,10 @@ def _finding(
     )
 
 
-def _checked(result: Any) -> CaseChecked:
+def _checked(result: Any) -> protocol.CaseChecked:
     from .._verify import case_events
 
-    return CaseChecked(
+    return protocol.CaseChecked(
         tp_world=result.case.tp_world,
         matches=result.matches,
         events=tuple(label for label in case_events(result) if not label.startswith("matches")),
@@ -111,7 +95,7 @@ class _Worker:
             for _, strategy in self.target.families
         ]
         self.conn.send(
-            Ready(
+            protocol.Ready(
                 pid=os.getpid(),
                 families=tuple(family for family, _ in self.target.families),
                 keys=tuple(self.keys),
@@ -119,7 +103,7 @@ class _Worker:
             )
         )
 
-    def batch(self, request: BatchRequest) -> None:
+    def batch(self, request: protocol.BatchRequest) -> None:
         from hypothesis import Phase, settings
         from hypothesis.internal.conjecture import engine
 
@@ -128,12 +112,12 @@ class _Worker:
 
         family, replay, stop_at = request.family, request.replay, request.stop_at
         target = self.target
-        first: list[Finding] = []
+        first: list[protocol.Finding] = []
         last: list[bytes | None] = [None]  # the choices of the case run last: a failure's, at the end
 
         def on_case(case: Any) -> None:
             last[0] = current_choices()
-            self.conn.send(CaseStarted(family, last[0]))
+            self.conn.send(protocol.CaseStarted(family, last[0]))
 
         def on_result(result: Any) -> None:
             self.conn.send(_checked(result))
@@ -152,7 +136,7 @@ class _Worker:
                     path = None
                 finding = _finding(target, family, result, path, shrunk=False, replayed=replay, choices=last[0])
                 first.append(finding)
-                self.conn.send(Found(finding))
+                self.conn.send(protocol.Found(finding))
                 # Hypothesis times its shrinking from when it starts, which is about now
                 engine.MAX_SHRINKING_SECONDS = max(1, int(stop_at - time.time()))
 
@@ -218,9 +202,9 @@ class _Worker:
                 choices=choices,
                 error=failure,
             )
-        self.conn.send(SearchDone(found, error))
+        self.conn.send(protocol.SearchDone(found, error))
 
-    def render(self, request: RenderRequest) -> None:
+    def render(self, request: protocol.RenderRequest) -> None:
         """Write the reproducer of the case ``request.choices`` encode, found by the job (the worker
         that ran it died or hung): the case is drawn again from the choices, the pass is not run in
         this process. With a ``stop_at``, the case is first shrunk: each candidate in a forked child,
@@ -252,10 +236,10 @@ class _Worker:
         try:
             draw()
         except Exception as exc:  # noqa: BLE001 - the job reports the note
-            self.conn.send(Rendered(note=f"the case could not be drawn again: {type(exc).__name__}: {exc}"))
+            self.conn.send(protocol.Rendered(note=f"the case could not be drawn again: {type(exc).__name__}: {exc}"))
             return
         if not drawn:
-            self.conn.send(Rendered(note="the saved choices no longer draw a case from this strategy"))
+            self.conn.send(protocol.Rendered(note="the saved choices no longer draw a case from this strategy"))
             return
         case = drawn[0]
         note = choices = None
@@ -270,7 +254,7 @@ class _Worker:
                     exit_code=exit_code,
                     timeout_s=timeout_s,
                     stop_at=stop_at,
-                    heartbeat=lambda: self.conn.send(Alive()),
+                    heartbeat=lambda: self.conn.send(protocol.Alive()),
                 )
             except Exception as exc:  # noqa: BLE001 - the unshrunk case's reproducer is still written
                 shrunk = None
@@ -294,10 +278,10 @@ class _Worker:
             )
         except (OSError, ValueError) as exc:
             self.conn.send(
-                Rendered(note=f"the reproducer was not written: {exc}", choices=choices, shrunk=shrunk_to_end)
+                protocol.Rendered(note=f"the reproducer was not written: {exc}", choices=choices, shrunk=shrunk_to_end)
             )
             return
-        self.conn.send(Rendered(str(path), repr(case), note, choices, shrunk_to_end))
+        self.conn.send(protocol.Rendered(str(path), repr(case), note, choices, shrunk_to_end))
 
     def real_model(self) -> None:
         from ..real_models import check_minimax_m2
@@ -313,7 +297,7 @@ class _Worker:
                 "error": f"{type(exc).__name__}: {exc}",
                 "elapsed_s": round(time.monotonic() - start, 3),
             }
-        self.conn.send(RealModelDone(result))
+        self.conn.send(protocol.RealModelDone(result))
 
 
 def serve_options(options: Any, log: pathlib.Path | None) -> dict[str, Any]:
@@ -341,7 +325,7 @@ def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
     try:
         worker = _Worker(conn, name, cases, options)
     except BaseException as exc:  # noqa: BLE001 - the job reports why the worker could not start
-        conn.send(Failed(f"{type(exc).__name__}: {exc}"))
+        conn.send(protocol.Failed(f"{type(exc).__name__}: {exc}"))
         return
     worker.ready()
     while True:
@@ -349,11 +333,11 @@ def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
             request = conn.recv()
         except EOFError:
             return
-        if isinstance(request, BatchRequest):
+        if isinstance(request, protocol.BatchRequest):
             worker.batch(request)
-        elif isinstance(request, RenderRequest):
+        elif isinstance(request, protocol.RenderRequest):
             worker.render(request)
-        elif isinstance(request, RealModelRequest):
+        elif isinstance(request, protocol.RealModelRequest):
             worker.real_model()
         else:
             return
