@@ -9,6 +9,7 @@ from typing import Any
 
 from ._apply import RunPair, apply_direct
 from ._case import GraphCase
+from .distributed import SPMDTimeoutError
 from .oracles import ORACLES, Violation, semantics
 from .oracles.expectations import matched_instances, rewrite_count
 
@@ -188,7 +189,9 @@ def check_case(
 
     Raises ``ValueError`` for an unknown mode or oracle, a ``strict_order`` that is not a bool, or for compiled mode on a tensor-parallel
     case whose graph calls collectives; ``TypeError`` when ``case`` is not a ``GraphCase``; in
-    compiled mode, ``RuntimeError`` when the case does not compile or run even without the pass.
+    compiled mode, ``RuntimeError`` when the case does not compile or run even without the pass;
+    :class:`pmverify.distributed.SPMDTimeoutError` when a tensor-parallel world did not finish within
+    its timeout (``$PMVERIFY_TP_TIMEOUT_S``, default 120 s): an error of the run, not a finding.
     """
     if not isinstance(case, GraphCase):
         raise TypeError(f"case={case!r} is not a GraphCase")
@@ -218,6 +221,8 @@ def check_case(
         for name, oracle in checks:
             try:
                 violations.extend(oracle(pair))
+            except SPMDTimeoutError:
+                raise  # a tensor-parallel world past its timeout: an error of the run, not a finding
             except Exception as exc:  # noqa: BLE001 - a graph the oracle cannot even read is a finding
                 violations.append(Violation(name, f"could not check the rewritten graph: {exc!r}"))
     void = None

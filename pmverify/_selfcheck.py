@@ -102,7 +102,7 @@ def run_fault(
 
     - ``max_examples``: cases to try at most (shrinking aside), split in batches of :data:`BATCH`
       over the families in rotation.
-    - ``seed``: seed of the search; batch ``i`` uses ``seed * 100_003 + i`` as ``pmverify fuzz``.
+    - ``seed``: seed of the search; batch ``i`` uses ``batch_seed(seed, i)`` as ``pmverify fuzz``.
     - ``repro_dir``: where the reproducer goes (default that of :func:`pmverify.verify`).
     - ``shrink``: whether to shrink the failing case (default True); without, ``nodes`` and
       ``oracles`` are those of the first failing case, and the search takes seconds, not minutes.

@@ -28,7 +28,15 @@ from ._compat import keyed, no_local_constants
 from ._settings import SUPPRESSED_HEALTH_CHECKS
 from ._summary import VerifySummary, vacuous_error
 
-__all__ = ["PassVerificationError", "verify", "case_events", "database_key", "verify_in_rotation", "fresh_settings"]
+__all__ = [
+    "PassVerificationError",
+    "batch_seed",
+    "case_events",
+    "database_key",
+    "fresh_settings",
+    "verify",
+    "verify_in_rotation",
+]
 
 
 class PassVerificationError(AssertionError):
@@ -362,6 +370,14 @@ def _case_failure(error: BaseException) -> _CaseFailed | None:
     return None
 
 
+def batch_seed(seed: int, index: int) -> int:
+    """The seed of batch ``index`` (an int >= 0) of a run seeded ``seed``: ``seed * 100_003 + index``,
+    so that a run is reproducible batch by batch. The one formula of ``pmverify fuzz``,
+    ``pmverify selfcheck`` (:func:`verify_in_rotation`) and ``pmverify audit`` (whose ``index`` is a
+    checksum of the rewrite's name)."""
+    return seed * 100_003 + index
+
+
 def verify_in_rotation(
     pass_: Any,
     families: Sequence[tuple[str, SearchStrategy]],
@@ -377,7 +393,7 @@ def verify_in_rotation(
     """Run :func:`verify` on ``families`` (``(name, strategy)`` pairs) in rotation, ``batch`` cases
     of one family at a time, while ``remaining()`` (checked before each batch) says how many cases
     may still be tried; yield ``(family name, the PassVerificationError or None)`` after each
-    batch. Batch ``i`` is seeded ``seed * 100_003 + i``, so a run is reproducible batch by batch.
+    batch. Batch ``i`` is seeded :func:`batch_seed` ``(seed, i)``, so a run is reproducible batch by batch.
     A batch that rewrites nothing is no error (``allow_no_rewrites=True``): the caller judges the
     whole run, e.g. from ``on_result``. ``settings``: as for :func:`verify`. What ``pmverify
     selfcheck`` searches with."""
@@ -389,7 +405,7 @@ def verify_in_rotation(
                 pass_,
                 cases,
                 max_examples=todo,
-                seed=seed * 100_003 + index,
+                seed=batch_seed(seed, index),
                 on_result=on_result,
                 repro_dir=repro_dir,
                 strict_order=strict_order,

@@ -19,10 +19,11 @@ import multiprocessing
 import pathlib
 import time
 import zlib
-from multiprocessing.connection import wait
 from typing import Any, TextIO
 
-from .._job.state import WorkerProcess, describe_exit
+from .._job.protocol import CheckRequest, Failed, Ready, RewriteChecked
+from .._job.workers import WorkerProcess, WorkerState, describe_exit, poll
+from .._verify import batch_seed
 from .check import ERROR, FINDING, NOT_REGISTERED, NOT_RUN, STATUSES, planted_examples
 from .report import write_outputs
 from .sources import AuditedRewrite
@@ -58,7 +59,7 @@ class AuditOptions:
 def rewrite_seed(seed: int, rewrite: AuditedRewrite) -> int:
     """The seed of ``rewrite``'s checks: from the audit's ``seed`` and the rewrite's name only, so
     that a rewrite's outcome does not depend on which others are audited with it."""
-    return seed * 100_003 + zlib.crc32(f"{rewrite.source}/{rewrite.label}".encode())
+    return batch_seed(seed, zlib.crc32(f"{rewrite.source}/{rewrite.label}".encode()))
 
 
 class _Slot:
@@ -175,15 +176,13 @@ class _Audit:
             "shrink_s": shrink_s,
         }
         name = f"audit-{self.workers_started}"
-        slot.worker = WorkerProcess(
-            self.context, name, None, log, main=_WORKER_MAIN, args=(self.options.sources, options)
-        )
+        slot.worker = WorkerProcess(self.context, name, log, _WORKER_MAIN, (self.options.sources, options))
         slot.started = time.monotonic()
 
     def send(self, slot: _Slot) -> None:
         rewrite = self.rewrites[slot.index]
         seed = rewrite_seed(self.options.seed, rewrite)
-        slot.worker.send(("check", rewrite.source, rewrite.module, rewrite.name, seed))
+        slot.worker.send(CheckRequest(rewrite.source, rewrite.module, rewrite.name, seed))
 
     def finish(self, slot: _Slot, result: dict[str, Any]) -> None:
         index, slot.index = slot.index, None
@@ -208,7 +207,7 @@ class _Audit:
         worker.kill()
         tail = (worker.log_tail() or "").strip()
         said = f"; its output ends:\n{tail}" if tail else ""
-        if worker.state == "starting":
+        if worker.state is WorkerState.STARTING:
             slot.worker = None
             self.start_failures += 1
             self.start_failure = f"{what} before it was ready{said}"
@@ -257,59 +256,38 @@ class _Audit:
             if slot.worker is None:
                 self.start_worker(slot)
 
-    def handle(self, slot: _Slot, message: tuple) -> None:
-        kind = message[0]
-        if kind == "ready":
-            slot.worker.state = "idle"
+    def handle(self, slot: _Slot, message: Any) -> None:
+        """Act on ``message`` (one of :mod:`pmverify._job.protocol`'s) from ``slot``'s worker."""
+        if isinstance(message, Ready):
+            slot.worker.state = WorkerState.IDLE
             self.start_failures = 0
             if slot.index is not None:
                 self.send(slot)
-        elif kind == "failed":
-            slot.worker.state = "starting"  # (it is exiting: a start failure)
-            self.lost(slot, f"the worker could not record {', '.join(self.options.sources)}: {message[1]}")
-        elif kind == "result":
-            slot.worker.state = "idle"
-            slot.worker.job = None
-            self.finish(slot, message[1])
+        elif isinstance(message, Failed):
+            slot.worker.state = WorkerState.STARTING  # (it is exiting: a start failure)
+            self.lost(slot, f"the worker could not record {', '.join(self.options.sources)}: {message.error}")
+        elif isinstance(message, RewriteChecked):
+            slot.worker.done()
+            self.finish(slot, message.outcome)
 
     def poll(self) -> None:
-        live = [slot for slot in self.slots if slot.worker is not None and slot.worker.state in ("starting", "busy")]
-        if not live:
-            time.sleep(0.05)
-            return
-        handles: dict[Any, _Slot] = {}
-        for slot in live:
-            handles[slot.worker.conn] = slot
-            handles[slot.worker.process.sentinel] = slot
-        for ready in wait(list(handles), timeout=1.0):
-            slot = handles[ready]
-            self.receive(slot)
-            worker = slot.worker
-            if worker is not None and worker.state in ("starting", "busy") and not worker.process.is_alive():
-                self.receive(slot)  # what it sent before it died
-                worker.process.join(1)
-                if slot.worker is worker and worker.state in ("starting", "busy"):
-                    during = " while auditing it" if worker.state == "busy" else ""
-                    self.lost(slot, f"the worker process {describe_exit(worker.process.exitcode)}{during}")
+        def died(slot: _Slot, worker: WorkerProcess) -> None:
+            during = " while auditing it" if worker.state is WorkerState.BUSY else ""
+            self.lost(slot, f"the worker process {describe_exit(worker.process.exitcode)}{during}")
+
+        live = poll(self.slots, 1.0, worker_of=lambda slot: slot.worker, handle=self.handle, died=died)
         now = time.monotonic()
         for slot in live:
             worker = slot.worker
             if worker is None:
                 continue
-            if worker.state == "busy" and now - worker.job_start > self.options.timeout_s:
+            if worker.state is WorkerState.BUSY and now - worker.job_start > self.options.timeout_s:
                 worker.dump_stacks()
                 self.lost(
                     slot, f"its audit ran past the per-rewrite timeout of {self.options.timeout_s:g}s (worker killed)"
                 )
-            elif worker.state == "starting" and now - slot.started > self.options.start_timeout_s:
+            elif worker.state is WorkerState.STARTING and now - slot.started > self.options.start_timeout_s:
                 self.lost(slot, f"the worker did not start within {self.options.start_timeout_s:g}s")
-
-    def receive(self, slot: _Slot) -> None:
-        try:
-            while slot.worker is not None and slot.worker.conn.poll():
-                self.handle(slot, slot.worker.conn.recv())
-        except (EOFError, OSError):
-            pass
 
     def run(self) -> None:
         self.checkpoint()
@@ -324,10 +302,7 @@ class _Audit:
     def stop_workers(self) -> None:
         for slot in self.slots:
             if slot.worker is not None:
-                if slot.worker.state == "idle":
-                    slot.worker.stop()
-                else:
-                    slot.worker.kill()
+                slot.worker.end()
                 slot.worker = None
             slot.index = None
 

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from typing import Any, TextIO
 
 from .._io import output_stream, write_output
-from .._job.report import _xml_text, jsonable
+from .._job.report import jsonable, xml_text
 from .check import FINDING, STATUSES
 
 __all__ = ["summary", "junit_xml", "markdown", "write_outputs"]
@@ -81,17 +81,17 @@ def junit_xml(report: dict[str, Any]) -> str:
                 name=row["name"],
                 time=f"{row.get('seconds') or 0.0:.3f}",
             )
-            reason = _xml_text(row.get("reason") or "")
+            reason = xml_text(row.get("reason") or "")
             if row["status"] == FINDING:
                 failures += 1
                 element = ET.SubElement(case, "failure", message=reason, type=row.get("kind") or FINDING)
                 lines = [f"{v['oracle']}: {v['message']}" for v in row["violations"]]
                 lines.append(f"reproducer: {row.get('reproducer') or 'not written'}")
-                element.text = _xml_text("\n".join(lines))
+                element.text = xml_text("\n".join(lines))
             elif row["status"] == "error":
                 errors += 1
                 element = ET.SubElement(case, "error", message=reason)
-                element.text = _xml_text(row.get("error") or reason)
+                element.text = xml_text(row.get("error") or reason)
             elif row["status"] != "ok":
                 skipped += 1
                 ET.SubElement(case, "skipped", message=f"{row['status']}: {reason}")

@@ -1,9 +1,9 @@
 """The audit's worker process: records the sources once, then audits the rewrites the job sends it,
 one at a time, so that a rewrite that kills its process or hangs takes only the worker with it.
 
-Requests, from the job: ``("check", source, module, name, seed)``; ``("stop",)``. Messages, to
-the job: ``("ready", pid)`` once the sources are recorded, or ``("failed", text)``; ``("result",
-outcome)`` per request (:func:`.check.check_one`'s outcome).
+Requests, from the job (:mod:`pmverify._job.protocol`): :class:`CheckRequest`, :class:`Stop`.
+Messages, to the job: :class:`Ready` once the sources are recorded, or :class:`Failed`;
+:class:`RewriteChecked` per request (:func:`.check.check_one`'s outcome).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .._job.protocol import CheckRequest, Failed, Ready, RewriteChecked
+from .._job.workers import die_with_parent, log_to, quiet_tqdm, serve_requests
 from .check import ERROR, check_one, error_text
 
 __all__ = ["serve"]
@@ -24,12 +26,12 @@ def _start(sources: list[str], options: dict[str, Any]) -> dict[str, list[Any]]:
     return {spec: record_source(spec) for spec in sources}
 
 
-def _check(recorded: dict[str, list[Any]], request: tuple, options: dict[str, Any]) -> dict[str, Any]:
+def _check(recorded: dict[str, list[Any]], request: CheckRequest, options: dict[str, Any]) -> dict[str, Any]:
     from .._settings import profile_settings
     from .._verify import fresh_settings
     from .sources import locate
 
-    spec, module, name, seed = request
+    spec, module, name, seed = request.source, request.module, request.name, request.seed
     print(f"pmverify audit: {module}/{name} (seed {seed})", flush=True)  # where the log's rewrites start
     try:
         rewrite, pass_source = locate(spec, recorded[spec], module, name)
@@ -51,23 +53,14 @@ def _check(recorded: dict[str, list[Any]], request: tuple, options: dict[str, An
 def serve(conn: Any, sources: list[str], options: dict[str, Any]) -> None:
     """The worker process's main. ``options``: ``log`` (a file for its output, or None),
     ``max_examples``, ``repro_dir``, ``shrink_s`` (Hypothesis' shrinking time limit)."""
-    from .._job.worker import _die_with_parent, _log_to, _quiet_tqdm
-
     if options.get("log"):
-        _log_to(options["log"])
-    _die_with_parent()
-    _quiet_tqdm()
+        log_to(options["log"])
+    die_with_parent()
+    quiet_tqdm()
     try:
         recorded = _start(sources, options)
     except BaseException as exc:  # noqa: BLE001 - the job reports why the worker could not start
-        conn.send(("failed", error_text(exc)))
+        conn.send(Failed(error_text(exc)))
         return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        if request[0] != "check":
-            return
-        conn.send(("result", _check(recorded, request[1:], options)))
+    conn.send(Ready(os.getpid()))
+    serve_requests(conn, CheckRequest, lambda request: RewriteChecked(_check(recorded, request, options)))

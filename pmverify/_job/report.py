@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from .._io import output_stream, write_atomic, write_output
 
-__all__ = ["jsonable", "write_atomic", "write_json", "write_outputs", "junit_xml"]
+__all__ = ["jsonable", "junit_xml", "write_atomic", "write_json", "write_outputs", "xml_text"]
 
 
 def jsonable(value: Any) -> Any:
@@ -62,7 +62,7 @@ def write_outputs(
 _NOT_XML = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-def _xml_text(text: str) -> str:
+def xml_text(text: str) -> str:
     """``text`` without what XML 1.0 cannot hold (terminal colour codes, control characters)."""
     return _NOT_XML.sub("", text)
 
@@ -75,12 +75,12 @@ def _finding_text(finding: dict) -> str:
         lines.append(f"also broken during the search, {other['oracle']} on its first failing case: {other['case']}")
         lines += [f"  {v['oracle']}: {v['message']}" for v in other["violations"]]
         lines.append(f"  reproducer: {other.get('reproducer') or 'not written'}")
-    return _xml_text("\n".join(lines))
+    return xml_text("\n".join(lines))
 
 
 def _failure(case: ET.Element, finding: dict) -> None:
     oracles = ", ".join(dict.fromkeys(v["oracle"] for v in finding["violations"]))
-    element = ET.SubElement(case, "failure", message=_xml_text(f"{finding['kind']}: {oracles}"), type=finding["kind"])
+    element = ET.SubElement(case, "failure", message=xml_text(f"{finding['kind']}: {oracles}"), type=finding["kind"])
     element.text = _finding_text(finding)
 
 
@@ -110,7 +110,7 @@ def junit_xml(report: dict) -> str:
                 _failure(case, finding)
             for error in (e for e in target["errors"] if e.get("family") == family):
                 errors += 1
-                text = _xml_text(error["message"])
+                text = xml_text(error["message"])
                 ET.SubElement(case, "error", message=text.splitlines()[0] if text else "").text = text
         for finding in (f for f in target["findings"] if f["family"] is None):
             failures += 1
@@ -119,7 +119,7 @@ def junit_xml(report: dict) -> str:
         for error in (e for e in target["errors"] if e.get("family") is None):
             errors += 1
             case = ET.SubElement(suite, "testcase", classname=f"pmverify.fuzz.{target['name']}", name="worker")
-            text = _xml_text(error["message"])
+            text = xml_text(error["message"])
             ET.SubElement(case, "error", message=text.splitlines()[0] if text else "").text = text
         suite.set("tests", str(len(suite.findall("testcase"))))
         suite.set("failures", str(failures))
@@ -139,7 +139,7 @@ def junit_xml(report: dict) -> str:
                 ET.SubElement(case, "skipped", message=model["skipped"])
             elif not model["ok"]:
                 failure = ET.SubElement(case, "failure", message="real model check failed")
-                failure.text = _xml_text(json.dumps(jsonable(model)))
+                failure.text = xml_text(json.dumps(jsonable(model)))
         suite.set("tests", str(len(suite.findall("testcase"))))
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,20 +1,18 @@
-"""The fuzzing job's state: its options, a worker process's handle, and each target's run."""
+"""The fuzzing job's state: its options and each target's run."""
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import os
 import pathlib
-import signal
 import time
 from typing import Any
 
 from .._summary import VerifySummary
-from .worker import serve
+from .protocol import BatchRequest
+from .workers import WorkerProcess, WorkerState
 
-__all__ = ["JobOptions", "WorkerProcess", "TargetRun", "describe_exit"]
+__all__ = ["JobOptions", "PendingRender", "TargetRun"]
 
 
 @dataclasses.dataclass
@@ -43,100 +41,17 @@ class JobOptions:
     strict_order: bool = False
 
 
-class WorkerProcess:
-    """One worker process and what it is doing; its output goes to ``log``. It runs the fuzzing
-    job's :func:`.worker.serve` for target ``name``, or ``main(conn, *args)`` when given (another
-    job's worker: ``pmverify audit``'s; ``options`` unused then)."""
+@dataclasses.dataclass(frozen=True)
+class PendingRender:
+    """A crash or timeout finding whose reproducer a fresh worker is to write: the ``finding`` (its
+    report row, which the reproducer completes), its ``family`` (an index) and ``choices``, how the
+    worker died (``exit_code``: its exit code, or None for a timeout) and whether to ``shrink`` it."""
 
-    def __init__(
-        self,
-        context: Any,
-        name: str,
-        options: JobOptions | None,
-        log: pathlib.Path | None,
-        *,
-        main: Any = None,
-        args: tuple = (),
-    ) -> None:
-        self.conn, child = context.Pipe()
-        self.log = log
-        self.dump_from: int | None = None
-        if main is None:
-            worker_options = {
-                "profile": options.profile,
-                "db": options.db,
-                "repro_dir": str(options.repro_dir) if options.repro_dir else None,
-                "shrink": options.shrink,
-                "log": str(log) if log else None,
-                "strict_order": options.strict_order,
-            }
-            main, args = serve, (name, options.cases, worker_options)
-        self.process = context.Process(target=main, args=(child, *args), name=f"pmverify-worker[{name}]")
-        self.process.daemon = True
-        self.process.start()
-        child.close()
-        self.state = "starting"
-        self.last_seen = time.monotonic()
-        self.job: tuple | None = None
-        self.job_start = self.last_seen
-        self.case: tuple[int, bytes] | None = None
-
-    def send(self, job: tuple) -> None:
-        self.conn.send(job)
-        self.state = "busy"
-        self.job = job
-        self.job_start = self.last_seen = time.monotonic()
-        self.case = None
-
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(5)
-        self.conn.close()
-        with contextlib.suppress(OSError):  # nothing to keep from a worker that said nothing
-            if self.log is not None and self.log.stat().st_size == 0:
-                self.log.unlink()
-
-    def dump_stacks(self) -> None:
-        """Have the worker write every thread's Python stack to its log (``faulthandler`` on
-        SIGUSR1), so that a case that hung says where; waits up to 2 s for it."""
-        if self.log is None or not self.process.is_alive() or not hasattr(signal, "SIGUSR1"):
-            return
-        try:
-            self.dump_from = self.log.stat().st_size
-            os.kill(self.process.pid, signal.SIGUSR1)
-        except OSError:
-            return
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            time.sleep(0.1)
-            with contextlib.suppress(OSError):
-                if self.log.stat().st_size > self.dump_from:
-                    time.sleep(0.2)  # the rest of the dump
-                    return
-
-    def log_tail(self, lines: int = 12) -> str | None:
-        """The end of the worker's output: from the last ``Fatal Python error`` (faulthandler's
-        Python stack of a fatal signal) when there is one, else its last ``lines`` lines."""
-        if self.log is None:
-            return None
-        try:
-            text = self.log.read_text(errors="replace").rstrip()
-        except OSError:
-            return None
-        if self.dump_from is not None and len(text) > self.dump_from:  # the stacks of dump_stacks()
-            return "\n".join(text[self.dump_from :].strip().splitlines()[:60])
-        fatal = text.rfind("Fatal Python error")
-        tail = text[fatal:].splitlines()[:60] if fatal >= 0 else text.splitlines()[-lines:]
-        return "\n".join(line for line in tail if not line.startswith("Extension modules:")) or None
-
-    def stop(self) -> None:
-        try:
-            self.conn.send(("stop",))
-        except (OSError, ValueError):
-            pass
-        self.process.join(3)
-        self.kill()
+    finding: dict[str, Any]
+    family: int
+    choices: bytes
+    exit_code: int | None
+    shrink: bool
 
 
 class TargetRun:
@@ -155,9 +70,8 @@ class TargetRun:
         self.batches = 0
         self.findings: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
-        #: crash and timeout findings whose reproducer a fresh worker writes: (finding, family,
-        #: choices, how the worker died: its exit code, or None for a timeout, whether to shrink it)
-        self.renders: list[tuple[dict[str, Any], int, bytes, int | None, bool]] = []
+        #: crash and timeout findings whose reproducer a fresh worker writes, in order
+        self.renders: list[PendingRender] = []
         #: the choices of each family's first finding, as saved to the example database
         self.first_choices: dict[int, bytes] = {}
         self.restarts = 0
@@ -183,17 +97,17 @@ class TargetRun:
     def searching_s(self) -> float:
         """Seconds its workers spent searching (replays included), the running search too."""
         worker = self.worker
-        if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
+        if worker is not None and worker.state is WorkerState.BUSY and isinstance(worker.job, BatchRequest):
             return self.seconds + time.monotonic() - worker.job_start
         return self.seconds
 
     def end_search(self) -> None:
         """Count the running search's seconds: it ended (done, died, killed)."""
         worker = self.worker
-        if worker is not None and worker.state == "busy" and worker.job and worker.job[0] == "batch":
+        if worker is not None and worker.state is WorkerState.BUSY and isinstance(worker.job, BatchRequest):
             elapsed = time.monotonic() - worker.job_start
             self.seconds += elapsed
-            stats = self.family_stats[self.families[worker.job[1]]]
+            stats = self.family_stats[self.families[worker.job.family]]
             stats["seconds"] = round(stats["seconds"] + elapsed, 3)
             worker.job_start = time.monotonic()  # counted once
 
@@ -274,14 +188,3 @@ class TargetRun:
             "stopped_at_budget": self.stopped_at_budget,
             "interrupted_in": self.interrupted_in,
         }
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "did not exit"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name} (signal {-code})"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"

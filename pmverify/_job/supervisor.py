@@ -21,17 +21,35 @@ crash or hang, and never loses what it found.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import multiprocessing
 import sys
 import time
-from multiprocessing.connection import wait
 from typing import Any, TextIO
 
+from .._verify import batch_seed
 from . import report as reports
 from .progress import make_display
+from .protocol import (
+    Alive,
+    BatchRequest,
+    CaseChecked,
+    CaseStarted,
+    Failed,
+    Found,
+    Ready,
+    RealModelDone,
+    RealModelRequest,
+    Rendered,
+    RenderRequest,
+    SearchDone,
+    ViolationRecord,
+)
 from .shrink import known_minimal, minimal_key
-from .state import JobOptions, TargetRun, WorkerProcess, describe_exit
+from .state import JobOptions, PendingRender, TargetRun
+from .worker import serve, serve_options
+from .workers import WorkerProcess, WorkerState, describe_exit, poll
 
 __all__ = ["JobOptions", "run_job"]
 
@@ -77,7 +95,8 @@ class _Job:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             log = None
-        run.worker = WorkerProcess(self.context, run.name, self.options, log)
+        args = (run.name, self.options.cases, serve_options(self.options, log))
+        run.worker = WorkerProcess(self.context, run.name, log, serve, args)
         return run.worker
 
     # -- the report -------------------------------------------------------------------------
@@ -118,16 +137,18 @@ class _Job:
         busy = []
         for run in self.runs:
             worker = run.worker
-            if worker is None or worker.state not in ("starting", "busy"):
+            if worker is None or not worker.state.at_work:
                 continue
-            job = worker.job if worker.state == "busy" else ("starting",)
-            if job[0] == "batch":
-                doing = f"{'replay ' if job[4] else ''}{run.families[job[1]]}"
-            elif job[0] == "render":
-                kind = run.renders[0][0]["kind"] if run.renders else "finding"
-                doing = f"{'shrinking' if job[-1] is not None else 'reproducing'} its {kind}"
+            job = worker.job if worker.state is WorkerState.BUSY else None
+            if isinstance(job, BatchRequest):
+                doing = f"{'replay ' if job.replay else ''}{run.families[job.family]}"
+            elif isinstance(job, RenderRequest):
+                kind = run.renders[0].finding["kind"] if run.renders else "finding"
+                doing = f"{'shrinking' if job.stop_at is not None else 'reproducing'} its {kind}"
+            elif isinstance(job, RealModelRequest):
+                doing = "real model"
             else:
-                doing = {"real_model": "real model"}.get(job[0], job[0])
+                doing = "starting"
             busy.append({"name": run.name, "doing": doing, **run.counts()})
         counts = [run.counts() for run in self.runs]
         self.display.status(
@@ -195,7 +216,7 @@ class _Job:
         run.end_search()
         run.worker = None
         job = worker.job
-        if worker.state == "starting":
+        if worker.state is WorkerState.STARTING:
             run.start_failures += 1
             tail = (worker.log_tail() or "").strip()
             said = message if message.startswith("the worker") else f"the worker: {message}"
@@ -212,21 +233,21 @@ class _Job:
             return
         if job is None:
             return
-        if job[0] == "render":
+        if isinstance(job, RenderRequest):
             if not run.renders:
                 return
-            job_finding, family, choices, exit_code, _ = run.renders[0]
-            if job[-1] is not None:  # it was shrinking it: drawn again by the next worker, unshrunk
-                run.renders[0] = (job_finding, family, choices, exit_code, False)
+            job_finding = run.renders[0].finding
+            if job.stop_at is not None:  # it was shrinking it: drawn again by the next worker, unshrunk
+                run.renders[0] = dataclasses.replace(run.renders[0], shrink=False)
                 job_finding["note"] = f"not shrunk: the worker shrinking the case ended ({message})"
             else:
                 run.renders.pop(0)
                 job_finding["note"] = f"no reproducer: the worker drawing the case again ended ({message})"
             return
-        if job[0] == "real_model":
+        if isinstance(job, RealModelRequest):
             self.real_models.append({"name": "minimax_m2", "target": run.name, "ok": False, "error": message})
             return
-        family = worker.case[0] if worker.case is not None else job[1]
+        family = worker.case[0] if worker.case is not None else job.family
         oracle = "timeout" if kind == "timeout" else "crash"
         finding = {
             "target": run.name,
@@ -236,7 +257,7 @@ class _Job:
             "case": None,
             "reproducer": None,
             "shrunk": False,
-            "replayed": bool(job[4]),
+            "replayed": job.replay,
         }
         if worker.log is not None and worker.log.exists():
             finding["log"] = str(worker.log)
@@ -246,7 +267,7 @@ class _Job:
             known = family < len(run.keys) and known_minimal(self.database, run.keys[family], worker.case[1])
             finding["shrunk"] = known
             exit_code = worker.process.exitcode if kind == "crash" else None
-            run.renders.append((finding, family, worker.case[1], exit_code, True))
+            run.renders.append(PendingRender(finding, family, worker.case[1], exit_code, shrink=True))
         elif worker.case is not None:
             finding["note"] = "this Hypothesis does not expose the case's choices: no reproducer"
         else:
@@ -255,16 +276,20 @@ class _Job:
 
     # -- the worker loop --------------------------------------------------------------------
 
-    def _next_job(self, run: TargetRun) -> tuple | None:
+    def _next_job(self, run: TargetRun) -> BatchRequest | RenderRequest | None:
         # the wall-clock time (shared with the worker) by which its shrinking must be over
         stop_at = time.time() + self.deadline - time.monotonic() - 2.0
         if run.renders:
-            finding, family, choices, exit_code, shrink = run.renders[0]
+            pending = run.renders[0]
+            finding, family, choices, exit_code = pending.finding, pending.family, pending.choices, pending.exit_code
             # shrunk in the budget's time only, not after it (a crash's exit code known)
-            shrink = shrink and self.options.shrink and self.status == "running" and not finding["shrunk"]
+            shrink = pending.shrink and self.options.shrink and self.status == "running" and not finding["shrunk"]
             shrink = shrink and (finding["kind"] == "timeout" or exit_code is not None)
             timeout = self.options.case_timeout_s
-            return ("render", family, choices, finding["violations"], exit_code, timeout, stop_at if shrink else None)
+            violations = tuple(
+                ViolationRecord(v["oracle"], v["message"], tuple(v["nodes"])) for v in finding["violations"]
+            )
+            return RenderRequest(family, choices, violations, exit_code, timeout, stop_at if shrink else None)
         if run.finished:
             return None
         todo = self.options.batch
@@ -274,25 +299,25 @@ class _Job:
                 return None
         if run.replay_todo:
             family = run.replay_todo.pop(0)
-            return ("batch", family, self.options.seed, todo, True, stop_at)
+            return BatchRequest(family, self.options.seed, todo, True, stop_at)
         active = [i for i in range(len(run.families)) if i not in run.retired]
         family = active[run.rotation % len(active)]
         run.rotation += 1
-        seed = self.options.seed * 100_003 + run.batches
+        seed = batch_seed(self.options.seed, run.batches)
         run.batches += 1
-        return ("batch", family, seed, todo, False, stop_at)
+        return BatchRequest(family, seed, todo, False, stop_at)
 
     def _dispatch(self) -> bool:
         """Start or feed targets' workers, round robin, until ``jobs`` of them are at work; False
         when none is at work and no target has work left."""
-        active = sum(run.worker is not None and run.worker.state in ("starting", "busy") for run in self.runs)
+        active = sum(run.worker is not None and run.worker.state.at_work for run in self.runs)
         count = len(self.runs)
         for offset in range(count):
             if active >= self.options.jobs:
                 break
             index = (self.turn + offset) % count
             run = self.runs[index]
-            if run.worker is not None and run.worker.state in ("starting", "busy"):
+            if run.worker is not None and run.worker.state.at_work:
                 continue
             if run.failed or (run.finished and not run.renders):
                 continue
@@ -309,80 +334,78 @@ class _Job:
                 continue
             run.worker.send(job)
             active += 1
-            if job[0] != "render":  # a target's reproducers first, then the next target's turn
+            if not isinstance(job, RenderRequest):  # a target's reproducers first, then the next target's turn
                 self.turn = (index + 1) % count
         return active > 0
 
-    def _handle(self, run: TargetRun, message: tuple) -> None:
+    def _handle(self, run: TargetRun, message: Any) -> None:
+        """Act on ``message`` (one of :mod:`.protocol`'s) from ``run``'s worker."""
         worker = run.worker
         worker.last_seen = time.monotonic()
-        kind = message[0]
-        if kind == "ready":
-            info = message[1]
-            worker.state = "idle"
+        if isinstance(message, Ready):
+            worker.state = WorkerState.IDLE
             run.start_failures = 0
             if not run.families:
-                run.families = info["families"]
-                run.keys = [bytes.fromhex(key) for key in info["keys"]]
-                run.real_model = info["real_model"]
+                run.families = list(message.families)
+                run.keys = list(message.keys)
+                run.real_model = message.real_model
                 run.family_stats = {name: {"cases": 0, "batches": 0, "seconds": 0.0} for name in run.families}
                 run.replay_todo = list(range(len(run.families)))
-        elif kind == "failed":
-            run.errors.append({"family": None, "message": f"the worker could not load the target: {message[1]}"})
+        elif isinstance(message, Failed):
+            run.errors.append({"family": None, "message": f"the worker could not load the target: {message.error}"})
             run.failed = True
-            worker.state = "idle"
-        elif kind == "case":
-            worker.case = (message[1], message[2])
-        elif kind == "result":
-            stats = message[1]
+            worker.state = WorkerState.IDLE
+        elif isinstance(message, CaseStarted):
+            worker.case = (message.family, message.choices)
+        elif isinstance(message, CaseChecked):
             worker.case = None
-            family = run.families[worker.job[1]]
+            family = run.families[worker.job.family]
             run.cases += 1
-            run.matches += stats["matches"]
-            run.summary = run.summary + stats["summary"]
+            run.matches += message.matches
+            run.summary = run.summary + message.summary
             run.family_stats[family]["cases"] += 1
-            run.tp_worlds[stats["tp_world"]].update(cases=1, matches=stats["matches"])
-            run.events.update(stats["events"])
-        elif kind == "found":
-            self.found(run, message[1])
-        elif kind == "done":
-            _, finding, error = message
-            family = run.families[worker.job[1]]
+            run.tp_worlds[message.tp_world].update(cases=1, matches=message.matches)
+            run.events.update(message.events)
+        elif isinstance(message, Found):
+            self.found(run, message.finding.as_row())
+        elif isinstance(message, SearchDone):
+            family = run.families[worker.job.family]
             run.end_search()
             run.family_stats[family]["batches"] += 1
-            if finding is not None:
-                self._shrunk(run, finding)
-            if error is not None:
-                run.errors.append({"family": family, "message": error})
-                run.retired.add(worker.job[1])
-                self.display.line(f"ERROR in {run.name} ({family}): {error.splitlines()[0]}")
+            if message.finding is not None:
+                self._shrunk(run, message.finding.as_row())
+            if message.error is not None:
+                run.errors.append({"family": family, "message": message.error})
+                run.retired.add(worker.job.family)
+                self.display.line(f"ERROR in {run.name} ({family}): {message.error.splitlines()[0]}")
                 self.checkpoint()
-            worker.state = "idle"
-            worker.job = None
-        elif kind == "rendered":
-            rendered = message[1]
-            finding, family, choices, _, _ = run.renders.pop(0)
-            if rendered["choices"] is not None:  # shrunk (to the end, or as far as the budget let it)
-                finding["shrunk"] = rendered["shrunk"]
-                saved = self._save(run, family, rendered["choices"], minimal=rendered["shrunk"], replaces=choices)
-                self._note_unsaved(run, finding, saved)
-            finding["reproducer"] = rendered["reproducer"]
-            finding["case"] = rendered["case"] or finding["case"]
-            if rendered["note"]:
-                finding["note"] = rendered["note"]
-            what = f"{'shrunk ' if finding['shrunk'] else ''}{finding['kind']}"
-            self.display.line(f"reproducer of the {what} in {run.name}: {rendered['reproducer'] or rendered['note']}")
-            if rendered["reproducer"] and rendered["note"]:
-                self.display.line(f"  note: {rendered['note']}")
-            worker.state = "idle"
-            worker.job = None
+            worker.done()
+        elif isinstance(message, Rendered):
+            self._rendered(run, message)
+            worker.done()
             self.checkpoint()
-        elif kind == "alive":  # a forked candidate of a crash's shrinking is still running
+        elif isinstance(message, Alive):  # a forked candidate of a crash's shrinking is still running
             pass
-        elif kind == "real_model_done":
-            self.real_models.append({"target": run.name, **message[1]})
-            worker.state = "idle"
-            worker.job = None
+        elif isinstance(message, RealModelDone):
+            self.real_models.append({"target": run.name, **message.result})
+            worker.done()
+
+    def _rendered(self, run: TargetRun, rendered: Rendered) -> None:
+        """The reproducer of ``run``'s first pending crash or timeout finding is written (or not)."""
+        pending = run.renders.pop(0)
+        finding, family, choices = pending.finding, pending.family, pending.choices
+        if rendered.choices is not None:  # shrunk (to the end, or as far as the budget let it)
+            finding["shrunk"] = rendered.shrunk
+            saved = self._save(run, family, rendered.choices, minimal=rendered.shrunk, replaces=choices)
+            self._note_unsaved(run, finding, saved)
+        finding["reproducer"] = rendered.reproducer
+        finding["case"] = rendered.case or finding["case"]
+        if rendered.note:
+            finding["note"] = rendered.note
+        what = f"{'shrunk ' if finding['shrunk'] else ''}{finding['kind']}"
+        self.display.line(f"reproducer of the {what} in {run.name}: {rendered.reproducer or rendered.note}")
+        if rendered.reproducer and rendered.note:
+            self.display.line(f"  note: {rendered.note}")
 
     def _shrunk(self, run: TargetRun, shrunk: dict[str, Any]) -> None:
         """The search's final (shrunk) finding replaces the first one it reported; its choices are
@@ -406,32 +429,20 @@ class _Job:
         self.checkpoint()
 
     def _poll(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for the running worker; handle its messages, death or silence."""
-        live = [run for run in self.runs if run.worker is not None and run.worker.state in ("starting", "busy")]
-        if not live:
-            time.sleep(min(timeout, 0.05))
-            return
-        handles = {}
-        for run in live:
-            handles[run.worker.conn] = run
-            handles[run.worker.process.sentinel] = run
-        for ready in wait(list(handles), timeout=timeout):
-            run = handles[ready]
-            self._receive(run)
-            worker = run.worker
-            if worker is not None and worker.state in ("starting", "busy") and not worker.process.is_alive():
-                self._receive(run)  # what it sent before it died
-                worker.process.join(1)
-                if run.worker is worker and worker.state in ("starting", "busy"):
-                    self.died(run, "crash", f"the worker process {describe_exit(worker.process.exitcode)}")
+        """Wait up to ``timeout`` for the running workers; handle their messages, death or silence."""
+
+        def died(run: TargetRun, worker: WorkerProcess) -> None:
+            self.died(run, "crash", f"the worker process {describe_exit(worker.process.exitcode)}")
+
+        live = poll(self.runs, timeout, worker_of=lambda run: run.worker, handle=self._handle, died=died)
         now = time.monotonic()
         for run in live:
             worker = run.worker
-            if worker is None or worker.state not in ("starting", "busy"):
+            if worker is None or not worker.state.at_work:
                 continue
-            if worker.state == "starting":
+            if worker.state is WorkerState.STARTING:
                 limit = self.options.start_timeout_s
-            elif worker.job[0] == "real_model":
+            elif isinstance(worker.job, RealModelRequest):
                 limit = REAL_MODEL_TIMEOUT_S
             else:
                 limit = self.options.case_timeout_s
@@ -441,18 +452,10 @@ class _Job:
                 what = "a case" if worker.case is not None else "its work"
                 self.died(run, "timeout", f"{what} did not finish within the per-case timeout of {limit:g}s")
 
-    def _receive(self, run: TargetRun) -> None:
-        """Handle every message waiting in the pipe of ``run``'s worker."""
-        try:
-            while run.worker is not None and run.worker.conn.poll():
-                self._handle(run, run.worker.conn.recv())
-        except (EOFError, OSError):
-            pass
-
     def search(self) -> None:
         self.checkpoint()
         while time.monotonic() < self.deadline:
-            busy = any(run.worker is not None and run.worker.state in ("starting", "busy") for run in self.runs)
+            busy = any(run.worker is not None and run.worker.state.at_work for run in self.runs)
             if not busy and all(run.finished and not run.renders for run in self.runs):
                 break  # (a search that found its family's failure is still shrinking it while busy)
             if not self._dispatch():
@@ -462,17 +465,17 @@ class _Job:
                 self.checkpoint()
             self.progress()
 
-    def _run_on_worker(self, run: TargetRun, job: tuple) -> None:
+    def _run_on_worker(self, run: TargetRun, job: Any) -> None:
         """Give ``job`` to ``run``'s worker (started if none is alive, once it is ready) and wait
         until the worker has done it, died or been killed."""
         if run.worker is None or not run.worker.process.is_alive():
             self.start_worker(run)
-        while run.worker is not None and run.worker.state == "starting":
+        while run.worker is not None and run.worker.state is WorkerState.STARTING:
             self._poll(1.0)
         if run.worker is None or run.failed:
             return
         run.worker.send(job)
-        while run.worker is not None and run.worker.state == "busy":
+        while run.worker is not None and run.worker.state is WorkerState.BUSY:
             self._poll(1.0)
 
     def finish_renders(self) -> None:
@@ -505,18 +508,22 @@ class _Job:
                 self.real_models.append({"name": "minimax_m2", "target": run.name, "skipped": reason, "ok": True})
                 continue
             self.display.line(f"real model: tiny MiniMax-M2 with {run.name}, compiled with and without the pass...")
-            self._run_on_worker(run, ("real_model",))
+            self._run_on_worker(run, RealModelRequest())
 
     def _stopped(self, run: TargetRun, worker: WorkerProcess) -> None:
         """Say what a worker stopped at the end of the budget, or by an interrupt, was doing: a
         case that had run for long may be a hang the per-case timeout had no time to catch."""
         interrupted = self.status == "interrupted"
-        job = worker.job if worker.state == "busy" and worker.job else ("starting",)
-        if job[0] in ("render", "real_model") and not interrupted:
+        job = worker.job if worker.state is WorkerState.BUSY else None
+        if isinstance(job, (RenderRequest, RealModelRequest)) and not interrupted:
             return  # a reproducer cut at the budget's end is written after it
-        names = {"batch": "replay" if job[0] == "batch" and job[4] else "search", "render": "reproducer"}
-        doing = names.get(job[0], job[0].replace("_", " "))
-        family = run.families[job[1]] if job[0] in ("batch", "render") else None
+        if isinstance(job, BatchRequest):
+            doing = "replay" if job.replay else "search"
+        elif isinstance(job, RenderRequest):
+            doing = "reproducer"
+        else:
+            doing = "real model" if isinstance(job, RealModelRequest) else "starting"
+        family = run.families[job.family] if isinstance(job, (BatchRequest, RenderRequest)) else None
         in_case = time.monotonic() - worker.last_seen if worker.case is not None else None
         where = {"doing": doing, "family": family, "in_case_s": None if in_case is None else round(in_case, 1)}
         if interrupted:
@@ -531,14 +538,10 @@ class _Job:
     def stop_workers(self) -> None:
         for run in self.runs:
             if run.worker is not None:
-                if run.worker.state == "idle":
-                    run.worker.stop()
-                else:
-                    worker = run.worker
-                    if worker.state in ("starting", "busy"):
-                        self._stopped(run, worker)
+                if run.worker.state.at_work:
+                    self._stopped(run, run.worker)
                     run.end_search()
-                    worker.kill()
+                run.worker.end()
                 run.worker = None
 
 

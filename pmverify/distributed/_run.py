@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,6 +16,35 @@ DEFAULT_GROUP_NAME = "0"
 ``dist.group.WORLD.group_name`` returns on a rank: the name functional collectives take, e.g.
 ``torch.ops._c10d_functional.all_reduce(x, "sum", DEFAULT_GROUP_NAME)``."""
 
+TIMEOUT_ENV = "PMVERIFY_TP_TIMEOUT_S"
+"""The environment variable that sets :func:`run_spmd`'s default ``timeout_s`` (seconds, a positive
+number), the timeout of every tensor-parallel world pmverify's oracles run."""
+
+DEFAULT_TIMEOUT_S = 120.0
+""":func:`run_spmd`'s ``timeout_s`` when neither the call nor :data:`TIMEOUT_ENV` gives one: generous,
+since a timeout is an error of the run, not a finding (a world of a few ranks takes milliseconds on
+an idle machine, seconds on a loaded one)."""
+
+
+def default_timeout_s() -> float:
+    """Return the ``timeout_s`` a :func:`run_spmd` call without one uses: ``$PMVERIFY_TP_TIMEOUT_S``
+    (:data:`TIMEOUT_ENV`) when set, else :data:`DEFAULT_TIMEOUT_S` (120 s). Read at each call.
+
+    Raises:
+        ValueError: the variable is set but is not a positive, finite number of seconds.
+    """
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"${TIMEOUT_ENV}={text!r} must be a positive number of seconds")
+    return value
+
+
 _run_lock = threading.Lock()  # one run at a time: threaded worlds share in-flight collectives by group name
 
 
@@ -24,7 +54,7 @@ def run_spmd(
     args_per_rank: Sequence[Sequence[Any]],
     *,
     backend: str = "threaded",
-    timeout_s: float = 120.0,
+    timeout_s: float | None = None,
 ) -> list[Any]:
     """Run fn on every rank of a torch.distributed world and return the per-rank results in rank order.
 
@@ -50,7 +80,8 @@ def run_spmd(
             process per rank (a few seconds to start a world); ``"nccl"``: as gloo, rank r on CUDA
             device r.
         timeout_s: seconds the ranks have to return, once the world runs (starting a process world
-            may take longer).
+            may take longer); None (the default): :func:`default_timeout_s`, i.e.
+            ``$PMVERIFY_TP_TIMEOUT_S`` or 120 s.
 
     Returns:
         ``[result of rank 0, ..., result of rank world_size - 1]``; for the process backends the
@@ -58,17 +89,24 @@ def run_spmd(
 
     Raises:
         SPMDError: a rank raised (the lowest such rank; the message names it and holds its
-            traceback; ranks blocked in a collective are released), a worker process died, or ranks
-            did not return within ``timeout_s`` (the likely cause: a collective mismatch). After a
-            threaded failure the world is reused; a failed process world is torn down and the next
-            call starts a fresh one.
+            traceback; ranks blocked in a collective are released), a worker process died, or
+            (threaded backend) ranks wait in a collective of the default group that a rank which
+            returned never joined: a collective mismatch, raised as soon as it is seen, without
+            waiting for the timeout. After a threaded failure the world is reused; a failed process
+            world is torn down and the next call starts a fresh one.
+        SPMDTimeoutError: (an SPMDError) ranks did not return within ``timeout_s``: a loaded
+            machine, or ranks that wait on each other in a way the mismatch check does not see
+            (every process-backend mismatch).
         ValueError: ``world_size`` not a positive int, ``len(args_per_rank) != world_size``, an
             unknown ``backend``, ``timeout_s`` not a positive number.
         TypeError: ``fn`` not callable, an ``args_per_rank`` entry not a tuple or list, or (process
-            backends) ``fn`` or the arguments not picklable.
+            backends) ``fn`` or the arguments not picklable; ``$PMVERIFY_TP_TIMEOUT_S`` not a
+            positive number (ValueError).
         RuntimeError: called from inside ``fn`` (not re-entrant), torch.distributed unavailable, or
             ``"nccl"`` without NCCL or with fewer than ``world_size`` CUDA devices.
     """
+    if timeout_s is None:
+        timeout_s = default_timeout_s()
     _check(fn, world_size, args_per_rank, backend, timeout_s)
     from . import _context
 

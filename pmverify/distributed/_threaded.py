@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from .._compat import threaded_process_group
 from . import _context
-from ._errors import SPMDError, rank_failed, timed_out
+from ._errors import SPMDError, collective_mismatch, rank_failed, timed_out
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ _START_TIMEOUT_S = 60.0  # for every rank thread to initialise its process group
 _RELEASE_GRACE_S = 5.0  # for ranks released from their collectives to report back
 _INTERRUPT_GRACE_S = 1.0  # for ranks to report after the caller was interrupted
 _JOIN_TIMEOUT_S = 5.0  # for a world's threads to stop, at shutdown
+_MISMATCH_POLL_S = 0.05  # how often, once a rank returned, the others are checked for a collective mismatch
 
 _worlds: dict[int, _ThreadedWorld] = {}
 _abandoned: list[_ThreadedWorld] = []  # worlds with a rank that never came back: joined at shutdown
@@ -151,10 +152,19 @@ class _ThreadedWorld:
         failures: dict[int, _Report] = {}
         released: list[int] = []
         unfinished_at_timeout: list[int] | None = None
+        mismatch: list[int] | None = None  # ranks waiting in a collective a returned rank never joined
         stacks = ""
         terminated = False
         try:
             while len(values) + len(failures) + len(released) < size:
+                if values and not terminated:
+                    mismatch = self._waiting_on(plg, values)
+                    if mismatch:
+                        stacks = self._stacks(mismatch)
+                        self._terminate(plg)
+                        terminated = True
+                        deadline = time.monotonic() + _RELEASE_GRACE_S
+                        continue
                 wait = deadline - time.monotonic()
                 if wait <= 0:
                     if terminated:
@@ -166,7 +176,7 @@ class _ThreadedWorld:
                     deadline = time.monotonic() + _RELEASE_GRACE_S
                     continue
                 try:
-                    report = self._outbox.get(timeout=wait)
+                    report = self._outbox.get(timeout=min(wait, _MISMATCH_POLL_S) if values else wait)
                 except queue.Empty:
                     continue
                 if report.call != call:
@@ -207,6 +217,12 @@ class _ThreadedWorld:
             if lost:
                 notes.append(f"ranks {lost} never returned and the world was abandoned")
             raise rank_failed(rank, size, BACKEND, _summary(report.exc), report.tb, "; ".join(notes)) from report.exc
+        if mismatch:
+            note = "the ranks were released and the world is reused"
+            if lost:
+                note = f"ranks {lost} never returned even when released, and the world was abandoned"
+            returned = sorted(rank for rank in values if rank not in mismatch)
+            raise collective_mismatch(mismatch, returned, BACKEND, stacks, note)
         if unfinished_at_timeout is not None:
             note = "the ranks were released and the world is reused"
             if lost:
@@ -228,6 +244,21 @@ class _ThreadedWorld:
                 return
             if report.call == call:
                 returned.setdefault(report.rank, None)
+
+    def _waiting_on(self, plg: Any, returned: dict[int, Any]) -> list[int]:
+        """The ranks waiting in the default group's collective in flight when one of the ``returned``
+        ranks (which left ``fn``: it calls no collective again) has not joined it; [] when none."""
+        from ._run import DEFAULT_GROUP_NAME
+
+        with plg._coll_lock:
+            collective = plg._cur_coll_on_pgs.get(DEFAULT_GROUP_NAME)
+            if collective is None or collective._world_size != self.world_size:
+                return []
+            with collective._start_cond:
+                joined = [rank for rank in range(self.world_size) if collective._data[rank] is not None]
+        if any(rank in returned for rank in joined) or not any(rank not in joined for rank in returned):
+            return []
+        return joined
 
     def _pending(self, values: dict, failures: dict, released: list[int]) -> list[int]:
         return [r for r in range(self.world_size) if r not in values and r not in failures and r not in released]

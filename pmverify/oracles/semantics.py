@@ -477,26 +477,25 @@ def rank_results(pair: Any, rank: int) -> dict[str, Any]:
     return pair.cache[key]
 
 
-#: Seconds a tensor-parallel run may take before its ranks are taken to wait on each other forever.
-WORLD_TIMEOUT_S = 15.0
-
-
 def _world_results(pair: Any) -> None:
     """Fill ``pair.cache`` with every rank's results, run in one threaded world per graph (before,
     float64 reference, after): each rank runs its own rewritten graph (``rank_pair``). A rewritten
-    graph that raises on a rank, or whose ranks stop waiting for each other's collectives, makes
-    ``after`` the :class:`~pmverify.distributed.SPMDError` on every rank."""
+    graph that raises on a rank, or whose ranks wait in a collective a rank that returned never
+    joined (a collective mismatch), makes ``after`` the :class:`~pmverify.distributed.SPMDError` on
+    every rank. Each world has :func:`~pmverify.distributed.default_timeout_s` (``$PMVERIFY_TP_TIMEOUT_S``,
+    else 120 s); a world past it raises :class:`~pmverify.distributed.SPMDTimeoutError`: an error of
+    the run, not a finding of the pass."""
     from .._apply import rank_pair
-    from ..distributed import SPMDError, run_spmd
+    from ..distributed import SPMDError, SPMDTimeoutError, run_spmd
 
     case, world = pair.case, pair.case.tp_world
     reference_gm = float64_module(case.gm)
     run_filled = functools.partial(run_graph, fill=False)  # deterministic_fill is set once, around the runs
     with deterministic_fill():
         try:
-            before = run_spmd(
-                run_filled, world, [(pair.before, inputs) for inputs in case.inputs], timeout_s=WORLD_TIMEOUT_S
-            )
+            before = run_spmd(run_filled, world, [(pair.before, inputs) for inputs in case.inputs])
+        except SPMDTimeoutError:
+            raise
         except SPMDError as exc:
             first = str(exc).splitlines()[0]
             raise RuntimeError(
@@ -507,8 +506,9 @@ def _world_results(pair: Any) -> None:
                 functools.partial(_run_float64, fill=False),
                 world,
                 [(reference_gm, inputs) for inputs in case.inputs],
-                timeout_s=WORLD_TIMEOUT_S,
             )
+        except SPMDTimeoutError:
+            raise
         except SPMDError:
             reference = [None] * world
         try:
@@ -516,8 +516,9 @@ def _world_results(pair: Any) -> None:
                 run_filled,
                 world,
                 [(rank_pair(pair, rank).after, inputs) for rank, inputs in enumerate(case.inputs)],
-                timeout_s=WORLD_TIMEOUT_S,
             )
+        except SPMDTimeoutError:
+            raise
         except SPMDError as exc:
             after = [exc] * world
     for rank in range(world):

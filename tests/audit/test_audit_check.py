@@ -11,6 +11,7 @@ import pmverify._rewrite
 import pmverify._verify
 from pmverify._audit import check, worker
 from pmverify._audit.sources import listing, locate, record_source
+from pmverify._job.protocol import CheckRequest
 
 SOURCE = "_audit_passes"
 
@@ -22,7 +23,7 @@ def recorded():
 
 def _check(recorded, spec, name, tmp_path, max_examples=3):
     options = {"max_examples": max_examples, "repro_dir": str(tmp_path)}
-    return worker._check(recorded, (spec, SOURCE, name, 0), options)
+    return worker._check(recorded, CheckRequest(spec, SOURCE, name, 0), options)
 
 
 def test_the_rewrites_of_a_module_are_named_numbered_and_their_duplicates_flagged(recorded):

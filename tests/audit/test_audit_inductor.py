@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pmverify._audit import worker
+from pmverify._job.protocol import CheckRequest
 
 pytestmark = pytest.mark.skipif(
     not torch.__version__.startswith("2.13."), reason="the statuses are those of torch 2.13's rewrites"
@@ -20,7 +21,9 @@ def recorded():
 
 
 def _audit(recorded, module, name, tmp_path):
-    return worker._check(recorded, ("inductor", module, name, 0), {"max_examples": 10, "repro_dir": str(tmp_path)})
+    return worker._check(
+        recorded, CheckRequest("inductor", module, name, 0), {"max_examples": 10, "repro_dir": str(tmp_path)}
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """run_spmd: real collectives on threaded worlds (sizes 1-8) and one gloo world, failures that name
-the rank, collective mismatches caught by the timeout, world reuse and teardown."""
+the rank, collective mismatches seen at once, the timeout a setting and an error of the run, world reuse and teardown."""
 
+import pickle
 import signal
 import threading
+import time
 
 import pytest
 import torch
@@ -10,7 +12,18 @@ import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pmverify.distributed import BACKENDS, DEFAULT_GROUP_NAME, SPMDError, _threaded, run_spmd, shutdown_worlds
+from pmverify.distributed import (
+    BACKENDS,
+    DEFAULT_GROUP_NAME,
+    DEFAULT_TIMEOUT_S,
+    TIMEOUT_ENV,
+    SPMDError,
+    SPMDTimeoutError,
+    _threaded,
+    default_timeout_s,
+    run_spmd,
+    shutdown_worlds,
+)
 
 WORLD_SIZES = [1, 2, 4, 8]
 
@@ -157,14 +170,14 @@ def test_the_lowest_failing_rank_is_reported():
     assert info.value.rank == 1
 
 
-def test_a_collective_mismatch_times_out_and_the_world_still_works():
+def test_a_collective_mismatch_is_seen_without_waiting_for_the_timeout_and_the_world_still_works():
     run_spmd(all_reduce_sum, 2, [(1.0,), (2.0,)])
     threads = _spmd_threads()
     with pytest.raises(SPMDError, match="collective mismatch") as info:
-        run_spmd(only_rank_zero_all_reduces, 2, [(), ()], timeout_s=2)
+        run_spmd(only_rank_zero_all_reduces, 2, [(), ()], timeout_s=600)  # a timeout would hang the test
     err = info.value
-    assert err.rank is None
-    assert "ranks [0] did not finish" in str(err) and "ranks [1] returned" in str(err)
+    assert err.rank is None and not isinstance(err, SPMDTimeoutError)
+    assert "ranks [0] wait in a collective that ranks [1] returned without calling" in str(err)
     assert "all_reduce" in err.traceback  # where rank 0 was stuck
     assert run_spmd(sum_both_ways, 2, [(1.0,), (2.0,)])[0][2:4] == (3.0, 3.0)
     assert _spmd_threads() == threads  # the same world: its ranks were released
@@ -193,6 +206,43 @@ def test_a_rank_that_never_returns_gets_its_world_abandoned(monkeypatch):
     shutdown_worlds()  # joins the abandoned world's threads too
     assert late_outcome == ["ValueError"]  # its default group was dropped: no joining the new world
     assert not _spmd_threads()
+
+
+def sleep_then_all_reduce(seconds: float) -> float:
+    time.sleep(seconds)  # a rank slower than the timeout, as on a loaded machine
+    return all_reduce_sum(1.0)
+
+
+def test_a_world_past_its_timeout_is_a_timeout_error_that_names_the_setting(monkeypatch):
+    monkeypatch.setenv(TIMEOUT_ENV, "0.2")
+    with pytest.raises(SPMDTimeoutError) as info:
+        run_spmd(sleep_then_all_reduce, 2, [(1.0,), (1.0,)])
+    err = info.value
+    assert err.timeout_s == 0.2 and err.unfinished == [0, 1] and err.finished == [] and err.rank is None
+    assert "did not finish within timeout_s=0.2 s" in str(err) and f"${TIMEOUT_ENV}" in str(err)
+    assert "not a finding" in str(err)
+    assert run_spmd(all_reduce_sum, 2, [(1.0,), (2.0,)], timeout_s=60) == [3.0, 3.0]  # the world still works
+    again = pickle.loads(pickle.dumps(err))  # as the process backends send it
+    assert isinstance(again, SPMDTimeoutError) and (again.unfinished, again.timeout_s) == ([0, 1], 0.2)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, DEFAULT_TIMEOUT_S), ("", DEFAULT_TIMEOUT_S), ("7.5", 7.5), (" 300 ", 300.0)]
+)
+def test_the_timeout_setting_comes_from_the_environment(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(TIMEOUT_ENV, value)
+    assert default_timeout_s() == expected
+    assert DEFAULT_TIMEOUT_S >= 60  # generous: a timeout is an error of the run, not a finding
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "inf", "nan"])
+def test_a_bad_timeout_setting_is_refused_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv(TIMEOUT_ENV, value)
+    with pytest.raises(ValueError, match=rf"\${TIMEOUT_ENV}={value!r} must be a positive number of seconds"):
+        run_spmd(echo, 2, [(), ()])
 
 
 def interrupt_the_caller_then_all_reduce() -> None:

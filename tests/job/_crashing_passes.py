@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pathlib
 import time
 
 import torch
@@ -15,6 +16,9 @@ import torch
 from pmverify.strategies import fx_graphs
 
 MIN_NODES = 1
+#: An environment variable naming a file that :func:`hangs` creates as it starts to hang, so that a
+#: test can wait for the hang (a file event) instead of sleeping for it.
+HANGING_FILE_ENV = "PMVERIFY_TEST_HANGING_FILE"
 
 
 def _big_enough(graph: torch.fx.Graph) -> bool:
@@ -34,8 +38,10 @@ def exits(graph: torch.fx.Graph) -> None:
 
 
 def hangs(graph: torch.fx.Graph) -> None:
-    """Sleeps for an hour."""
+    """Sleeps for an hour (after creating the file ``$PMVERIFY_TEST_HANGING_FILE`` names, if set)."""
     if _big_enough(graph):
+        if os.environ.get(HANGING_FILE_ENV):
+            pathlib.Path(os.environ[HANGING_FILE_ENV]).touch()
         time.sleep(3600)
 
 

@@ -1,6 +1,7 @@
 """Shrinking what the job already holds: a replayed failure saved unshrunk (in the worker, under
 :func:`shrinking_from`), and a crash or a hang (each candidate in a forked child, :func:`dies_alike`)."""
 
+import dataclasses
 import threading
 import time
 
@@ -8,6 +9,7 @@ import _crashing_passes as passes
 import pytest
 from hypothesis import Phase, given, settings
 
+from pmverify._job.protocol import BatchRequest, CaseStarted, SearchDone
 from pmverify._job.shrink import current_choices, dies_alike, minimal_key, shrink_in_forks, shrinking_from, warm_up
 
 CASES = "_crashing_passes:CASES"
@@ -52,7 +54,6 @@ def big():
 )
 def test_dies_alike_tells_deaths_apart(big, pass_, exit_code, alike):
     beats = []
-    start = time.monotonic()
     timeout = 0.5 if pass_ is passes.hangs else 60  # (a case that finishes must not outlast it)
     got = dies_alike(
         pass_,
@@ -62,17 +63,16 @@ def test_dies_alike_tells_deaths_apart(big, pass_, exit_code, alike):
         stop_at=time.time() + 90,
         heartbeat=lambda: beats.append(1),
     )
-    assert got is alike and time.monotonic() - start < 30
+    assert got is alike  # (a case that finishes is not waited on: it would outlast the 60 s timeout)
     if pass_ is passes.hangs:
         assert beats  # the job hears from the worker while a child hangs
 
 
 def test_dies_alike_gives_up_at_the_end_of_the_budget(big):
-    start = time.monotonic()
     got = dies_alike(
-        passes.hangs, big[1], exit_code=None, timeout_s=30, stop_at=time.time() + 1, heartbeat=lambda: None
+        passes.hangs, big[1], exit_code=None, timeout_s=600, stop_at=time.time() + 1, heartbeat=lambda: None
     )
-    assert got is None and time.monotonic() - start < 5
+    assert got is None  # (not True: had it waited for the 600 s timeout, the case would have outlasted it)
 
 
 @pytest.fixture
@@ -176,10 +176,10 @@ def worker(tmp_path):
 
 def _replay(worker):
     worker.conn.sent.clear()
-    worker.batch(0, 0, 25, True, time.time() + 60)
-    (done,) = [m for m in worker.conn.sent if m[0] == "done"]
-    cases = sum(m[0] == "case" for m in worker.conn.sent)
-    return done[1], cases
+    worker.batch(BatchRequest(family=0, seed=0, max_examples=25, replay=True, stop_at=time.time() + 60))
+    (done,) = [m for m in worker.conn.sent if isinstance(m, SearchDone)]
+    cases = sum(isinstance(m, CaseStarted) for m in worker.conn.sent)
+    return dataclasses.asdict(done.finding), cases
 
 
 def test_a_replayed_failure_saved_unshrunk_is_shrunk_then_replays_without_shrinking(big, worker):

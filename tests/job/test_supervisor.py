@@ -1,6 +1,7 @@
 """The fuzzing job's supervisor logic, on a ``_Job`` whose workers are stand-ins: what a run that
 checked nothing says and exits with, what an interrupt says, the per-target status lines."""
 
+import dataclasses
 import io
 import json
 import time
@@ -9,15 +10,17 @@ import types
 import pytest
 
 from pmverify._job import JobOptions
+from pmverify._job.protocol import BatchRequest, CaseChecked, Rendered, RenderRequest
 from pmverify._job.state import TargetRun
 from pmverify._job.supervisor import _Job, _run
+from pmverify._job.workers import WorkerState
 
 
 class FakeWorker:
     """What the supervisor reads of a ``WorkerProcess``; no process behind it."""
 
     def __init__(self, state, job=None, case=None, since_s=0.0):
-        self.state, self.job, self.case = state, job, case
+        self.state, self.job, self.case = WorkerState(state), job, case
         self.last_seen = self.job_start = time.monotonic() - since_s
         self.process = types.SimpleNamespace(is_alive=lambda: True)
         self.log = None
@@ -28,6 +31,12 @@ class FakeWorker:
 
     def stop(self):
         self.killed = True
+
+    def end(self):
+        self.killed = True
+
+    def done(self):
+        self.state, self.job = WorkerState.IDLE, None
 
 
 @pytest.fixture
@@ -90,7 +99,7 @@ def test_one_target_that_checked_nothing_makes_the_run_exit_2(make_job):
 
     def search(job):
         job.runs[0].cases = 3
-        job.runs[1].worker = FakeWorker("busy", job=("batch", 0, 0, 25, False, 0.0), case=(0, b""), since_s=4)
+        job.runs[1].worker = FakeWorker("busy", job=BatchRequest(0, 0, 25, False, 0.0), case=(0, b""), since_s=4)
 
     data, code, out = _run_with(job, search)
     assert code == 2
@@ -116,7 +125,7 @@ def test_an_interrupt_is_not_the_end_of_the_budget(make_job):
 
     def search(job):
         job.runs[0].cases = 7
-        job.runs[0].worker = FakeWorker("busy", job=("batch", 0, 0, 25, True, 0.0), case=(0, b""), since_s=3)
+        job.runs[0].worker = FakeWorker("busy", job=BatchRequest(0, 0, 25, True, 0.0), case=(0, b""), since_s=3)
         raise KeyboardInterrupt
 
     data, code, out = _run_with(job, search)
@@ -131,7 +140,7 @@ def test_an_interrupt_before_any_case_says_so(make_job):
     job = make_job("mod:Pass")
 
     def search(job):
-        job.runs[0].worker = FakeWorker("busy", job=("batch", 0, 0, 25, False, 0.0))
+        job.runs[0].worker = FakeWorker("busy", job=BatchRequest(0, 0, 25, False, 0.0))
         raise KeyboardInterrupt
 
     data, code, out = _run_with(job, search)
@@ -172,7 +181,7 @@ def test_status_lines_count_each_busy_target_and_label_the_totals(make_job):
     a.cases, a.matches, a.findings = 10, 2, [{}]
     b.cases, b.restarts = 5, 1
     c.cases = 7
-    a.worker = FakeWorker("busy", job=("batch", 0, 0, 25, False, 0.0))
+    a.worker = FakeWorker("busy", job=BatchRequest(0, 0, 25, False, 0.0))
     b.worker = FakeWorker("starting")
     c.worker = FakeWorker("idle")
     job.progress(force=True)
@@ -232,7 +241,7 @@ def test_a_finding_shrunk_only_as_far_as_the_budget_let_it_is_not_marked_minimal
 
 def _crashed(job, run, exit_code=-11):
     """What ``died`` leaves of a worker killed by SIGSEGV in a case of choices ``b"big"``."""
-    worker = FakeWorker("busy", job=("batch", 0, 0, 25, False, 0.0), case=(0, b"big"))
+    worker = FakeWorker("busy", job=BatchRequest(0, 0, 25, False, 0.0), case=(0, b"big"))
     worker.process.exitcode = exit_code
     run.worker = worker
     job.died(run, "crash", "the worker process was killed by SIGSEGV (signal 11)")
@@ -247,24 +256,25 @@ def test_a_crash_is_shrunk_by_a_fresh_worker_within_the_budget(make_job):
     job.database = InMemoryExampleDatabase()
     (run,) = job.runs
     _crashed(job, run)
-    kind, family, choices, _, exit_code, timeout, stop_at = job._next_job(run)
-    assert (kind, family, choices, exit_code, timeout) == ("render", 0, b"big", -11, 15.0)
-    assert stop_at == pytest.approx(time.time() + job.deadline - time.monotonic() - 2.0, abs=1)
-    run.worker = FakeWorker("busy", job=("render",))
-    rendered = {"reproducer": "/r.py", "case": "GraphCase(fx_graphs: 1 ops)", "note": None, "choices": b"small"}
-    job._handle(run, ("rendered", {**rendered, "shrunk": True}))
+    render = job._next_job(run)
+    assert isinstance(render, RenderRequest)
+    assert (render.family, render.choices, render.exit_code, render.timeout_s) == (0, b"big", -11, 15.0)
+    assert render.stop_at == pytest.approx(time.time() + job.deadline - time.monotonic() - 2.0, abs=1)
+    run.worker = FakeWorker("busy", job=render)
+    rendered = Rendered(reproducer="/r.py", case="GraphCase(fx_graphs: 1 ops)", note=None, choices=b"small")
+    job._handle(run, dataclasses.replace(rendered, shrunk=True))
     (finding,) = run.findings
     assert finding["shrunk"] and finding["reproducer"] == "/r.py" and "1 ops" in finding["case"]
     assert set(job.database.fetch(b"key")) == {b"small"} and set(job.database.fetch(minimal_key(b"key"))) == {b"small"}
     # the next run replays it: minimal already, its reproducer is written without shrinking
     run.findings.clear()
     _crashed(job, run)
-    assert run.renders[0][0]["shrunk"] is False  # b"big" again: not minimal
+    assert run.renders[0].finding["shrunk"] is False  # b"big" again: not minimal
     run.renders.clear()
-    run.worker = FakeWorker("busy", job=("batch", 0, 0, 25, True, 0.0), case=(0, b"small"))
+    run.worker = FakeWorker("busy", job=BatchRequest(0, 0, 25, True, 0.0), case=(0, b"small"))
     run.worker.process.exitcode = -11
     job.died(run, "crash", "killed")
-    assert run.renders[0][0]["shrunk"] is True and job._next_job(run)[-1] is None
+    assert run.renders[0].finding["shrunk"] is True and job._next_job(run).stop_at is None
 
 
 @pytest.mark.parametrize("why", ["no-shrink", "after the budget", "exit code unknown"])
@@ -274,7 +284,7 @@ def test_a_crash_is_not_shrunk(make_job, why):
     _crashed(job, run, exit_code=None if why == "exit code unknown" else -11)
     if why == "after the budget":
         job.status = "finishing"
-    assert job._next_job(run)[-1] is None
+    assert job._next_job(run).stop_at is None
 
 
 def test_a_worker_that_dies_shrinking_a_crash_leaves_it_to_the_next_one_unshrunk(make_job):
@@ -282,7 +292,7 @@ def test_a_worker_that_dies_shrinking_a_crash_leaves_it_to_the_next_one_unshrunk
     (run,) = job.runs
     _crashed(job, run)
     render = job._next_job(run)
-    assert render[-1] is not None
+    assert render.stop_at is not None
     run.worker = FakeWorker("busy", job=render)
     run.worker.process.exitcode = -9
     job.died(run, "crash", "the worker process was killed by SIGKILL (signal 9)")
@@ -292,7 +302,7 @@ def test_a_worker_that_dies_shrinking_a_crash_leaves_it_to_the_next_one_unshrunk
         and not finding["shrunk"]
     )
     again = job._next_job(run)
-    assert again[:3] == render[:3] and again[-1] is None  # drawn again, not shrunk
+    assert again == dataclasses.replace(render, stop_at=None)  # drawn again, not shrunk
 
 
 def test_a_target_whose_whole_run_rewrote_nothing_is_a_never_matched_finding(make_job, tmp_path):
@@ -306,9 +316,9 @@ def test_a_target_whose_whole_run_rewrote_nothing_is_a_never_matched_finding(mak
     def search(job):
         for run, rewrites in zip(job.runs, (0, 1), strict=True):
             for batch in range(3):
-                run.worker = FakeWorker("busy", job=("batch", 0, batch, 25, False, 0.0))
+                run.worker = FakeWorker("busy", job=BatchRequest(0, batch, 25, False, 0.0))
                 one = VerifySummary(cases=1, rewritten_cases=rewrites * (batch == 2), planted={"near miss (eps)": 1})
-                job._handle(run, ("result", {"tp_world": 1, "matches": 0, "events": [], "summary": one}))
+                job._handle(run, CaseChecked(tp_world=1, matches=0, events=(), summary=one))
             run.worker = None
 
     data, code, out = _run_with(job, search)
@@ -328,3 +338,22 @@ def test_a_target_whose_whole_run_rewrote_nothing_is_a_never_matched_finding(mak
     table = io.StringIO()
     _summary(data, table)
     assert "  never_matched: a:Pass on cases: the pass rewrote nothing" in table.getvalue()
+
+
+def test_batches_are_seeded_by_the_one_batch_seed(make_job):
+    """The fuzz job's batches, as ``selfcheck``'s rotation and the audit's rewrites, are seeded by
+    ``batch_seed``: golden values, so that a seed draws the same cases across releases."""
+    import zlib
+
+    from pmverify._audit.job import rewrite_seed
+    from pmverify._audit.sources import AuditedRewrite
+    from pmverify._verify import batch_seed
+
+    job = make_job("mod:Pass", seed=5)
+    (run,) = job.runs
+    run.replay_todo = [0]
+    assert job._next_job(run).seed == 5  # the replay: the job's seed itself
+    assert [job._next_job(run).seed for _ in range(3)] == [batch_seed(5, i) for i in range(3)]
+    assert [batch_seed(5, i) for i in range(3)] == [500_015, 500_016, 500_017]
+    rewrite = AuditedRewrite("inductor", "mod", "name", "fwd_only", False)
+    assert rewrite_seed(5, rewrite) == batch_seed(5, zlib.crc32(f"inductor/{rewrite.label}".encode()))

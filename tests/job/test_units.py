@@ -234,7 +234,7 @@ def test_a_finding_lists_the_other_oracles_first_failing_cases():
         other_failures={"semantics": first}, other_reproducers={"semantics": pathlib.Path("/tmp/s.py")}
     )
     target = types.SimpleNamespace(name="t", families=[("cases", None)])
-    finding = _finding(target, 0, shrunk, "/tmp/r.py", shrunk=True, replayed=False, error=error)
+    finding = _finding(target, 0, shrunk, "/tmp/r.py", shrunk=True, replayed=False, choices=None, error=error).as_row()
     assert finding["violations"] == [{"oracle": "structure", "message": "strides", "nodes": []}]
     assert finding["other_failures"] == [
         {

@@ -1,7 +1,9 @@
 """The tensor-parallel oracle: identical rewrites on every rank, all-reduces accounted for by matches."""
 
 import dataclasses
+import time
 
+import pytest
 import torch
 
 import pmverify
@@ -120,14 +122,12 @@ def test_a_rank_that_raises_is_a_semantics_finding_naming_it():
     ]
 
 
-def test_ranks_waiting_on_each_other_are_a_finding_not_a_hang(monkeypatch):
-    from pmverify.oracles import semantics
-
-    monkeypatch.setattr(semantics, "WORLD_TIMEOUT_S", 2.0)
+def test_ranks_waiting_on_each_other_are_a_finding_not_a_hang():
     result = pmverify.check_case(ExtraAllReduceOnRankOne, _case(), oracles=["semantics", "tensor_parallel"])
     by_oracle = {v.oracle: v.message for v in result.violations}
     assert by_oracle["semantics"].startswith(
-        "graph after the pass failed on the tensor-parallel world: ranks [1] did not finish within timeout_s=2 s"
+        "graph after the pass failed on the tensor-parallel world: ranks [1] wait in a collective that "
+        "ranks [0, 2, 3] returned without calling"
     )
     assert "rank 1: the pass removed 0 all-reduce(s)" in by_oracle["tensor_parallel"]
     assert pmverify.check_case(QKNormFusionPass, _case()).ok  # the world is still usable
@@ -161,11 +161,34 @@ class ExtraMaxReduceOnRankZero(QKNormFusionPass):
         self.matched_count = pass_.matched_count
 
 
-def test_the_message_names_what_differs_between_ranks(monkeypatch):
-    from pmverify.oracles import semantics
-
-    monkeypatch.setattr(semantics, "WORLD_TIMEOUT_S", 2.0)
+def test_the_message_names_what_differs_between_ranks():
     result = pmverify.check_case(ExtraMaxReduceOnRankZero, _case(), oracles=["tensor_parallel", "semantics"])
     by_oracle = {v.oracle: v.message for v in result.violations}
     assert "inserted" in by_oracle["tensor_parallel"] and "on rank 1" in by_oracle["tensor_parallel"]
-    assert "ranks [0] did not finish within timeout_s=2 s" in by_oracle["semantics"]
+    assert "ranks [0] wait in a collective that ranks [1, 2, 3] returned without calling" in by_oracle["semantics"]
+
+
+def _slow(x):
+    time.sleep(1.0)  # a rank slower than the world's timeout, as on a loaded machine
+    return x
+
+
+class SlowAfterTheFusion(QKNormFusionPass):
+    """Fuses, then runs a slow identity on the first input: correct, but slower than the timeout."""
+
+    def __call__(self, graph):
+        super().__call__(graph)
+        first = next(iter(graph.find_nodes(op="placeholder")))
+        with graph.inserting_before(next(iter(graph.find_nodes(op="output")))):
+            graph.call_function(_slow, (first,))
+
+
+def test_a_world_past_its_timeout_is_an_error_of_the_run_not_a_finding(monkeypatch):
+    from pmverify.distributed import TIMEOUT_ENV, SPMDTimeoutError
+
+    monkeypatch.setenv(TIMEOUT_ENV, "0.2")
+    with pytest.raises(SPMDTimeoutError, match=r"did not finish within timeout_s=0\.2 s") as info:
+        pmverify.check_case(SlowAfterTheFusion, _case(), oracles=["semantics", "tensor_parallel"])
+    assert f"${TIMEOUT_ENV}" in str(info.value) and "not a finding" in str(info.value)
+    monkeypatch.setenv(TIMEOUT_ENV, "600")  # the setting raised: the same case and pass are quiet
+    assert pmverify.check_case(SlowAfterTheFusion, _case(), oracles=["semantics", "tensor_parallel"]).ok
