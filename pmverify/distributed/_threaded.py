@@ -247,7 +247,8 @@ class _ThreadedWorld:
 
     def _waiting_on(self, plg: Any, returned: dict[int, Any]) -> list[int]:
         """The ranks waiting in the default group's collective in flight when one of the ``returned``
-        ranks (which left ``fn``: it calls no collective again) has not joined it; [] when none."""
+        ranks (which left ``fn``: it calls no collective again) has not joined it and every other rank
+        has either returned or joined it; [] when none (or while a rank still runs)."""
         from ._run import DEFAULT_GROUP_NAME
 
         with plg._coll_lock:
@@ -258,6 +259,8 @@ class _ThreadedWorld:
                 joined = [rank for rank in range(self.world_size) if collective._data[rank] is not None]
         if any(rank in returned for rank in joined) or not any(rank not in joined for rank in returned):
             return []
+        if len(set(joined) | set(returned)) < self.world_size:
+            return []  # a rank still runs: wait for it to return or join, so the report does not hang on timing
         return joined
 
     def _pending(self, values: dict, failures: dict, released: list[int]) -> list[int]:
