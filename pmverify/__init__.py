@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 from ._case import GraphCase, MutationSite, PlantedInstance
 from ._check import CaseResult, check_case
 from ._inductor_rewrites import inductor_rewrite, record_inductor
+from ._job.targets import ExtraCheck, FuzzTarget
 from ._record import RecordedRewrite, record_patterns
 from ._rewrite import RewriteResult, check_rewrite
 from ._summary import (
@@ -31,6 +32,8 @@ from .oracles import Violation
 __all__ = [
     "AllCasesVoid",
     "CaseResult",
+    "ExtraCheck",
+    "FuzzTarget",
     "GraphCase",
     "MutationSite",
     "PassVerificationError",

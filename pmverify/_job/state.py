@@ -147,7 +147,7 @@ class TargetRun:
         self.worker: WorkerProcess | None = None
         self.families: list[str] = []
         self.keys: list[bytes] = []
-        self.real_model = False
+        self.check: dict[str, Any] | None = None  # the target's extra check (name, about, skipped)
         self.family_stats: dict[str, dict[str, Any]] = {}
         self.retired: set[int] = set()
         self.replay_todo: list[int] | None = None

@@ -228,7 +228,8 @@ class _Job:
                 job_finding["note"] = f"no reproducer: the worker drawing the case again ended ({message})"
             return
         if job[0] == "real_model":
-            self.real_models.append({"name": "minimax_m2", "target": run.name, "ok": False, "error": message})
+            name = run.check["name"] if run.check else "check"
+            self.real_models.append({"name": name, "target": run.name, "ok": False, "error": message})
             return
         family = worker.case[0] if worker.case is not None else job[1]
         oracle = "timeout" if kind == "timeout" else "crash"
@@ -328,7 +329,7 @@ class _Job:
             if not run.families:
                 run.families = info["families"]
                 run.keys = [bytes.fromhex(key) for key in info["keys"]]
-                run.real_model = info["real_model"]
+                run.check = info["check"]
                 run.family_stats = {name: {"cases": 0, "batches": 0, "seconds": 0.0} for name in run.families}
                 run.replay_todo = list(range(len(run.families)))
         elif kind == "failed":
@@ -501,14 +502,14 @@ class _Job:
         for run in self.runs:
             if not run.families or run.failed:
                 continue
-            if not run.real_model and ":" in run.name:
-                continue  # a user's pass: the QK-norm model is not for it
-            if not run.real_model:
-                reason = f"{run.name} is not built from a QKNormConfig"
+            if run.check is None:
+                continue  # a target without an extra check
+            if run.check["skipped"]:
+                reason = run.check["skipped"]
                 self.display.line(f"real model: skipped ({reason})")
-                self.real_models.append({"name": "minimax_m2", "target": run.name, "skipped": reason, "ok": True})
+                self.real_models.append({"name": run.check["name"], "target": run.name, "skipped": reason, "ok": True})
                 continue
-            self.display.line(f"real model: tiny MiniMax-M2 with {run.name}, compiled with and without the pass...")
+            self.display.line(f"real model: {run.check['about']} ({run.name})...")
             self._run_on_worker(run, ("real_model",))
 
     def _stopped(self, run: TargetRun, worker: WorkerProcess) -> None:

@@ -13,7 +13,8 @@ It talks to the job over a ``multiprocessing`` pipe. Requests, from the job:
   worker ended) or timeout (``exit_code`` None) finding and write its reproducer, the pass not
   applied in this process; with a ``stop_at`` (else None), shrink it first, each candidate in a
   forked child with the per-case ``timeout_s`` (:func:`.shrink.shrink_in_forks`).
-- ``("real_model",)``: the compiled tiny MiniMax-M2 check; ``("stop",)``.
+- ``("real_model",)``: the target's extra check (:class:`.targets.ExtraCheck`, the shipped
+  pass's compiled tiny MiniMax-M2); ``("stop",)``.
 
 Messages, to the job: ``("ready", info)`` once; ``("case", family, choices)`` before the pass is
 applied to each case (so that the job knows which case a dead or silent worker was on);
@@ -110,11 +111,16 @@ class _Worker:
                 {
                     "families": [family for family, _ in self.target.families],
                     "keys": [key.hex() for key in self.keys],
-                    "real_model": self.target.real_model,
+                    "check": self._check_info(),
                     "pid": os.getpid(),
                 },
             )
         )
+
+    def _check_info(self) -> dict | None:
+        """The target's extra check as the job shows it: ``name``, ``about``, ``skipped``; or None."""
+        check = self.target.fuzz.extra_check
+        return None if check is None else {"name": check.name, "about": check.about, "skipped": check.skipped}
 
     def batch(self, family: int, seed: int, max_examples: int, replay: bool, stop_at: float) -> None:
         from hypothesis import Phase, settings
@@ -143,6 +149,7 @@ class _Worker:
                         self.options["repro_dir"],
                         pass_source=target.pass_source,
                         strict_order=self.strict_order,
+                        prelude=target.reproducer_prelude,
                     )
                 except (OSError, ValueError):
                     path = None
@@ -290,6 +297,7 @@ class _Worker:
                 hang_s=timeout_s if exit_code is None else None,
                 dies=exit_code is not None,
                 strict_order=self.strict_order,
+                prelude=self.target.reproducer_prelude,
             )
         except (OSError, ValueError) as exc:
             rendered["note"] = f"the reproducer was not written: {exc}"
@@ -299,15 +307,14 @@ class _Worker:
         self.conn.send(("rendered", rendered))
 
     def real_model(self) -> None:
-        from ..real_models import check_minimax_m2
-        from .report import jsonable
-
+        """Run the target's extra check (the job asks only a target that has one)."""
+        check = self.target.fuzz.extra_check
         start = time.monotonic()
         try:
-            result = jsonable(check_minimax_m2(pass_factory=self.target.pass_))
+            result = {"name": check.name, **check.run(self.target.pass_)}
         except Exception as exc:  # noqa: BLE001 - reported as a failed check
             result = {
-                "name": "minimax_m2",
+                "name": check.name,
                 "ok": False,
                 "error": f"{type(exc).__name__}: {exc}",
                 "elapsed_s": round(time.monotonic() - start, 3),
