@@ -36,6 +36,7 @@ __all__ = [
     "ExtraCheck",
     "Target",
     "DEFAULT_SOURCES",
+    "DEFAULT_TARGET",
     "check",
     "load",
     "builtin_names",
@@ -43,9 +44,12 @@ __all__ = [
 ]
 
 #: Where the built-in target names come from: ``MODULE:ATTRIBUTE`` of functions called with no
-#: arguments that return a mapping of name -> a function building that :class:`FuzzTarget`. The
-#: first source's first name is the default target of ``pmverify fuzz``.
+#: arguments that return a mapping of name -> a function building that :class:`FuzzTarget`
+#: (raising ``ValueError`` / ``RuntimeError`` when what they declare cannot run here). Searched in
+#: order, each imported only when the names before it did not hold the one asked for.
 DEFAULT_SOURCES = ("pmverify.fusions.qk_norm.testing:fuzz_targets", "pmverify.faults.target:fuzz_targets")
+#: The target ``pmverify fuzz`` searches without ``--target``: the shipped pass.
+DEFAULT_TARGET = "qk_norm"
 
 
 class TargetError(ValueError):
@@ -170,20 +174,30 @@ def _strategy(spec: str) -> Any:
     return value
 
 
-def _builtins(sources: Sequence[str]) -> dict[str, Callable[[], FuzzTarget]]:
-    """Name -> target factory, over ``sources`` in order (an earlier source's name wins)."""
-    found: dict[str, Callable[[], FuzzTarget]] = {}
+def _provided(source: str) -> Mapping[str, Callable[[], FuzzTarget]]:
+    try:
+        return resolve(source, "target source")()
+    except (ValueError, RuntimeError) as exc:
+        if isinstance(exc, TargetError):
+            raise
+        raise TargetError(f"target source {source}: {exc}") from None
+
+
+def _builtin(name: str, sources: Sequence[str]) -> Callable[[], FuzzTarget]:
+    """The factory of built-in target ``name``: from the first of ``sources`` that has it."""
+    seen: list[str] = []
     for source in sources:
-        provided: Mapping[str, Callable[[], FuzzTarget]] = resolve(source, "target source")()
-        for name, factory in provided.items():
-            found.setdefault(name, factory)
-    return found
+        provided = _provided(source)
+        if name in provided:
+            return provided[name]
+        seen.extend(provided)
+    raise TargetError(f"--target={name!r} is unknown; choose {', '.join(seen)}, or MODULE:ATTRIBUTE of a pass")
 
 
 def builtin_names(sources: Sequence[str] = DEFAULT_SOURCES) -> list[str]:
     """The built-in target names of ``sources`` (``qk_norm`` and the faults of
-    ``pmverify.faults.BANK`` by default), the default target first. Imports the sources."""
-    return list(_builtins(sources))
+    ``pmverify.faults.BANK`` by default), in order. Imports every source."""
+    return list(dict.fromkeys(name for source in sources for name in _provided(source)))
 
 
 def _set_up(name: str, target: FuzzTarget) -> None:
@@ -218,12 +232,7 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
     from .._apply import check_pass
 
     if ":" not in name:
-        builtins = _builtins(sources)
-        if name not in builtins:
-            raise TargetError(
-                f"--target={name!r} is unknown; choose {', '.join(builtins)}, or MODULE:ATTRIBUTE of a pass"
-            )
-        target = _built(name, builtins[name])
+        target = _built(name, _builtin(name, sources))
         _set_up(name, target)
         return Target(name, target)
     value = resolve(name, "--target")

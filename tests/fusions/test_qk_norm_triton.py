@@ -345,7 +345,7 @@ def test_shipped_pass_with_kernels_behind_its_ops_is_verified(monkeypatch, tenso
     the interpreter's bf16 truncation is not the kernel's rounding on a GPU)."""
     import pmverify
     from pmverify.fusions.qk_norm import QKNormFusionPass
-    from pmverify.strategies import qk_norm_cases, qk_norm_tp_cases
+    from pmverify.fusions.qk_norm.testing import qk_norm_cases, qk_norm_tp_cases
 
     monkeypatch.setenv(ops.IMPL_ENV, "triton")
     calls = []

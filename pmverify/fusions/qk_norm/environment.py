@@ -48,5 +48,7 @@ def reproducer_prelude() -> str:
         '    os.environ["TRITON_INTERPRET"] = "1"',
     ]
     if os.environ.get(IMPL_ENV):
-        lines.append(f"os.environ[{IMPL_ENV!r}] = {os.environ[IMPL_ENV]!r}  # the fused ops' implementation when written")
+        lines.append(
+            f"os.environ[{IMPL_ENV!r}] = {os.environ[IMPL_ENV]!r}  # the fused ops' implementation when written"
+        )
     return "\n".join(lines)
