@@ -246,8 +246,8 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
         check_pass(value)
     except TypeError:
         raise TargetError(
-            f"--target={name!r} is {type(value).__name__}, not a FuzzTarget or a pass (a class built per case "
-            "from case.pass_config, a PatternMatcherPass, or a callable on a torch.fx.Graph)"
+            f"--target={name!r} is {type(value).__name__}, not a pass (a class built per case "
+            "from case.pass_config, a PatternMatcherPass, or a callable on a torch.fx.Graph) or a FuzzTarget"
         ) from None
     if cases is None:
         raise TargetError(f"--target={name!r} is a user pass: give its case strategy as --cases MODULE:ATTRIBUTE")
