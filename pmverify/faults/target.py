@@ -18,8 +18,10 @@ __all__ = ["bank", "fuzz_target", "fuzz_targets"]
 
 
 def bank() -> dict[str, Any]:
-    """:data:`pmverify.faults.BANK`, imported after Triton's interpreter is on without a GPU."""
-    environment.use_interpreter_without_gpu()
+    """:data:`pmverify.faults.BANK`, imported after the fusion's environment set-up (Triton's
+    interpreter on without a GPU). Raises ``ValueError`` / ``RuntimeError`` when the fused ops the
+    faults build on cannot run here (:func:`~pmverify.fusions.qk_norm.environment.set_up`)."""
+    environment.set_up()
     from ._bank import BANK
 
     return BANK
@@ -43,7 +45,6 @@ def fuzz_target(name: str) -> Any:
     a fault not built from a ``QKNormConfig``). Raises ``KeyError`` for an unknown name,
     ``ValueError`` / ``RuntimeError`` when the fault cannot run here (the fusion's set-up, the
     row's ``requires``)."""
-    environment.set_up()
     from .._job.targets import FuzzTarget
     from ..fusions.qk_norm.testing.target import real_model_check
 

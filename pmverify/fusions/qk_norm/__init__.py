@@ -1,8 +1,10 @@
 """MiniMax-style QK-norm fusion: config, pass, fused ops and the rewrites they implement; its
 cases, fuzz target and real-model check in :mod:`.testing` and :mod:`.real_model`.
 
-Names load on first use (PEP 562): importing a submodule (:mod:`.environment`, :mod:`.testing`)
-imports neither triton nor Inductor, so that a fuzz target can set up Triton's interpreter first.
+Importing the package registers the fused ops (``torch.ops.pmverify.*``, :mod:`.ops`); the pass
+and its patterns load on first use (PEP 562), so that importing the package or a submodule
+(:mod:`.environment`, :mod:`.testing`) imports neither triton nor Inductor, and a fuzz target can
+set up Triton's interpreter first.
 """
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from . import ops
+from .config import QKNormConfig
+
 __all__ = ["QKNormConfig", "QKNormFusionPass", "ops", "rewrites"]
 
-_HOMES = {"QKNormConfig": ".config", "QKNormFusionPass": ".fusion_pass", "rewrites": ".patterns"}
+_HOMES = {"QKNormFusionPass": ".fusion_pass", "rewrites": ".patterns"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ops":
-        return importlib.import_module(".ops", __name__)
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
