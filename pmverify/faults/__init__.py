@@ -24,8 +24,7 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..fusions._lazy import lazy_attributes
 
 __all__ = [
     "QKNormWrongRoundingOrder",
@@ -86,12 +85,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__, *_HOMES})
-
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)

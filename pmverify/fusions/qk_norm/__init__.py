@@ -9,9 +9,7 @@ set up Triton's interpreter first.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from .._lazy import lazy_attributes
 from . import ops
 from .config import QKNormConfig
 
@@ -20,11 +18,4 @@ __all__ = ["QKNormConfig", "QKNormFusionPass", "ops", "rewrites"]
 _HOMES = {"QKNormFusionPass": ".fusion_pass", "rewrites": ".patterns"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)

@@ -12,8 +12,7 @@ so that a fuzz target's set-up runs first.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..._lazy import lazy_attributes
 
 __all__ = [
     "qk_norm_cases",
@@ -42,11 +41,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)

@@ -33,7 +33,10 @@ from .layers import (
     Source,
     apply_ops,
     as_public_call,
-    draw_layers,
+    draw_context,
+    draw_max_tokens,
+    draw_near_miss,
+    draw_plan,
     instance_nodes,
     other_eps,
     source,
@@ -57,8 +60,6 @@ _OPS = (
 )  # fmt: skip
 #: Intermediates of a norm that an ``extra_user`` near miss gives a user outside the instance.
 _LEAKS = ("xf", "sq", "ms", "rstd", "normed")
-_MAX_PRE_OPS = 3
-_MAX_POST_OPS = 2
 _MAX_WIDTH_DELTA = 8
 
 
@@ -375,8 +376,7 @@ def _configs(draw: Any, spec: _Spec) -> QKNormConfig:
     q_heads = draw(st.integers(1, _MAX_HEADS))
     kv_heads = draw(st.sampled_from(_divisors(q_heads)))
     eps = draw(st.sampled_from(EPS))
-    limits = dict.fromkeys((spec.max_tokens, (spec.min_tokens + spec.max_tokens) // 2))
-    max_tokens = draw(st.sampled_from(list(limits)))
+    max_tokens = draw_max_tokens(draw, spec.min_tokens, spec.max_tokens)
     return QKNormConfig(q_heads * head_dim, kv_heads * head_dim, eps, dtype, max_tokens)
 
 
@@ -386,8 +386,7 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
     form = draw(st.sampled_from(spec.forms))
     weight_in_act_dtype = draw(st.booleans())  # drawn even for float32 (a no-op), for stable shrinking
     layer = _base_layer(config, form, tokens, weight_in_act_dtype)
-    # One draw for the kind, one for (target, variant) together: every kind costs the same number of
-    # choices, so shrinking prefers the earlier kinds rather than those with fewer options.
+    # (target, variant) together are one variant: see draw_near_miss
     options: dict[str, list[Layer]] = {}
     for kind in spec.kinds:
         variants = [
@@ -397,32 +396,21 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
         ]
         if variants:
             options[kind] = variants
-    kind = draw(st.sampled_from([None, *options])) if options else None
-    if kind is not None:
-        layer = options[kind][draw(st.integers(0, len(options[kind]) - 1))]
-    n_sources = 1 if form in _SPLIT_FORMS else 2
-    sources = tuple(
-        Source(chain and draw(st.booleans()), tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_PRE_OPS))))
-        for _ in range(n_sources)
-    )
-    post = tuple(
-        tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_POST_OPS)))
-        for _ in range(3 if form in _SPLIT_FORMS else 2)
-    )
+    layer = draw_near_miss(draw, layer, options)
+    split = form in _SPLIT_FORMS
+    sources, post = draw_context(draw, _OPS, chain=chain, sources=1 if split else 2, outputs=3 if split else 2)
     return dataclasses.replace(layer, sources=sources, post=post)
 
 
 def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
     config = draw(_configs(spec)) if spec.config is None else spec.config
-    tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, config.max_tokens)))
-    layers = draw_layers(
+    layers, seed = draw_plan(
         draw,
-        spec.min_instances,
-        spec.max_instances,
-        lambda guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
+        spec,
+        config.max_tokens,
+        lambda tokens, guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
         lambda layer: any(must_match for _, must_match, _ in _planted([layer])),
     )
-    seed = draw(st.integers(0, 2**32 - 1))
     return build_case(config, layers, seed=seed)
 
 

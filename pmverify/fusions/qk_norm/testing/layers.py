@@ -31,6 +31,12 @@ __all__ = [
     "source",
     "other_eps",
     "draw_layers",
+    "draw_near_miss",
+    "draw_context",
+    "draw_max_tokens",
+    "draw_plan",
+    "MAX_PRE_OPS",
+    "MAX_POST_OPS",
     "trace",
     "instance_nodes",
     "as_public_call",
@@ -40,6 +46,9 @@ __all__ = [
 EPS = (1e-6, 1e-5, 1e-8, 1e-2)
 #: Head sizes in elements, simplest first; few values keep the pass's per-config pattern cache warm.
 HEAD_DIMS = (4, 8, 6, 16, 5, 12, 32, 24)
+#: Context ops at most before a norm (on its source) and after it (on each output).
+MAX_PRE_OPS = 3
+MAX_POST_OPS = 2
 #: The ``torch.fx.traceback.annotate`` key that marks a planted instance's nodes.
 ANNOTATION = "pmverify_instance"
 
@@ -158,6 +167,56 @@ def draw_layers(
         drawn.append(layer)
         if not more:
             return drawn
+
+
+def draw_near_miss(draw: Any, layer: Any, options: dict[str, Sequence[Any]]) -> Any:
+    """``layer``, or one of its near-miss variants ``options`` (kind -> variants, simplest first).
+    One draw for the kind (None, no near miss, first), one for the variant: every kind costs the
+    same number of choices, so shrinking prefers the earlier kinds rather than those with fewer
+    variants."""
+    kind = draw(st.sampled_from([None, *options])) if options else None
+    return layer if kind is None else options[kind][draw(st.integers(0, len(options[kind]) - 1))]
+
+
+def draw_context(
+    draw: Any, ops: Sequence[str], *, chain: bool, sources: int, outputs: int
+) -> tuple[tuple[Source, ...], tuple[tuple[str, ...], ...]]:
+    """A layer's context: ``sources`` :class:`Source` (each chained from the previous layer when
+    ``chain`` allows it and a boolean says so, then up to :data:`MAX_PRE_OPS` of ``ops``), then up
+    to :data:`MAX_POST_OPS` of ``ops`` on each of ``outputs`` outputs; shrinks toward none."""
+    drawn = tuple(
+        Source(chain and draw(st.booleans()), tuple(draw(st.lists(st.sampled_from(ops), max_size=MAX_PRE_OPS))))
+        for _ in range(sources)
+    )
+    post = tuple(tuple(draw(st.lists(st.sampled_from(ops), max_size=MAX_POST_OPS))) for _ in range(outputs))
+    return drawn, post
+
+
+def draw_max_tokens(draw: Any, min_tokens: int, max_tokens: int) -> int:
+    """A drawn config's ``max_tokens``: the strategy's ``max_tokens``, or (leaving room for
+    "tokens" near misses) the middle of [``min_tokens``, ``max_tokens``]."""
+    return draw(st.sampled_from(list(dict.fromkeys((max_tokens, (min_tokens + max_tokens) // 2)))))
+
+
+def draw_plan(
+    draw: Any,
+    spec: Any,
+    max_tokens: int,
+    layers: Callable[[int, bool, bool], st.SearchStrategy],
+    must_match: Callable[[Any], bool],
+) -> tuple[list[Any], int]:
+    """``(layers, seed)`` of a case: T drawn from ``spec.min_tokens`` to ``min(spec.max_tokens,
+    max_tokens)`` (the config's), the layers by :func:`draw_layers` (``layers(T, guard, chain)``
+    is the strategy of one), then the inputs' seed."""
+    tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, max_tokens)))
+    drawn = draw_layers(
+        draw,
+        spec.min_instances,
+        spec.max_instances,
+        lambda guard, chain: layers(tokens, guard, chain),
+        must_match,
+    )
+    return drawn, draw(st.integers(0, 2**32 - 1))
 
 
 def trace(program: Callable[..., Any], args: Sequence[torch.Tensor], mode: Any = None) -> torch.fx.GraphModule:

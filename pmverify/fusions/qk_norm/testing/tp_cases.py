@@ -41,7 +41,10 @@ from .layers import (
     Source,
     apply_ops,
     as_public_call,
-    draw_layers,
+    draw_context,
+    draw_max_tokens,
+    draw_near_miss,
+    draw_plan,
     fill,
     instance_nodes,
     other_eps,
@@ -69,8 +72,6 @@ _KV_HEADS = (1, 2, 4, 8)
 _MAX_HEADS_PER_RANK = 4
 #: Elementwise context ops without a second operand (every graph input is a qkv or a norm weight).
 _OPS = ("neg", "tanh", "add:1.0", "mul:2.0", "sigmoid", "abs", "exp_tanh", "add:-0.5", "mul:0.5", "mul:-1.5")
-_MAX_PRE_OPS = 3
-_MAX_POST_OPS = 2
 #: Intermediates an ``extra_user`` near miss returns too: the all-reduced ``[T, 2]`` sums, q's mean
 #: of squares, ... (q side); those of TP_LEAKS exist only in the all-reduce form.
 LEAKS = ("reduced", "ms", "xf", "sq", "rstd", "normed", "qk_var", "var")
@@ -311,7 +312,7 @@ def _configs(draw: Any, spec: _Spec, world: int) -> QKNormConfig:
     kv_heads = [n for n in _KV_HEADS if (n % world == 0 or world % n == 0) and num_heads % n == 0]
     num_kv_heads = draw(st.sampled_from(kv_heads))
     eps = draw(st.sampled_from(EPS))
-    max_tokens = draw(st.sampled_from(list(dict.fromkeys((spec.max_tokens, (spec.min_tokens + spec.max_tokens) // 2)))))
+    max_tokens = draw_max_tokens(draw, spec.min_tokens, spec.max_tokens)
     return QKNormConfig.for_heads(
         num_heads, num_kv_heads, head_dim, tp_world=world, tp_rank=0, eps=eps, dtype=dtype,
         max_tokens=max_tokens, group_name=DEFAULT_GROUP_NAME,
@@ -329,12 +330,8 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
         variants = _near_miss_variants(config, layer, kind, spec.max_tokens)
         if variants:
             options[kind] = variants
-    # One draw for the kind, one for the variant: every kind costs the same number of choices.
-    kind = draw(st.sampled_from([None, *options])) if options else None
-    if kind is not None:
-        layer = options[kind][draw(st.integers(0, len(options[kind]) - 1))]
-    source = Source(chain and draw(st.booleans()), tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_PRE_OPS))))
-    post = tuple(tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_POST_OPS))) for _ in range(3))
+    layer = draw_near_miss(draw, layer, options)
+    (source,), post = draw_context(draw, _OPS, chain=chain, sources=1, outputs=3)
     return dataclasses.replace(layer, source=source, post=post)
 
 
@@ -346,15 +343,13 @@ def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
         if not isinstance(world, int) or isinstance(world, bool) or world < 1:
             raise InvalidArgument(f"tp_world drew {world!r}; it must draw positive ints")
         config = draw(_configs(spec, world))
-    tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, config.max_tokens)))
-    layers = draw_layers(
+    layers, seed = draw_plan(
         draw,
-        spec.min_instances,
-        spec.max_instances,
-        lambda guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
+        spec,
+        config.max_tokens,
+        lambda tokens, guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
         lambda layer: layer.reason is None,
     )
-    seed = draw(st.integers(0, 2**32 - 1))
     return build_case(config, layers, seed=seed)
 
 
