@@ -1,7 +1,8 @@
 """Faulty passes, each modelled on a public bug kind; pmverify must catch every one.
 
 They are importable (so reproducers can rebuild them) and built like the shipped pass:
-``verify(faults.QKNormWrongRoundingOrder, qk_norm_cases())`` (``from pmverify.fusions.qk_norm.testing import qk_norm_cases``). One module per bug family:
+``verify(faults.QKNormWrongRoundingOrder, qk_norm_cases())`` (the shipped pass's cases,
+``pmverify.fusions.qk_norm.testing.qk_norm_cases``). One module per bug family:
 
 - :mod:`.casts`: a replacement's dtype casts (cast order, fp32 upcast, weight dtype);
 - :mod:`.buffers`: an uninitialized buffer;
@@ -17,7 +18,7 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.kernels`: the fused op's Triton kernel (grid, column mask, chunk count), with faulty
   launchers that are drop-ins for ``qk_norm_triton``.
 
-``__all__`` lists the faults only (``pmverify fuzz --target`` reads it); :data:`BANK` holds one
+``__all__`` lists the faults only (``pmverify fuzz --target`` takes their names); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
 (what ``pmverify selfcheck`` runs); :mod:`.target` makes each fault a ``pmverify fuzz`` target.
 """

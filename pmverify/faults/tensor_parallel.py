@@ -12,7 +12,7 @@ replacement of the ``qk_norm_tp`` rewrites:
 
 Each is exact at ``tp_world = 1`` (the all-reduce rewrites exist only above it) and on some
 geometries above it, which is why they need random geometries and real collectives to be found:
-cases from :func:`~pmverify.strategies.qk_norm_tp_cases`, run by the semantics oracle on a real
+cases from :func:`~pmverify.fusions.qk_norm.testing.qk_norm_tp_cases`, run by the semantics oracle on a real
 world (:mod:`pmverify.distributed`).
 """
 
