@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from pmverify import FuzzTarget
+from pmverify import ExtraCheck, FuzzTarget
 from pmverify.strategies import fx_graphs
 
 #: What a user target must not find in its worker: the shipped fusion's modules and environment.
@@ -45,3 +45,21 @@ def needs_set_up(graph: torch.fx.Graph) -> None:
 def target() -> FuzzTarget:
     """A user's fuzz target: its own family and set-up."""
     return FuzzTarget(needs_set_up, [("tiny_graphs", CASES)], set_up=_set_up)
+
+
+def _check(pass_: object) -> dict:
+    return {
+        "ok": True,
+        "checked": getattr(pass_, "__name__", "?"),
+        "set_up": os.environ.get("PMVERIFY_TEST_USER_SET_UP"),
+    }
+
+
+def checked() -> FuzzTarget:
+    """A user's fuzz target with an extra check of its own, run at the end of the job."""
+    return FuzzTarget(
+        needs_set_up,
+        [("tiny_graphs", CASES)],
+        set_up=_set_up,
+        extra_check=ExtraCheck("tiny_check", "a check of the user's own", _check),
+    )

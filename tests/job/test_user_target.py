@@ -16,7 +16,7 @@ import pytest
 HERE = pathlib.Path(__file__).parent
 
 
-def _fuzz(tmp_path: pathlib.Path, *target: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _fuzz(tmp_path: pathlib.Path, *target: str, real_model: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
     """Run ``pmverify fuzz`` on ``target`` in a fresh process without the QK-norm environment; the
     script fails unless the job's own process imported no fusion and set nothing up either."""
     report = tmp_path / "r.json"
@@ -25,7 +25,8 @@ def _fuzz(tmp_path: pathlib.Path, *target: str) -> tuple[subprocess.CompletedPro
         import pmverify.cli
         from _user_target import shipped_set_up
         code = pmverify.cli.main([
-            "fuzz", *{list(target)!r}, "--max-examples", "8", "--no-real-model", "--progress", "plain",
+            "fuzz", *{list(target)!r}, *{[] if real_model else ["--no-real-model"]!r}, "--max-examples", "8",
+            "--progress", "plain",
             "--report", {str(report)!r}, "--db", {str(tmp_path / "db")!r}, "--repro-dir", {str(tmp_path)!r},
         ])
         assert not shipped_set_up(), shipped_set_up()
@@ -74,3 +75,12 @@ def test_a_target_factory_is_told_from_a_pass_and_keeps_its_declarations():
             load("_user_target:untouched")
     finally:
         sys.path.remove(str(HERE))
+
+
+def test_a_user_targets_extra_check_runs_in_its_worker_and_is_reported(tmp_path):
+    done, report = _fuzz(tmp_path, "--target", "_user_target:checked", real_model=True)
+    assert done.returncode == 1, done.stdout + done.stderr  # never_matched, as above
+    (check,) = report["real_models"]
+    assert check["name"] == "tiny_check" and check["ok"] and check["target"] == "_user_target:checked"
+    assert check["checked"] == "needs_set_up" and check["set_up"] == "1"
+    assert "real model: a check of the user's own" in done.stdout
