@@ -35,8 +35,8 @@ from hypothesis import seed as hypothesis_seed
 import pmverify
 from pmverify._apply import apply_direct
 from pmverify.fusions.qk_norm import QKNormFusionPass
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.oracles import ORACLES
-from pmverify.strategies import qk_norm_cases
 
 
 def draw_cases(count: int, seed: int) -> list[pmverify.GraphCase]:

@@ -44,13 +44,12 @@ from hypothesis import strategies as st
 from pmverify._fx import clear_trace_memo
 from pmverify.fusions.qk_norm import QKNormConfig
 from pmverify.fusions.qk_norm.patterns import rewrites
+from pmverify.fusions.qk_norm.testing import qk_norm_cases, qk_norm_tp_cases
 from pmverify.strategies import (
     dtypes,
     fx_graphs,
     like,
     planted,
-    qk_norm_cases,
-    qk_norm_tp_cases,
     shapes,
     tensors,
     tp_cases,

@@ -34,6 +34,8 @@ _WHERE = {
     "RewriteUnsatisfiable": "_summary",
     "VacuousSearch": "_summary",
     "VerifySummary": "_summary",
+    "ExtraCheck": "_job.targets",
+    "FuzzTarget": "_job.targets",
     "PassVerificationError": "_verify",
     "verify": "_verify",
     "Violation": "oracles",
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from ._case import GraphCase, MutationSite, PlantedInstance
     from ._check import CaseResult, check_case
     from ._inductor_rewrites import inductor_rewrite, record_inductor
+    from ._job.targets import ExtraCheck, FuzzTarget
     from ._record import RecordedRewrite, record_patterns
     from ._rewrite import RewriteResult, check_rewrite
     from ._summary import (
@@ -59,6 +62,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AllCasesVoid",
     "CaseResult",
+    "ExtraCheck",
+    "FuzzTarget",
     "GraphCase",
     "MutationSite",
     "PassVerificationError",

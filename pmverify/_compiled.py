@@ -28,7 +28,7 @@ must fail, not fall back to eager. The rest of dynamo's state, and whatever the 
 is left alone. Both compiles set Inductor's ``emulate_precision_casts=True``: without it Inductor
 drops the rounding of bf16/fp16 casts inside fused code, so the compiled graph without the pass
 would round differently from eager, and from a fused op that keeps eager's rounding order (see
-:mod:`pmverify.real_models`).
+:mod:`pmverify.fusions.qk_norm.real_model`).
 
 The captured graphs are Inductor's post-grad graphs, whose placeholders are the inputs dynamo
 lifted: in the order of their first use, without the unused ones. So that the oracles can run and

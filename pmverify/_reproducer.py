@@ -30,6 +30,31 @@ from ._fx import GRADIENT_OUTPUTS
 __all__ = ["render", "write", "write_picture", "pass_recipe", "import_source", "default_repro_dir"]
 
 
+def _version() -> str:
+    """pmverify's installed version (read from its metadata: this module does not import the
+    package root, which imports the engine that imports it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("pmverify")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def pass_prelude(pass_: Any) -> str:
+    """The reproducer prelude ``pass_`` declares: what its ``reproducer_prelude()`` (a method, a
+    static or class method of a pass class) returns, Python lines a script runs after ``import
+    torch`` and before pmverify is imported (e.g. turning Triton's interpreter on); ``""`` when it
+    declares none."""
+    declared = getattr(pass_, "reproducer_prelude", None)
+    if not callable(declared):
+        return ""
+    try:
+        return str(declared())
+    except TypeError:  # an instance method looked up on the class: the class declares no static prelude
+        return ""
+
+
 def default_repro_dir() -> pathlib.Path:
     """``$PMVERIFY_REPRO_DIR``, else ``.pmverify/reproducers`` under the working directory."""
     return pathlib.Path(os.environ.get("PMVERIFY_REPRO_DIR", ".pmverify/reproducers"))
@@ -216,6 +241,7 @@ def render(
     dies: bool = False,
     strict_order: bool = False,
     others: Sequence[tuple[str, str]] = (),
+    prelude: str | None = None,
 ) -> str:
     """Return the source of a standalone script reproducing ``violations`` of ``pass_`` on ``case``.
 
@@ -227,11 +253,11 @@ def render(
     (a ``pmverify fuzz`` timeout finding), ``hang_s`` is its per-case timeout: the script prints
     where the pass is and exits 1 when the case is still running after that many seconds. For a
     case on which the pass killed its process (``dies``), the script dies the same way while the
-    pass is wrong, as its header says. Raises ``ValueError`` when the graph holds an argument that
-    cannot be written as Python.
+    pass is wrong, as its header says. ``prelude``: Python lines the script runs after ``import
+    torch``, before pmverify is imported (a fuzz target's set-up); None: the pass's own
+    (:func:`pass_prelude`). Raises ``ValueError`` when the graph holds an argument that cannot be
+    written as Python.
     """
-    from . import __version__
-
     imports: set[str] = set()
     graph = _graph_source(case.gm, imports)
     oracle_expr = _oracle_recipe(oracles, imports)
@@ -252,7 +278,7 @@ def render(
     header = [
         "# pmverify reproducer. Violations found when it was written:",
         *(f"#   {line}" for v in violations for line in str(v).splitlines()),
-        f"# Written by pmverify {__version__} (torch {torch.__version__}) on "
+        f"# Written by pmverify {_version()} (torch {torch.__version__}) on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
         "# Run it as a script (the pass's module must import from here or from where it was written): it",
         *(
@@ -277,8 +303,7 @@ def render(
         ),
     ]
     expected = [str(v) for v in violations]
-    from .fusions.qk_norm.ops import IMPL_ENV
-
+    prelude = pass_prelude(pass_) if prelude is None else prelude
     body = [
         "import base64",
         "import io",
@@ -291,15 +316,7 @@ def render(
         "",
         "import torch",
         "",
-        "# Triton kernels on CPU run only in its interpreter, on before triton is first imported",
-        "if not torch.cuda.is_available():",
-        '    os.environ["TRITON_INTERPRET"] = "1"',
-        *(
-            [f"os.environ[{IMPL_ENV!r}] = {os.environ[IMPL_ENV]!r}  # the fused ops' implementation when written"]
-            if os.environ.get(IMPL_ENV)
-            else []
-        ),
-        "",
+        *([prelude, ""] if prelude else []),
         "from pmverify import GraphCase, check_case",
         "from pmverify._case import MutationSite, PlantedInstance",
         *(["from torch.distributed.tensor import Replicate, Shard"] if case.placements is not None else []),
@@ -391,6 +408,7 @@ def write(
     dies: bool = False,
     strict_order: bool = False,
     others: Sequence[tuple[str, str]] = (),
+    prelude: str | None = None,
 ) -> pathlib.Path:
     """Write the reproducer of :func:`render` under ``directory`` (default
     :func:`default_repro_dir`) and return its path; the file name carries the oracle and a hash."""
@@ -405,6 +423,7 @@ def write(
         dies=dies,
         strict_order=strict_order,
         others=others,
+        prelude=prelude,
     )
     directory = pathlib.Path(directory) if directory is not None else default_repro_dir()
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,10 @@
 """``pmverify selfcheck``: the default strategies against every fault in :data:`pmverify.faults.BANK`.
 
+The bank is reached by name (:data:`DEFAULT_BANK`, resolved with importlib): the bank sets up its
+own environment, and nothing generic imports ``pmverify.faults``. A bank is a mapping of fault name
+-> row; a row has the attributes of ``pmverify.faults.Fault`` (``pass_cls``, ``bug``, ``oracles``,
+``families()``, ``requires``, ``strict_order``, ``name``).
+
 For each fault, the case families of its bank row are searched in rotation, a batch of
 :data:`BATCH` cases from each in turn (as ``pmverify fuzz`` does), with :func:`pmverify.verify`,
 until a case breaks a property or ``max_examples`` cases were checked. A fault is *detected* when
@@ -17,11 +22,23 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .faults import BANK, Fault
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["FaultResult", "selfcheck", "run_fault", "table", "report", "BATCH", "DEFAULT_MAX_EXAMPLES"]
+__all__ = [
+    "FaultResult",
+    "selfcheck",
+    "run_fault",
+    "load_bank",
+    "table",
+    "report",
+    "BATCH",
+    "DEFAULT_MAX_EXAMPLES",
+    "DEFAULT_BANK",
+]
+
+#: ``MODULE:ATTRIBUTE`` of the function returning the default bank (it sets up the environment its
+#: faults need first: Triton's interpreter without a GPU).
+DEFAULT_BANK = "pmverify.faults.target:bank"
 
 #: Cases per family before the rotation moves on.
 BATCH = 10
@@ -89,8 +106,18 @@ def _call_nodes(case: Any) -> int:
     return sum(1 for node in case.gm.graph.nodes if node.op == "call_function")
 
 
+def load_bank(spec: str = DEFAULT_BANK) -> dict[str, Any]:
+    """The bank ``spec`` (``MODULE:ATTRIBUTE`` of a function with no arguments) returns, imported
+    by name. Raises what the function raises (``ValueError`` / ``RuntimeError``: its environment
+    cannot run the faults), ``ImportError`` / ``AttributeError`` for a spec that names nothing."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)()
+
+
 def run_fault(
-    fault: Fault,
+    fault: Any,
     *,
     max_examples: int = DEFAULT_MAX_EXAMPLES,
     seed: int = 0,
@@ -158,13 +185,13 @@ def selfcheck(
     seed: int = 0,
     repro_dir: Any = None,
     shrink: bool = True,
-    bank: dict[str, Fault] | None = None,
+    bank: dict[str, Any] | None = None,
     on_fault: Callable[[FaultResult], None] | None = None,
 ) -> list[FaultResult]:
     """Run :func:`run_fault` for each fault named (default every fault of ``bank``, by default
-    :data:`pmverify.faults.BANK`), in bank order; ``on_fault`` is called with each result as it
+    :func:`load_bank`'s, :data:`pmverify.faults.BANK`), in bank order; ``on_fault`` is called with each result as it
     comes. Raises ``KeyError`` naming an unknown fault before running any."""
-    bank = BANK if bank is None else bank
+    bank = load_bank() if bank is None else bank
     names = list(bank) if not names else list(dict.fromkeys(names))
     unknown = [name for name in names if name not in bank]
     if unknown:

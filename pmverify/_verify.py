@@ -182,7 +182,7 @@ def verify(
     :class:`PassVerificationError` for the shrunk case.
 
     - ``pass_``: a pass object, or a pass class built per case as ``pass_(case.pass_config)``.
-    - ``cases``: a Hypothesis strategy of :class:`GraphCase` (e.g. ``strategies.qk_norm_cases()``).
+    - ``cases``: a Hypothesis strategy of :class:`GraphCase` (e.g. ``pmverify.fusions.qk_norm.testing.qk_norm_cases()``).
     - ``max_examples``: cases to try; default that of ``settings``.
     - ``seed``: seed of the search (Hypothesis' ``@seed``; the example database stays in use);
       default ``$PMVERIFY_SEED`` (an int; the pytest plugin's ``ci`` profile sets it), else random.

@@ -127,8 +127,9 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME",
         help="what to verify (repeatable): qk_norm (the shipped pass, default), a fault of pmverify.faults, "
-        "or MODULE:ATTRIBUTE of your pass (a class built per case from case.pass_config, a pass object, or a "
-        "function on a torch.fx.Graph), imported from the current folder or the installed packages",
+        "MODULE:ATTRIBUTE of your fuzz target (a pmverify.FuzzTarget or a function returning one), or of your "
+        "pass (a class built per case from case.pass_config, a pass object, or a function on a torch.fx.Graph; "
+        "with --cases), imported from the current folder or the installed packages",
     )
     fuzz.add_argument(
         "--cases",
@@ -345,7 +346,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     from . import _io, _settings
     from ._job import JobOptions, TargetError, format_duration, run_job
     from ._job.report import write_outputs
-    from ._job.targets import check
+    from ._job.targets import DEFAULT_TARGET, check
 
     out = out if out is not None else sys.stdout
     defaults = PROFILE_DEFAULTS[args.profile]
@@ -354,7 +355,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         case_timeout = args.case_timeout
     else:  # the profile's, made short enough that a hang shows within the budget
         case_timeout = min(_duration("--case-timeout")(defaults["case_timeout"]), max(MIN_CASE_TIMEOUT_S, budget / 4))
-    targets = args.target or ["qk_norm"]
+    targets = args.target or [DEFAULT_TARGET]
     # A user's MODULE:ATTRIBUTE imports from the current folder, as with python -m (workers inherit it).
     if any(":" in name for name in targets) and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -489,12 +490,16 @@ def audit(args: argparse.Namespace, out: Any = None) -> int:
 
 def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
     from . import _io
-    from ._selfcheck import DEFAULT_MAX_EXAMPLES, report, table
+    from ._selfcheck import DEFAULT_MAX_EXAMPLES, load_bank, report, table
     from ._selfcheck import selfcheck as run_selfcheck
     from ._version import __version__
-    from .faults import BANK
 
     out = out if out is not None else sys.stdout
+    try:  # the bank sets up its environment; a setting its passes cannot run with is bad usage
+        BANK = load_bank()
+    except (ValueError, RuntimeError) as exc:
+        print(f"pmverify selfcheck: {exc}", file=sys.stderr)
+        return 2
     unknown = [name for name in args.fault or () if name not in BANK]
     if unknown:
         print(f"pmverify selfcheck: --fault={unknown[0]!r} is unknown; choose from {', '.join(BANK)}", file=sys.stderr)
@@ -524,6 +529,7 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
         seed=args.seed,
         repro_dir=args.repro_dir,
         shrink=not args.no_shrink,
+        bank=BANK,
         on_fault=progress,
     )
     print("\n" + table(results), file=out)
@@ -571,22 +577,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"pmverify {args.command}: {exc}", file=sys.stderr)
         return 2
-    import torch
-
-    # Without a GPU, pmverify's Triton kernels (the fused op's, and the kernel faults' of the bank)
-    # run only in Triton's interpreter, which must be on before triton is first imported (its own
-    # jit functions, tl.sum..., are decorated then, as are the kernels on their first use): set it
-    # here, before the commands import torch._inductor (which imports triton) or the kernels;
-    # nothing imported with this module imports either.
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from .fusions.qk_norm import ops
-
-    try:  # a setting the fused ops cannot run with is bad usage, not a finding of every case
-        ops.check_environment()
-    except (ValueError, RuntimeError) as exc:
-        print(f"pmverify {args.command}: {exc}", file=sys.stderr)
-        return 2
+    # What a target needs set up (the shipped pass: Triton's interpreter without a GPU, before
+    # triton is first imported) its fuzz target does, when the command resolves it: nothing
+    # imported with this module imports torch._inductor, triton or a target.
     if args.command in ("fuzz", "audit"):
         command = fuzz if args.command == "fuzz" else audit
         if threading.current_thread() is not threading.main_thread():

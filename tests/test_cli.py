@@ -1,4 +1,4 @@
-"""pmverify fuzz: exit codes, report, progress; the real model is covered by test_real_models."""
+"""pmverify fuzz: exit codes, report, progress; the real model is covered by tests/fusions/test_qk_norm_real_model.py."""
 
 import json
 

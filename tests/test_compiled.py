@@ -13,8 +13,8 @@ from pmverify import GraphCase, PassVerificationError, check_case, verify
 from pmverify._compiled import CompiledRun
 from pmverify.faults import QKNormWrongRoundingOrder
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from pmverify.strategies import qk_norm_cases
-from pmverify.strategies._qk_norm import _build_case, _layer
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
+from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
 
 CONFIG = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
 
@@ -23,7 +23,7 @@ CONFIG = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
 def case():
     # bf16 weights (the activation dtype): the fault's other rounding order keeps the output dtype,
     # so only the semantics oracle can see it
-    return _build_case(CONFIG, [_layer(CONFIG, "qk_norm", tokens=8, weight_in_act_dtype=True)], seed=1)
+    return build_case(CONFIG, [make_layer(CONFIG, "qk_norm", tokens=8, weight_in_act_dtype=True)], seed=1)
 
 
 def _compile_config():
@@ -135,7 +135,7 @@ def test_verify_compiled():
 def test_unknown_mode():
     with pytest.raises(ValueError, match="mode='eager' is not supported"):
         verify(QKNormFusionPass, qk_norm_cases(CONFIG), mode="eager")
-    case = _build_case(CONFIG, [_layer(CONFIG, "qk_norm")])
+    case = build_case(CONFIG, [make_layer(CONFIG, "qk_norm")])
     with pytest.raises(ValueError, match="mode='eager' is not supported"):
         pmverify.check_case(QKNormFusionPass, case, mode="eager")
 

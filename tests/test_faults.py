@@ -33,11 +33,12 @@ from pmverify.faults._common import DtypesConfig
 from pmverify.faults.noop import NoOpConfig
 from pmverify.faults.scalars import RMSNormEpsConfig
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.fusions.qk_norm.testing import qk_norm_cases, qk_norm_tp_cases
+from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
+from pmverify.fusions.qk_norm.testing.layers import Source
 from pmverify.oracles import ORACLES
-from pmverify.strategies import qk_norm_cases, qk_norm_tp_cases
 from pmverify.strategies._auto_functionalized import with_mutating_custom_ops
 from pmverify.strategies._mutations import with_mutations
-from pmverify.strategies._qk_norm import _build_case, _layer, _Source
 
 
 def test_hand_rms_norm_is_correct_on_functional_graphs():
@@ -138,7 +139,7 @@ def test_bank_rows_name_real_oracles_and_every_fault():
 
 def test_hand_rms_norm_without_config_fuses_every_chain():
     config = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.float16, max_tokens=4)
-    case = _build_case(config, [_layer(config, "rms_norm", "eps", tokens=2)])  # q: another eps
+    case = build_case(config, [make_layer(config, "rms_norm", "eps", tokens=2)])  # q: another eps
     result = pmverify.check_case(HandRMSNormIgnoresMutations(), case, oracles=["semantics", "structure"])
     assert result.ok and result.matches == 2
 
@@ -236,13 +237,13 @@ def test_dropped_scalars_leave_large_k_alone():
 
 def test_weight_cast_is_exact_when_the_weight_has_the_activation_dtype():
     _quiet(QKNormCastsWeightToActivationDtype, qk_norm_cases(dtypes=[torch.float32]), max_examples=8)
-    case = _build_case(BF16, [_layer(BF16, "rms_norm", weight_in_act_dtype=True, tokens=2)])
+    case = build_case(BF16, [make_layer(BF16, "rms_norm", weight_in_act_dtype=True, tokens=2)])
     result = pmverify.check_case(QKNormCastsWeightToActivationDtype, case)
     assert result.ok and result.matches == 2
 
 
 def test_weight_cast_is_caught_with_an_fp32_weight(tmp_path, finding_only):
-    case = _build_case(BF16, [_layer(BF16, "rms_norm", tokens=2)])  # float32 weights
+    case = build_case(BF16, [make_layer(BF16, "rms_norm", tokens=2)])  # float32 weights
     result = pmverify.check_case(QKNormCastsWeightToActivationDtype, case)
     assert {v.oracle for v in result.violations} == {"structure", "semantics"}
     assert any("torch.float32 before the pass" in v.message for v in result.violations)
@@ -256,7 +257,7 @@ def test_uninitialized_accumulator_is_quiet_without_per_tensor_norms():
 
 def test_uninitialized_accumulator_shows_on_every_run():
     """Relies on the semantics oracle's deterministic fill (NaN in empty buffers)."""
-    case = _build_case(BF16, [_layer(BF16, "rms_norm", tokens=2)])
+    case = build_case(BF16, [make_layer(BF16, "rms_norm", tokens=2)])
     for _ in range(3):
         result = pmverify.check_case(RMSNormUninitializedAccumulator, case)
         assert result.matches == 2 and [v.oracle for v in result.violations] == ["semantics"] * len(result.violations)
@@ -274,7 +275,7 @@ def test_extra_user_matcher_is_correct_without_extra_users():
 
 def test_extra_user_matcher_is_caught_on_extra_user_near_misses(tmp_path, finding_only):
     for leak in range(5):  # x.float(), x², mean, rsqrt, normed: each left for its other user
-        case = _build_case(BF16, [_layer(BF16, "rms_norm", "extra_user", target="q", variant=leak, tokens=2)])
+        case = build_case(BF16, [make_layer(BF16, "rms_norm", "extra_user", target="q", variant=leak, tokens=2)])
         result = pmverify.check_case(HandRMSNormIgnoresExtraUsers, case)
         assert result.matches == 2, leak
         assert [v.oracle for v in result.violations] == ["expectations"], result.violations
@@ -284,7 +285,7 @@ def test_extra_user_matcher_is_caught_on_extra_user_near_misses(tmp_path, findin
 
 
 def test_uuid_ignoring_config_rewrites_as_the_shipped_pass():
-    case = _build_case(BF16, [_layer(BF16, "qk_norm", tokens=2), _layer(BF16, "rms_norm", "eps", tokens=2)])
+    case = build_case(BF16, [make_layer(BF16, "qk_norm", tokens=2), make_layer(BF16, "rms_norm", "eps", tokens=2)])
     shipped = pmverify.check_case(QKNormFusionPass, case)
     fault = pmverify.check_case(QKNormUuidIgnoresConfig, case, oracles=["structure", "semantics", "expectations"])
     assert shipped.ok and fault.ok and fault.matches == shipped.matches == 2
@@ -292,15 +293,15 @@ def test_uuid_ignoring_config_rewrites_as_the_shipped_pass():
 
 def test_uuid_ignoring_config_is_caught_by_the_cache_key_oracle():
     """Relies on the cache_key oracle."""
-    case = _build_case(BF16, [_layer(BF16, "rms_norm", tokens=2)])
+    case = build_case(BF16, [make_layer(BF16, "rms_norm", tokens=2)])
     result = pmverify.check_case(QKNormUuidIgnoresConfig, case)
     assert [v.oracle for v in result.violations] == ["cache_key"]
     assert "eps" in result.violations[0].message and "dtype" in result.violations[0].message
 
 
 def _pre_op_case(pre: tuple[str, ...]):
-    layer = dataclasses.replace(_layer(BF16, "rms_norm", tokens=2), sources=(_Source(pre=pre), _Source()))
-    return _build_case(BF16, [layer])
+    layer = dataclasses.replace(make_layer(BF16, "rms_norm", tokens=2), sources=(Source(pre=pre), Source()))
+    return build_case(BF16, [layer])
 
 
 def test_early_insertion_is_correct_on_graph_inputs():

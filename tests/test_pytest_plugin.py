@@ -186,7 +186,7 @@ def test_a_reachable_redis_is_a_redis_database(tmp_path):
 def test_verify_refuses_a_bad_pmverify_seed(monkeypatch):
     import pmverify
     from pmverify.fusions.qk_norm import QKNormFusionPass
-    from pmverify.strategies import qk_norm_cases
+    from pmverify.fusions.qk_norm.testing import qk_norm_cases
 
     monkeypatch.setenv("PMVERIFY_SEED", "zero")
     with pytest.raises(ValueError, match=r"PMVERIFY_SEED='zero' is not an int"):
@@ -305,7 +305,7 @@ from hypothesis import Phase, given, settings, strategies as st
 
 import pmverify
 from pmverify.faults import QKNormWrongRoundingOrder
-from pmverify.strategies import qk_norm_cases
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
 
 
 @pytest.fixture(autouse=True)

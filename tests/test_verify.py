@@ -13,8 +13,8 @@ import pmverify
 from pmverify import PassVerificationError, verify
 from pmverify.faults import QKNormWrongRoundingOrder
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from pmverify.strategies import qk_norm_cases
-from pmverify.strategies._qk_norm import _build_case, _layer
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
+from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
 
 CONFIG_F32 = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.float32, max_tokens=4)
 
@@ -91,7 +91,7 @@ def test_bad_arguments(kwargs, message):
 
 @pytest.mark.parametrize("pass_", [None, 42, "QKNormFusionPass"])
 def test_something_that_is_not_a_pass_is_refused_eagerly(pass_):
-    case = _build_case(CONFIG_F32, [_layer(CONFIG_F32, "qk_norm", tokens=2)])
+    case = build_case(CONFIG_F32, [make_layer(CONFIG_F32, "qk_norm", tokens=2)])
     with pytest.raises(TypeError, match="is not a pass"):
         pmverify.check_case(pass_, case)
     with pytest.raises(TypeError, match="is not a pass"):
@@ -114,7 +114,7 @@ class _ConfiguredPass(_NoArgumentPass):
 
 
 def test_a_class_is_built_with_no_argument_when_the_case_carries_no_config():
-    case = _build_case(CONFIG_F32, [_layer(CONFIG_F32, "qk_norm", tokens=2)])
+    case = build_case(CONFIG_F32, [make_layer(CONFIG_F32, "qk_norm", tokens=2)])
     case.pass_config = None
     _NoArgumentPass.built = 0
     pmverify.check_case(_NoArgumentPass, case, oracles=["structure"])

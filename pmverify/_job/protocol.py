@@ -6,7 +6,7 @@ Both jobs' workers (``pmverify fuzz``'s, :mod:`.worker`; ``pmverify audit``'s,
 (and exit) when they cannot start, and end at :class:`Stop` or when the pipe closes.
 
 The fuzzing job's worker (:mod:`.worker`) takes :class:`BatchRequest`, :class:`RenderRequest` and
-:class:`RealModelRequest`:
+:class:`ExtraCheckRequest`:
 
 - a batch is answered by a :class:`CaseStarted` before the pass is applied to each case (so that the
   job knows which case a dead or silent worker was on) and a :class:`CaseChecked` after it; a
@@ -15,7 +15,7 @@ The fuzzing job's worker (:mod:`.worker`) takes :class:`BatchRequest`, :class:`R
   ``shrunk`` when it is minimal);
 - a render by :class:`Alive` about every second while a forked candidate of its shrinking runs,
   then :class:`Rendered`;
-- the real-model check by :class:`RealModelDone`.
+- the real-model check by :class:`ExtraCheckDone`.
 
 The audit's worker takes :class:`CheckRequest` and answers :class:`RewriteChecked`.
 """
@@ -33,13 +33,14 @@ __all__ = [
     "BatchRequest",
     "CaseChecked",
     "CaseStarted",
+    "CheckInfo",
     "CheckRequest",
     "Failed",
     "Found",
     "Finding",
     "OtherFailure",
-    "RealModelDone",
-    "RealModelRequest",
+    "ExtraCheckDone",
+    "ExtraCheckRequest",
     "Ready",
     "RenderRequest",
     "Rendered",
@@ -137,12 +138,22 @@ class Finding:
 class Ready:
     """A worker can take work. ``pid``: its process id; for a fuzz target's worker, the target's
     case ``families`` (names, in order: a request's ``family`` indexes them), each family's
-    example-database ``keys``, and whether the target takes the ``real_model`` check."""
+    example-database ``keys``, and its extra check (:class:`CheckInfo`), if it has one."""
 
     pid: int
     families: tuple[str, ...] = ()
     keys: tuple[bytes, ...] = ()
-    real_model: bool = False
+    check: CheckInfo | None = None
+
+
+@_frozen
+class CheckInfo:
+    """A target's extra check as the job shows it: ``name``, ``about`` (one line), and ``skipped``
+    (why it cannot run here, else None)."""
+
+    name: str
+    about: str
+    skipped: str | None = None
 
 
 @_frozen
@@ -191,8 +202,9 @@ class RenderRequest:
 
 
 @_frozen
-class RealModelRequest:
-    """Run the compiled tiny MiniMax-M2 check with the target's pass."""
+class ExtraCheckRequest:
+    """Run the target's extra check (:class:`pmverify.ExtraCheck`, the shipped pass's: the compiled
+    tiny MiniMax-M2) with the target's pass."""
 
 
 @_frozen
@@ -250,8 +262,8 @@ class Rendered:
 
 
 @_frozen
-class RealModelDone:
-    """The real-model check's result (JSON-ready: ``name``, ``ok``, ...)."""
+class ExtraCheckDone:
+    """The extra check's result (JSON-ready: ``name``, ``ok``, ...)."""
 
     result: dict[str, Any]
 

@@ -62,7 +62,7 @@ class TargetRun:
         self.worker: WorkerProcess | None = None
         self.families: list[str] = []
         self.keys: list[bytes] = []
-        self.real_model = False
+        self.check: Any = None  # the target's extra check (a protocol.CheckInfo), if it has one
         self.family_stats: dict[str, dict[str, Any]] = {}
         self.retired: set[int] = set()
         self.replay_todo: list[int] | None = None

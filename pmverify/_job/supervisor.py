@@ -36,11 +36,11 @@ from .protocol import (
     BatchRequest,
     CaseChecked,
     CaseStarted,
+    ExtraCheckDone,
+    ExtraCheckRequest,
     Failed,
     Found,
     Ready,
-    RealModelDone,
-    RealModelRequest,
     Rendered,
     RenderRequest,
     SearchDone,
@@ -145,7 +145,7 @@ class _Job:
             elif isinstance(job, RenderRequest):
                 kind = run.renders[0].finding["kind"] if run.renders else "finding"
                 doing = f"{'shrinking' if job.stop_at is not None else 'reproducing'} its {kind}"
-            elif isinstance(job, RealModelRequest):
+            elif isinstance(job, ExtraCheckRequest):
                 doing = "real model"
             else:
                 doing = "starting"
@@ -244,8 +244,9 @@ class _Job:
                 run.renders.pop(0)
                 job_finding["note"] = f"no reproducer: the worker drawing the case again ended ({message})"
             return
-        if isinstance(job, RealModelRequest):
-            self.real_models.append({"name": "minimax_m2", "target": run.name, "ok": False, "error": message})
+        if isinstance(job, ExtraCheckRequest):
+            name = run.check.name if run.check else "check"
+            self.real_models.append({"name": name, "target": run.name, "ok": False, "error": message})
             return
         family = worker.case[0] if worker.case is not None else job.family
         oracle = "timeout" if kind == "timeout" else "crash"
@@ -348,7 +349,7 @@ class _Job:
             if not run.families:
                 run.families = list(message.families)
                 run.keys = list(message.keys)
-                run.real_model = message.real_model
+                run.check = message.check
                 run.family_stats = {name: {"cases": 0, "batches": 0, "seconds": 0.0} for name in run.families}
                 run.replay_todo = list(range(len(run.families)))
         elif isinstance(message, Failed):
@@ -386,7 +387,7 @@ class _Job:
             self.checkpoint()
         elif isinstance(message, Alive):  # a forked candidate of a crash's shrinking is still running
             pass
-        elif isinstance(message, RealModelDone):
+        elif isinstance(message, ExtraCheckDone):
             self.real_models.append({"target": run.name, **message.result})
             worker.done()
 
@@ -442,7 +443,7 @@ class _Job:
                 continue
             if worker.state is WorkerState.STARTING:
                 limit = self.options.start_timeout_s
-            elif isinstance(worker.job, RealModelRequest):
+            elif isinstance(worker.job, ExtraCheckRequest):
                 limit = REAL_MODEL_TIMEOUT_S
             else:
                 limit = self.options.case_timeout_s
@@ -500,29 +501,29 @@ class _Job:
         for run in self.runs:
             if not run.families or run.failed:
                 continue
-            if not run.real_model and ":" in run.name:
-                continue  # a user's pass: the QK-norm model is not for it
-            if not run.real_model:
-                reason = f"{run.name} is not built from a QKNormConfig"
+            if run.check is None:
+                continue  # a target without an extra check
+            if run.check.skipped:
+                reason = run.check.skipped
                 self.display.line(f"real model: skipped ({reason})")
-                self.real_models.append({"name": "minimax_m2", "target": run.name, "skipped": reason, "ok": True})
+                self.real_models.append({"name": run.check.name, "target": run.name, "skipped": reason, "ok": True})
                 continue
-            self.display.line(f"real model: tiny MiniMax-M2 with {run.name}, compiled with and without the pass...")
-            self._run_on_worker(run, RealModelRequest())
+            self.display.line(f"real model: {run.check.about} ({run.name})...")
+            self._run_on_worker(run, ExtraCheckRequest())
 
     def _stopped(self, run: TargetRun, worker: WorkerProcess) -> None:
         """Say what a worker stopped at the end of the budget, or by an interrupt, was doing: a
         case that had run for long may be a hang the per-case timeout had no time to catch."""
         interrupted = self.status == "interrupted"
         job = worker.job if worker.state is WorkerState.BUSY else None
-        if isinstance(job, (RenderRequest, RealModelRequest)) and not interrupted:
+        if isinstance(job, (RenderRequest, ExtraCheckRequest)) and not interrupted:
             return  # a reproducer cut at the budget's end is written after it
         if isinstance(job, BatchRequest):
             doing = "replay" if job.replay else "search"
         elif isinstance(job, RenderRequest):
             doing = "reproducer"
         else:
-            doing = "real model" if isinstance(job, RealModelRequest) else "starting"
+            doing = "real model" if isinstance(job, ExtraCheckRequest) else "starting"
         family = run.families[job.family] if isinstance(job, (BatchRequest, RenderRequest)) else None
         in_case = time.monotonic() - worker.last_seen if worker.case is not None else None
         where = {"doing": doing, "family": family, "in_case_s": None if in_case is None else round(in_case, 1)}

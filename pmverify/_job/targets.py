@@ -1,21 +1,55 @@
-"""What the fuzzing job verifies: the shipped pass, a fault of the bank, or a user's pass.
+"""What the fuzzing job verifies: fuzz targets, and the small protocol a target implements.
 
-A target is named on the command line by a string, resolved twice: once in the job's own process
-to refuse bad usage before anything starts (:func:`check`), and again in each worker process that
-runs it (:func:`load`), so that nothing but strings crosses the process boundary.
+A target is a :class:`FuzzTarget`: the pass, the case families searched in rotation, and what the
+target needs around them (its environment set-up, its reproducers' prelude, an extra check). A
+user's target implements the protocol by building one::
+
+    # mypkg/fuzzing.py
+    from pmverify import FuzzTarget
+
+    def my_target():
+        return FuzzTarget(MyFusionPass, [("my_cases", my_cases())])
+
+and is fuzzed with ``pmverify fuzz --target mypkg.fuzzing:my_target``. (a :class:`FuzzTarget` object, or a function called with no arguments that returns one). A plain pass
+also works,
+``--target mypkg.passes:MyFusionPass --cases mypkg.cases:my_cases``: its target has that one
+family and needs nothing set up.
+
+Names on the command line are strings, resolved twice: once in the job's own process to refuse
+bad usage before anything starts (:func:`check`), and again in each worker process that runs the
+target (:func:`load`), so that nothing but strings crosses the process boundary. Built-in names
+(``qk_norm``, the faults of pmverify's bank) come from the *target sources* of
+:data:`DEFAULT_SOURCES`, which are spec strings too: this module imports none of them, and the
+tool imports nothing of the shipped pass or of the fault bank unless a target asks for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["TargetError", "Target", "check", "load", "builtin_names"]
+__all__ = [
+    "TargetError",
+    "FuzzTarget",
+    "ExtraCheck",
+    "Target",
+    "DEFAULT_SOURCES",
+    "DEFAULT_TARGET",
+    "check",
+    "load",
+    "builtin_names",
+    "resolve",
+]
 
-SHIPPED = "qk_norm"
-#: The world sizes the shipped pass is fuzzed on, one rotation batch each (besides tp_world 1).
-TP_WORLDS = (2, 4, 8)
+#: Where the built-in target names come from: ``MODULE:ATTRIBUTE`` of functions called with no
+#: arguments that return a mapping of name -> a function building that :class:`FuzzTarget`
+#: (raising ``ValueError`` / ``RuntimeError`` when what they declare cannot run here). Searched in
+#: order, each imported only when the names before it did not hold the one asked for.
+DEFAULT_SOURCES = ("pmverify.fusions.qk_norm.testing:fuzz_targets", "pmverify.faults.target:fuzz_targets")
+#: The target ``pmverify fuzz`` searches without ``--target``: the shipped pass.
+DEFAULT_TARGET = "qk_norm"
 
 
 class TargetError(ValueError):
@@ -23,37 +57,89 @@ class TargetError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Target:
-    """A target as the job's worker process holds it.
+class ExtraCheck:
+    """A check a target runs once at the end of a job, besides its searches (the shipped pass's
+    compiled tiny-model check), reported under the job report's ``real_models``.
 
-    - ``name``: as given on the command line (``qk_norm``, a fault's name, or ``module:attribute``).
-    - ``pass_``: the pass (a class built per case from ``case.pass_config``, or a pass object).
-    - ``families``: the ``(name, strategy)`` case families searched in rotation.
-    - ``real_model``: whether the compiled tiny MiniMax-M2 check applies (a pass built from a
-      ``QKNormConfig``).
-    - ``pass_source``: for a user's pass, code importing it by name for the reproducers
-      (``from mypkg.passes import MyPass``), so that they get the very object; None otherwise.
-    - ``strict_order``: searched with ``strict_order=True`` whatever ``--strict-order`` says (a
-      fault whose bank row asks for it).
+    - ``name``: its name in the report (``"minimax_m2"``).
+    - ``about``: what the job prints when it starts it (``"tiny MiniMax-M2, compiled with and
+      without the pass"``).
+    - ``run``: called in the target's worker process with the target's pass; returns a JSON-ready
+      dict with at least ``ok`` (bool); what it raises is reported as a failed check.
+    - ``skipped``: why the check does not apply to this target (reported as skipped, ``ok``), or None.
     """
 
     name: str
+    about: str
+    run: Callable[[Any], dict]
+    skipped: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FuzzTarget:
+    """A fuzz target: what ``pmverify fuzz --target`` searches.
+
+    - ``pass_``: the pass under test: a class built per case from ``case.pass_config``, a
+      ``PatternMatcherPass``, or a callable on a ``torch.fx.Graph``.
+    - ``families``: the ``(name, strategy)`` case families searched in rotation, a batch of cases
+      from each in turn; each strategy draws :class:`pmverify.GraphCase`.
+    - ``set_up``: called with no arguments in every process that runs the target (the job's own,
+      to refuse bad usage, and each worker) before the target is used, e.g. to set environment
+      variables (``TRITON_INTERPRET``); it raises ``ValueError`` or ``RuntimeError`` with a
+      one-line message when the target cannot run here. A target's *source* function should call
+      it before importing anything it sets up for (a set-up that must precede a module's import
+      cannot wait for this field). None: nothing to set up.
+    - ``reproducer_prelude``: Python lines the target's reproducers run after ``import torch`` and
+      before pmverify is imported (the set-up a script needs); None: the pass's own
+      ``reproducer_prelude()`` when it has one, else nothing.
+    - ``extra_check``: an :class:`ExtraCheck` run at the end of the job, or None.
+    - ``strict_order``: searched with ``strict_order=True`` whatever ``--strict-order`` says.
+    - ``pass_source``: code that defines ``PASS`` for the reproducers (``from mypkg import
+      MyPass as PASS``-like), or None for the recipe pmverify derives from the pass.
+    """
+
     pass_: Any
-    families: list[tuple[str, Any]]
-    real_model: bool
-    pass_source: str | None = None
+    families: Sequence[tuple[str, Any]]
+    set_up: Callable[[], None] | None = None
+    reproducer_prelude: str | None = None
+    extra_check: ExtraCheck | None = None
     strict_order: bool = False
+    pass_source: str | None = None
 
 
-def builtin_names() -> list[str]:
-    """``qk_norm`` and the names of the faults of :data:`pmverify.faults.BANK`."""
-    from ..faults import BANK
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A target as the job's worker process holds it: the :class:`FuzzTarget` resolved from
+    ``name`` (as given on the command line), its families as a list."""
 
-    return [SHIPPED, *BANK]
+    name: str
+    fuzz: FuzzTarget
+
+    @property
+    def pass_(self) -> Any:
+        return self.fuzz.pass_
+
+    @property
+    def families(self) -> list[tuple[str, Any]]:
+        return list(self.fuzz.families)
+
+    @property
+    def pass_source(self) -> str | None:
+        return self.fuzz.pass_source
+
+    @property
+    def strict_order(self) -> bool:
+        return self.fuzz.strict_order
+
+    @property
+    def reproducer_prelude(self) -> str | None:
+        return self.fuzz.reproducer_prelude
 
 
-def _import(spec: str, what: str) -> Any:
-    """The object ``module:attribute`` (the attribute may be dotted) names."""
+def resolve(spec: str, what: str) -> Any:
+    """The object ``spec`` = ``MODULE:ATTRIBUTE`` names (the attribute may be dotted), imported
+    by name. Raises :class:`TargetError` naming ``what`` (``--target``) for a spec without a colon,
+    a module that cannot be imported, or a missing attribute."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise TargetError(f"{what}={spec!r} must be MODULE:ATTRIBUTE (e.g. mypkg.passes:MyFusionPass)")
@@ -74,7 +160,7 @@ def _strategy(spec: str) -> Any:
     function called with no arguments that returns one."""
     from hypothesis.strategies import SearchStrategy
 
-    value = _import(spec, "--cases")
+    value = resolve(spec, "--cases")
     if not isinstance(value, SearchStrategy) and callable(value):
         try:
             value = value()
@@ -88,80 +174,104 @@ def _strategy(spec: str) -> Any:
     return value
 
 
-def _shipped_families() -> list[tuple[str, Any]]:
-    """Plain graphs, their in-place form, their functional form with mutating custom ops
-    (auto_functionalized), each followed by the all-reduce form on one tensor-parallel world size,
-    so that a run of six batches has checked tp_world 2, 4 and 8."""
-    from hypothesis import strategies as st
-
-    from ..faults import rotation
-    from ..strategies import qk_norm_tp_cases
-
-    tp = [(f"qk_norm_tp_cases[tp_world={world}]", qk_norm_tp_cases(tp_world=st.just(world))) for world in TP_WORLDS]
-    return [family for pair in zip(rotation(), tp, strict=True) for family in pair]
-
-
-def _takes_qk_norm_config(pass_: Any) -> bool:
-    from ..fusions.qk_norm import QKNormConfig
-
-    if not isinstance(pass_, type):
-        return False
+def _provided(source: str) -> Mapping[str, Callable[[], FuzzTarget]]:
     try:
-        pass_(QKNormConfig(q_size=8, kv_size=4))
-    except (TypeError, ValueError):
-        return False
-    return True
+        return resolve(source, "target source")()
+    except (ValueError, RuntimeError) as exc:
+        if isinstance(exc, TargetError):
+            raise
+        raise TargetError(f"target source {source}: {exc}") from None
 
 
-def load(name: str, cases: str | None = None) -> Target:
-    """Resolve ``name`` (``qk_norm``, a fault of the bank, or ``module:attribute`` of a user pass,
-    which needs ``cases``: ``module:attribute`` of its case strategy). Raises :class:`TargetError`
-    for an unknown name, a user pass without ``cases``, an import that fails, or objects that are
-    not a pass and a strategy; ``RuntimeError``-based ``requires`` checks of kernel faults become a
-    :class:`TargetError` too."""
+def _builtin(name: str, sources: Sequence[str]) -> Callable[[], FuzzTarget]:
+    """The factory of built-in target ``name``: from the first of ``sources`` that has it."""
+    seen: list[str] = []
+    for source in sources:
+        provided = _provided(source)
+        if name in provided:
+            return provided[name]
+        seen.extend(provided)
+    raise TargetError(f"--target={name!r} is unknown; choose {', '.join(seen)}, or MODULE:ATTRIBUTE of a pass")
+
+
+def builtin_names(sources: Sequence[str] = DEFAULT_SOURCES) -> list[str]:
+    """The built-in target names of ``sources`` (``qk_norm`` and the faults of
+    ``pmverify.faults.BANK`` by default), in order. Imports every source."""
+    return list(dict.fromkeys(name for source in sources for name in _provided(source)))
+
+
+def _set_up(name: str, target: FuzzTarget) -> None:
+    if target.set_up is None:
+        return
+    try:
+        target.set_up()
+    except (ValueError, RuntimeError) as exc:
+        raise TargetError(f"--target={name}: {exc}") from None
+
+
+def _built(name: str, factory: Callable[[], Any]) -> FuzzTarget:
+    try:
+        target = factory()
+    except TargetError:
+        raise
+    except (ValueError, RuntimeError) as exc:  # the target cannot run here (its set-up says why)
+        raise TargetError(f"--target={name}: {exc}") from None
+    if not isinstance(target, FuzzTarget):
+        raise TargetError(f"--target={name!r} built {type(target).__name__}, not a FuzzTarget")
+    return target
+
+
+def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAULT_SOURCES) -> Target:
+    """Resolve ``name``: a built-in name of ``sources``, or ``module:attribute`` of a
+    :class:`FuzzTarget`, of a function returning one, or of a user pass (which needs ``cases``:
+    ``module:attribute`` of its case strategy), then run the target's ``set_up``. Raises
+    :class:`TargetError` for an unknown name, a user pass without ``cases``, ``cases`` given to a
+    target that declares its own families, an import that fails, objects that are not a target,
+    a pass or a strategy, and a target that cannot run here (``ValueError`` / ``RuntimeError`` of
+    its factory or set-up)."""
     from .._apply import check_pass
-    from ..faults import BANK
 
-    if name == SHIPPED:
-        from ..fusions.qk_norm import QKNormFusionPass
-
-        return Target(name, QKNormFusionPass, _shipped_families(), real_model=True)
-    if name in BANK:
-        fault = BANK[name]
-        if fault.requires is not None:
-            try:
-                fault.requires()
-            except RuntimeError as exc:
-                raise TargetError(f"--target={name}: {exc}") from None
-        return Target(
-            name,
-            fault.pass_cls,
-            fault.families(),
-            real_model=_takes_qk_norm_config(fault.pass_cls),
-            strict_order=fault.strict_order,
-        )
     if ":" not in name:
-        raise TargetError(
-            f"--target={name!r} is unknown; choose qk_norm, a fault ({', '.join(BANK)}), or MODULE:ATTRIBUTE of a pass"
-        )
-    pass_ = _import(name, "--target")
+        target = _built(name, _builtin(name, sources))
+        _set_up(name, target)
+        return Target(name, target)
+    value = resolve(name, "--target")
+    if isinstance(value, FuzzTarget) or (callable(value) and not isinstance(value, type) and _is_factory(value)):
+        target = value if isinstance(value, FuzzTarget) else _built(name, value)
+        if cases is not None:
+            raise TargetError(f"--cases={cases!r} is only for a pass: --target={name!r} declares its own families")
+        _set_up(name, target)
+        return Target(name, target)
     try:
-        check_pass(pass_)
+        check_pass(value)
     except TypeError:
         raise TargetError(
-            f"--target={name!r} is {type(pass_).__name__}, not a pass (a class built per case from "
-            "case.pass_config, a PatternMatcherPass, or a callable on a torch.fx.Graph)"
+            f"--target={name!r} is {type(value).__name__}, not a pass (a class built per case "
+            "from case.pass_config, a PatternMatcherPass, or a callable on a torch.fx.Graph) or a FuzzTarget"
         ) from None
     if cases is None:
         raise TargetError(f"--target={name!r} is a user pass: give its case strategy as --cases MODULE:ATTRIBUTE")
     from .._reproducer import import_source
 
-    return Target(name, pass_, [(cases, _strategy(cases))], real_model=False, pass_source=import_source(name))
+    return Target(name, FuzzTarget(value, [(cases, _strategy(cases))], pass_source=import_source(name)))
+
+
+def _is_factory(value: Any) -> bool:
+    """Whether ``value`` is a function called with no arguments (a target factory), as opposed to
+    a pass, which takes a ``torch.fx.Graph``."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(value).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return not any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
 
 
 def check(names: list[str], cases: str | None) -> None:
     """Resolve every target once, in this process, so that bad usage is refused before any worker
-    starts; also refuses a ``cases`` that no target uses."""
+    starts (and each target's set-up has run here, which the workers inherit); also refuses a
+    ``cases`` that no target uses."""
     for name in names:
         load(name, cases)
     if cases is not None and not any(":" in name for name in names):

@@ -98,9 +98,14 @@ class _Worker:
                 pid=os.getpid(),
                 families=tuple(family for family, _ in self.target.families),
                 keys=tuple(self.keys),
-                real_model=self.target.real_model,
+                check=self._check_info(),
             )
         )
+
+    def _check_info(self) -> protocol.CheckInfo | None:
+        """The target's extra check as the job shows it, or None."""
+        check = self.target.fuzz.extra_check
+        return None if check is None else protocol.CheckInfo(check.name, check.about, check.skipped)
 
     def batch(self, request: protocol.BatchRequest) -> None:
         from hypothesis import Phase, settings
@@ -130,6 +135,7 @@ class _Worker:
                         self.options["repro_dir"],
                         pass_source=target.pass_source,
                         strict_order=self.strict_order,
+                        prelude=target.reproducer_prelude,
                     )
                 except (OSError, ValueError):
                     path = None
@@ -272,6 +278,7 @@ class _Worker:
                 hang_s=timeout_s if exit_code is None else None,
                 dies=exit_code is not None,
                 strict_order=self.strict_order,
+                prelude=self.target.reproducer_prelude,
             )
         except (OSError, ValueError) as exc:
             self.conn.send(
@@ -281,20 +288,19 @@ class _Worker:
         self.conn.send(protocol.Rendered(str(path), repr(case), note, choices, shrunk_to_end))
 
     def real_model(self) -> None:
-        from ..real_models import check_minimax_m2
-        from .report import jsonable
-
+        """Run the target's extra check (the job asks only a target that has one)."""
+        check = self.target.fuzz.extra_check
         start = time.monotonic()
         try:
-            result = jsonable(check_minimax_m2(pass_factory=self.target.pass_))
+            result = {"name": check.name, **check.run(self.target.pass_)}
         except Exception as exc:  # noqa: BLE001 - reported as a failed check
             result = {
-                "name": "minimax_m2",
+                "name": check.name,
                 "ok": False,
                 "error": f"{type(exc).__name__}: {exc}",
                 "elapsed_s": round(time.monotonic() - start, 3),
             }
-        self.conn.send(protocol.RealModelDone(result))
+        self.conn.send(protocol.ExtraCheckDone(result))
 
 
 def serve_options(options: Any, log: pathlib.Path | None) -> dict[str, Any]:
@@ -334,7 +340,7 @@ def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
             worker.batch(request)
         elif isinstance(request, protocol.RenderRequest):
             worker.render(request)
-        elif isinstance(request, protocol.RealModelRequest):
+        elif isinstance(request, protocol.ExtraCheckRequest):
             worker.real_model()
         else:
             return

@@ -1,7 +1,8 @@
 """Faulty passes, each modelled on a public bug kind; pmverify must catch every one.
 
 They are importable (so reproducers can rebuild them) and built like the shipped pass:
-``verify(faults.QKNormWrongRoundingOrder, strategies.qk_norm_cases())``. One module per bug family:
+``verify(faults.QKNormWrongRoundingOrder, qk_norm_cases())`` (the shipped pass's cases,
+``pmverify.fusions.qk_norm.testing.qk_norm_cases``). One module per bug family:
 
 - :mod:`.casts`: a replacement's dtype casts (cast order, fp32 upcast, weight dtype);
 - :mod:`.buffers`: an uninitialized buffer;
@@ -17,28 +18,14 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.kernels`: the fused op's Triton kernel (grid, column mask, chunk count), with faulty
   launchers that are drop-ins for ``qk_norm_triton``.
 
-``__all__`` lists the faults only (``pmverify fuzz --target`` reads it); :data:`BANK` holds one
+``__all__`` lists the faults only (``pmverify fuzz --target`` takes their names); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
-(what ``pmverify selfcheck`` runs).
+(what ``pmverify selfcheck`` runs); :mod:`.target` makes each fault a ``pmverify fuzz`` target.
 """
 
 from __future__ import annotations
 
-from ._bank import BANK as BANK
-from ._bank import Fault as Fault
-from ._bank import rotation as rotation
-from .buffers import RMSNormUninitializedAccumulator
-from .cache_keys import QKNormUuidIgnoresConfig
-from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
-from .kernels import QKNormKernelGridCapped, QKNormKernelLeavesKOutUnwritten, QKNormKernelUnmaskedLoads
-from .matching import FusedAddRMSNormLeftUnsorted, HandRMSNormIgnoresExtraUsers, HandRMSNormInsertedBeforeInputs
-from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
-from .noop import NoOpSliceEndMinusOne, NoOpSliceIgnoresStep
-from .reductions import MeanDecompositionDropsDtype, SoftmaxFusionIgnoresDim
-from .scalars import AddcmulFusionDropsAlpha, AddmmDropsScalars, RMSNormHardCodedEps
-from .scalars import UnfuseAddmmConfig as UnfuseAddmmConfig
-from .scalars import addmm_cases as addmm_cases
-from .tensor_parallel import QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights, QKNormWrongTPDivisor
+from ..fusions._lazy import lazy_attributes
 
 __all__ = [
     "QKNormWrongRoundingOrder",
@@ -65,3 +52,38 @@ __all__ = [
     "FusedAddRMSNormLeftUnsorted",
     "SoftmaxFusionIgnoresDim",
 ]
+
+#: Where each name lives, imported on first use (PEP 562): importing this package imports neither
+#: triton nor Inductor, so that :func:`.target.fuzz_targets` can set up Triton's interpreter first.
+_HOMES = {
+    "BANK": "._bank",
+    "Fault": "._bank",
+    "RMSNormUninitializedAccumulator": ".buffers",
+    "QKNormUuidIgnoresConfig": ".cache_keys",
+    "QKNormCastsWeightToActivationDtype": ".casts",
+    "QKNormDropsUpcast": ".casts",
+    "QKNormWrongRoundingOrder": ".casts",
+    "QKNormKernelGridCapped": ".kernels",
+    "QKNormKernelLeavesKOutUnwritten": ".kernels",
+    "QKNormKernelUnmaskedLoads": ".kernels",
+    "FusedAddRMSNormLeftUnsorted": ".matching",
+    "HandRMSNormIgnoresExtraUsers": ".matching",
+    "HandRMSNormInsertedBeforeInputs": ".matching",
+    "HandRMSNormIgnoresMutations": ".mutations",
+    "SwappedAutoFunctionalizedGetitems": ".mutations",
+    "NoOpSliceEndMinusOne": ".noop",
+    "NoOpSliceIgnoresStep": ".noop",
+    "MeanDecompositionDropsDtype": ".reductions",
+    "SoftmaxFusionIgnoresDim": ".reductions",
+    "AddcmulFusionDropsAlpha": ".scalars",
+    "AddmmDropsScalars": ".scalars",
+    "RMSNormHardCodedEps": ".scalars",
+    "UnfuseAddmmConfig": ".scalars",
+    "addmm_cases": ".scalars",
+    "QKNormTPLeavesKUnreduced": ".tensor_parallel",
+    "QKNormTPReadsRankZeroWeights": ".tensor_parallel",
+    "QKNormWrongTPDivisor": ".tensor_parallel",
+}
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from hypothesis.strategies import SearchStrategy
 
+from ..fusions.qk_norm.testing.target import rotation
 from ._common import DtypesConfig
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
@@ -40,22 +41,9 @@ from .scalars import (
 )
 from .tensor_parallel import QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights, QKNormWrongTPDivisor
 
-__all__ = ["Fault", "BANK", "rotation"]
+__all__ = ["Fault", "BANK"]
 
 Families = list[tuple[str, SearchStrategy]]
-
-
-def rotation(**qk_norm_kwargs: Any) -> Families:
-    """The case families ``pmverify fuzz`` rotates through, ``(name, strategy)`` in order: plain
-    ``qk_norm_cases(**qk_norm_kwargs)``, their in-place form ``with_mutations(...)`` and their
-    functional form with mutating custom ops ``with_mutating_custom_ops(...)``."""
-    from ..strategies import qk_norm_cases, with_mutating_custom_ops, with_mutations
-
-    return [
-        ("qk_norm_cases", qk_norm_cases(**qk_norm_kwargs)),
-        ("with_mutations", with_mutations(qk_norm_cases(**qk_norm_kwargs))),
-        ("with_mutating_custom_ops", with_mutating_custom_ops(qk_norm_cases(**qk_norm_kwargs))),
-    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +54,8 @@ class Fault:
     - ``bug``: the bug kind, in a few words.
     - ``oracles``: the oracles that catch it (a detection by any other oracle alone is not one).
     - ``families``: returns the ``(name, strategy)`` case families to search, in rotation (default
-      :func:`rotation`, what ``pmverify fuzz`` searches).
+      the QK-norm fusion's :func:`~pmverify.fusions.qk_norm.testing.rotation`, what
+      ``pmverify fuzz`` searches at tp_world 1).
     - ``requires``: None, or a check that raises ``RuntimeError`` saying what this machine lacks to
       run the fault (selfcheck reports it as an error, not as a search).
     - ``strict_order``: whether it is searched with ``verify(..., strict_order=True)`` (a fault
@@ -92,7 +81,7 @@ _per_tensor = functools.partial(rotation, forms=("rms_norm",))
 
 def _tensor_parallel() -> Families:
     """The all-reduce QK norm over tensor-parallel worlds of 1, 2, 4 and 8 ranks."""
-    from ..strategies import qk_norm_tp_cases
+    from ..fusions.qk_norm.testing import qk_norm_tp_cases
 
     return [("qk_norm_tp_cases", qk_norm_tp_cases())]
 
@@ -106,7 +95,7 @@ def _kernel() -> Families:
     1..8 heads) hold many that are not powers of two, for the other two. No bfloat16: Triton's
     interpreter casts float32 to bfloat16 by truncation, which the semantics oracle would flag in the
     correct kernel too (a finding that is not the fault's)."""
-    from ..strategies import qk_norm_cases
+    from ..fusions.qk_norm.testing import qk_norm_cases
 
     cases = qk_norm_cases(
         min_tokens=257, max_tokens=320, dtypes=(torch.float32, torch.float16), forms=("qk_norm", "qk_norm_split3")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..fusions.qk_norm.kernels import _apply, _norm_part, _rows, _rstd
+from ..fusions.qk_norm.kernels import apply_norm, block_rows, inv_rms, norm_part
 
 __all__ = ["grid_capped_kernel", "unmasked_loads_kernel"]
 
@@ -42,12 +42,12 @@ def grid_capped_kernel(
 ):
     """``qk_norm_kernel`` without its grid-stride loop: program ``pid`` normalises row block ``pid``."""
     act_dtype = qkv_ptr.dtype.element_ty
-    rows, row_mask = _rows(tl.program_id(0), T, ROWS)  # the bug: no loop over pid + k · num_programs
-    _norm_part(
+    rows, row_mask = block_rows(tl.program_id(0), T, ROWS)  # the bug: no loop over pid + k · num_programs
+    norm_part(
         qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, q_divisor, eps,
         ROWS, BLOCK_Q, CHUNKS_Q, WEIGHT_AFTER_CAST, act_dtype,
     )  # fmt: skip
-    _norm_part(
+    norm_part(
         qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, k_divisor, eps,
         ROWS, BLOCK_KV, CHUNKS_KV, WEIGHT_AFTER_CAST, act_dtype,
     )  # fmt: skip
@@ -91,17 +91,17 @@ def unmasked_loads_kernel(
     WEIGHT_AFTER_CAST: tl.constexpr,
 ):
     """``qk_norm_kernel`` whose sums of squares load q and k without the column mask; the scaling
-    (``_apply``) loads and stores with both masks."""
+    (``apply_norm``) loads and stores with both masks."""
     act_dtype = qkv_ptr.dtype.element_ty
     for block in range(tl.program_id(0), tl.cdiv(T, ROWS), tl.num_programs(0)):
-        rows, row_mask = _rows(block, T, ROWS)
+        rows, row_mask = block_rows(block, T, ROWS)
         q_sum = _sum_squares_row_mask_only(qkv_ptr, rows, row_mask, stride, ROWS, BLOCK_Q, CHUNKS_Q)
         k_sum = _sum_squares_row_mask_only(qkv_ptr + q_size, rows, row_mask, stride, ROWS, BLOCK_KV, CHUNKS_KV)
-        _apply(
-            qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, _rstd(q_sum, q_divisor, eps),
+        apply_norm(
+            qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, inv_rms(q_sum, q_divisor, eps),
             BLOCK_Q, CHUNKS_Q, WEIGHT_AFTER_CAST, act_dtype,
         )  # fmt: skip
-        _apply(
-            qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, _rstd(k_sum, k_divisor, eps),
+        apply_norm(
+            qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, inv_rms(k_sum, k_divisor, eps),
             BLOCK_KV, CHUNKS_KV, WEIGHT_AFTER_CAST, act_dtype,
         )  # fmt: skip

@@ -38,10 +38,10 @@ def _with_norm(config: QKNormConfig, normed) -> list[Rewrite]:
         return weight * normed(x).to(dtype)
 
     qk = qk_norm_replacement
-    return _replaced(config, {"qk_norm": qk, "qk_norm_split3": qk, "rms_norm": rms_norm_replacement})
+    return replaced(config, {"qk_norm": qk, "qk_norm_split3": qk, "rms_norm": rms_norm_replacement})
 
 
-def _replaced(config: QKNormConfig, replacements: dict) -> list[Rewrite]:
+def replaced(config: QKNormConfig, replacements: dict) -> list[Rewrite]:
     """The shipped rewrites of ``config`` with the replacement functions in ``replacements`` (by
     rewrite name) swapped in; the others are kept. The ``qk_norm`` replacement also stands, less
     its v output, for ``qk_norm_split_qk`` unless that one is given."""
@@ -77,7 +77,7 @@ class QKNormWrongRoundingOrder(QKNormFusionPass):
         def rms_norm_wrong_order(x, weight):
             return torch.ops.pmverify.rms_norm(x, weight, eps, False)
 
-        return _replaced(
+        return replaced(
             config,
             {"qk_norm": qk_norm_wrong_order, "qk_norm_split3": qk_norm_wrong_order, "rms_norm": rms_norm_wrong_order},
         )
@@ -132,7 +132,7 @@ class QKNormCastsWeightToActivationDtype(QKNormFusionPass):
         def rms_norm_weight_cast(x, weight):
             return torch.ops.pmverify.rms_norm(x, weight.to(dtype), eps, True)
 
-        return _replaced(
+        return replaced(
             config,
             {"qk_norm": qk_norm_weight_cast, "qk_norm_split3": qk_norm_weight_cast, "rms_norm": rms_norm_weight_cast},
         )

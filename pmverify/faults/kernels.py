@@ -30,14 +30,14 @@ from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass, ops
 from ..fusions.qk_norm.patterns import Rewrite
 from ..fusions.qk_norm.triton_impl import (
     Launch,
-    _kernels,
-    _launch_one_pass,
-    _tiling,
     interpreted,
+    kernels_module,
     launch_for,
+    launch_one_pass,
     qk_norm_triton,
+    tiling,
 )
-from .casts import _replaced
+from .casts import replaced
 
 __all__ = [
     "QKNormKernelGridCapped",
@@ -75,7 +75,7 @@ def qk_norm_grid_capped(
     normalises row block ``program_id`` only, while the grid stays ``launch.grid(T)`` =
     ``min(row blocks, num_programs)``. Rows from ``num_programs · rows`` on are never written."""
     kernel = _faulty_kernels().grid_capped_kernel
-    return _launch_one_pass(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch)
+    return launch_one_pass(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch)
 
 
 def qk_norm_unmasked_loads(
@@ -97,13 +97,13 @@ def qk_norm_unmasked_loads(
     The kernel reads up to ``max(block_q, block_kv)`` elements past the last row of qkv, and the
     interpreter reads raw host memory: the launcher stages qkv in a contiguous buffer with that many
     zeros after it (so no read leaves memory the process owns) and launches on the staged copy."""
-    launch, _ = _tiling(qkv, q_size, kv_size, launch)
+    launch, _ = tiling(qkv, q_size, kv_size, launch)
     tokens, width = qkv.shape
     padded = qkv.new_zeros(tokens * width + max(launch.block_q, launch.block_kv))
     staged = padded[: tokens * width].view(tokens, width)
     staged.copy_(qkv)
     kernel = _faulty_kernels().unmasked_loads_kernel
-    return _launch_one_pass(kernel, staged, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch)
+    return launch_one_pass(kernel, staged, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch)
 
 
 def qk_norm_k_out_floor_chunks(
@@ -123,10 +123,10 @@ def qk_norm_k_out_floor_chunks(
     The default tiling's ``block_kv`` is ``next_pow2(kv_size)``: 0 chunks for a ``kv_size`` that is
     not a power of two (k_out never written), 1 (exact) for one that is. A ``kv_size`` wider than
     whole chunks loses its tail chunk: neither summed nor written."""
-    launch, _ = _tiling(qkv, q_size, kv_size, launch)
+    launch, _ = tiling(qkv, q_size, kv_size, launch)
     chunks_kv = kv_size // launch.block_kv  # the bug: -(-kv_size // launch.block_kv)
-    kernel = _kernels().qk_norm_kernel
-    return _launch_one_pass(
+    kernel = kernels_module().qk_norm_kernel
+    return launch_one_pass(
         kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch, CHUNKS_KV=chunks_kv
     )
 
@@ -157,7 +157,7 @@ def qk_norm_kernel(
     own device (in the interpreter: 4 programs), so the same cases show the capped grid on every
     machine. Raises ``ValueError`` for an unknown launcher, ``RuntimeError`` for CPU
     tensors with neither the interpreter nor a GPU."""
-    ops._check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    ops.check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher={launcher!r} is unknown; expected one of {', '.join(LAUNCHERS)}")
     run = LAUNCHERS[launcher]
@@ -182,7 +182,7 @@ def check_environment() -> None:
 
 @qk_norm_kernel.register_fake
 def _qk_norm_kernel_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, launcher):
-    return ops._qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
+    return ops.qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
 
 
 class _KernelFault(QKNormFusionPass):
@@ -202,7 +202,7 @@ class _KernelFault(QKNormFusionPass):
             )
             return q_out, k_out, qkv.split([q_size, kv_size, kv_size], dim=-1)[2]
 
-        return _replaced(config, {"qk_norm": qk_norm_faulty_kernel, "qk_norm_split3": qk_norm_faulty_kernel})
+        return replaced(config, {"qk_norm": qk_norm_faulty_kernel, "qk_norm_split3": qk_norm_faulty_kernel})
 
 
 class QKNormKernelGridCapped(_KernelFault):

@@ -12,7 +12,7 @@ replacement of the ``qk_norm_tp`` rewrites:
 
 Each is exact at ``tp_world = 1`` (the all-reduce rewrites exist only above it) and on some
 geometries above it, which is why they need random geometries and real collectives to be found:
-cases from :func:`~pmverify.strategies.qk_norm_tp_cases`, run by the semantics oracle on a real
+cases from :func:`~pmverify.fusions.qk_norm.testing.qk_norm_tp_cases`, run by the semantics oracle on a real
 world (:mod:`pmverify.distributed`).
 """
 
@@ -23,7 +23,7 @@ import torch
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from ..fusions.qk_norm.patterns import Rewrite
 from ..fusions.qk_norm.tp import all_reduce
-from .casts import _replaced
+from .casts import replaced
 
 __all__ = ["QKNormWrongTPDivisor", "QKNormTPLeavesKUnreduced", "QKNormTPReadsRankZeroWeights"]
 
@@ -31,7 +31,7 @@ __all__ = ["QKNormWrongTPDivisor", "QKNormTPLeavesKUnreduced", "QKNormTPReadsRan
 def _with_tp(config: QKNormConfig, replacement) -> list[Rewrite]:
     """The shipped rewrites of ``config`` with ``replacement(qkv, q_weight, k_weight) -> (q, k, v)``
     for both all-reduce forms."""
-    return _replaced(config, {"qk_norm_tp": replacement, "qk_norm_tp_split3": replacement})
+    return replaced(config, {"qk_norm_tp": replacement, "qk_norm_tp_split3": replacement})
 
 
 def _split(config: QKNormConfig, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -9,8 +9,6 @@ from ._like import Dim, like
 from ._mutations import with_mutations
 from ._near_miss import NEAR_MISS_KINDS
 from ._planted import PRODUCERS, planted
-from ._qk_norm import qk_norm_cases
-from ._qk_norm_tp import qk_norm_tp_cases
 from ._tensors import dtypes, shapes, tensors, tp_sizes
 from ._tp import Replicate, Shard, tp_cases
 
@@ -25,8 +23,6 @@ __all__ = [
     "with_mutations",
     "with_mutating_custom_ops",
     "tp_cases",
-    "qk_norm_cases",
-    "qk_norm_tp_cases",
     "Dim",
     "Replicate",
     "Shard",

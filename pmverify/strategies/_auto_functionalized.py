@@ -253,7 +253,7 @@ def with_mutating_custom_ops(
     of ``versions``) ``add_into`` of a graph input before the first instance, copied at the end.
 
     - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
-      :func:`~pmverify.strategies.qk_norm_cases`.
+      :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`.
     - ``versions``: the auto_functionalized versions to draw from, a non-empty subset of (1, 2),
       first preferred when shrinking; default both.
 

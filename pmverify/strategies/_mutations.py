@@ -445,7 +445,7 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
     before the first instance.
 
     - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
-      :func:`~pmverify.strategies.qk_norm_cases`; its instance nodes may be interleaved with context.
+      :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`; its instance nodes may be interleaved with context.
     - ``max_mutations``: most in-place ops per case (an int >= 1; default 2).
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy or a

@@ -35,8 +35,8 @@ from pmverify.faults.kernels import (
     qk_norm_unmasked_loads,
 )
 from pmverify.fusions.qk_norm import QKNormConfig
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.fusions.qk_norm.triton_impl import Launch, qk_norm_triton
-from pmverify.strategies import qk_norm_cases
 
 KERNEL_FAULTS = [QKNormKernelGridCapped, QKNormKernelUnmaskedLoads, QKNormKernelLeavesKOutUnwritten]
 SPLIT_FORMS = ("qk_norm", "qk_norm_split3")

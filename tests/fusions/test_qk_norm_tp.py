@@ -195,7 +195,8 @@ def test_a_single_rank_config_spread_by_tp_cases_is_built_as_it_is():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from pmverify.strategies import qk_norm_cases, tp_cases
+    from pmverify.fusions.qk_norm.testing import qk_norm_cases
+    from pmverify.strategies import tp_cases
 
     @settings(max_examples=4, deadline=None, database=None)
     @given(tp_cases(qk_norm_cases(), tp_world=st.just(2)))

@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 
 from pmverify.distributed import run_spmd
 from pmverify.fusions.qk_norm import ops, triton_impl
+from pmverify.fusions.qk_norm.config import output_dtype
 from pmverify.fusions.qk_norm.triton_impl import Launch, launch_for, qk_norm_tp_triton, qk_norm_triton
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -85,7 +86,7 @@ def _reference64(qkv, q_weight, k_weight, q_size, kv_size, eps):
 
 def _poisoned(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast):
     tokens = qkv.shape[0]
-    dtypes = [ops._out_dtype(qkv.dtype, w.dtype, weight_after_cast) for w in (q_weight, k_weight)]
+    dtypes = [output_dtype(qkv.dtype, w.dtype, weight_after_cast) for w in (q_weight, k_weight)]
     return tuple(torch.full((tokens, w), float("nan"), dtype=d) for w, d in zip((q_size, kv_size), dtypes, strict=True))
 
 
@@ -344,7 +345,7 @@ def test_shipped_pass_with_kernels_behind_its_ops_is_verified(monkeypatch, tenso
     the interpreter's bf16 truncation is not the kernel's rounding on a GPU)."""
     import pmverify
     from pmverify.fusions.qk_norm import QKNormFusionPass
-    from pmverify.strategies import qk_norm_cases, qk_norm_tp_cases
+    from pmverify.fusions.qk_norm.testing import qk_norm_cases, qk_norm_tp_cases
 
     monkeypatch.setenv(ops.IMPL_ENV, "triton")
     calls = []

@@ -9,8 +9,8 @@ import torch
 
 from pmverify import check_case
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
 from pmverify.oracles.cache_key import config_variants, uuid_violations
-from pmverify.strategies._qk_norm import _build_case, _layer
 
 CONFIG = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.float32, max_tokens=4)
 
@@ -68,7 +68,7 @@ def test_variants_change_one_field_each():
 
 
 def test_through_check_case():
-    case = _build_case(CONFIG, [_layer(CONFIG, "qk_norm", tokens=2)])
+    case = build_case(CONFIG, [make_layer(CONFIG, "qk_norm", tokens=2)])
     assert check_case(QKNormFusionPass, case, oracles=["cache_key"]).ok
     result = check_case(SourceOnlyUuid, case, oracles=["cache_key"])
     assert [v.oracle for v in result.violations] == ["cache_key"]

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from pmverify import GraphCase, check_case
 from pmverify.faults import SwappedAutoFunctionalizedGetitems
 from pmverify.fusions.qk_norm import QKNormFusionPass
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.oracles.functionalization import element_descriptions
-from pmverify.strategies import qk_norm_cases, with_mutating_custom_ops
+from pmverify.strategies import with_mutating_custom_ops
 from pmverify.strategies._custom_ops import op
 
 aten = torch.ops.aten

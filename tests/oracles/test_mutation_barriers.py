@@ -10,8 +10,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from pmverify import GraphCase, check_case
 from pmverify.faults import HandRMSNormIgnoresMutations
 from pmverify.fusions.qk_norm import QKNormFusionPass
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.oracles.mutation_barriers import mutation_regions
-from pmverify.strategies import fx_graphs, qk_norm_cases, with_mutating_custom_ops, with_mutations
+from pmverify.strategies import fx_graphs, with_mutating_custom_ops, with_mutations
 
 aten = torch.ops.aten
 

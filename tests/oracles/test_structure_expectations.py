@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 
 from pmverify import GraphCase, PlantedInstance, check_case
-from pmverify.strategies import qk_norm_cases, with_mutating_custom_ops, with_mutations
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
+from pmverify.strategies import with_mutating_custom_ops, with_mutations
 
 
 def _case(planted_must_match=True, with_view=False):

@@ -8,15 +8,15 @@ import torch
 
 import pmverify
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
+from pmverify.fusions.qk_norm.testing.tp_cases import build_case, make_layer
 from pmverify.oracles import tensor_parallel
 from pmverify.oracles.tensor_parallel import all_reduce_count
-from pmverify.strategies._qk_norm_tp import _build_case, _layer
 
 CONFIG = QKNormConfig.for_heads(8, 2, 4, tp_world=4, dtype=torch.float32)
 
 
 def _case(layers=1, config=CONFIG):
-    return _build_case(config, [_layer(config, tokens=3) for _ in range(layers)], seed=1)
+    return build_case(config, [make_layer(config, tokens=3) for _ in range(layers)], seed=1)
 
 
 class FusesOnRankZeroOnly(QKNormFusionPass):
@@ -67,7 +67,7 @@ def test_flags_an_all_reduce_no_match_accounts_for():
     assert result.matches == 0 and result.ok  # no recorded match: not judged
     result = pmverify.check_case(FusesAndDropsAnotherAllReduce, _case(2), oracles=["tensor_parallel"])
     assert result.matches == 2 and result.ok  # both fused: no all-reduce left to drop
-    mixed = _build_case(CONFIG, [_layer(CONFIG, tokens=3), _layer(CONFIG, "eps", tokens=3)], seed=1)
+    mixed = build_case(CONFIG, [make_layer(CONFIG, tokens=3), make_layer(CONFIG, "eps", tokens=3)], seed=1)
     result = pmverify.check_case(FusesAndDropsAnotherAllReduce, mixed, oracles=["tensor_parallel", "semantics"])
     messages = [v.message for v in result.violations if v.oracle == "tensor_parallel"]
     assert messages == ["the pass removed 2 all-reduce(s) from the graph; its 1 match(es) account for 1"]

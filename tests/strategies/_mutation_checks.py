@@ -19,8 +19,9 @@ from torch._inductor.pattern_matcher import is_mutation_op
 from pmverify import GraphCase
 from pmverify._apply import propagate_fake
 from pmverify.fusions.qk_norm import QKNormConfig
+from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
+from pmverify.fusions.qk_norm.testing.layers import Source
 from pmverify.oracles.semantics import run_graph
-from pmverify.strategies._qk_norm import _build_case, _layer, _Source
 
 _FIRST = settings(
     database=None,
@@ -36,24 +37,24 @@ _FIRST = settings(
 def _base_cases() -> tuple[GraphCase, ...]:
     f32 = QKNormConfig(q_size=6, kv_size=6, eps=1e-5, dtype=torch.float32, max_tokens=4)
     bf16 = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16, max_tokens=4)
-    rms = _layer(bf16, "rms_norm", tokens=3)
-    chained = _layer(bf16, "qk_norm", tokens=2)
+    rms = make_layer(bf16, "rms_norm", tokens=3)
+    chained = make_layer(bf16, "qk_norm", tokens=2)
     return (
-        _build_case(f32, [_layer(f32, "qk_norm", tokens=2)]),
-        _build_case(
+        build_case(f32, [make_layer(f32, "qk_norm", tokens=2)]),
+        build_case(
             bf16,
             [
                 dataclasses.replace(
-                    rms, sources=(_Source(pre=("tanh",)), _Source(pre=("neg", "abs"))), post=(("sigmoid",), ())
+                    rms, sources=(Source(pre=("tanh",)), Source(pre=("neg", "abs"))), post=(("sigmoid",), ())
                 )
             ],
         ),
-        _build_case(
+        build_case(
             bf16,
             [
-                _layer(bf16, "qk_norm_split3", "eps", tokens=2),
+                make_layer(bf16, "qk_norm_split3", "eps", tokens=2),
                 dataclasses.replace(
-                    chained, sources=(_Source(chain=True, pre=("mul:2.0",)),), post=(("neg",), (), ("tanh",))
+                    chained, sources=(Source(chain=True, pre=("mul:2.0",)),), post=(("neg",), (), ("tanh",))
                 ),
             ],
         ),

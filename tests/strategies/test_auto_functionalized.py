@@ -21,7 +21,8 @@ from torch._inductor.pattern_matcher import is_mutation_op
 import pmverify
 from pmverify import _reproducer
 from pmverify.fusions.qk_norm import QKNormFusionPass
-from pmverify.strategies import _custom_ops, qk_norm_cases
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
+from pmverify.strategies import _custom_ops
 from pmverify.strategies._auto_functionalized import _Call, _snippet, with_mutating_custom_ops
 from pmverify.strategies._custom_ops import CUSTOM_OPS
 

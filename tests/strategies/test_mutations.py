@@ -18,7 +18,8 @@ from hypothesis.errors import InvalidArgument
 import pmverify
 from pmverify._apply import propagate_fake
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from pmverify.strategies import fx_graphs, qk_norm_cases
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
+from pmverify.strategies import fx_graphs
 from pmverify.strategies._mutations import INPLACE_OPS, MUTATION_INSIDE, mark_mutations_inside, with_mutations
 from pmverify.strategies._tp import tp_cases
 

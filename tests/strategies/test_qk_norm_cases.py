@@ -12,8 +12,9 @@ from hypothesis.errors import InvalidArgument
 from pmverify._apply import apply_direct
 from pmverify._case import GraphCase
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from pmverify.strategies import qk_norm_cases
-from pmverify.strategies._qk_norm import FORMS, NEAR_MISS_KINDS, _build_case, _layer, _Source
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
+from pmverify.fusions.qk_norm.testing.cases import QK_NORM_FORMS, QK_NORM_NEAR_MISS_KINDS, build_case, make_layer
+from pmverify.fusions.qk_norm.testing.layers import Source
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -60,8 +61,8 @@ _EXAMPLES = {
     "chain_after_tokens_on_q": (
         _BF16,
         [
-            _with(_layer(_BF16, "rms_norm", "tokens", tokens=2, target="q"), [_Source(), _Source()], [(), ()]),
-            _with(_layer(_BF16, "qk_norm", tokens=2), [_Source(chain=True, pre=("tanh",))], [("neg",), (), ()]),
+            _with(make_layer(_BF16, "rms_norm", "tokens", tokens=2, target="q"), [Source(), Source()], [(), ()]),
+            _with(make_layer(_BF16, "qk_norm", tokens=2), [Source(chain=True, pre=("tanh",))], [("neg",), (), ()]),
         ],
     ),
     # q_size == kv_size, fp32 (no casts in the graph): the split forms and the per-tensor form
@@ -69,11 +70,11 @@ _EXAMPLES = {
     "f32_equal_widths_all_forms": (
         _F32,
         [
-            _layer(_F32, "qk_norm", "eps", tokens=1, target="k"),
-            _with(_layer(_F32, "rms_norm", tokens=1), [_Source(chain=True), _Source()], [("abs",), ()]),
+            make_layer(_F32, "qk_norm", "eps", tokens=1, target="k"),
+            _with(make_layer(_F32, "rms_norm", tokens=1), [Source(chain=True), Source()], [("abs",), ()]),
             _with(
-                _layer(_F32, "qk_norm_split3", tokens=1),
-                [_Source(chain=True, pre=("mul_input",))],
+                make_layer(_F32, "qk_norm_split3", tokens=1),
+                [Source(chain=True, pre=("mul_input",))],
                 [(), (), ()],
             ),
         ],
@@ -81,8 +82,8 @@ _EXAMPLES = {
     "bf16_weights_extra_user_xf": (
         _BF16,
         [
-            _layer(_BF16, "qk_norm_split3", "extra_user", tokens=3, weight_in_act_dtype=True),
-            _layer(_BF16, "rms_norm", tokens=3, weight_in_act_dtype=True),
+            make_layer(_BF16, "qk_norm_split3", "extra_user", tokens=3, weight_in_act_dtype=True),
+            make_layer(_BF16, "rms_norm", tokens=3, weight_in_act_dtype=True),
         ],
     ),
 }
@@ -91,18 +92,18 @@ _EXAMPLES = {
 @pytest.mark.parametrize("name", sorted(_EXAMPLES))
 def test_drawn_cases_are_rewritten_as_planted_examples(name):
     config, layers = _EXAMPLES[name]
-    case = _build_case(config, layers, seed=1)
+    case = build_case(config, layers, seed=1)
     assert case.expected_matches >= 1
     _check_rewritten_as_planted(case)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("kind", NEAR_MISS_KINDS)
+@pytest.mark.parametrize("form", QK_NORM_FORMS)
+@pytest.mark.parametrize("kind", QK_NORM_NEAR_MISS_KINDS)
 def test_near_miss_is_not_rewritten(kind, form, dtype):
     config = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=dtype, max_tokens=2)
-    near_miss = _layer(config, form, kind, tokens=2)
-    case = _build_case(config, [near_miss, _layer(config, form, tokens=2)])
+    near_miss = make_layer(config, form, kind, tokens=2)
+    case = build_case(config, [near_miss, make_layer(config, form, tokens=2)])
     missed = [instance for instance in case.planted if not instance.must_match]
     assert len(missed) == 1 and missed[0].reason == kind  # default target: q (the whole qkv for split forms)
     assert case.expected_matches == len(case.planted) - 1

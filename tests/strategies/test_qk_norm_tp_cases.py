@@ -19,9 +19,17 @@ from pmverify._apply import apply_direct
 from pmverify._case import GraphCase
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.config import kv_head_range
-from pmverify.strategies import qk_norm_tp_cases, tp_sizes
-from pmverify.strategies._qk_norm import _Source
-from pmverify.strategies._qk_norm_tp import _LEAKS, _TP_LEAKS, NEAR_MISS_KINDS, _build_case, _head_dim, _layer
+from pmverify.fusions.qk_norm.testing import qk_norm_tp_cases
+from pmverify.fusions.qk_norm.testing.layers import Source
+from pmverify.fusions.qk_norm.testing.tp_cases import (
+    LEAKS,
+    QK_NORM_TP_NEAR_MISS_KINDS,
+    TP_LEAKS,
+    build_case,
+    make_layer,
+    rank_head_dim,
+)
+from pmverify.strategies import tp_sizes
 
 ALL_REDUCE = torch.ops._c10d_functional.all_reduce.default
 
@@ -110,25 +118,28 @@ _W1 = _config(heads=2, kv_heads=2, head_dim=8, world=1, dtype=torch.bfloat16)
 
 _EXAMPLES = {
     # Every kv head replicated on all four ranks; split3 and weights in the activation dtype.
-    "w4_kv1_split3": (_W4_KV1, [_layer(_W4_KV1, tokens=2, split3=True, weight_in_act_dtype=True)]),
+    "w4_kv1_split3": (_W4_KV1, [make_layer(_W4_KV1, tokens=2, split3=True, weight_in_act_dtype=True)]),
     # A "tokens" near miss, then a layer chained from its (longer) outputs.
     "w8_kv2_chain_after_tokens": (
         _W8_KV2,
         [
-            _layer(_W8_KV2, "tokens", tokens=2, max_tokens=3, post=(("neg",), (), ("abs",))),
-            _layer(_W8_KV2, tokens=2, source=_Source(chain=True, pre=("tanh", "mul:2.0"))),
+            make_layer(_W8_KV2, "tokens", tokens=2, max_tokens=3, post=(("neg",), (), ("abs",))),
+            make_layer(_W8_KV2, tokens=2, source=Source(chain=True, pre=("tanh", "mul:2.0"))),
         ],
     ),
     # kv heads split, not replicated; float32 (no casts in the graph).
-    "w2_kv4_f32_divisor": (_W2_KV4, [_layer(_W2_KV4, "divisor"), _layer(_W2_KV4, source=_Source(chain=True))]),
-    "w1_extra_user_then_match": (_W1, [_layer(_W1, "extra_user", variant=1), _layer(_W1, source=_Source(chain=True))]),
+    "w2_kv4_f32_divisor": (_W2_KV4, [make_layer(_W2_KV4, "divisor"), make_layer(_W2_KV4, source=Source(chain=True))]),
+    "w1_extra_user_then_match": (
+        _W1,
+        [make_layer(_W1, "extra_user", variant=1), make_layer(_W1, source=Source(chain=True))],
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(_EXAMPLES))
 def test_drawn_cases_examples(name):
     config, layers = _EXAMPLES[name]
-    case = _build_case(config, layers, seed=1)
+    case = build_case(config, layers, seed=1)
     _check_structure(case)
     _check_kv_replication(case)
     _check_rewritten_as_planted(case)
@@ -136,9 +147,9 @@ def test_drawn_cases_examples(name):
 
 @pytest.mark.parametrize("config", [_W4_KV1, _W8_KV2, _W2_KV4, _W1], ids=lambda c: f"tp{c.tp_world}")
 def test_rank_inputs_are_cut_from_full_tensors(config):
-    case = _build_case(config, [_layer(config, tokens=3)], seed=7)
+    case = build_case(config, [make_layer(config, tokens=3)], seed=7)
     qkvs, q_weights, k_weights = zip(*case.inputs, strict=True)
-    head_dim = _head_dim(config)
+    head_dim = rank_head_dim(config)
     # The q shards of all ranks are the full q, in rank order, without overlap.
     full_q = torch.cat([_qkv_parts(config, qkv)[0] for qkv in qkvs], dim=1)
     assert full_q.shape == (3, config.num_heads * head_dim) and full_q.unique().numel() > full_q.numel() // 2
@@ -157,35 +168,35 @@ def test_rank_inputs_are_cut_from_full_tensors(config):
 
 
 @pytest.mark.parametrize("world", [1, 4])
-@pytest.mark.parametrize("kind", NEAR_MISS_KINDS)
+@pytest.mark.parametrize("kind", QK_NORM_TP_NEAR_MISS_KINDS)
 def test_near_miss_is_not_rewritten(kind, world):
     if world == 1 and kind in ("divisor", "reduce_op"):
         with pytest.raises(ValueError, match="has 0 variants"):
-            _layer(_W1, kind)
+            make_layer(_W1, kind)
         return
     config = _W4_KV1 if world == 4 else _W1
-    case = _build_case(config, [_layer(config, kind, tokens=2), _layer(config, tokens=2)])
+    case = build_case(config, [make_layer(config, kind, tokens=2), make_layer(config, tokens=2)])
     assert [(p.must_match, p.reason) for p in case.planted] == [(False, kind), (True, None)]
     _check_rewritten_as_planted(case)
 
 
-@pytest.mark.parametrize("leak", _LEAKS)
+@pytest.mark.parametrize("leak", LEAKS)
 def test_each_leak_is_an_extra_user(leak):
-    layer = _layer(_W4_KV1, "extra_user", variant=_LEAKS.index(leak))  # bfloat16: every leak applies
+    layer = make_layer(_W4_KV1, "extra_user", variant=LEAKS.index(leak))  # bfloat16: every leak applies
     assert layer.leak == leak
-    case = _build_case(_W4_KV1, [layer, _layer(_W4_KV1)])
+    case = build_case(_W4_KV1, [layer, make_layer(_W4_KV1)])
     assert len(case.gm.graph.output_node().args[0]) == 7  # q_out, k_out, v, the leak; then the match's 3
     _check_rewritten_as_planted(case)
 
 
 def test_tp_only_leaks_are_not_drawn_at_tp_world_1():
     leaks = []
-    for variant in range(len(_LEAKS)):
+    for variant in range(len(LEAKS)):
         try:
-            leaks.append(_layer(_W1, "extra_user", variant=variant).leak)
+            leaks.append(make_layer(_W1, "extra_user", variant=variant).leak)
         except ValueError:
             break
-    assert leaks == [lk for lk in _LEAKS if lk not in _TP_LEAKS]
+    assert leaks == [lk for lk in LEAKS if lk not in TP_LEAKS]
 
 
 _GIVEN = _config(heads=8, kv_heads=2, head_dim=4, world=4, dtype=torch.float16, eps=1e-5, max_tokens=3)

@@ -7,14 +7,13 @@ import pytest
 import torch
 from _minimal import rejections
 
+from pmverify.fusions.qk_norm.testing import qk_norm_cases, qk_norm_tp_cases
 from pmverify.strategies import (
     GRAPH_DTYPES,
     dtypes,
     fx_graphs,
     like,
     planted,
-    qk_norm_cases,
-    qk_norm_tp_cases,
     shapes,
     tensors,
     tp_cases,

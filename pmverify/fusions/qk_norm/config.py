@@ -15,12 +15,30 @@ import math
 
 import torch
 
-from ...distributed import DEFAULT_GROUP_NAME
+#: The group name a config's all-reduce uses by default: the name torch gives the default (WORLD)
+#: process group of a world, the first group it creates (``dist.group.WORLD.group_name``), as in the
+#: worlds ``pmverify.distributed.run_spmd`` starts. Written here, not imported: the fusion's
+#: config does not depend on pmverify's distributed runner.
+DEFAULT_GROUP_NAME = "0"
 
 #: Activation dtypes the fusion supports, simplest first.
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-__all__ = ["QKNormConfig", "SUPPORTED_DTYPES", "DEFAULT_GROUP_NAME", "kv_heads_per_rank", "kv_head_range"]
+__all__ = [
+    "QKNormConfig",
+    "SUPPORTED_DTYPES",
+    "DEFAULT_GROUP_NAME",
+    "kv_heads_per_rank",
+    "kv_head_range",
+    "output_dtype",
+]
+
+
+def output_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype, weight_after_cast: bool) -> torch.dtype:
+    """The dtype of a fused QK norm's output for an activation of ``x_dtype`` and a weight of
+    ``w_dtype``: ``x_dtype`` when the weight is applied before the cast back (vLLM), their
+    promotion when after it (transformers' ``weight * normed.to(x_dtype)``)."""
+    return torch.promote_types(w_dtype, x_dtype) if weight_after_cast else x_dtype
 
 
 def _positive_int(owner: str, name: str, value: object) -> None:

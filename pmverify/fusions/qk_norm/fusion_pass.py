@@ -13,6 +13,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from . import config as _config_module
+from . import environment as _environment_module
 from . import ops as _ops_module
 from . import patterns as _patterns_module
 from . import tp as _tp_module
@@ -61,7 +62,13 @@ class QKNormFusionPass(CustomGraphPass):
     its ``mutation_inside`` ground truth forbid.)
 
     - ``config``: a :class:`QKNormConfig`; ``TypeError`` for anything else.
+
+    Its reproducers (``pmverify``'s, which call ``reproducer_prelude()``) turn Triton's
+    interpreter on without a GPU and keep ``PMVERIFY_QK_NORM_IMPL``, before anything imports triton.
     """
+
+    #: The lines a reproducer of this pass runs before importing pmverify (see :mod:`.environment`).
+    reproducer_prelude = staticmethod(_environment_module.reproducer_prelude)
 
     def __init__(self, config: QKNormConfig) -> None:
         if not isinstance(config, QKNormConfig):

@@ -23,11 +23,20 @@ import triton.language as tl
 
 # Kernel signatures and calls are kept compact, one positional list each.
 # fmt: off
-__all__ = ["qk_norm_kernel", "sum_squares_kernel", "qk_norm_apply_kernel"]
+__all__ = [
+    "qk_norm_kernel",
+    "sum_squares_kernel",
+    "qk_norm_apply_kernel",
+    # jit helpers the fault bank's faulty kernels reuse
+    "inv_rms",
+    "apply_norm",
+    "norm_part",
+    "block_rows",
+]
 
 
 @triton.jit
-def _rstd(sum_squares, divisor, eps):
+def inv_rms(sum_squares, divisor, eps):
     """``1 / sqrt(sum / divisor + eps)`` in float32, each step correctly rounded (as torch does)."""
     return tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(sum_squares, divisor) + eps))
 
@@ -56,7 +65,7 @@ def _sum_squares(src_ptr, rows, row_mask, stride, width, ROWS: tl.constexpr, BLO
 
 
 @triton.jit
-def _apply(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, rstd, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
+def apply_norm(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, rstd, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
            WEIGHT_AFTER_CAST: tl.constexpr, ACT_DTYPE: tl.constexpr):
     """``dst[rows, :width] = scaled(src[rows, :width])``, reading ``src`` in ``CHUNKS`` chunks."""
     for chunk in tl.static_range(CHUNKS):
@@ -69,7 +78,7 @@ def _apply(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, rstd, BLOCK: 
 
 
 @triton.jit
-def _norm_part(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, divisor, eps, ROWS: tl.constexpr,
+def norm_part(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, divisor, eps, ROWS: tl.constexpr,
                BLOCK: tl.constexpr, CHUNKS: tl.constexpr, WEIGHT_AFTER_CAST: tl.constexpr, ACT_DTYPE: tl.constexpr):
     """RMS-normalise ``src[rows, :width]`` into ``dst``: one read when the part fits one chunk."""
     if CHUNKS == 1:
@@ -77,17 +86,17 @@ def _norm_part(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, divisor, 
         col_mask = cols < width
         mask = row_mask[:, None] & col_mask[None, :]
         x = tl.load(src_ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rstd = _rstd(tl.sum(x * x, axis=1), divisor, eps)
+        rstd = inv_rms(tl.sum(x * x, axis=1), divisor, eps)
         y = _scaled(x, rstd, w_ptr, cols, col_mask, WEIGHT_AFTER_CAST, ACT_DTYPE)
         tl.store(dst_ptr + rows[:, None] * width + cols[None, :], y.to(dst_ptr.dtype.element_ty), mask=mask)
     else:
-        rstd = _rstd(_sum_squares(src_ptr, rows, row_mask, stride, width, ROWS, BLOCK, CHUNKS), divisor, eps)
-        _apply(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, rstd, BLOCK, CHUNKS, WEIGHT_AFTER_CAST,
+        rstd = inv_rms(_sum_squares(src_ptr, rows, row_mask, stride, width, ROWS, BLOCK, CHUNKS), divisor, eps)
+        apply_norm(src_ptr, w_ptr, dst_ptr, rows, row_mask, stride, width, rstd, BLOCK, CHUNKS, WEIGHT_AFTER_CAST,
                ACT_DTYPE)
 
 
 @triton.jit
-def _rows(block, T, ROWS: tl.constexpr):
+def block_rows(block, T, ROWS: tl.constexpr):
     """The int64 row indices of row block ``block`` and their in-range mask."""
     rows = (block * ROWS + tl.arange(0, ROWS)).to(tl.int64)  # < T + ROWS: no int32 overflow before the cast
     return rows, rows < T
@@ -100,10 +109,10 @@ def qk_norm_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, q_out_ptr, k_out_ptr, T,
     """tp_world = 1: q and k of each qkv row normalised in one pass; v is not touched."""
     act_dtype = qkv_ptr.dtype.element_ty
     for block in range(tl.program_id(0), tl.cdiv(T, ROWS), tl.num_programs(0)):
-        rows, row_mask = _rows(block, T, ROWS)
-        _norm_part(qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, q_divisor, eps, ROWS, BLOCK_Q,
+        rows, row_mask = block_rows(block, T, ROWS)
+        norm_part(qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, q_divisor, eps, ROWS, BLOCK_Q,
                    CHUNKS_Q, WEIGHT_AFTER_CAST, act_dtype)
-        _norm_part(qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, k_divisor, eps, ROWS,
+        norm_part(qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, k_divisor, eps, ROWS,
                    BLOCK_KV, CHUNKS_KV, WEIGHT_AFTER_CAST, act_dtype)
 
 
@@ -112,7 +121,7 @@ def sum_squares_kernel(qkv_ptr, sums_ptr, T, stride, q_size, kv_size, ROWS: tl.c
                        CHUNKS_Q: tl.constexpr, BLOCK_KV: tl.constexpr, CHUNKS_KV: tl.constexpr):
     """tp_world > 1, before the all-reduce: ``sums[t] = (Σ q[t]², Σ k[t]²)``, float32 ``[T, 2]``."""
     for block in range(tl.program_id(0), tl.cdiv(T, ROWS), tl.num_programs(0)):
-        rows, row_mask = _rows(block, T, ROWS)
+        rows, row_mask = block_rows(block, T, ROWS)
         q_sum = _sum_squares(qkv_ptr, rows, row_mask, stride, q_size, ROWS, BLOCK_Q, CHUNKS_Q)
         k_sum = _sum_squares(qkv_ptr + q_size, rows, row_mask, stride, kv_size, ROWS, BLOCK_KV, CHUNKS_KV)
         tl.store(sums_ptr + rows * 2, q_sum, mask=row_mask)
@@ -127,12 +136,12 @@ def qk_norm_apply_kernel(qkv_ptr, sums_ptr, q_weight_ptr, k_weight_ptr, q_out_pt
     """tp_world > 1, after the all-reduce: scale q and k by ``rsqrt(sums / divisor + eps)``."""
     act_dtype = qkv_ptr.dtype.element_ty
     for block in range(tl.program_id(0), tl.cdiv(T, ROWS), tl.num_programs(0)):
-        rows, row_mask = _rows(block, T, ROWS)
-        q_rstd = _rstd(tl.load(sums_ptr + rows * 2, mask=row_mask, other=0.0), q_divisor, eps)
-        k_rstd = _rstd(tl.load(sums_ptr + rows * 2 + 1, mask=row_mask, other=0.0), k_divisor, eps)
-        _apply(qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, q_rstd, BLOCK_Q, CHUNKS_Q,
+        rows, row_mask = block_rows(block, T, ROWS)
+        q_rstd = inv_rms(tl.load(sums_ptr + rows * 2, mask=row_mask, other=0.0), q_divisor, eps)
+        k_rstd = inv_rms(tl.load(sums_ptr + rows * 2 + 1, mask=row_mask, other=0.0), k_divisor, eps)
+        apply_norm(qkv_ptr, q_weight_ptr, q_out_ptr, rows, row_mask, stride, q_size, q_rstd, BLOCK_Q, CHUNKS_Q,
                WEIGHT_AFTER_CAST, act_dtype)
-        _apply(qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, k_rstd, BLOCK_KV,
+        apply_norm(qkv_ptr + q_size, k_weight_ptr, k_out_ptr, rows, row_mask, stride, kv_size, k_rstd, BLOCK_KV,
                CHUNKS_KV, WEIGHT_AFTER_CAST, act_dtype)
 
 

@@ -33,13 +33,22 @@ import os
 import torch
 from torch import Tensor
 
-from . import triton_impl
-from .config import SUPPORTED_DTYPES
+from . import environment, triton_impl
+from .config import SUPPORTED_DTYPES, output_dtype
 
-__all__ = ["qk_norm", "qk_norm_tp", "rms_norm", "IMPL_ENV", "implementation", "check_environment"]
+__all__ = [
+    "qk_norm",
+    "qk_norm_tp",
+    "rms_norm",
+    "IMPL_ENV",
+    "implementation",
+    "check_environment",
+    "check_qk_norm",
+    "qk_norm_fake",
+]
 
 #: The environment variable that picks the fused QK-norm ops' implementation.
-IMPL_ENV = "PMVERIFY_QK_NORM_IMPL"
+IMPL_ENV = environment.IMPL_ENV
 _IMPLS = ("auto", "triton", "torch")
 
 
@@ -79,10 +88,6 @@ def _norm_rows(x: Tensor, weight: Tensor, eps: float, weight_after_cast: bool) -
     return _scale(xf, torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps), weight, x.dtype, weight_after_cast)
 
 
-def _out_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype, weight_after_cast: bool) -> torch.dtype:
-    return torch.promote_types(w_dtype, x_dtype) if weight_after_cast else x_dtype
-
-
 def _check_weight(name: str, weight: Tensor, width: int, x: Tensor) -> None:
     if weight.dim() != 1 or weight.shape[0] != width:
         raise ValueError(f"{name} has shape {tuple(weight.shape)}; expected ({width},)")
@@ -99,7 +104,10 @@ def _check_activation(name: str, x: Tensor) -> None:
         raise ValueError(f"{name} with shape {tuple(x.shape)} and stride {x.stride()} is not contiguous")
 
 
-def _check_qk_norm(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, q_size: int, kv_size: int, eps: float) -> None:
+def check_qk_norm(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, q_size: int, kv_size: int, eps: float) -> None:
+    """Raise ``ValueError`` unless ``qk_norm``'s arguments are valid: a 2-D contiguous qkv
+    ``[T, q_size + 2*kv_size]`` of a supported dtype, positive sizes and eps, 1-D weights of
+    ``q_size`` / ``kv_size`` elements in float32 or qkv's dtype, on qkv's device."""
     if qkv.dim() != 2:
         raise ValueError(f"qkv must be 2-D [tokens, q_size + 2*kv_size]; got shape {tuple(qkv.shape)}")
     _check_activation("qkv", qkv)
@@ -138,7 +146,7 @@ def qk_norm(
     Raises ``ValueError`` for a non-2-D or non-contiguous qkv, a last dim other than
     ``q_size + 2*kv_size``, or a weight of the wrong length, dtype or device.
     """
-    _check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
     if implementation(qkv) == "triton":
         return triton_impl.qk_norm_triton(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
     q = qkv[:, :q_size]
@@ -150,17 +158,19 @@ def qk_norm(
 
 
 @qk_norm.register_fake
-def _qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast=False):
-    _check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+def qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast=False):
+    """``qk_norm``'s fake (meta) implementation: checks the arguments, returns empty
+    ``([T, q_size], [T, kv_size])`` of the output dtypes (:func:`.config.output_dtype`)."""
+    check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
     tokens = qkv.shape[0]
     return (
-        qkv.new_empty((tokens, q_size), dtype=_out_dtype(qkv.dtype, q_weight.dtype, weight_after_cast)),
-        qkv.new_empty((tokens, kv_size), dtype=_out_dtype(qkv.dtype, k_weight.dtype, weight_after_cast)),
+        qkv.new_empty((tokens, q_size), dtype=output_dtype(qkv.dtype, q_weight.dtype, weight_after_cast)),
+        qkv.new_empty((tokens, kv_size), dtype=output_dtype(qkv.dtype, k_weight.dtype, weight_after_cast)),
     )
 
 
 def _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name) -> None:
-    _check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
     if tp_world < 1:
         raise ValueError(f"tp_world={tp_world} must be positive")
     if not group_name:
@@ -218,7 +228,7 @@ def qk_norm_tp(
 @qk_norm_tp.register_fake
 def _qk_norm_tp_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name, weight_after_cast=False):
     _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name)
-    return _qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
+    return qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
 
 
 def _check_rms_norm(x: Tensor, weight: Tensor, eps: float) -> None:
@@ -249,4 +259,4 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, weight_after_cast: bool = Tr
 @rms_norm.register_fake
 def _rms_norm_fake(x, weight, eps, weight_after_cast=True):
     _check_rms_norm(x, weight, eps)
-    return x.new_empty(x.shape, dtype=_out_dtype(x.dtype, weight.dtype, weight_after_cast))
+    return x.new_empty(x.shape, dtype=output_dtype(x.dtype, weight.dtype, weight_after_cast))

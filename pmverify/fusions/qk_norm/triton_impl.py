@@ -24,6 +24,8 @@ import threading
 import torch
 from torch import Tensor
 
+from .config import output_dtype
+
 __all__ = [
     "Launch",
     "launch_for",
@@ -32,6 +34,10 @@ __all__ = [
     "qk_norm_tp_triton",
     "sum_squares_triton",
     "qk_norm_apply_triton",
+    # for the fault bank's faulty launchers
+    "kernels_module",
+    "tiling",
+    "launch_one_pass",
 ]
 
 #: Float32 elements one program holds per row block (q and k together), the row-block size target.
@@ -138,7 +144,7 @@ def _serialised(x: Tensor):
 
 
 @functools.cache
-def _kernels():
+def kernels_module():
     """Import :mod:`.kernels` (and triton) on first use; on CPU tensors the interpreter must be on."""
     from . import kernels
 
@@ -151,7 +157,7 @@ def interpreted() -> bool:
     Imports the kernels (and triton)."""
     import triton.language as tl
 
-    return all(type(fn).__name__ == "InterpretedFunction" for fn in (_kernels().qk_norm_kernel, tl.cdiv))
+    return all(type(fn).__name__ == "InterpretedFunction" for fn in (kernels_module().qk_norm_kernel, tl.cdiv))
 
 
 def _check_inputs(qkv: Tensor, q_weight: Tensor | None, k_weight: Tensor | None, q_size: int, kv_size: int) -> None:
@@ -188,12 +194,10 @@ def _unit_stride(x: Tensor) -> Tensor:
 
 
 def _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out):
-    from .ops import _out_dtype
-
     tokens = qkv.shape[0]
     dtypes = (
-        _out_dtype(qkv.dtype, q_weight.dtype, weight_after_cast),
-        _out_dtype(qkv.dtype, k_weight.dtype, weight_after_cast),
+        output_dtype(qkv.dtype, q_weight.dtype, weight_after_cast),
+        output_dtype(qkv.dtype, k_weight.dtype, weight_after_cast),
     )
     if out is None:
         return tuple(qkv.new_empty((tokens, w), dtype=d) for w, d in zip((q_size, kv_size), dtypes, strict=True))
@@ -210,7 +214,9 @@ def _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out):
     return tuple(out)
 
 
-def _tiling(qkv: Tensor, q_size: int, kv_size: int, launch: Launch | None) -> tuple[Launch, dict]:
+def tiling(qkv: Tensor, q_size: int, kv_size: int, launch: Launch | None) -> tuple[Launch, dict]:
+    """``(launch, meta)``: ``launch`` (default :func:`launch_for` the qkv ``[T, q_size + 2*kv_size]``)
+    and the kernels' constexprs it gives (ROWS, BLOCK_Q, CHUNKS_Q, BLOCK_KV, CHUNKS_KV)."""
     launch = launch or launch_for(qkv.shape[0], q_size, kv_size, qkv.device)
     chunks_q, chunks_kv = launch.chunks(q_size, kv_size)
     meta = dict(
@@ -239,8 +245,8 @@ def qk_norm_triton(
     than :func:`launch_for`'s. Raises ``ValueError`` for a qkv or weight shape other than the
     geometry's, ``out`` of the wrong shape, dtype or device, ``RuntimeError`` for CPU tensors
     without the interpreter."""
-    return _launch_one_pass(
-        _kernels().qk_norm_kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch
+    return launch_one_pass(
+        kernels_module().qk_norm_kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch
     )
 
 
@@ -252,7 +258,7 @@ def _operands(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out):
     return (qkv, q_weight, k_weight), _outputs(qkv, q_weight, k_weight, q_size, kv_size, weight_after_cast, out)
 
 
-def _launch_one_pass(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch, **override):
+def launch_one_pass(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, out, launch, **override):
     """Launch ``kernel``, which takes the arguments of ``qk_norm_kernel`` (the fault bank's faulty
     kernels do too), with the constexprs in ``override`` replacing the tiling's; ``(q_out, k_out)``."""
     (qkv, q_weight, k_weight), (q_out, k_out) = _operands(
@@ -261,7 +267,7 @@ def _launch_one_pass(kernel, qkv, q_weight, k_weight, q_size, kv_size, eps, weig
     tokens = qkv.shape[0]
     if tokens == 0:
         return q_out, k_out
-    launch, meta = _tiling(qkv, q_size, kv_size, launch)
+    launch, meta = tiling(qkv, q_size, kv_size, launch)
     with _serialised(qkv):
         kernel[launch.grid(tokens)](
             qkv, q_weight, k_weight, q_out, k_out, tokens, qkv.stride(0), q_size, kv_size, float(q_size),
@@ -284,9 +290,9 @@ def sum_squares_triton(
         raise ValueError(f"out is {tuple(sums.shape)} {sums.dtype}; expected contiguous ({tokens}, 2) torch.float32")
     if tokens == 0:
         return sums
-    launch, meta = _tiling(qkv, q_size, kv_size, launch)
+    launch, meta = tiling(qkv, q_size, kv_size, launch)
     with _serialised(qkv):
-        _kernels().sum_squares_kernel[launch.grid(tokens)](
+        kernels_module().sum_squares_kernel[launch.grid(tokens)](
             qkv, sums, tokens, qkv.stride(0), q_size, kv_size, num_warps=launch.num_warps, **meta
         )
     return sums
@@ -321,9 +327,9 @@ def qk_norm_apply_triton(
         )
     if tokens == 0:
         return q_out, k_out
-    launch, meta = _tiling(qkv, q_size, kv_size, launch)
+    launch, meta = tiling(qkv, q_size, kv_size, launch)
     with _serialised(qkv):
-        _kernels().qk_norm_apply_kernel[launch.grid(tokens)](
+        kernels_module().qk_norm_apply_kernel[launch.grid(tokens)](
             qkv, sums.contiguous(), q_weight, k_weight, q_out, k_out, tokens, qkv.stride(0), q_size, kv_size,
             float(q_size * tp_world), float(kv_size * tp_world), eps,
             WEIGHT_AFTER_CAST=weight_after_cast, num_warps=launch.num_warps, **meta,

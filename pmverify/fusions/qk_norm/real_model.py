@@ -23,13 +23,13 @@ from typing import Any
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from ._apply import run_pass
-from .fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from .fusions.qk_norm.config import SUPPORTED_DTYPES
+from ..._apply import run_pass
+from .config import SUPPORTED_DTYPES, QKNormConfig
+from .fusion_pass import QKNormFusionPass
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RealModelResult", "check_minimax_m2"]
+__all__ = ["RealModelResult", "check_minimax_m2", "TRANSFORMERS_MISSING"]
 
 #: ``RealModelResult.skipped`` (and ``detail``) when transformers cannot be imported.
 TRANSFORMERS_MISSING = "transformers is not installed (pip install 'pmverify[models]')"

@@ -1,7 +1,7 @@
 """``qk_norm_tp_cases``: per-rank (SPMD) aten graphs with tensor-parallel MiniMax QK norms planted.
 
-A case is built as in :mod:`._qk_norm`: Hypothesis draws a plan (a world size, a head geometry, one
-:class:`_Layer` per planted layer, context ops, a seed); :func:`_build_case` traces the planned
+A case is built as in :mod:`.cases`, on the layer model of :mod:`.layers`: Hypothesis draws a plan (a world size, a head geometry, one
+:class:`Layer` per planted layer, context ops, a seed); :func:`build_case` traces the planned
 function once with ``torch._inductor.pattern_matcher.fwd_only`` and annotates every planted layer
 with ``torch.fx.traceback.annotate({"pmverify_instance": i})`` for the ground truth. The graph is
 the one every rank runs. At ``tp_world > 1`` a layer is vLLM's ``MiniMaxText01RMSNormTP.forward_qk``
@@ -18,41 +18,64 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
-from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import Shard
 
-from .._case import GraphCase, PlantedInstance
-from .._validation import short_repr, validate_bool, validate_dtypes, validate_int, validate_order, validate_strategy
-from ..fusions.qk_norm.config import DEFAULT_GROUP_NAME, SUPPORTED_DTYPES, QKNormConfig, kv_head_range
-from ..fusions.qk_norm.tp import all_reduce, qk_norm_tp_forward
-from ._qk_norm import _EPS, _HEAD_DIMS, _apply_ops, _Inputs, _Source, _source, draw_layers
-from ._tensors import tp_sizes
+from ...._case import GraphCase, PlantedInstance
+from ...._validation import short_repr, validate_bool, validate_dtypes, validate_int, validate_order, validate_strategy
+from ....distributed import DEFAULT_GROUP_NAME
+from ....strategies import tp_sizes
+from ..config import SUPPORTED_DTYPES, QKNormConfig, kv_head_range
+from ..tp import all_reduce, qk_norm_tp_forward
+from .layers import (
+    ANNOTATION,
+    EPS,
+    HEAD_DIMS,
+    Inputs,
+    Source,
+    apply_ops,
+    as_public_call,
+    draw_context,
+    draw_max_tokens,
+    draw_near_miss,
+    draw_plan,
+    fill,
+    instance_nodes,
+    other_eps,
+    source,
+    trace,
+)
 
-__all__ = ["qk_norm_tp_cases", "NEAR_MISS_KINDS"]
+__all__ = [
+    "qk_norm_tp_cases",
+    "QK_NORM_TP_NEAR_MISS_KINDS",
+    "Layer",
+    "make_layer",
+    "build_case",
+    "rank_head_dim",
+    "LEAKS",
+    "TP_LEAKS",
+]
 
 #: Near-miss kinds, in the order shrinking prefers them (after "no near miss").
-NEAR_MISS_KINDS = ("eps", "divisor", "reduce_op", "dtype", "extra_user", "tokens")
+QK_NORM_TP_NEAR_MISS_KINDS = ("eps", "divisor", "reduce_op", "dtype", "extra_user", "tokens")
 _DEFAULT_MAX_TOKENS = 16
 #: Head sizes in elements, simplest first; kv head counts, 1 first (replicated at every tp_world > 1).
-_TP_HEAD_DIMS = _HEAD_DIMS[:5]
+_TP_HEAD_DIMS = HEAD_DIMS[:5]
 _KV_HEADS = (1, 2, 4, 8)
 _MAX_HEADS_PER_RANK = 4
 #: Elementwise context ops without a second operand (every graph input is a qkv or a norm weight).
 _OPS = ("neg", "tanh", "add:1.0", "mul:2.0", "sigmoid", "abs", "exp_tanh", "add:-0.5", "mul:0.5", "mul:-1.5")
-_MAX_PRE_OPS = 3
-_MAX_POST_OPS = 2
 #: Intermediates an ``extra_user`` near miss returns too: the all-reduced ``[T, 2]`` sums, q's mean
-#: of squares, ... (q side); those of _TP_LEAKS exist only in the all-reduce form.
-_LEAKS = ("reduced", "ms", "xf", "sq", "rstd", "normed", "qk_var", "var")
-_TP_LEAKS = ("reduced", "qk_var", "var")
+#: of squares, ... (q side); those of TP_LEAKS exist only in the all-reduce form.
+LEAKS = ("reduced", "ms", "xf", "sq", "rstd", "normed", "qk_var", "var")
+TP_LEAKS = ("reduced", "qk_var", "var")
 _REDUCE_OPS = ("max", "min")  # both supported by gloo and NCCL
 
 
@@ -60,7 +83,7 @@ _REDUCE_OPS = ("max", "min")  # both supported by gloo and NCCL
 
 
 @dataclasses.dataclass(frozen=True)
-class _Layer:
+class Layer:
     """One planted QK-norm layer on a ``[rows, qkv_size]`` qkv; a near miss when ``reason`` is set."""
 
     rows: int  # tokens
@@ -70,9 +93,9 @@ class _Layer:
     split3: bool = False  # one split node per consumer
     divisor: int | None = None  # what the reduced sums are divided by; None: tp_world
     reduce_op: str = "sum"
-    leak: str | None = None  # intermediate also returned (see _LEAKS)
+    leak: str | None = None  # intermediate also returned (see LEAKS)
     reason: str | None = None  # near-miss kind; None when a correct pass must rewrite it
-    source: _Source = _Source()  # fresh qkv input or chained from the previous layer, then pre ops
+    source: Source = Source()  # fresh qkv input or chained from the previous layer, then pre ops
     post: tuple[tuple[str, ...], ...] = ((), (), ())  # context ops of q_out, k_out and v
 
     def describe(self, world: int) -> str:
@@ -80,14 +103,13 @@ class _Layer:
         return name + (f"[{self.reason}]" if self.reason else "")
 
 
-def _near_miss_variants(config: QKNormConfig, layer: _Layer, kind: str, max_tokens: int) -> list[_Layer]:
+def _near_miss_variants(config: QKNormConfig, layer: Layer, kind: str, max_tokens: int) -> list[Layer]:
     """Every way (simplest first) to make ``layer`` a near miss of ``kind`` that the pass for
     ``config`` must not rewrite; empty when there is none."""
     world = config.tp_world
     miss = functools.partial(dataclasses.replace, layer, reason=kind)
     if kind == "eps":
-        others = [e for e in _EPS if e != config.eps] + [math.nextafter(config.eps, math.inf)]
-        return [miss(eps=e) for e in others]
+        return [miss(eps=e) for e in other_eps(config.eps)]
     if kind == "divisor":
         return [miss(divisor=d) for d in dict.fromkeys((1, 2 * world, world + 1))] if world > 1 else []
     if kind == "reduce_op":
@@ -98,7 +120,7 @@ def _near_miss_variants(config: QKNormConfig, layer: _Layer, kind: str, max_toke
             miss(dtype=dt, weight_dtype=torch.float32 if layer.weight_dtype == torch.float32 else dt) for dt in others
         ]
     if kind == "extra_user":
-        leaks = [lk for lk in _LEAKS if world > 1 or lk not in _TP_LEAKS]
+        leaks = [lk for lk in LEAKS if world > 1 or lk not in TP_LEAKS]
         leaks = [lk for lk in leaks if lk != "xf" or layer.dtype != torch.float32]  # xf is q itself
         return [miss(leak=lk) for lk in leaks]
     if kind == "tokens":
@@ -106,7 +128,7 @@ def _near_miss_variants(config: QKNormConfig, layer: _Layer, kind: str, max_toke
     raise ValueError(f"unknown near-miss kind {kind!r}")
 
 
-def _layer(
+def make_layer(
     config: QKNormConfig,
     near_miss: str | None = None,
     *,
@@ -114,14 +136,14 @@ def _layer(
     variant: int = 0,
     split3: bool = False,
     weight_in_act_dtype: bool = False,
-    source: _Source | None = None,
+    source: Source | None = None,
     post: tuple[tuple[str, ...], ...] = ((), (), ()),
     max_tokens: int | None = None,
-) -> _Layer:
+) -> Layer:
     """A layer for ``config`` with ``near_miss`` applied (its ``variant``-th way). For tests and
     reproducers. Raises ``ValueError`` when that near miss is impossible for ``config``."""
     weight_dtype = config.dtype if weight_in_act_dtype else torch.float32
-    layer = _Layer(tokens, config.dtype, weight_dtype, config.eps, split3, source=source or _Source(), post=post)
+    layer = Layer(tokens, config.dtype, weight_dtype, config.eps, split3, source=source or Source(), post=post)
     if near_miss is None:
         return layer
     limit = max_tokens if max_tokens is not None else config.max_tokens + 1
@@ -135,7 +157,7 @@ def _layer(
 
 
 def _norms(
-    config: QKNormConfig, layer: _Layer, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor
+    config: QKNormConfig, layer: Layer, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The planted layer: ``([q_out, k_out, v], leaks)``. At tp_world > 1 without a leak it is
     :func:`qk_norm_tp_forward` itself; otherwise the same ops written out (at tp_world 1 without
@@ -167,23 +189,23 @@ def _norms(
     return [q_out, k_out, v], [seen[layer.leak]] if layer.leak else []
 
 
-def _program(config: QKNormConfig, layers: Sequence[_Layer], inputs: _Inputs) -> tuple[torch.Tensor, ...]:
+def _program(config: QKNormConfig, layers: Sequence[Layer], inputs: Inputs) -> tuple[torch.Tensor, ...]:
     """Compute the planned graph; layer ``i`` is annotated ``{"pmverify_instance": i}``."""
     outputs: list[torch.Tensor] = []
     pool: list[torch.Tensor] = []
     for i, layer in enumerate(layers):
-        qkv = _source(layer.source, layer.rows, config.qkv_size, layer.dtype, pool, inputs)
+        qkv = source(layer.source, layer.rows, config.qkv_size, layer.dtype, pool, inputs)
         q_weight = inputs.take("weight", (config.q_size,), layer.weight_dtype)
         k_weight = inputs.take("weight", (config.kv_size,), layer.weight_dtype)
-        with torch.fx.traceback.annotate({"pmverify_instance": i}):
+        with torch.fx.traceback.annotate({ANNOTATION: i}):
             results, leaks = _norms(config, layer, qkv, q_weight, k_weight)
-        outputs.extend(_apply_ops(r, ops, layer.dtype, inputs) for r, ops in zip(results, layer.post, strict=True))
+        outputs.extend(apply_ops(r, ops, layer.dtype, inputs) for r, ops in zip(results, layer.post, strict=True))
         outputs.extend(leaks)
         pool = results
     return tuple(outputs)
 
 
-def _input_specs(layers: Sequence[_Layer]) -> list[tuple[str, int, torch.dtype]]:
+def _input_specs(layers: Sequence[Layer]) -> list[tuple[str, int, torch.dtype]]:
     """``(kind, rows, dtype)`` of each graph input, in the order :func:`_program` takes them."""
     specs = []
     for i, layer in enumerate(layers):
@@ -193,7 +215,7 @@ def _input_specs(layers: Sequence[_Layer]) -> list[tuple[str, int, torch.dtype]]
     return specs
 
 
-def _head_dim(config: QKNormConfig) -> int:
+def rank_head_dim(config: QKNormConfig) -> int:
     return config.q_size // (config.num_heads // config.tp_world)
 
 
@@ -201,12 +223,11 @@ def _rank_inputs(config: QKNormConfig, specs: Sequence[tuple[str, int, torch.dty
     """Each rank's real inputs: full tensors (all heads) drawn from ``seed``, activations uniform in
     [-2, 2) and norm weights in [0.875, 1.125), cut into each rank's heads."""
     generator = torch.Generator().manual_seed(seed)
-    world, head_dim = config.tp_world, _head_dim(config)
+    world, head_dim = config.tp_world, rank_head_dim(config)
     q_width, kv_width = config.num_heads * head_dim, config.num_kv_heads * head_dim
 
     def full(shape: tuple[int, ...], kind: str, dtype: torch.dtype) -> torch.Tensor:
-        noise = torch.rand(shape, generator=generator)
-        return (noise * 4 - 2 if kind == "act" else 1 + (noise - 0.5) * 0.25).to(dtype)
+        return fill(torch.rand(shape, generator=generator), kind, dtype)
 
     q_cols = [slice(r * config.q_size, (r + 1) * config.q_size) for r in range(world)]
     kv_cols = [
@@ -227,11 +248,9 @@ def _rank_inputs(config: QKNormConfig, specs: Sequence[tuple[str, int, torch.dty
     return [tuple(rank) for rank in ranks]
 
 
-def _build_case(config: QKNormConfig, layers: Sequence[_Layer], *, seed: int = 0, label: str = "") -> GraphCase:
+def build_case(config: QKNormConfig, layers: Sequence[Layer], *, seed: int = 0, label: str = "") -> GraphCase:
     """Build the :class:`GraphCase` of a plan: the per-rank graph traced by ``fwd_only`` on fake
     inputs, real per-rank inputs from ``seed``."""
-    from torch._inductor.pattern_matcher import fwd_only
-
     specs = _input_specs(layers)
     widths = {"qkv": config.qkv_size, "q_weight": config.q_size, "k_weight": config.kv_size}
     mode = FakeTensorMode(allow_fallback_kernels=True)
@@ -240,14 +259,8 @@ def _build_case(config: QKNormConfig, layers: Sequence[_Layer], *, seed: int = 0
             torch.empty((rows, widths[kind]) if kind == "qkv" else (widths[kind],), dtype=dtype)
             for kind, rows, dtype in specs
         ]
-    with tracing(TracingContext(mode)):
-        gm = fwd_only(lambda *args: _program(config, layers, _Inputs(given=args)), fake)
-
-    by_instance: dict[int, list[str]] = {}
-    for node in gm.graph.nodes:
-        instance = node.meta.get("custom", {}).get("pmverify_instance")
-        if instance is not None and node.op not in ("placeholder", "output"):
-            by_instance.setdefault(instance, []).append(node.name)
+    gm = trace(lambda *args: _program(config, layers, Inputs(given=args)), fake, mode)
+    by_instance = instance_nodes(gm)
     world = config.tp_world
     pattern = "qk_norm_tp" if world > 1 else "qk_norm"
     planted = tuple(
@@ -258,7 +271,7 @@ def _build_case(config: QKNormConfig, layers: Sequence[_Layer], *, seed: int = 0
         label = (
             f"{', '.join(layer.describe(world) for layer in layers)} T={min(layer.rows for layer in layers)} "
             f"{str(config.dtype).removeprefix('torch.')} tp={world} "
-            f"heads={config.num_heads}/{config.num_kv_heads}x{_head_dim(config)}"
+            f"heads={config.num_heads}/{config.num_kv_heads}x{rank_head_dim(config)}"
         )
     return GraphCase(
         gm=gm,
@@ -298,8 +311,8 @@ def _configs(draw: Any, spec: _Spec, world: int) -> QKNormConfig:
     num_heads = world * draw(st.integers(1, _MAX_HEADS_PER_RANK))
     kv_heads = [n for n in _KV_HEADS if (n % world == 0 or world % n == 0) and num_heads % n == 0]
     num_kv_heads = draw(st.sampled_from(kv_heads))
-    eps = draw(st.sampled_from(_EPS))
-    max_tokens = draw(st.sampled_from(list(dict.fromkeys((spec.max_tokens, (spec.min_tokens + spec.max_tokens) // 2)))))
+    eps = draw(st.sampled_from(EPS))
+    max_tokens = draw_max_tokens(draw, spec.min_tokens, spec.max_tokens)
     return QKNormConfig.for_heads(
         num_heads, num_kv_heads, head_dim, tp_world=world, tp_rank=0, eps=eps, dtype=dtype,
         max_tokens=max_tokens, group_name=DEFAULT_GROUP_NAME,
@@ -307,27 +320,22 @@ def _configs(draw: Any, spec: _Spec, world: int) -> QKNormConfig:
 
 
 @st.composite
-def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bool, chain: bool) -> _Layer:
+def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bool, chain: bool) -> Layer:
     """One layer: split form, weight dtype, near miss (kept off by ``guard``), source and post ops."""
     split3 = draw(st.booleans())
     weight_in_act_dtype = draw(st.booleans())  # drawn even for float32 (a no-op), for stable shrinking
-    layer = _layer(config, tokens=tokens, split3=split3, weight_in_act_dtype=weight_in_act_dtype)
+    layer = make_layer(config, tokens=tokens, split3=split3, weight_in_act_dtype=weight_in_act_dtype)
     options = {}
     for kind in () if guard else spec.kinds:
         variants = _near_miss_variants(config, layer, kind, spec.max_tokens)
         if variants:
             options[kind] = variants
-    # One draw for the kind, one for the variant: every kind costs the same number of choices.
-    kind = draw(st.sampled_from([None, *options])) if options else None
-    if kind is not None:
-        layer = options[kind][draw(st.integers(0, len(options[kind]) - 1))]
-    source = _Source(chain and draw(st.booleans()), tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_PRE_OPS))))
-    post = tuple(tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_POST_OPS))) for _ in range(3))
+    layer = draw_near_miss(draw, layer, options)
+    (source,), post = draw_context(draw, _OPS, chain=chain, sources=1, outputs=3)
     return dataclasses.replace(layer, source=source, post=post)
 
 
-@st.composite
-def _cases(draw: Any, spec: _Spec) -> GraphCase:
+def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
     if spec.config is not None:
         config = spec.config
     else:
@@ -335,16 +343,14 @@ def _cases(draw: Any, spec: _Spec) -> GraphCase:
         if not isinstance(world, int) or isinstance(world, bool) or world < 1:
             raise InvalidArgument(f"tp_world drew {world!r}; it must draw positive ints")
         config = draw(_configs(spec, world))
-    tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, config.max_tokens)))
-    layers = draw_layers(
+    layers, seed = draw_plan(
         draw,
-        spec.min_instances,
-        spec.max_instances,
-        lambda guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
+        spec,
+        config.max_tokens,
+        lambda tokens, guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
         lambda layer: layer.reason is None,
     )
-    seed = draw(st.integers(0, 2**32 - 1))
-    return _build_case(config, layers, seed=seed)
+    return build_case(config, layers, seed=seed)
 
 
 # ------------------------------------------------------------------------------------------- public
@@ -394,7 +400,7 @@ def qk_norm_tp_cases(
       ``"tokens"`` near miss has more rows (up to ``max_tokens``).
     - ``min_instances`` / ``max_instances``: bounds on the number of planted layers (default 1..2).
     - ``near_misses``: whether some layers are near misses, which a correct pass must leave alone
-      (``must_match=False``, ``reason`` one of :data:`NEAR_MISS_KINDS`): ``"eps"`` another eps;
+      (``must_match=False``, ``reason`` one of :data:`QK_NORM_TP_NEAR_MISS_KINDS`): ``"eps"`` another eps;
       ``"divisor"`` the reduced sums divided by another world size (W > 1); ``"reduce_op"`` a
       ``"max"`` or ``"min"`` all-reduce (W > 1); ``"dtype"`` another activation dtype;
       ``"extra_user"`` an intermediate (the reduced ``[T, 2]``, q's mean of squares, ...) also
@@ -419,6 +425,7 @@ def qk_norm_tp_cases(
             result = pmverify.check_case(QKNormFusionPass, case)
             assert result.ok and result.matches == case.expected_matches, result.violations
     """
+    given_tp_world, given_max_tokens = tp_world, max_tokens
     if config is not None:
         if not isinstance(config, QKNormConfig):
             raise InvalidArgument(f"config={short_repr(config)} must be a QKNormConfig or None")
@@ -454,6 +461,11 @@ def qk_norm_tp_cases(
     validate_bool("near_misses", near_misses)
     if config is not None and dtypes is not None:
         raise InvalidArgument(f"dtypes={dtypes!r} cannot be combined with config: the dtype is config.dtype")
+    arguments = dict(
+        config=config, tp_world=given_tp_world, min_tokens=min_tokens, max_tokens=given_max_tokens,
+        min_instances=min_instances, max_instances=max_instances, near_misses=near_misses, dtypes=dtypes,
+    )  # fmt: skip
     dtypes = validate_dtypes("dtypes", dtypes, SUPPORTED_DTYPES)
-    kinds = NEAR_MISS_KINDS if near_misses else ()
-    return _cases(_Spec(config, tp_world, min_tokens, max_tokens, min_instances, max_instances, kinds, dtypes))
+    kinds = QK_NORM_TP_NEAR_MISS_KINDS if near_misses else ()
+    spec = _Spec(config, tp_world, min_tokens, max_tokens, min_instances, max_instances, kinds, dtypes)
+    return as_public_call(qk_norm_tp_cases, arguments, lambda draw: _draw_case(draw, spec))

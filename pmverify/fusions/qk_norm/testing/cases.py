@@ -1,7 +1,7 @@
 """``qk_norm_cases``: random aten graphs with MiniMax QK norms planted in elementwise context.
 
-A case is built in two steps. Hypothesis draws a plan (geometry, one :class:`_Layer` per planted
-QK-norm layer, context ops, a seed for the input values); :func:`_build_case` turns the plan into a
+A case is built in two steps. Hypothesis draws a plan (geometry, one :class:`Layer` per planted
+QK-norm layer, context ops, a seed for the input values); :func:`build_case` turns the plan into a
 :class:`GraphCase` by running the planned function once eagerly (to create the inputs) and tracing it
 with ``torch._inductor.pattern_matcher.fwd_only``, the tracer ``register_replacement`` uses, so the
 graph is in the post-grad form the QK-norm patterns match. Every planted norm is wrapped in
@@ -16,31 +16,42 @@ qkv, vLLM's weight-before-cast norm), ``"qk_norm_split3"`` (one split per consum
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
-from torch._guards import TracingContext, tracing
-from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .._case import GraphCase, PlantedInstance
-from ..fusions.qk_norm.config import SUPPORTED_DTYPES, QKNormConfig
+from ...._case import GraphCase, PlantedInstance
+from ..config import SUPPORTED_DTYPES, QKNormConfig
+from .layers import (
+    ANNOTATION,
+    EPS,
+    HEAD_DIMS,
+    Inputs,
+    Source,
+    apply_ops,
+    as_public_call,
+    draw_context,
+    draw_max_tokens,
+    draw_near_miss,
+    draw_plan,
+    instance_nodes,
+    other_eps,
+    source,
+    trace,
+)
 
-__all__ = ["qk_norm_cases", "FORMS", "NEAR_MISS_KINDS"]
+__all__ = ["qk_norm_cases", "QK_NORM_FORMS", "QK_NORM_NEAR_MISS_KINDS", "make_layer", "build_case", "Layer"]
 
 #: Planted forms, simplest first.
-FORMS = ("qk_norm", "qk_norm_split3", "rms_norm")
+QK_NORM_FORMS = ("qk_norm", "qk_norm_split3", "rms_norm")
 #: Near-miss kinds, in the order shrinking prefers them (after "no near miss").
-NEAR_MISS_KINDS = ("eps", "split_sizes", "dtype", "weight_length", "extra_user", "tokens")
+QK_NORM_NEAR_MISS_KINDS = ("eps", "split_sizes", "dtype", "weight_length", "extra_user", "tokens")
 
 _SPLIT_FORMS = ("qk_norm", "qk_norm_split3")
 _DEFAULT_MAX_TOKENS = 16
-_EPS = (1e-6, 1e-5, 1e-8, 1e-2)
-#: Head sizes in elements, simplest first; few values keep the pass's per-config pattern cache warm.
-_HEAD_DIMS = (4, 8, 6, 16, 5, 12, 32, 24)
 _MAX_HEADS = 8
 #: Elementwise context ops (activation dtype, values stay bounded), simplest first.
 _OPS = (
@@ -49,8 +60,6 @@ _OPS = (
 )  # fmt: skip
 #: Intermediates of a norm that an ``extra_user`` near miss gives a user outside the instance.
 _LEAKS = ("xf", "sq", "ms", "rstd", "normed")
-_MAX_PRE_OPS = 3
-_MAX_POST_OPS = 2
 _MAX_WIDTH_DELTA = 8
 
 
@@ -72,16 +81,7 @@ class _Norm:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Source:
-    """Where a norm's input comes from: a fresh graph input, or the previous layer's outputs
-    (``chain``: cat + tile + tanh); then ``pre`` elementwise ops."""
-
-    chain: bool = False
-    pre: tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Layer:
+class Layer:
     """One planted QK-norm layer: q and k norms of one form.
 
     Split forms share one qkv source (``sources[0]``, width ``q.width + k.width + v_width``) and are
@@ -92,7 +92,7 @@ class _Layer:
     form: str
     norms: tuple[_Norm, _Norm]
     v_width: int = 0
-    sources: tuple[_Source, ...] = ()
+    sources: tuple[Source, ...] = ()
     post: tuple[tuple[str, ...], ...] = ()
 
     @property
@@ -108,7 +108,7 @@ class _Layer:
         return self.form + (f"[{','.join(tags)}]" if tags else "")
 
 
-def _base_layer(config: QKNormConfig, form: str, tokens: int, weight_in_act_dtype: bool) -> _Layer:
+def _base_layer(config: QKNormConfig, form: str, tokens: int, weight_in_act_dtype: bool) -> Layer:
     """A layer that a correct pass for ``config`` must rewrite."""
     weight_dtype = config.dtype if weight_in_act_dtype else torch.float32
 
@@ -116,10 +116,10 @@ def _base_layer(config: QKNormConfig, form: str, tokens: int, weight_in_act_dtyp
         return _Norm(width, tokens, config.dtype, weight_dtype, width, config.eps)
 
     v_width = config.kv_size if form in _SPLIT_FORMS else 0
-    return _Layer(form, (norm(config.q_size), norm(config.kv_size)), v_width)
+    return Layer(form, (norm(config.q_size), norm(config.kv_size)), v_width)
 
 
-def _targets(layer: _Layer, kind: str, guard: bool) -> tuple[str, ...]:
+def _targets(layer: Layer, kind: str, guard: bool) -> tuple[str, ...]:
     """Which norms a near miss of ``kind`` may touch ("q", "k" or "both"), simplest first.
 
     Split forms are one instance: kinds that change qkv itself touch both norms. ``guard`` (the
@@ -136,13 +136,13 @@ def _touched(target: str) -> tuple[bool, bool]:
     return (target in ("q", "both"), target in ("k", "both"))
 
 
-def _near_miss_variants(config: QKNormConfig, layer: _Layer, kind: str, target: str, max_tokens: int) -> list[_Layer]:
+def _near_miss_variants(config: QKNormConfig, layer: Layer, kind: str, target: str, max_tokens: int) -> list[Layer]:
     """Every way (simplest first) to turn ``layer`` into a near miss of ``kind`` on ``target``
     norms that the pass for ``config`` must not rewrite; empty when there is none."""
     touched = _touched(target)
     q, k = layer.norms
 
-    def each(change: Callable[[_Norm], _Norm | None]) -> _Layer | None:
+    def each(change: Callable[[_Norm], _Norm | None]) -> Layer | None:
         norms = []
         for norm, hit in zip(layer.norms, touched, strict=True):
             if hit:
@@ -153,10 +153,9 @@ def _near_miss_variants(config: QKNormConfig, layer: _Layer, kind: str, target: 
             norms.append(norm)
         return dataclasses.replace(layer, norms=tuple(norms))
 
-    variants: list[_Layer | None] = []
+    variants: list[Layer | None] = []
     if kind == "eps":
-        others = [e for e in _EPS if e != config.eps] + [math.nextafter(config.eps, math.inf)]
-        variants = [each(lambda n, e=e: dataclasses.replace(n, eps=e)) for e in others]
+        variants = [each(lambda n, e=e: dataclasses.replace(n, eps=e)) for e in other_eps(config.eps)]
     elif kind == "split_sizes" and layer.form in _SPLIT_FORMS:
         deltas = sorted((d for d in range(-_MAX_WIDTH_DELTA, _MAX_WIDTH_DELTA + 1) if d), key=lambda d: (abs(d), -d))
         for d in deltas:
@@ -210,7 +209,7 @@ def _near_miss_variants(config: QKNormConfig, layer: _Layer, kind: str, target: 
     return [v for v in variants if v is not None]
 
 
-def _layer(
+def make_layer(
     config: QKNormConfig,
     form: str,
     near_miss: str | None = None,
@@ -220,12 +219,12 @@ def _layer(
     variant: int = 0,
     weight_in_act_dtype: bool = False,
     max_tokens: int | None = None,
-) -> _Layer:
+) -> Layer:
     """A layer of ``form`` for ``config`` with ``near_miss`` applied (its ``variant``-th way) to
     ``target`` ("q", "k" or "both"; default: the first allowed). For tests and reproducers.
     Raises ``ValueError`` when that near miss is impossible for ``config``."""
-    if form not in FORMS:
-        raise ValueError(f"form={form!r} must be one of {FORMS}")
+    if form not in QK_NORM_FORMS:
+        raise ValueError(f"form={form!r} must be one of {QK_NORM_FORMS}")
     layer = _base_layer(config, form, tokens, weight_in_act_dtype)
     if near_miss is None:
         return layer
@@ -238,74 +237,6 @@ def _layer(
 
 
 # -------------------------------------------------------------------------------------------- build
-
-
-class _Inputs:
-    """Hands out graph inputs in a fixed order: creates them (``seed``) or replays ``given``."""
-
-    def __init__(self, seed: int = 0, given: Sequence[torch.Tensor] | None = None) -> None:
-        self.created: list[torch.Tensor] = []
-        self._given = None if given is None else iter(given)
-        self._generator = torch.Generator().manual_seed(seed)
-
-    def take(self, kind: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        if self._given is not None:
-            return next(self._given)
-        noise = torch.rand(shape, generator=self._generator)
-        # Activations uniform in [-2, 2); norm weights in [0.875, 1.125), like trained weights.
-        value = noise * 4 - 2 if kind == "act" else 1 + (noise - 0.5) * 0.25
-        value = value.to(dtype)
-        self.created.append(value)
-        return value
-
-
-_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "neg": torch.neg,
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "abs": torch.abs,
-    "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
-}
-
-
-def _apply_ops(x: torch.Tensor, ops: Sequence[str], dtype: torch.dtype, inputs: _Inputs) -> torch.Tensor:
-    """Apply elementwise context ``ops`` to ``x``, computed in the activation ``dtype``."""
-    if ops and x.dtype != dtype:
-        x = x.to(dtype)
-    for op in ops:
-        if op in _UNARY:
-            x = _UNARY[op](x)
-        elif op in ("add_input", "mul_input"):
-            other = inputs.take("act", tuple(x.shape), x.dtype)
-            x = x + other if op == "add_input" else x * other
-        elif op.startswith("add:"):
-            x = x + float(op[4:])
-        elif op.startswith("mul:"):
-            x = x * float(op[4:])
-        else:
-            raise ValueError(f"unknown context op {op!r}")
-    return x
-
-
-def _source(
-    src: _Source, rows: int, width: int, dtype: torch.dtype, pool: list[torch.Tensor], inputs: _Inputs
-) -> torch.Tensor:
-    """A contiguous ``[rows, width]`` activation of ``dtype`` for a norm or a qkv split."""
-    if src.chain and pool:
-        parts = []
-        for part in pool:
-            part = part.to(dtype)
-            if part.shape[0] != rows:  # after a "tokens" near miss: repeat or cut rows
-                part = torch.cat([part] * math.ceil(rows / part.shape[0]), dim=0)[:rows]
-            parts.append(part)
-        total = sum(part.shape[-1] for part in parts)
-        x = torch.cat(parts * math.ceil(width / total), dim=-1)
-        if x.shape[-1] != width:
-            x = x[:, :width]
-        x = torch.tanh(x)  # an elementwise op: contiguous, and bounded whatever the previous layer gave
-    else:
-        x = inputs.take("act", (rows, width), dtype)
-    return _apply_ops(x, src.pre, dtype, inputs)
 
 
 def _rms_norm(
@@ -324,8 +255,8 @@ def _rms_norm(
     return weight * normed.to(norm.dtype) if weight_after_cast else (normed * weight).to(norm.dtype)
 
 
-def _program(layers: Sequence[_Layer], inputs: _Inputs) -> tuple[torch.Tensor, ...]:
-    """Compute the planned graph; instance ``i`` is annotated ``{"pmverify_instance": i}``."""
+def _program(layers: Sequence[Layer], inputs: Inputs) -> tuple[torch.Tensor, ...]:
+    """Compute the planned graph; instance ``i`` is annotated ``{ANNOTATION: i}``."""
     outputs: list[torch.Tensor] = []
     pool: list[torch.Tensor] = []
     instance = 0
@@ -334,10 +265,10 @@ def _program(layers: Sequence[_Layer], inputs: _Inputs) -> tuple[torch.Tensor, .
         leaks: list[torch.Tensor] = []
         if layer.form in _SPLIT_FORMS:
             sizes = layer.split_sizes
-            qkv = _source(layer.sources[0], q.rows, sum(sizes), q.dtype, pool, inputs)
+            qkv = source(layer.sources[0], q.rows, sum(sizes), q.dtype, pool, inputs)
             q_weight = inputs.take("weight", (q.weight_len,), q.weight_dtype)
             k_weight = inputs.take("weight", (k.weight_len,), k.weight_dtype)
-            with torch.fx.traceback.annotate({"pmverify_instance": instance}):
+            with torch.fx.traceback.annotate({ANNOTATION: instance}):
                 if layer.form == "qk_norm":
                     xq, xk, v = qkv.split(sizes, dim=-1)
                 else:
@@ -353,19 +284,19 @@ def _program(layers: Sequence[_Layer], inputs: _Inputs) -> tuple[torch.Tensor, .
         else:
             results = []
             for norm, src in zip(layer.norms, layer.sources, strict=True):
-                x = _source(src, norm.rows, norm.width, norm.dtype, pool, inputs)
+                x = source(src, norm.rows, norm.width, norm.dtype, pool, inputs)
                 weight = inputs.take("weight", (norm.weight_len,), norm.weight_dtype)
-                with torch.fx.traceback.annotate({"pmverify_instance": instance}):
+                with torch.fx.traceback.annotate({ANNOTATION: instance}):
                     results.append(_rms_norm(x, weight, norm, True, leaks))
                 instance += 1
         dtypes = [q.dtype, k.dtype, q.dtype][: len(results)]
-        outputs.extend(_apply_ops(r, ops, dt, inputs) for r, ops, dt in zip(results, layer.post, dtypes, strict=True))
+        outputs.extend(apply_ops(r, ops, dt, inputs) for r, ops, dt in zip(results, layer.post, dtypes, strict=True))
         outputs.extend(leaks)
         pool = results
     return tuple(outputs)
 
 
-def _planted(layers: Sequence[_Layer]) -> list[tuple[str, bool, str | None]]:
+def _planted(layers: Sequence[Layer]) -> list[tuple[str, bool, str | None]]:
     """``(pattern, must_match, reason)`` per instance id, in annotation order."""
     planted = []
     for layer in layers:
@@ -378,26 +309,15 @@ def _planted(layers: Sequence[_Layer]) -> list[tuple[str, bool, str | None]]:
     return planted
 
 
-def _build_case(config: QKNormConfig, layers: Sequence[_Layer], *, seed: int = 0, label: str = "") -> GraphCase:
+def build_case(config: QKNormConfig, layers: Sequence[Layer], *, seed: int = 0, label: str = "") -> GraphCase:
     """Build the :class:`GraphCase` of a plan: inputs from ``seed``, graph traced by ``fwd_only``.
     Layers without ``sources`` / ``post`` get the simplest (see :func:`_complete`)."""
-    from torch._inductor.pattern_matcher import fwd_only
-
     layers = [_complete(layer) for layer in layers]
-    maker = _Inputs(seed)
+    maker = Inputs(seed)
     _program(layers, maker)  # eager run: creates the inputs in the order the program takes them
     inputs = tuple(maker.created)
-    # fwd_only traces in real mode, where make_fx builds a new FakeTensorMode for the meta["val"] of
-    # every node unless one is found in the tracing context: providing one halves the tracing time
-    # and leaves the graph unchanged.
-    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
-        gm = fwd_only(lambda *args: _program(layers, _Inputs(given=args)), inputs)
-
-    by_instance: dict[int, list[str]] = {}
-    for node in gm.graph.nodes:
-        instance = node.meta.get("custom", {}).get("pmverify_instance")
-        if instance is not None and node.op not in ("placeholder", "output"):
-            by_instance.setdefault(instance, []).append(node.name)
+    gm = trace(lambda *args: _program(layers, Inputs(given=args)), inputs)
+    by_instance = instance_nodes(gm)
     planted = tuple(
         PlantedInstance(pattern, tuple(by_instance.get(i, ())), must_match, reason)
         for i, (pattern, must_match, reason) in enumerate(_planted(layers))
@@ -419,9 +339,9 @@ def _build_case(config: QKNormConfig, layers: Sequence[_Layer], *, seed: int = 0
     )
 
 
-def _complete(layer: _Layer) -> _Layer:
+def _complete(layer: Layer) -> Layer:
     """Fill a layer's missing sources and post ops with the simplest ones (fresh inputs, none)."""
-    sources = layer.sources or ((_Source(),) if layer.form in _SPLIT_FORMS else (_Source(), _Source()))
+    sources = layer.sources or ((Source(),) if layer.form in _SPLIT_FORMS else (Source(), Source()))
     post = layer.post or (((),) * (3 if layer.form in _SPLIT_FORMS else 2))
     return dataclasses.replace(layer, sources=sources, post=post)
 
@@ -440,7 +360,7 @@ class _Spec:
     max_instances: int
     kinds: tuple[str, ...]
     dtypes: tuple[torch.dtype, ...]
-    forms: tuple[str, ...] = FORMS
+    forms: tuple[str, ...] = QK_NORM_FORMS
 
 
 def _divisors(n: int) -> list[int]:
@@ -452,24 +372,22 @@ def _configs(draw: Any, spec: _Spec) -> QKNormConfig:
     """A small config: 4..32-element heads, up to 8 q heads, kv heads dividing them, ``max_tokens``
     the strategy's ``max_tokens`` or (leaving room for "tokens" near misses) about half of it."""
     dtype = draw(st.sampled_from(spec.dtypes))
-    head_dim = draw(st.sampled_from(_HEAD_DIMS))
+    head_dim = draw(st.sampled_from(HEAD_DIMS))
     q_heads = draw(st.integers(1, _MAX_HEADS))
     kv_heads = draw(st.sampled_from(_divisors(q_heads)))
-    eps = draw(st.sampled_from(_EPS))
-    limits = dict.fromkeys((spec.max_tokens, (spec.min_tokens + spec.max_tokens) // 2))
-    max_tokens = draw(st.sampled_from(list(limits)))
+    eps = draw(st.sampled_from(EPS))
+    max_tokens = draw_max_tokens(draw, spec.min_tokens, spec.max_tokens)
     return QKNormConfig(q_heads * head_dim, kv_heads * head_dim, eps, dtype, max_tokens)
 
 
 @st.composite
-def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bool, chain: bool) -> _Layer:
+def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bool, chain: bool) -> Layer:
     """One layer: form, near miss (kept off by ``guard``), sources and post ops."""
     form = draw(st.sampled_from(spec.forms))
     weight_in_act_dtype = draw(st.booleans())  # drawn even for float32 (a no-op), for stable shrinking
     layer = _base_layer(config, form, tokens, weight_in_act_dtype)
-    # One draw for the kind, one for (target, variant) together: every kind costs the same number of
-    # choices, so shrinking prefers the earlier kinds rather than those with fewer options.
-    options: dict[str, list[_Layer]] = {}
+    # (target, variant) together are one variant: see draw_near_miss
+    options: dict[str, list[Layer]] = {}
     for kind in spec.kinds:
         variants = [
             variant
@@ -478,57 +396,22 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
         ]
         if variants:
             options[kind] = variants
-    kind = draw(st.sampled_from([None, *options])) if options else None
-    if kind is not None:
-        layer = options[kind][draw(st.integers(0, len(options[kind]) - 1))]
-    n_sources = 1 if form in _SPLIT_FORMS else 2
-    sources = tuple(
-        _Source(chain and draw(st.booleans()), tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_PRE_OPS))))
-        for _ in range(n_sources)
-    )
-    post = tuple(
-        tuple(draw(st.lists(st.sampled_from(_OPS), max_size=_MAX_POST_OPS)))
-        for _ in range(3 if form in _SPLIT_FORMS else 2)
-    )
+    layer = draw_near_miss(draw, layer, options)
+    split = form in _SPLIT_FORMS
+    sources, post = draw_context(draw, _OPS, chain=chain, sources=1 if split else 2, outputs=3 if split else 2)
     return dataclasses.replace(layer, sources=sources, post=post)
 
 
-def draw_layers(
-    draw: Any,
-    min_instances: int,
-    max_instances: int,
-    layers: Callable[[bool, bool], st.SearchStrategy],
-    must_match: Callable[[Any], bool],
-) -> list[Any]:
-    """Draw ``min_instances``..``max_instances`` planted layers, one more while ``draw(booleans())``
-    says so (shrinks toward fewer). ``layers(guard, chain)`` is the strategy of one layer: ``guard``
-    when it is the last and no earlier layer holds a must-match instance (``must_match(layer)``),
-    so that every case keeps one; ``chain`` when it may take the previous layer's outputs."""
-    drawn: list[Any] = []
-    any_must_match = False
-    while True:
-        count = len(drawn) + 1
-        more = count < min_instances or (count < max_instances and draw(st.booleans()))
-        layer = draw(layers(not more and not any_must_match, bool(drawn)))
-        any_must_match = any_must_match or must_match(layer)
-        drawn.append(layer)
-        if not more:
-            return drawn
-
-
-@st.composite
-def _cases(draw: Any, spec: _Spec) -> GraphCase:
+def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
     config = draw(_configs(spec)) if spec.config is None else spec.config
-    tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, config.max_tokens)))
-    layers = draw_layers(
+    layers, seed = draw_plan(
         draw,
-        spec.min_instances,
-        spec.max_instances,
-        lambda guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
+        spec,
+        config.max_tokens,
+        lambda tokens, guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
         lambda layer: any(must_match for _, must_match, _ in _planted([layer])),
     )
-    seed = draw(st.integers(0, 2**32 - 1))
-    return _build_case(config, layers, seed=seed)
+    return build_case(config, layers, seed=seed)
 
 
 # ------------------------------------------------------------------------------------------- public
@@ -574,7 +457,7 @@ def qk_norm_cases(
     - ``min_instances`` / ``max_instances``: bounds on the number of planted layers (default 1..2);
       a per-tensor layer records two instances (q and k).
     - ``near_misses``: whether some norms are near misses, which a correct pass must leave alone
-      (``must_match=False``, ``reason`` one of :data:`NEAR_MISS_KINDS`): ``"eps"`` another eps
+      (``must_match=False``, ``reason`` one of :data:`QK_NORM_NEAR_MISS_KINDS`): ``"eps"`` another eps
       (including the next float up); ``"split_sizes"`` split sizes moved across the q|k or k|v
       boundary, same qkv width (per-tensor: a width that is neither ``q_size`` nor ``kv_size``);
       ``"dtype"`` another activation dtype; ``"weight_length"`` a ``[1]`` weight that broadcasts;
@@ -583,7 +466,7 @@ def qk_norm_cases(
       ``max_tokens``). Every case keeps an instance that must match (``expected_matches >= 1``).
     - ``dtypes``: activation dtypes to draw ``config.dtype`` from, simplest first (default float32,
       float16, bfloat16); only without ``config``. Weights are float32 or the activation dtype.
-    - ``forms``: the planted forms to draw from (default all of :data:`FORMS`), for a pass that
+    - ``forms``: the planted forms to draw from (default all of :data:`QK_NORM_FORMS`), for a pass that
       handles only some of them.
 
     Shrinks toward one float32 ``"qk_norm"`` layer on a fresh input, T = 1, no context, no near miss.
@@ -604,6 +487,7 @@ def qk_norm_cases(
         raise InvalidArgument(f"config={config!r} must be a QKNormConfig or None")
     if config is not None and config.tp_world != 1:
         raise InvalidArgument(f"config.tp_world={config.tp_world} must be 1: qk_norm_cases draws single-rank graphs")
+    given_max_tokens, given_dtypes, given_forms = max_tokens, dtypes, forms
     _check_int("min_tokens", min_tokens, 1)
     if max_tokens is None:
         max_tokens = max(_DEFAULT_MAX_TOKENS, min_tokens)
@@ -633,10 +517,10 @@ def qk_norm_cases(
             if dtype not in SUPPORTED_DTYPES:
                 raise InvalidArgument(f"dtypes={dtypes!r} holds {dtype!r}, not one of {SUPPORTED_DTYPES}")
     if forms is None:
-        forms = FORMS
-    elif isinstance(forms, str) or not isinstance(forms, Sequence) or not forms or set(forms) - set(FORMS):
-        raise InvalidArgument(f"forms={forms!r} must be a non-empty sequence drawn from {FORMS}")
-    kinds = NEAR_MISS_KINDS if near_misses else ()
+        forms = QK_NORM_FORMS
+    elif isinstance(forms, str) or not isinstance(forms, Sequence) or not forms or set(forms) - set(QK_NORM_FORMS):
+        raise InvalidArgument(f"forms={forms!r} must be a non-empty sequence drawn from {QK_NORM_FORMS}")
+    kinds = QK_NORM_NEAR_MISS_KINDS if near_misses else ()
     spec = _Spec(
         config,
         min_tokens,
@@ -645,6 +529,10 @@ def qk_norm_cases(
         max_instances,
         kinds,
         tuple(dict.fromkeys(dtypes)),
-        tuple(f for f in FORMS if f in forms),
+        tuple(f for f in QK_NORM_FORMS if f in forms),
     )
-    return _cases(spec)
+    arguments = dict(
+        config=config, min_tokens=min_tokens, max_tokens=given_max_tokens, min_instances=min_instances,
+        max_instances=max_instances, near_misses=near_misses, dtypes=given_dtypes, forms=given_forms,
+    )  # fmt: skip
+    return as_public_call(qk_norm_cases, arguments, lambda draw: _draw_case(draw, spec))

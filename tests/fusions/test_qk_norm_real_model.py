@@ -1,4 +1,4 @@
-"""Tests of pmverify.real_models: the QK-norm pass on a compiled tiny transformers MiniMax-M2."""
+"""Tests of pmverify.fusions.qk_norm.real_model: the QK-norm pass on a compiled tiny transformers MiniMax-M2."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from pmverify.real_models import TRANSFORMERS_MISSING, check_minimax_m2
+from pmverify.fusions.qk_norm.real_model import TRANSFORMERS_MISSING, check_minimax_m2
 
 
 @pytest.mark.slow

@@ -1,0 +1,79 @@
+"""The QK-norm fusion as a fuzz target (``pmverify fuzz``'s default, ``--target qk_norm``).
+
+:func:`fuzz_targets` is the target source the job reaches by name
+(``pmverify.fusions.qk_norm.testing:fuzz_targets``); it imports nothing of triton or Inductor, so
+that the target's set-up (Triton's interpreter without a GPU) runs before them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import environment
+
+__all__ = ["TP_WORLDS", "rotation", "fuzz_target", "fuzz_targets", "real_model_check"]
+
+#: The world sizes the shipped pass is fuzzed on, one rotation batch each (besides tp_world 1).
+TP_WORLDS = (2, 4, 8)
+
+
+def rotation(**qk_norm_kwargs: Any) -> list[tuple[str, Any]]:
+    """The single-rank case families the fuzz target rotates through, ``(name, strategy)`` in
+    order: plain ``qk_norm_cases(**qk_norm_kwargs)``, their in-place form ``with_mutations(...)``
+    and their functional form with mutating custom ops ``with_mutating_custom_ops(...)``. Raises
+    ``hypothesis.errors.InvalidArgument`` for arguments :func:`.qk_norm_cases` refuses."""
+    from ....strategies import with_mutating_custom_ops, with_mutations
+    from .cases import qk_norm_cases
+
+    return [
+        ("qk_norm_cases", qk_norm_cases(**qk_norm_kwargs)),
+        ("with_mutations", with_mutations(qk_norm_cases(**qk_norm_kwargs))),
+        ("with_mutating_custom_ops", with_mutating_custom_ops(qk_norm_cases(**qk_norm_kwargs))),
+    ]
+
+
+def real_model_check(skipped: str | None = None) -> Any:
+    """The compiled tiny MiniMax-M2 check (:func:`..real_model.check_minimax_m2`) as an
+    :class:`pmverify.ExtraCheck`, run on the target's pass (a class built from a ``QKNormConfig``);
+    ``skipped``: why it does not apply to the target (reported as skipped)."""
+    from ...._job.targets import ExtraCheck
+
+    def run(pass_factory: Any) -> dict:
+        from ...._job.report import jsonable
+        from ..real_model import check_minimax_m2
+
+        return jsonable(check_minimax_m2(pass_factory=pass_factory))
+
+    return ExtraCheck("minimax_m2", "tiny MiniMax-M2 with the pass, compiled with and without it", run, skipped)
+
+
+def fuzz_target() -> Any:
+    """The shipped :class:`~pmverify.fusions.qk_norm.QKNormFusionPass` as a
+    :class:`pmverify.FuzzTarget`: plain graphs, their in-place form, their functional form with
+    mutating custom ops (auto_functionalized), each followed by the all-reduce form on one
+    tensor-parallel world size of :data:`TP_WORLDS`, so that a run of six batches has checked
+    tp_world 2, 4 and 8; the real-model check at the end. Runs the fusion's environment set-up
+    first (:func:`..environment.set_up`: raises ``ValueError`` / ``RuntimeError`` when the fused
+    ops cannot run here)."""
+    environment.set_up()
+    from hypothesis import strategies as st
+
+    from ...._job.targets import FuzzTarget
+    from ..fusion_pass import QKNormFusionPass
+    from .tp_cases import qk_norm_tp_cases
+
+    tp = [(f"qk_norm_tp_cases[tp_world={world}]", qk_norm_tp_cases(tp_world=st.just(world))) for world in TP_WORLDS]
+    families = [family for pair in zip(rotation(), tp, strict=True) for family in pair]
+    return FuzzTarget(
+        QKNormFusionPass,
+        families,
+        set_up=environment.set_up,
+        reproducer_prelude=environment.reproducer_prelude(),
+        extra_check=real_model_check(),
+    )
+
+
+def fuzz_targets() -> dict[str, Callable[[], Any]]:
+    """The fusion's target source: ``{"qk_norm": fuzz_target}``."""
+    return {"qk_norm": fuzz_target}

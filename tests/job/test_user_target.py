@@ -1,0 +1,86 @@
+"""``pmverify fuzz --target`` with a user's pass or fuzz target sets up nothing of the shipped
+QK-norm fusion (no Triton interpreter, no PMVERIFY_QK_NORM_IMPL, no import of pmverify.fusions),
+in the job's process and in its worker's; a target's own set-up runs in the worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+
+
+def _fuzz(tmp_path: pathlib.Path, *target: str, real_model: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run ``pmverify fuzz`` on ``target`` in a fresh process without the QK-norm environment; the
+    script fails unless the job's own process imported no fusion and set nothing up either."""
+    report = tmp_path / "r.json"
+    script = f"""
+        import sys
+        import pmverify.cli
+        from _user_target import shipped_set_up
+        code = pmverify.cli.main([
+            "fuzz", *{list(target)!r}, *{[] if real_model else ["--no-real-model"]!r}, "--max-examples", "8",
+            "--progress", "plain",
+            "--report", {str(report)!r}, "--db", {str(tmp_path / "db")!r}, "--repro-dir", {str(tmp_path)!r},
+        ])
+        assert not shipped_set_up(), shipped_set_up()
+        sys.exit(code)
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PMVERIFY_QK_NORM_IMPL")}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    return done, json.loads(report.read_text()) if report.exists() else {}
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        ("--target", "_user_target:untouched", "--cases", "_user_target:CASES"),
+        ("--target", "_user_target:target"),
+    ],
+    ids=["pass", "fuzz_target"],
+)
+def test_a_user_target_sets_up_nothing_of_the_shipped_pass(tmp_path, target):
+    """The pass raises on a case (a violation) if its worker has the fusion set up; it rewrites
+    nothing, so the one finding is the job's never_matched health check (exit 1)."""
+    done, report = _fuzz(tmp_path, *target)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (run,) = report["targets"]
+    assert run["cases"] == 8 and not run["errors"], run
+    assert [finding["kind"] for finding in run["findings"]] == ["never_matched"], run["findings"]
+    assert report["real_models"] == []
+
+
+def test_a_target_factory_is_told_from_a_pass_and_keeps_its_declarations():
+    """In this process: ``module:function`` returning a FuzzTarget is the target (its families,
+    its set-up run), with no --cases; a pass function (one graph argument) needs --cases."""
+    from pmverify._job.targets import TargetError, load
+
+    sys.path.insert(0, str(HERE))
+    try:
+        loaded = load("_user_target:target")
+        assert [name for name, _ in loaded.families] == ["tiny_graphs"]
+        assert os.environ.pop("PMVERIFY_TEST_USER_SET_UP") == "1"
+        with pytest.raises(TargetError, match="declares its own families"):
+            load("_user_target:target", "_user_target:CASES")
+        with pytest.raises(TargetError, match="give its case strategy as --cases"):
+            load("_user_target:untouched")
+    finally:
+        sys.path.remove(str(HERE))
+
+
+def test_a_user_targets_extra_check_runs_in_its_worker_and_is_reported(tmp_path):
+    done, report = _fuzz(tmp_path, "--target", "_user_target:checked", real_model=True)
+    assert done.returncode == 1, done.stdout + done.stderr  # never_matched, as above
+    (check,) = report["real_models"]
+    assert check["name"] == "tiny_check" and check["ok"] and check["target"] == "_user_target:checked"
+    assert check["checked"] == "needs_set_up" and check["set_up"] == "1"
+    assert "real model: a check of the user's own" in done.stdout
