@@ -78,7 +78,7 @@ def checked(case: pmverify.GraphCase) -> int:
     result = pmverify.check_case(QKNormFusionPass, case)
     if result.violations:
         raise AssertionError(result.violations)
-    return result.matches
+    return result.rewrite_count
 
 
 def rate(loop: Callable[[pmverify.GraphCase], int], cases: Sequence[pmverify.GraphCase]) -> tuple[float, int]:

@@ -75,7 +75,7 @@ def _stats(result: Any) -> dict:
 
     return {
         "tp_world": result.case.tp_world,
-        "matches": result.matches,
+        "matches": result.rewrite_count,
         "events": [label for label in case_events(result) if not label.startswith("matches")],
         "summary": VerifySummary.of(result),
     }

@@ -28,8 +28,8 @@ import torch
 from hypothesis import strategies as st
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
-from .._apply import propagate_fake
 from .._case import GraphCase, MutationSite, PlantedInstance
+from .._execution import propagate_fake
 from .._fx import flat_nodes, is_view
 from ._validation import check_drawn_case, check_int, check_strategy
 
@@ -443,7 +443,7 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
         @given(with_mutations(qk_norm_cases()))
         def test_pass_respects_mutation_regions(case):
             result = pmverify.check_case(QKNormFusionPass, case)
-            assert result.ok and result.matches == case.expected_matches, result.violations
+            assert result.ok and result.rewrite_count == case.expected_matches, result.violations
     """
     check_strategy("cases", cases)
     check_int("max_mutations", max_mutations, 1)

@@ -40,8 +40,8 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .._apply import error_summary, propagate_fake, quiet_fake_tensor_errors
 from .._case import GraphCase, PlantedInstance
+from .._execution import error_summary, propagate_fake, quiet_fake_tensor_errors
 from .._fx import GRADIENT_OUTPUTS, flat_nodes
 from .._record import RecordedRewrite
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad

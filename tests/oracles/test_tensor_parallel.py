@@ -46,7 +46,7 @@ class FusesAndDropsAnotherAllReduce(QKNormFusionPass):
 
 def test_quiet_on_the_shipped_pass():
     result = pmverify.check_case(QKNormFusionPass, _case(2))
-    assert result.ok and result.matches == 2
+    assert result.ok and result.rewrite_count == 2
     assert all(all_reduce_count(run.after.graph.nodes) == 0 for run in (result.pair, *result.pair.ranks))
 
 
@@ -62,9 +62,9 @@ def test_flags_an_all_reduce_no_match_accounts_for():
     pass_config = dataclasses.replace(case.pass_config, max_tokens=2)  # only ...
     case = dataclasses.replace(case, pass_config=pass_config)  # ... so nothing matches: both all-reduces stay
     result = pmverify.check_case(FusesAndDropsAnotherAllReduce, case, oracles=["tensor_parallel"])
-    assert result.matches == 0 and result.ok  # no recorded match: not judged
+    assert result.rewrite_count == 0 and result.ok  # no recorded match: not judged
     result = pmverify.check_case(FusesAndDropsAnotherAllReduce, _case(2), oracles=["tensor_parallel"])
-    assert result.matches == 2 and result.ok  # both fused: no all-reduce left to drop
+    assert result.rewrite_count == 2 and result.ok  # both fused: no all-reduce left to drop
     mixed = _build_case(CONFIG, [_layer(CONFIG, tokens=3), _layer(CONFIG, "eps", tokens=3)], seed=1)
     result = pmverify.check_case(FusesAndDropsAnotherAllReduce, mixed, oracles=["tensor_parallel", "semantics"])
     messages = [v.message for v in result.violations if v.oracle == "tensor_parallel"]
@@ -121,9 +121,9 @@ def test_a_rank_that_raises_is_a_semantics_finding_naming_it():
 
 
 def test_ranks_waiting_on_each_other_are_a_finding_not_a_hang(monkeypatch):
-    from pmverify.oracles import semantics
+    from pmverify import _execution
 
-    monkeypatch.setattr(semantics, "WORLD_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(_execution, "WORLD_TIMEOUT_S", 2.0)
     result = pmverify.check_case(ExtraAllReduceOnRankOne, _case(), oracles=["semantics", "tensor_parallel"])
     by_oracle = {v.oracle: v.message for v in result.violations}
     assert by_oracle["semantics"].startswith(
@@ -162,9 +162,9 @@ class ExtraMaxReduceOnRankZero(QKNormFusionPass):
 
 
 def test_the_message_names_what_differs_between_ranks(monkeypatch):
-    from pmverify.oracles import semantics
+    from pmverify import _execution
 
-    monkeypatch.setattr(semantics, "WORLD_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(_execution, "WORLD_TIMEOUT_S", 2.0)
     result = pmverify.check_case(ExtraMaxReduceOnRankZero, _case(), oracles=["tensor_parallel", "semantics"])
     by_oracle = {v.oracle: v.message for v in result.violations}
     assert "inserted" in by_oracle["tensor_parallel"] and "on rank 1" in by_oracle["tensor_parallel"]
