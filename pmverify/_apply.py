@@ -39,6 +39,7 @@ from ._execution import (
     RunPair,
     error_summary,
     propagate_fake,
+    propagate_recorded,
     quiet_fake_tensor_errors,
     rank_pair,
 )
@@ -237,7 +238,7 @@ def apply_direct(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> 
 
 def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -> RunPair:
     after = copy.deepcopy(case.gm)
-    propagate_fake(after, case.inputs[rank])
+    propagation = propagate_recorded(after, case.inputs[rank])
     before_outputs = output_vals(after)  # the structure oracle's reference, propagated once
     start = time.perf_counter()
     try:
@@ -270,4 +271,5 @@ def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -
         unsorted=pass_made_unsorted(pairs, matches, strict_order),
         strict_order=strict_order,
         before_outputs=before_outputs,
+        before_propagation=propagation,
     )

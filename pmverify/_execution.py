@@ -26,6 +26,7 @@ import copy
 import dataclasses
 import functools
 import logging
+import operator
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
@@ -48,6 +49,9 @@ __all__ = [
     "rank_pair",
     "error_summary",
     "propagate_fake",
+    "propagate_recorded",
+    "FakePropagation",
+    "node_signature",
     "quiet_fake_tensor_errors",
     "clone_inputs",
     "deterministic_fill",
@@ -116,6 +120,20 @@ class Repropagation:
     outputs: list[Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class FakePropagation:
+    """One :func:`propagate_fake` through a graph, kept so that a later propagation through the
+    rewritten graph can reuse what the pass left unchanged: ``mode`` the ``FakeTensorMode``,
+    ``vals`` each node's ``meta["val"]`` and ``signatures`` each node's call
+    (:func:`node_signature`), by name; ``reusable`` whether the graph's values depend only on
+    each node's call and inputs (no op that mutates, see :func:`propagate_recorded`)."""
+
+    mode: FakeTensorMode
+    vals: dict[str, Any]
+    signatures: dict[str, tuple[str, str, str]]
+    reusable: bool
+
+
 @dataclasses.dataclass(eq=False)
 class RunPair:
     """The graph before and after a pass, with what the pass reported; the object every oracle
@@ -148,6 +166,8 @@ class RunPair:
     - ``before_outputs``: the ``meta["val"]`` of the outputs of the graph before the pass, from the
       fake propagation the direct mode made before running the pass (None in compiled mode:
       :meth:`before_output_vals` propagates then).
+    - ``before_propagation``: that propagation (:class:`FakePropagation`), which
+      :meth:`repropagated` reuses for the nodes the pass left as they were; None in compiled mode.
     """
 
     case: GraphCase
@@ -166,6 +186,7 @@ class RunPair:
     ranks: list[RunPair] = dataclasses.field(default_factory=list, repr=False)
     strict_order: bool = False
     before_outputs: list[Any] | None = dataclasses.field(default=None, repr=False)
+    before_propagation: FakePropagation | None = dataclasses.field(default=None, repr=False)
     _results: dict[int, RankResults] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _repropagation: Repropagation | BaseException | None = dataclasses.field(default=None, init=False, repr=False)
     _live: dict[str, torch.fx.Node] | None = dataclasses.field(default=None, init=False, repr=False)
@@ -215,7 +236,7 @@ class RunPair:
         the meta the pass left on ``after`` is kept. Raises what the propagation raised."""
         if self._repropagation is None:
             try:
-                self._repropagation = _repropagate(self.after, self.case.inputs[0])
+                self._repropagation = _repropagate(self.after, self.case.inputs[0], self.before_propagation)
             except Exception as exc:  # noqa: BLE001 - kept, raised to every caller
                 self._repropagation = exc
         if isinstance(self._repropagation, BaseException):
@@ -240,21 +261,79 @@ def error_summary(exc: BaseException) -> str:
 
 def propagate_fake(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> None:
     """Set ``meta["val"]`` on every node of ``gm`` from one fresh ``FakeTensorMode``."""
+    propagate_recorded(gm, inputs)
+
+
+def node_signature(node: torch.fx.Node) -> tuple[str, str, str]:
+    """What ``node`` computes from its inputs: its op, target and arguments (input nodes by name)."""
+    names = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.name)
+    return node.op, str(node.target), repr(names)
+
+
+def _pure(graph: torch.fx.Graph) -> bool:
+    """Whether every call in ``graph`` is an ATen-style op that mutates nothing (or a ``getitem``):
+    then a node's fake value depends only on its call and its inputs' values."""
+    return all(
+        node.target is operator.getitem
+        or (isinstance(node.target, torch._ops.OpOverload) and not node.target._schema.is_mutable)
+        for node in graph.nodes
+        if node.op == "call_function"
+    ) and not any(node.op == "call_module" for node in graph.nodes)
+
+
+def propagate_recorded(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePropagation:
+    """:func:`propagate_fake`, returning the propagation (:class:`FakePropagation`)."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         fake_inputs = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
+    nodes = gm.graph.nodes
+    return FakePropagation(
+        mode,
+        {node.name: node.meta.get("val") for node in nodes},
+        {node.name: node_signature(node) for node in nodes},
+        _pure(gm.graph),
+    )
 
 
-def _repropagate(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Repropagation:
+class _Reusing(FakeTensorProp):
+    """Fake propagation that takes a node's value from ``known`` when its call is the one
+    ``known`` propagated and none of its inputs was propagated anew."""
+
+    def __init__(self, gm: torch.fx.GraphModule, known: FakePropagation) -> None:
+        super().__init__(gm, known.mode)
+        self.known = known
+        self.fresh: set[str] = set()
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        same = self.known.signatures.get(n.name) == node_signature(n) and n.name in self.known.vals
+        if (
+            same
+            and n.op in ("placeholder", "call_function")
+            and not any(a.name in self.fresh for a in n.all_input_nodes)
+        ):
+            n.meta["val"] = self.known.vals[n.name]
+            return n.meta["val"]
+        self.fresh.add(n.name)
+        return super().run_node(n)
+
+
+def _repropagate(gm: torch.fx.GraphModule, inputs: Sequence[Any], known: FakePropagation | None) -> Repropagation:
     """:func:`propagate_fake` through ``gm`` itself, its nodes' ``meta`` dicts restored afterwards
-    (what a propagation through a deep copy gives, without copying the graph and its meta)."""
+    (what a propagation through a deep copy gives, without copying the graph and its meta). With
+    ``known`` (the propagation through the graph before the pass) and a graph where no op mutates,
+    the nodes the pass left as they were, on inputs it left as they were, keep the values ``known``
+    gave them: fake propagation is a function of a node's call and its inputs' values."""
     nodes = list(gm.graph.nodes)
     saved = [node.meta for node in nodes]
     for node in nodes:
         node.meta = dict(node.meta)
     try:
-        propagate_fake(gm, inputs)
+        placeholders = [node.name for node in nodes if node.op == "placeholder"]
+        if known is not None and known.reusable and _pure(gm.graph) and all(n in known.vals for n in placeholders):
+            _Reusing(gm, known).propagate_dont_convert_inputs(*(known.vals[n] for n in placeholders))
+        else:
+            propagate_fake(gm, inputs)
         return Repropagation({node.name: node.meta.get("val") for node in nodes}, output_vals(gm))
     finally:
         for node, meta in zip(nodes, saved, strict=True):
@@ -343,25 +422,43 @@ def _to64(value: Any) -> Any:
     return value
 
 
-def float64_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` with every floating dtype in its nodes' arguments turned into float64."""
-    ref = copy.deepcopy(gm)
-    for node in ref.graph.nodes:
+def _float64_graph(gm: torch.fx.GraphModule) -> torch.fx.Graph:
+    """A copy of ``gm``'s graph (its nodes' ``meta`` shallow-copied) with every floating dtype in
+    its nodes' arguments turned into float64."""
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
         if node.op == "call_function":
             node.args = _to64(node.args)
             node.kwargs = _to64(node.kwargs)
-    ref.recompile()
+    return graph
+
+
+def float64_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` with every floating dtype in its nodes' arguments turned into float64."""
+    ref = copy.deepcopy(gm)
+    ref.graph = _float64_graph(gm)  # recompiles
     return ref
 
 
-def _run_float64(
-    ref: torch.fx.GraphModule, inputs: Sequence[Any], fill: bool = True, drawn: Any = None
-) -> Results | None:
+class _Float64Run(torch.fx.Interpreter):
+    """Runs the float64 twin of a graph without generating its code: ``gm``'s graph turned into
+    float64 (:func:`_float64_graph`), interpreted on ``gm`` (which holds no attribute it reads)."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm, graph=_float64_graph(gm))
+
+    def __call__(self, *args: Any) -> Any:
+        return self.run(*args)
+
+
+def _run_float64(ref: Any, inputs: Sequence[Any], fill: bool = True, drawn: Any = None) -> Results | None:
+    """Run ``ref`` (a float64 module, or a :class:`_Float64Run`) on ``inputs`` widened to float64."""
     args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     try:
         if drawn:
+            module = ref if isinstance(ref, torch.fx.GraphModule) else float64_module(ref.module)
             with torch.no_grad(), deterministic_fill() if fill else contextlib.nullcontext():
-                return pytree.tree_leaves(run_replaying(ref, args, drawn)), args
+                return pytree.tree_leaves(run_replaying(module, args, drawn)), args
         return run_graph(ref, tuple(args), fill=fill)
     except Exception:  # noqa: BLE001 - the graph does not run in float64; fall back
         return None
@@ -370,11 +467,13 @@ def _run_float64(
 def float64_reference(
     gm: torch.fx.GraphModule, inputs: Sequence[Any], drawn: dict[str, Any] | None = None
 ) -> Results | None:
-    """Run ``gm`` with every floating dtype turned into float64; None when the graph does not allow
-    it (an op without float64 support, a custom op that checks dtypes...). ``drawn``: what a run of
-    ``gm`` drew (:func:`run_graph`), for a graph that draws random numbers: the reference draws the
-    same (see :func:`run_replaying`)."""
-    return _run_float64(float64_module(gm), inputs, drawn=drawn)
+    """Run ``gm`` with every floating dtype turned into float64 (:func:`float64_module`); None when
+    the graph does not allow it (an op without float64 support, a custom op that checks dtypes...).
+    ``drawn``: what a run of ``gm`` drew (:func:`run_graph`), for a graph that draws random numbers:
+    the reference draws the same (see :func:`run_replaying`)."""
+    if any(node.op in ("get_attr", "call_module") for node in gm.graph.nodes):
+        return _run_float64(float64_module(gm), inputs, drawn=drawn)  # a copy of its attributes too
+    return _run_float64(_Float64Run(gm), inputs, drawn=drawn)
 
 
 def _rank_results(pair: RunPair, rank: int) -> RankResults:
