@@ -19,6 +19,9 @@ A tensor-parallel case (``tp_world > 1``) runs the same per-rank graph on every 
 the pass: it is applied once per rank, to its own copy propagated with that rank's inputs, built
 for that rank (a class gets ``case.pass_config`` with ``tp_rank=r`` when the config has that field,
 see :func:`rank_config`). ``RunPair.ranks`` holds the runs of ranks 1.., the pair itself is rank 0.
+
+:class:`RunPair`, :class:`MatchRecord`, fake propagation and the graph runs the oracles read live
+in :mod:`pmverify._execution` (re-exported here); this module only applies the pass.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ random op of the float64 run starts from the generator state its twin started fr
 outputs, cast to the dtypes of the graph before the pass, equal what that graph drew (a dropout
 mask, a permutation: draws that do not depend on the dtype) the float64 values stand, else (a
 ``rand_like`` draws other bits in float64) the values drawn before the pass are used, widened.
+
+The runs themselves (:func:`seeded`, :func:`run_recording`, :func:`run_replaying`, :func:`draws`)
+live in :mod:`pmverify._execution`, re-exported here; this module judges what they drew
+(:func:`rng_reason`).
 """
 
 from __future__ import annotations
