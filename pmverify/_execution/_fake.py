@@ -99,11 +99,11 @@ class _Reusing(FakeTensorProp):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         same = self.known.signatures.get(n.name) == node_signature(n) and n.name in self.known.vals
-        if (
-            same
-            and n.op in ("placeholder", "call_function")
-            and not any(a.name in self.fresh for a in n.all_input_nodes)
-        ):
+        if n.op == "placeholder":  # given its known value (repropagate): fresh only if it is another input
+            if not same:
+                self.fresh.add(n.name)
+            return super().run_node(n)
+        if same and n.op == "call_function" and not any(a.name in self.fresh for a in n.all_input_nodes):
             n.meta["val"] = self.known.vals[n.name]
             return n.meta["val"]
         self.fresh.add(n.name)
