@@ -112,11 +112,12 @@ def float64_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 class _Float64Run(torch.fx.Interpreter):
-    """Runs the float64 twin of a graph without generating its code: ``gm``'s graph turned into
-    float64 (:func:`_float64_graph`), interpreted on ``gm`` (which holds no attribute it reads)."""
+    """Runs ``gm`` as its float64 twin (:func:`float64_module`) without copying it or generating
+    code: every floating dtype in a call's arguments is turned into float64 as the call is made
+    (the arguments :func:`float64_module` rewrites; ``gm`` holds no attribute the graph reads)."""
 
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        super().__init__(gm, graph=_float64_graph(gm))
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return super().call_function(target, _to64(args), _to64(kwargs))
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args)
