@@ -8,7 +8,8 @@ fields, what the oracles read:
   run on the case's inputs (:class:`RankResults`); a tensor-parallel case runs each graph on a real
   world of ``tp_world`` ranks (:func:`pmverify.distributed.run_spmd`, threaded backend);
 - :meth:`RunPair.repropagated`: fake tensors re-propagated through the graph after the pass
-  (:class:`Repropagation`).
+  (:class:`Repropagation`), reusing the values of the nodes the pass left as they were;
+- :meth:`RunPair.live_after`: the nodes of the graph after the pass that dead-code elimination keeps.
 
 The functions below it run one graph: :func:`propagate_fake` (one ``FakeTensorMode``),
 :func:`run_graph` (on clones of the inputs, under :func:`deterministic_fill`, from a fixed
@@ -16,7 +17,7 @@ generator state when the graph draws random numbers), :func:`float64_reference` 
 dtype turned into float64). Random numbers: a graph that draws (``randperm``, dropout...) runs from
 :data:`RNG_SEED`; its float64 twin draws what it drew (:func:`run_recording`,
 :func:`run_replaying`; see :mod:`pmverify.oracles._rng` for how the semantics oracle judges such
-cases).
+cases). They live in ``_fake`` (propagation), ``_runs`` (graph runs, float64) and ``_random``.
 """
 
 from __future__ import annotations
