@@ -151,7 +151,9 @@ def _counted(count, *expectations):
     node = SimpleNamespace(name="n", target="t", args=(), kwargs={})
     before = SimpleNamespace(graph=SimpleNamespace(nodes=[node]))
     after = SimpleNamespace(graph=SimpleNamespace(nodes=[]))  # before != after: a hand rewrite
-    return SimpleNamespace(mode="compiled", matched_count=count, match_records=[], case=case, before=before, after=after)
+    return SimpleNamespace(
+        mode="compiled", matched_count=count, match_records=[], case=case, before=before, after=after
+    )
 
 
 @pytest.mark.parametrize(
