@@ -78,7 +78,7 @@ def checked(case: pmverify.GraphCase) -> int:
     result = pmverify.check_case(QKNormFusionPass, case)
     if result.violations:
         raise AssertionError(result.violations)
-    return result.matches
+    return result.rewrite_count
 
 
 def rate(loop: Callable[[pmverify.GraphCase], int], cases: Sequence[pmverify.GraphCase]) -> tuple[float, int]:
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows[name] = {"seconds": seconds, "cases_per_s": len(cases) / seconds, "matches": matches}
         print(f"{name:<12} {seconds:>8.2f} {len(cases) / seconds:>9.1f} {matches:>8}", flush=True)
     ratio = rows["bare"]["cases_per_s"] / rows["check_case"]["cases_per_s"]
-    print(f"check_case costs {ratio:.1f}x the bare loop per case")
+    print(f"check_case costs {ratio:.2f}x the bare loop per case: {1 / ratio:.2f} of its rate (target >= 0.8)")
 
     parts = breakdown(cases)
     total = sum(parts.values())
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         with open(args.json, "w") as f:
             json.dump(
                 {"torch": torch.__version__, "cases": len(cases), "seed": args.seed, **rows, "ratio": ratio,
-                 "breakdown_s": parts},
+                 "rate_ratio": 1 / ratio, "breakdown_s": parts},
                 f,
                 indent=2,
             )  # fmt: skip

@@ -19,6 +19,9 @@ A tensor-parallel case (``tp_world > 1``) runs the same per-rank graph on every 
 the pass: it is applied once per rank, to its own copy propagated with that rank's inputs, built
 for that rank (a class gets ``case.pass_config`` with ``tp_rank=r`` when the config has that field,
 see :func:`rank_config`). ``RunPair.ranks`` holds the runs of ranks 1.., the pair itself is rank 0.
+
+:class:`RunPair`, :class:`MatchRecord`, fake propagation and the graph runs the oracles read live
+in :mod:`pmverify._execution` (re-exported here); this module only applies the pass.
 """
 
 from __future__ import annotations
@@ -27,16 +30,22 @@ import contextlib
 import copy
 import dataclasses
 import inspect
-import logging
 import time
 import traceback
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ._case import GraphCase
+from ._execution import (
+    MatchRecord,
+    RunPair,
+    error_summary,
+    propagate_fake,
+    propagate_recorded,
+    quiet_fake_tensor_errors,
+    rank_pair,
+)
 from ._fx import output_vals
 
 __all__ = [
@@ -54,74 +63,6 @@ __all__ = [
     "sort_like_inductor",
     "recording_matches",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class MatchRecord:
-    """One rewrite made through an Inductor pattern entry (``PatternMatcherPass``).
-
-    - ``entry``: the entry's kind (``"ReplacementPatternEntry"``, ``"GraphPatternEntry"``...) and
-      the target of the node it was anchored at.
-    - ``nodes``: names of the matched nodes (``Match.nodes``), as in the graph before the rewrite.
-    - ``replacement``: names of the nodes the entry inserted.
-    """
-
-    entry: str
-    nodes: tuple[str, ...]
-    replacement: tuple[str, ...]
-
-
-@dataclasses.dataclass
-class RunPair:
-    """The graph before and after a pass, with what the pass reported.
-
-    - ``before``: the case's graph module, untouched.
-    - ``after``: the rewritten copy (None when the pass raised).
-    - ``pass_``: the pass object that ran.
-    - ``matched_count``: what the pass reported (``PatternMatcherPass.apply``'s return value or
-      the pass's ``matched_count``); None when it reports nothing.
-    - ``error``: the formatted traceback when the pass raised, else None.
-    - ``elapsed_s``: seconds spent in the pass.
-    - ``error_summary``: the exception the pass raised, whole, with where it was raised; else None.
-    - ``resorted``: whether the pass left the graph out of topological order (sorted afterwards as
-      Inductor does, when it has no cycle).
-    - ``matches``: every rewrite made through an Inductor pattern entry, in order (empty for a pass
-      that rewrites by hand).
-    - ``unsorted``: ``(node, input)`` name pairs where the pass left ``node`` before the definition
-      of its ``input``: with ``strict_order``, every such pair; else leaving out nodes an Inductor
-      pattern entry inserted (Inductor puts a multi-output replacement before the first output,
-      relying on the sort that follows).
-    - ``strict_order``: whether the case was applied with ``strict_order=True`` (see
-      :func:`apply_direct`).
-    - ``mode``: ``"direct"`` or ``"compiled"``; ``compiled``: what the compiled mode measured.
-    - ``cache``: values the oracles share (the float64 reference run, node values...).
-    - ``ranks``: for a tensor-parallel case in direct mode, the runs of ranks 1..tp_world-1 (each a
-      ``RunPair`` of its own: the pass built for that rank, applied to that rank's copy); empty
-      otherwise. :func:`rank_pair` picks a rank's run.
-    """
-
-    case: GraphCase
-    before: torch.fx.GraphModule
-    after: torch.fx.GraphModule | None
-    pass_: Any
-    matched_count: int | None
-    error: str | None
-    elapsed_s: float
-    error_summary: str | None = None
-    resorted: bool = False
-    matches: list[MatchRecord] = dataclasses.field(default_factory=list)
-    unsorted: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    mode: str = "direct"
-    compiled: Any = None
-    cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
-    ranks: list[RunPair] = dataclasses.field(default_factory=list, repr=False)
-    strict_order: bool = False
-
-
-def rank_pair(pair: RunPair, rank: int) -> RunPair:
-    """The run of rank ``rank``: ``pair`` itself for rank 0 (or when ranks were not applied one by
-    one, as in compiled mode), else ``pair.ranks[rank - 1]``."""
-    return pair if rank == 0 or not pair.ranks else pair.ranks[rank - 1]
 
 
 def _out_of_order(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
@@ -192,15 +133,6 @@ def sort_like_inductor(graph: torch.fx.Graph) -> list[tuple[str, str]]:
 
         stable_topological_sort(graph)
     return pairs
-
-
-def error_summary(exc: BaseException) -> str:
-    """The exception, whole, with where it was raised (the last frame of its traceback); one
-    without a message (a bare ``assert``) by its repr, never an empty text."""
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" (at {frame.filename}:{frame.lineno} in {frame.name})" if frame else ""
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
-    return f"{text}{where}"
 
 
 def pass_made_unsorted(
@@ -285,31 +217,6 @@ def run_pass(pass_obj: Any, graph: torch.fx.Graph) -> int | None:
     return int(count) if isinstance(count, int) else None
 
 
-def propagate_fake(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> None:
-    """Set ``meta["val"]`` on every node of ``gm`` from one fresh ``FakeTensorMode``."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    with mode:
-        fake_inputs = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
-
-
-@contextlib.contextmanager
-def quiet_fake_tensor_errors():
-    """Silence torch's ERROR log of a failed meta kernel while a pass runs.
-
-    ``register_replacement`` re-traces every candidate match on its real shapes; on a near miss
-    (say, other split sizes) that trace fails a broadcast in fake tensors, torch logs the traceback
-    at ERROR level, and the matcher then rejects the match, as it should. The log is noise here.
-    """
-    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
-    level = fake_log.level
-    fake_log.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        fake_log.setLevel(level)
-
-
 def apply_direct(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> RunPair:
     """Apply ``pass_`` to a copy of ``case.gm`` without compiling, once per rank of a
     tensor-parallel case (see the module docstring); never raises for the pass's own errors (they
@@ -334,8 +241,8 @@ def apply_direct(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> 
 
 def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -> RunPair:
     after = copy.deepcopy(case.gm)
-    propagate_fake(after, case.inputs[rank])
-    cache = {"before_outputs": output_vals(after)}  # the structure oracle's reference, propagated once
+    propagation = propagate_recorded(after, case.inputs[rank])
+    before_outputs = output_vals(after)  # the structure oracle's reference, propagated once
     start = time.perf_counter()
     try:
         with quiet_fake_tensor_errors(), recording_matches() as matches:
@@ -363,8 +270,9 @@ def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -
         None,
         time.perf_counter() - start,
         resorted=bool(pairs),
-        matches=matches,
+        match_records=matches,
         unsorted=pass_made_unsorted(pairs, matches, strict_order),
-        cache=cache,
         strict_order=strict_order,
+        before_outputs=before_outputs,
+        before_propagation=propagation,
     )

@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._apply import RunPair, apply_direct
+from ._apply import apply_direct
 from ._case import GraphCase
+from ._execution import RunPair
 from .distributed import SPMDTimeoutError
 from .oracles import ORACLES, Violation, semantics
 from .oracles.expectations import matched_instances, rewrite_count
@@ -27,26 +28,26 @@ class CaseResult:
 
     - ``case``: the :class:`GraphCase`; ``pair``: the :class:`RunPair` (graphs before/after).
     - ``violations``: every :class:`Violation` found (empty when the pass is correct on the case).
-    - ``matches``: rewrites made: the pass's own count when it reports one, else the matches
+    - ``rewrite_count``: rewrites made: the pass's own count when it reports one, else the matches
       recorded through Inductor's pattern entries, else the number of planted instances it rewrote.
-    - ``matched``: for each planted instance, whether it was rewritten.
+    - ``planted_matched``: for each planted instance, whether it was rewritten.
     - ``elapsed_s``: seconds for apply + oracles.
-    - ``void``: why the case says nothing about semantics (its float64 reference is NaN/Inf; or,
+    - ``void_reason``: why the case says nothing about semantics (its float64 reference is NaN/Inf; or,
       starting ``"rng: "``, its graphs draw random numbers otherwise before and after the pass, see
       :mod:`pmverify.oracles.semantics`), else None. A void case is neither a pass nor a
       violation of semantics; the other oracles still judge it.
     - ``judged``: the oracles that had something to judge on the case (:func:`judged_by`).
-    - ``rewritten``: whether the pass rewrote anything: ``matches > 0``, or it changed the graph
+    - ``rewritten``: whether the pass rewrote anything: ``rewrite_count > 0``, or it changed the graph
       (a hand-written pass that reports no count and rewrote nothing planted).
     """
 
     case: GraphCase
     pair: RunPair
     violations: list[Violation]
-    matches: int
-    matched: list[bool]
+    rewrite_count: int
+    planted_matched: list[bool]
     elapsed_s: float
-    void: str | None = None
+    void_reason: str | None = None
     judged: tuple[str, ...] = ()
     rewritten: bool = False
 
@@ -56,8 +57,10 @@ class CaseResult:
 
     @property
     def not_comparable(self) -> str | None:
-        """``void`` when the graphs cannot be compared value by value (``"rng: ..."``), else None."""
-        return self.void if self.void is not None and self.void.startswith("rng: ") else None
+        """``void_reason`` when the graphs cannot be compared value by value (``"rng: ..."``), else
+        None."""
+        reason = self.void_reason
+        return reason if reason is not None and reason.startswith("rng: ") else None
 
 
 def _has_collectives(gm: Any) -> bool:
@@ -122,7 +125,7 @@ _JUDGES: dict[str, Callable[[RunPair], bool]] = {
 }
 
 
-def judged_by(pair: RunPair, names: Sequence[str], void: str | None) -> tuple[str, ...]:
+def judged_by(pair: RunPair, names: Sequence[str], void_reason: str | None) -> tuple[str, ...]:
     """The oracles of ``names`` that had something to judge on ``pair``: none when the pass raised;
     ``semantics`` when the case is not void; ``mutation_barriers`` when the graph has an in-place op;
     ``functionalization`` when it has an auto_functionalized node (before or after the pass);
@@ -134,7 +137,7 @@ def judged_by(pair: RunPair, names: Sequence[str], void: str | None) -> tuple[st
     judged = []
     for name in names:
         if name == "semantics":
-            ok = void is None
+            ok = void_reason is None
         else:
             try:
                 ok = _JUDGES.get(name, lambda pair: True)(pair)
@@ -168,8 +171,9 @@ def check_case(
 
     - ``pass_``: a pass object (``__call__(torch.fx.Graph)`` or ``PatternMatcherPass``) or a pass
       class built per case as ``pass_(case.pass_config)``.
-    - ``oracles``: names from ``pmverify.oracles.ORACLES`` or callables ``RunPair -> [Violation]``;
-      default all.
+    - ``oracles``: names from ``pmverify.oracles.ORACLES`` or callables ``RunPair -> [Violation]``
+      (see :mod:`pmverify.oracles`: the pair is applied and its runs computed once, then handed to
+      every oracle); default all.
     - ``mode``: ``"direct"`` (default: copy, fake-propagate, run the pass, recompile; no
       torch.compile) or ``"compiled"`` (``torch.compile`` the case's graph with Inductor twice,
       without and with the pass installed as ``post_grad_custom_post_pass``, and compare the two on
@@ -233,9 +237,9 @@ def check_case(
             void = None
     matched = matched_instances(pair)
     count = rewrite_count(pair)
-    matches = count if count is not None else sum(matched)
+    rewrites = count if count is not None else sum(matched)
     judged = judged_by(pair, [name for name, _ in checks], void)
-    rewritten = pair.error is None and (matches > 0 or _changed(pair))
+    rewritten = pair.error is None and (rewrites > 0 or _changed(pair))
     return CaseResult(
-        case, pair, violations, matches, matched, time.perf_counter() - start, void, judged, bool(rewritten)
+        case, pair, violations, rewrites, matched, time.perf_counter() - start, void, judged, bool(rewritten)
     )

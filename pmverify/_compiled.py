@@ -11,7 +11,7 @@ graph cache would be bypassed even if it were on) that, on the post-grad graph:
 
 - copies the graph before the pass;
 - runs the pass (``PatternMatcherPass`` through ``.apply``, anything else called on the graph)
-  inside :func:`~pmverify._apply.recording_matches`, so ``RunPair.matches`` fills;
+  inside :func:`~pmverify._apply.recording_matches`, so ``RunPair.match_records`` fills;
 - copies the graph right after it, and sorts the *copy* as Inductor sorts the real graph right
   after the pass, recording the ``(node, input)`` pairs the pass left out of order;
 - records an exception of the pass and re-raises it, so the compile fails; the failure becomes
@@ -67,7 +67,7 @@ from ._apply import (
     sort_like_inductor,
 )
 from ._case import GraphCase
-from .oracles import semantics
+from ._execution import clone_inputs, deterministic_fill
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class CompiledRun:
     """What the compiled mode measured (``RunPair.compiled``).
 
     - ``before``: per rank, ``(flat outputs, final values of the inputs)`` of the compile *without*
-      the pass (as :func:`pmverify.oracles.semantics.run_graph` returns them for a graph).
+      the pass (as :func:`pmverify._execution.run_graph` returns them for a graph).
     - ``after``: per rank, the same for the compile *with* the pass, or the exception that compile
       (or its run on that rank) raised.
     - ``timings_s``: seconds per phase: ``compile_without_pass`` / ``compile_with_pass`` (the first
@@ -283,7 +283,7 @@ def _compile_config(post_pass: Any, pre_pass: Any) -> Iterator[dict[str, Any]]:
             suppress_errors=False, automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False
         ),
         torch.no_grad(),
-        semantics.deterministic_fill(),
+        deterministic_fill(),
     ):
         yield options
 
@@ -305,7 +305,7 @@ def _compile_and_run(
         first = time.perf_counter() - start
         start = time.perf_counter()
         for rank_inputs in case.inputs[1:]:
-            args = semantics.clone_inputs(rank_inputs)
+            args = clone_inputs(rank_inputs)
             try:
                 results.append((pytree.tree_leaves(compiled(*args)), args))
             except Exception as exc:  # noqa: BLE001
@@ -341,7 +341,7 @@ def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -
 
     Returns a :class:`~pmverify._apply.RunPair` with ``mode="compiled"``: ``before`` / ``after``
     the post-grad graph before / right after the pass (``after`` None when the pass raised),
-    ``matched_count``, ``matches`` and ``unsorted`` from the pass's run in the compile, and
+    ``matched_count``, ``match_records`` and ``unsorted`` from the pass's run in the compile, and
     ``compiled`` a :class:`CompiledRun` (the semantics oracle compares its runs, against the
     float64 reference of ``case.gm``, whose outputs line up with the compiled functions').
     ``strict_order`` as for :func:`~pmverify._apply.apply_direct`: the disorder is read on the
@@ -356,7 +356,7 @@ def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -
     pass_obj = build_pass(pass_, case)
     timings: dict[str, float] = {}
     baseline, timings["compile_without_pass"], timings["run_without_pass"] = _compile_and_run(
-        case, None, None, semantics.clone_inputs(case.inputs[0])
+        case, None, None, clone_inputs(case.inputs[0])
     )
     failed = next((r for r in baseline if isinstance(r, BaseException)), None)
     if failed is not None:
@@ -365,7 +365,7 @@ def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -
             f"has nothing to compare with on {case!r}"
         ) from failed
     recorder, inputs = _PostGradRecorder(pass_obj), _InputRecorder()
-    first_args = semantics.clone_inputs(case.inputs[0])
+    first_args = clone_inputs(case.inputs[0])
     after_runs, timings["compile_with_pass"], timings["run_with_pass"] = _compile_and_run(
         case, recorder, inputs, first_args
     )
@@ -410,7 +410,7 @@ def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -
         None,
         recorder.elapsed_s,
         resorted=bool(recorder.pairs),
-        matches=recorder.matches,
+        match_records=recorder.matches,
         unsorted=pass_made_unsorted(recorder.pairs, recorder.matches, strict_order),
         mode="compiled",
         compiled=run,

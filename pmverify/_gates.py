@@ -307,7 +307,7 @@ def _apply_on(rewrite: Any, isolated: Any, args: tuple[Any, ...]) -> bool:
     """Run the one-rewrite pass on the search function traced on ``args``; whether it rewrote."""
     import copy
 
-    from ._apply import propagate_fake, quiet_fake_tensor_errors
+    from ._execution import propagate_fake, quiet_fake_tensor_errors
     from ._fx import trace
 
     try:

@@ -445,7 +445,7 @@ def write_picture(pair: Any, reproducer: str | os.PathLike[str]) -> list[pathlib
 
     before = {node.name for node in pair.before.graph.nodes}
     after = {node.name for node in pair.after.graph.nodes} if pair.after is not None else set()
-    matched = {name for name in before - after} | {name for record in pair.matches for name in record.nodes}
-    inserted = (after - before) | ({name for record in pair.matches for name in record.replacement} & after)
+    matched = {name for name in before - after} | {name for record in pair.match_records for name in record.nodes}
+    inserted = (after - before) | ({name for record in pair.match_records for name in record.replacement} & after)
     dot = render_dot(pair.before, pair.after, sorted(matched & before), sorted(inserted))
     return write_dot(dot, pathlib.Path(reproducer).with_suffix(""))

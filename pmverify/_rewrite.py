@@ -294,10 +294,10 @@ def _search(
 
     def count(result: CaseResult) -> None:
         counts["examples"] += 1
-        counts["matched"] += result.matches > 0
-        if result.matches > 0 and result.not_comparable is not None:
+        counts["matched"] += result.rewrite_count > 0
+        if result.rewrite_count > 0 and result.not_comparable is not None:
             incomparable.append(result.not_comparable)
-        counts["comparable"] += result.matches > 0 and result.not_comparable is None
+        counts["comparable"] += result.rewrite_count > 0 and result.not_comparable is None
         outcomes.update(_outcome(instance) for instance in result.case.planted)
 
     isolated_pass(rewrite).rejected.clear()

@@ -40,9 +40,9 @@ class VerifySummary:
 
     - ``cases``: cases run (replayed ones from the example database included; when a failure was
       found, the cases its shrinking ran too).
-    - ``rewrites``: rewrites made, summed over the cases (``CaseResult.matches``).
+    - ``rewrites``: rewrites made, summed over the cases (``CaseResult.rewrite_count``).
     - ``rewritten_cases``: cases in which the pass rewrote something (``CaseResult.rewritten``).
-    - ``void_cases``: cases on which semantics said nothing (``CaseResult.void``): their float64
+    - ``void_cases``: cases on which semantics said nothing (``CaseResult.void_reason``): their float64
       reference is NaN/Inf, or they are not comparable; ``first_void``: why the first of them was.
     - ``not_comparable_cases``: the void cases whose graphs cannot be compared value by value
       (``CaseResult.not_comparable``: they draw random numbers otherwise before and after the
@@ -75,13 +75,13 @@ class VerifySummary:
         """The summary of one :class:`~pmverify.CaseResult`."""
         return cls(
             cases=1,
-            rewrites=int(result.matches),
-            rewritten_cases=int(bool(getattr(result, "rewritten", result.matches > 0))),
-            void_cases=int(result.void is not None),
+            rewrites=int(result.rewrite_count),
+            rewritten_cases=int(bool(getattr(result, "rewritten", result.rewrite_count > 0))),
+            void_cases=int(result.void_reason is not None),
             failing_cases=int(bool(result.violations)),
             judged=dict.fromkeys(getattr(result, "judged", ()), 1),
             planted=dict(collections.Counter(outcome(instance) for instance in result.case.planted)),
-            first_void=result.void,
+            first_void=result.void_reason,
             not_comparable_cases=int(getattr(result, "not_comparable", None) is not None),
             first_not_comparable=getattr(result, "not_comparable", None),
         )

@@ -104,8 +104,8 @@ class _CaseFailed(AssertionError):
 
 def case_events(result: CaseResult) -> list[str]:
     """Labels of what a case exercised, for Hypothesis' statistics (``event()``)."""
-    labels = [f"matches: {result.matches}"]
-    for instance, matched in zip(result.case.planted, result.matched, strict=True):
+    labels = [f"matches: {result.rewrite_count}"]
+    for instance, matched in zip(result.case.planted, result.planted_matched, strict=True):
         if instance.must_match is True:
             labels.append(f"{instance.pattern}: {'matched' if matched else 'NOT matched'}")
         elif instance.must_match is None:
@@ -118,7 +118,7 @@ def case_events(result: CaseResult) -> list[str]:
         labels.append("pass left the graph unsorted (stable_topological_sort ran after it)")
     if result.case.mutations:
         labels.append(f"mutations: {len(result.case.mutations)}")
-    if result.void:
+    if result.void_reason:
         incomparable = getattr(result, "not_comparable", None)
         labels.append(
             "void: not comparable (rng)" if incomparable else "void: non-finite reference (semantics not judged)"

@@ -47,8 +47,8 @@ def test_shipped_pass_compiled(case):
     assert result.ok, result.violations
     pair = result.pair
     assert pair.mode == "compiled" and isinstance(pair.compiled, CompiledRun)
-    assert pair.matched_count == 1 and result.matched == [True]
-    assert len(pair.matches) == 1 and pair.matches[0].entry.startswith("ReplacementPatternEntry")
+    assert pair.matched_count == 1 and result.planted_matched == [True]
+    assert len(pair.match_records) == 1 and pair.match_records[0].entry.startswith("ReplacementPatternEntry")
     assert pair.compiled.graphs == 1 and pair.compiled.aligned
     fused = torch.ops.pmverify.qk_norm.default
     assert not any(n.target is fused for n in pair.before.graph.nodes)
@@ -151,7 +151,9 @@ def _counted(count, *expectations):
     node = SimpleNamespace(name="n", target="t", args=(), kwargs={})
     before = SimpleNamespace(graph=SimpleNamespace(nodes=[node]))
     after = SimpleNamespace(graph=SimpleNamespace(nodes=[]))  # before != after: a hand rewrite
-    return SimpleNamespace(mode="compiled", matched_count=count, matches=[], case=case, before=before, after=after)
+    return SimpleNamespace(
+        mode="compiled", matched_count=count, match_records=[], case=case, before=before, after=after
+    )
 
 
 @pytest.mark.parametrize(
@@ -191,11 +193,11 @@ def test_a_pass_without_a_count_is_judged_by_what_it_did(case):
     """Identity (no count, graph unchanged) counts 0 rewrites; a PatternMatcherPass wrapped in a
     plain function (no count) counts the matches recorded through Inductor's entries."""
     identity = check_case(lambda graph: None, case, mode="compiled")
-    assert [v.oracle for v in identity.violations] == ["expectations"] and identity.matches == 0
+    assert [v.oracle for v in identity.violations] == ["expectations"] and identity.rewrite_count == 0
     patterns = QKNormFusionPass(CONFIG).patterns
     wrapped = check_case(lambda graph: patterns.apply(graph) and None, case, mode="compiled")
     assert wrapped.ok, wrapped.violations
-    assert wrapped.pair.matched_count is None and wrapped.matches == 1 and wrapped.matched == [True]
+    assert wrapped.pair.matched_count is None and wrapped.rewrite_count == 1 and wrapped.planted_matched == [True]
 
 
 def test_matched_instances_in_compiled_mode_are_guessed_from_the_count():
@@ -258,8 +260,8 @@ def test_strict_order_reads_the_graph_the_pass_left_before_inductor_sorts_it():
     x = torch.randn(4)
     case = GraphCase(fwd_only(lambda x: (x.sin(), (x.sin() * (x * 2)).cos()), [x]), [(x,)])
     strict = check_case(pass_, case, mode="compiled", oracles=["structure", "semantics"], strict_order=True)
-    assert strict.matches == 1 and strict.pair.unsorted
+    assert strict.rewrite_count == 1 and strict.pair.unsorted
     assert [v.oracle for v in strict.violations] == ["structure"]
     assert "an Inductor pattern entry (ReplacementPatternEntry at" in strict.violations[0].message
     default = check_case(pass_, case, mode="compiled", oracles=["structure", "semantics"])
-    assert default.matches == 1 and default.pair.unsorted == [] and default.ok, default.violations
+    assert default.rewrite_count == 1 and default.pair.unsorted == [] and default.ok, default.violations

@@ -44,7 +44,7 @@ from pmverify.strategies._mutations import with_mutations
 def test_hand_rms_norm_is_correct_on_functional_graphs():
     results = []
     verify(HandRMSNormIgnoresMutations, qk_norm_cases(forms=["rms_norm"]), seed=0, on_result=results.append)
-    assert sum(r.matches for r in results) >= len(results)  # it fuses (each case has a must-match norm)
+    assert sum(r.rewrite_count for r in results) >= len(results)  # it fuses (each case has a must-match norm)
 
 
 def test_hand_rms_norm_is_caught_through_mutations(tmp_path, finding_only):
@@ -141,7 +141,7 @@ def test_hand_rms_norm_without_config_fuses_every_chain():
     config = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.float16, max_tokens=4)
     case = build_case(config, [make_layer(config, "rms_norm", "eps", tokens=2)])  # q: another eps
     result = pmverify.check_case(HandRMSNormIgnoresMutations(), case, oracles=["semantics", "structure"])
-    assert result.ok and result.matches == 2
+    assert result.ok and result.rewrite_count == 2
 
 
 # The issue's acceptance: both faults caught through strategies built on ``planted``, the way
@@ -193,7 +193,7 @@ def _quiet(fault, cases, **kwargs):
     """``fault`` shows no violation on ``cases`` (seed 0) and rewrites something; the results."""
     results = []
     verify(fault, cases, seed=0, on_result=results.append, **kwargs)
-    assert sum(r.matches for r in results) >= 1
+    assert sum(r.rewrite_count for r in results) >= 1
     return results
 
 
@@ -229,17 +229,17 @@ def test_dropped_scalars_leave_large_k_alone():
     gm = fwd_only(addmm_beta_pattern, [bias, a, b])
     case = pmverify.GraphCase(gm=gm, inputs=[(bias, a, b)], pass_config=UnfuseAddmmConfig(max_k=4))
     result = pmverify.check_case(AddmmDropsScalars, case)
-    assert result.ok and result.matches == 0  # K = 5 > max_k
+    assert result.ok and result.rewrite_count == 0  # K = 5 > max_k
     case = pmverify.GraphCase(gm=gm, inputs=[(bias, a, b)], pass_config=UnfuseAddmmConfig())
     result = pmverify.check_case(AddmmDropsScalars, case)
-    assert result.matches == 1 and [v.oracle for v in result.violations] == ["semantics"]
+    assert result.rewrite_count == 1 and [v.oracle for v in result.violations] == ["semantics"]
 
 
 def test_weight_cast_is_exact_when_the_weight_has_the_activation_dtype():
     _quiet(QKNormCastsWeightToActivationDtype, qk_norm_cases(dtypes=[torch.float32]), max_examples=8)
     case = build_case(BF16, [make_layer(BF16, "rms_norm", weight_in_act_dtype=True, tokens=2)])
     result = pmverify.check_case(QKNormCastsWeightToActivationDtype, case)
-    assert result.ok and result.matches == 2
+    assert result.ok and result.rewrite_count == 2
 
 
 def test_weight_cast_is_caught_with_an_fp32_weight(tmp_path, finding_only):
@@ -260,7 +260,9 @@ def test_uninitialized_accumulator_shows_on_every_run():
     case = build_case(BF16, [make_layer(BF16, "rms_norm", tokens=2)])
     for _ in range(3):
         result = pmverify.check_case(RMSNormUninitializedAccumulator, case)
-        assert result.matches == 2 and [v.oracle for v in result.violations] == ["semantics"] * len(result.violations)
+        assert result.rewrite_count == 2 and [v.oracle for v in result.violations] == ["semantics"] * len(
+            result.violations
+        )
         assert result.violations and "nan" in result.violations[0].message
 
 
@@ -277,7 +279,7 @@ def test_extra_user_matcher_is_caught_on_extra_user_near_misses(tmp_path, findin
     for leak in range(5):  # x.float(), x², mean, rsqrt, normed: each left for its other user
         case = build_case(BF16, [make_layer(BF16, "rms_norm", "extra_user", target="q", variant=leak, tokens=2)])
         result = pmverify.check_case(HandRMSNormIgnoresExtraUsers, case)
-        assert result.matches == 2, leak
+        assert result.rewrite_count == 2, leak
         assert [v.oracle for v in result.violations] == ["expectations"], result.violations
         assert "extra_user" in result.violations[0].message
     error = _caught(HandRMSNormIgnoresExtraUsers, qk_norm_cases(forms=["rms_norm"]), tmp_path, finding_only)
@@ -288,7 +290,7 @@ def test_uuid_ignoring_config_rewrites_as_the_shipped_pass():
     case = build_case(BF16, [make_layer(BF16, "qk_norm", tokens=2), make_layer(BF16, "rms_norm", "eps", tokens=2)])
     shipped = pmverify.check_case(QKNormFusionPass, case)
     fault = pmverify.check_case(QKNormUuidIgnoresConfig, case, oracles=["structure", "semantics", "expectations"])
-    assert shipped.ok and fault.ok and fault.matches == shipped.matches == 2
+    assert shipped.ok and fault.ok and fault.rewrite_count == shipped.rewrite_count == 2
 
 
 def test_uuid_ignoring_config_is_caught_by_the_cache_key_oracle():
@@ -306,13 +308,13 @@ def _pre_op_case(pre: tuple[str, ...]):
 
 def test_early_insertion_is_correct_on_graph_inputs():
     result = pmverify.check_case(HandRMSNormInsertedBeforeInputs, _pre_op_case(()))
-    assert result.ok and result.matches == 2 and not result.pair.unsorted
+    assert result.ok and result.rewrite_count == 2 and not result.pair.unsorted
 
 
 def test_early_insertion_is_caught_when_the_input_is_computed(tmp_path, finding_only):
     """Relies on the structure oracle's report of ``RunPair.unsorted``."""
     result = pmverify.check_case(HandRMSNormInsertedBeforeInputs, _pre_op_case(("neg",)))
-    assert result.matches == 2 and result.pair.unsorted  # q's norm went in ahead of neg(x)
+    assert result.rewrite_count == 2 and result.pair.unsorted  # q's norm went in ahead of neg(x)
     assert [v.oracle for v in result.violations] == ["structure"]  # values are right once sorted
     assert "before its input" in result.violations[0].message
     error = _caught(HandRMSNormInsertedBeforeInputs, qk_norm_cases(forms=["rms_norm"]), tmp_path, finding_only)

@@ -24,9 +24,9 @@ def test_shipped_pass_preserves_semantics():
     results = []
     summary = verify(QKNormFusionPass, qk_norm_cases(), max_examples=30, on_result=results.append)
     assert len(results) == 30
-    assert sum(r.matches for r in results) > 0
+    assert sum(r.rewrite_count for r in results) > 0
     assert isinstance(summary, pmverify.VerifySummary)
-    assert summary.cases == 30 and summary.rewrites == sum(r.matches for r in results)
+    assert summary.cases == 30 and summary.rewrites == sum(r.rewrite_count for r in results)
     assert summary.rewritten_cases == sum(r.rewritten for r in results) > 0 and summary.failing_cases == 0
     assert summary.judged["structure"] == 30 and summary.judged["semantics"] == 30 - summary.void_cases
     assert summary.planted["must match"] >= summary.rewritten_cases

@@ -82,7 +82,7 @@ def rewritten_variants(result: Any) -> list[dict[str, Any]]:
     if result is None:
         return []
     rows = []
-    for instance, matched in zip(result.case.planted, result.matched, strict=False):
+    for instance, matched in zip(result.case.planted, result.planted_matched, strict=False):
         if matched and instance.must_match is not True and instance.reason:
             rows.append({"pattern": instance.pattern, "reason": instance.reason, "detail": instance.detail})
     return rows
@@ -178,7 +178,7 @@ def _planted(
 
     def count(result: Any) -> None:
         counts["cases"] += 1
-        counts["rewritten"] += bool(result.matches)
+        counts["rewritten"] += bool(result.rewrite_count)
 
     try:
         verify(

@@ -65,7 +65,7 @@ def _checked(result: Any) -> protocol.CaseChecked:
 
     return protocol.CaseChecked(
         tp_world=result.case.tp_world,
-        matches=result.matches,
+        matches=result.rewrite_count,
         events=tuple(label for label in case_events(result) if not label.startswith("matches")),
         summary=VerifySummary.of(result),
     )

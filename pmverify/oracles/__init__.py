@@ -1,10 +1,46 @@
-"""Oracles: each takes a ``RunPair`` and returns a list of :class:`Violation`; none raises on a
-finding. ``ORACLES`` maps each name to its check, in the order ``check_case`` asks them."""
+"""Oracles: the properties ``check_case`` judges a pass by.
 
+An oracle is a callable ``check(pair: RunPair) -> list[Violation]``; none raises on a finding.
+``ORACLES`` maps each built-in oracle's name to its check, in the order ``check_case`` asks them.
+
+Writing your own: ``check_case`` / ``verify`` apply the pass once, build one :class:`RunPair`
+and hand that same object to every oracle, built-in or yours (``oracles=[..., my_oracle]``).
+Read from it, do not modify it:
+
+- ``pair.case`` (the :class:`~pmverify.GraphCase`), ``pair.before`` / ``pair.after`` (the graph
+  modules before and after the pass; ``after`` is None when the pass raised, which ``check_case``
+  reports as a ``"crash"`` without asking the oracles), ``pair.matched_count`` and
+  ``pair.match_records`` (:class:`MatchRecord`: the rewrites made through Inductor's pattern
+  entries), ``pair.ranks`` (the runs of ranks 1.. of a tensor-parallel case);
+- ``pair.results(rank)`` (:class:`RankResults`: the graph before the pass, after it and the
+  float64 reference run on that rank's inputs, each ``(flat outputs, final values of the
+  inputs)``; ``after`` is the exception when the rewritten graph raised), computed on first use
+  and shared with the semantics oracle;
+- ``pair.repropagated()`` (:class:`Repropagation`: fake tensors re-propagated through ``after``)
+  and ``pair.live_after()`` (the nodes dead-code elimination keeps), computed once.
+
+Return one :class:`Violation` per finding (``Violation("my_oracle", "what is wrong", nodes)``). An
+exception an oracle raises is reported as a finding of that oracle ("could not check the rewritten
+graph"). Example::
+
+    def no_new_nodes(pair: RunPair) -> list[Violation]:
+        if pair.after is None or len(pair.after.graph.nodes) <= len(pair.before.graph.nodes):
+            return []
+        return [Violation("no_new_nodes", "the pass made the graph larger")]
+
+    pmverify.check_case(MyPass, case, oracles=[*ORACLES, no_new_nodes])
+"""
+
+from collections.abc import Callable
+
+from .._execution import MatchRecord, RankResults, Repropagation, RunPair
 from . import cache_key, expectations, functionalization, mutation_barriers, semantics, structure, tensor_parallel
 from ._violation import Violation
 
-ORACLES = {
+#: The type of an oracle: a check of one :class:`RunPair`.
+Oracle = Callable[[RunPair], list[Violation]]
+
+ORACLES: dict[str, Oracle] = {
     "structure": structure.check,
     "semantics": semantics.check,
     "mutation_barriers": mutation_barriers.check,
@@ -16,6 +52,11 @@ ORACLES = {
 
 __all__ = [
     "ORACLES",
+    "MatchRecord",
+    "Oracle",
+    "RankResults",
+    "Repropagation",
+    "RunPair",
     "Violation",
     "cache_key",
     "expectations",

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from . import _rng
+from .._execution import Replayer, float64_module
 
 __all__ = ["RUNS", "noise_floor"]
 
@@ -60,7 +60,7 @@ def _functional(node: torch.fx.Node) -> bool:
     return all(a.alias_info is None for a in schema.arguments) and all(r.alias_info is None for r in schema.returns)
 
 
-class _Perturbing(_rng._Replayer):
+class _Perturbing(Replayer):
     """Runs a float64 twin of a graph (drawing what ``drawn`` recorded), each functional op's
     floating operands, as it reads them, and its floating results perturbed at the unit roundoff of
     the dtype it computes in before widening (``dtypes``: node name -> that dtype)."""
@@ -156,14 +156,12 @@ def noise_floor(
     """The noise of each result of ``gm`` at float32 level and at its ops' own dtypes (float16:
     2**-11, bfloat16: 2**-8; see the module docstring): for each level, ``(flat outputs, final
     inputs)`` lined up with ``reference`` (the unperturbed float64 run,
-    :func:`~pmverify.oracles.semantics.float64_reference`), each a float64 tensor of the result's
+    :func:`~pmverify._execution.float64_reference`), each a float64 tensor of the result's
     shape (the RMS deviation of :data:`RUNS` perturbed runs of ``gm``'s float64 twin on clones of
     ``inputs``, ``gm`` decomposed as Inductor decomposes it unless it draws random numbers), or None
     where the result is no floating tensor. ``drawn``: what the run before the pass drew
-    (:func:`._rng.run_recording`). None when the perturbed graph does not run. The caller sets
+    (:func:`pmverify._execution.run_recording`). None when the perturbed graph does not run. The caller sets
     deterministic fill."""
-    from .semantics import float64_module
-
     levels = []
     try:
         graph = gm if drawn else _decomposed(gm, inputs)  # a retrace would rename what drew

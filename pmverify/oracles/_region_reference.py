@@ -75,7 +75,7 @@ def region_reference(
     before: torch.fx.GraphModule, float64: torch.fx.GraphModule, region: set[str], inputs: tuple[Any, ...]
 ) -> tuple[list[Any], list[Any]] | None:
     """Run ``before`` on clones of ``inputs`` up to ``region`` and ``float64`` (its float64 twin,
-    :func:`~pmverify.oracles.semantics.float64_module`) from there on; return (flat outputs, final
+    :func:`~pmverify._execution.float64_module`) from there on; return (flat outputs, final
     inputs), float64 where the region reaches them, or None (see the module docstring). The caller
     sets deterministic fill. (A slack of one float32 eps of the largest operand the region read was
     dropped: under a 0/-1e9 padding mask it excused any error; the noise floor, :mod:`._noise`,

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from .._execution import RunPair
 from ._violation import Violation
 
 __all__ = ["check", "config_variants", "uuid_violations"]
@@ -116,7 +117,7 @@ def uuid_violations(cls: type, config: Any) -> list[Violation]:
     return violations
 
 
-def check(pair: Any) -> list[Violation]:
+def check(pair: RunPair) -> list[Violation]:
     """Return the cache-key violations of the pass of ``pair`` (a ``RunPair``)."""
     pass_ = pair.pass_
     if not callable(getattr(pass_, "uuid", None)) or isinstance(pass_, type):

@@ -47,28 +47,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._execution import RunPair
 from .._fx import is_view
 from ._violation import Violation
 
 __all__ = ["check", "matched_instances", "rewrite_count"]
-
-
-def _live(pair: Any) -> dict[str, Any]:
-    """The nodes of the rewritten graph that dead-code elimination keeps, by name: those the output
-    or an impure node (an in-place op, a collective...) reads, directly or not (cached per pair)."""
-    cache = getattr(pair, "cache", None)
-    if cache is not None and "expectations_live" in cache:
-        return cache["expectations_live"]
-    stack = [node for node in pair.after.graph.nodes if node.op in ("output", "placeholder") or node.is_impure()]
-    live: dict[str, Any] = {}
-    while stack:
-        node = stack.pop()
-        if node.name not in live:
-            live[node.name] = node
-            stack.extend(node.all_input_nodes)
-    if cache is not None:
-        cache["expectations_live"] = live
-    return live
 
 
 def _outputs(before: dict[str, Any], instance: Any) -> list[str]:
@@ -103,7 +86,7 @@ def _fed_by_rewrite(name: str, before: dict[str, Any], live: dict[str, Any], mem
 def _rewritten_outputs(pair: Any, instance: Any) -> tuple[list[str], list[str]]:
     """(the instance's judged outputs, those rewritten), in direct mode (see the module docstring)."""
     before = {node.name: node for node in pair.before.graph.nodes}
-    live = _live(pair)
+    live = pair.live_after()
     members = {name for name in instance.nodes if name in before}
     judged = _outputs(before, instance)
     rewritten = [
@@ -130,7 +113,7 @@ def _partial_rewrite(pair: Any, instance: Any, rewritten: list[str]) -> bool:
     computed beside it: a part of the instance, which may not hold a near miss's difference (see
     the module docstring)."""
     before = {node.name: node for node in pair.before.graph.nodes}
-    live = _live(pair)
+    live = pair.live_after()
     members = {name for name in instance.nodes if name in before}
     kept = {name for name in members if name in live}
     inserted = {name for name in live if name not in before}
@@ -181,8 +164,8 @@ def rewrite_count(pair: Any) -> int | None:
     unknown (a hand-written pass reporting no count)."""
     if pair.matched_count is not None:
         return pair.matched_count
-    if pair.matches:
-        return len(pair.matches)
+    if pair.match_records:
+        return len(pair.match_records)
     if pair.after is not None and getattr(pair, "mode", "direct") == "compiled" and _unchanged(pair):
         return 0
     return None
@@ -226,7 +209,7 @@ def matched_instances(pair: Any) -> list[bool]:
     return matched
 
 
-def check(pair: Any) -> list[Violation]:
+def check(pair: RunPair) -> list[Violation]:
     """Return the expectation violations of ``pair`` (a ``RunPair``)."""
     if pair.after is None:
         return []

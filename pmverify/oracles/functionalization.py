@@ -41,8 +41,9 @@ from typing import Any
 
 import torch
 
+from .._execution import RunPair, clone_inputs, propagate_fake, run_graph
 from ._violation import Violation
-from .semantics import clone_inputs, compare, named_results, run_graph
+from .semantics import compare, named_results
 
 __all__ = ["check", "AUTO_FUNCTIONALIZED", "element_descriptions"]
 
@@ -272,8 +273,6 @@ def _exact_difference(name: str, before: Any, after: Any) -> str | None:
 def _check_decomposition(pair: Any) -> list[Violation]:
     from torch._inductor.fx_passes.post_grad import decompose_auto_functionalized
 
-    from .._apply import propagate_fake
-
     inputs = pair.case.inputs[0]
     decomposed = copy.deepcopy(pair.after)
     try:
@@ -423,7 +422,7 @@ def _check_stand_ins(pair: Any) -> list[Violation]:
     return violations
 
 
-def check(pair: Any) -> list[Violation]:
+def check(pair: RunPair) -> list[Violation]:
     """Return the functionalization violations of ``pair`` (a ``RunPair``): (a) getitems of
     auto_functionalized nodes that index no element or carry meta of another shape/dtype, (b) a
     rewritten graph Inductor's ``decompose_auto_functionalized`` cannot lower or lowers to other

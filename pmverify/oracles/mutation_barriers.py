@@ -10,7 +10,7 @@ the same.
 
 Regions are those of the graph *before* the pass. Rewrites are judged two ways:
 
-- matches made through Inductor's pattern entries (``RunPair.matches``, recorded while the pass
+- matches made through Inductor's pattern entries (``RunPair.match_records``, recorded while the pass
   ran): each match's nodes must lie in one region (this catches stale ``mutation_region_id``
   meta, which Inductor does not recompute when the first node carries one);
 - any other rewrite (a hand-written pass) is seen in the graph difference: a value that erased
@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from .._execution import RunPair
 from ._violation import Violation
 
 __all__ = ["check", "mutation_regions"]
@@ -171,7 +172,7 @@ def _moved_reads(
     return violations
 
 
-def check(pair: Any) -> list[Violation]:
+def check(pair: RunPair) -> list[Violation]:
     """Return the mutation-barrier violations of ``pair`` (a ``RunPair``)."""
     if pair.after is None:
         return []
@@ -180,7 +181,7 @@ def check(pair: Any) -> list[Violation]:
         return []
     violations = []
     covered: set[str] = set()
-    for record in pair.matches:
+    for record in pair.match_records:
         covered.update(record.nodes)
         names = [name for name in record.nodes if name in regions]
         if len({regions[name] for name in names}) > 1:

@@ -54,7 +54,7 @@ inputs is covered). The rule for a floating-point result of n elements:
   the graph changed is *void* (an input left as it was, a 0/-inf mask say, carries no error):
   it says nothing about the rewrite (a NaN hides any error that feeds it) and is neither a pass
   nor a violation; :func:`void_reason` says why, and ``check_case`` records it in
-  ``CaseResult.void``. In a case that is not void, a finite ``before`` with a non-finite
+  ``CaseResult.void_reason``. In a case that is not void, a finite ``before`` with a non-finite
   ``after`` is a violation; a non-finite ``before`` (the original overflowed, a fp16 ``q @ k``
   say) with a finite ``after`` holds where ``after`` is within the per-element bound of the
   reference, counting no error before (torch._dynamo's ``same()`` passes that case too: "res is
@@ -79,18 +79,20 @@ inputs is covered). The rule for a floating-point result of n elements:
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
-import functools
 import math
-import warnings
-from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
+from .._execution import (
+    RunPair,
+    clone_inputs,
+    deterministic_fill,
+    float64_module,
+    float64_reference,
+    run_graph,
+)
 from . import _rng
 from ._violation import Violation
 
@@ -100,7 +102,6 @@ __all__ = [
     "float64_reference",
     "float64_module",
     "run_graph",
-    "rank_results",
     "clone_inputs",
     "named_results",
     "void_reason",
@@ -149,103 +150,6 @@ _FALLBACK = {  # torch.testing.assert_close defaults: (rtol, atol)
     torch.float32: (1.3e-6, 1e-5),
     torch.float64: (1e-7, 1e-7),
 }
-
-
-def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
-    """``inputs`` with every tensor cloned (a graph run may write its inputs), each in its own
-    layout: a padded or expanded tensor, which ``clone`` makes contiguous, keeps its strides (its
-    storage is cloned), as the pass saw them."""
-    return [_clone_strided(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-def _clone_strided(x: torch.Tensor) -> torch.Tensor:
-    clone = x.clone()
-    if clone.stride() == x.stride() or x.layout != torch.strided:
-        return clone
-    copy = torch.empty(0, dtype=x.dtype, device=x.device)
-    copy.set_(x.untyped_storage().clone(), x.storage_offset(), x.shape, x.stride())
-    return copy.requires_grad_(x.requires_grad)
-
-
-@contextlib.contextmanager
-def deterministic_fill():
-    """Run the block with deterministic algorithms on (warnings only) and uninitialised memory
-    filled (NaN for floats, the largest value for integers); restore the previous settings."""
-    import torch.utils.deterministic
-
-    enabled = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            yield
-    finally:
-        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-        torch.utils.deterministic.fill_uninitialized_memory = fill
-
-
-def run_graph(
-    gm: torch.fx.GraphModule, inputs: tuple[Any, ...], *, fill: bool = True, drawn: dict[str, Any] | None = None
-) -> tuple[list[Any], list[Any]]:
-    """Run ``gm`` on clones of ``inputs`` (under :func:`deterministic_fill` unless ``fill`` is
-    False: the caller has set it, as for the threads of a tensor-parallel world, which share those
-    global settings); return (flat outputs, inputs after the run). A graph that draws random
-    numbers starts from :data:`._rng.RNG_SEED` (the generator's state is restored afterwards), and
-    what it drew is put in ``drawn`` when given (for :func:`float64_reference`)."""
-    args = clone_inputs(inputs)
-    with torch.no_grad(), deterministic_fill() if fill else contextlib.nullcontext():
-        if drawn is not None and _rng.random_calls(gm):
-            out, record = _rng.run_recording(gm, args)
-            drawn.update(record)
-        else:
-            with _rng.seeded(gm):
-                out = gm(*args)
-    return pytree.tree_leaves(out), args
-
-
-def _to64(value: Any) -> Any:
-    if isinstance(value, torch.dtype) and value.is_floating_point:
-        return torch.float64
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to64(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _to64(v) for k, v in value.items()}
-    return value
-
-
-def float64_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` with every floating dtype in its nodes' arguments turned into float64."""
-    ref = copy.deepcopy(gm)
-    for node in ref.graph.nodes:
-        if node.op == "call_function":
-            node.args = _to64(node.args)
-            node.kwargs = _to64(node.kwargs)
-    ref.recompile()
-    return ref
-
-
-def _run_float64(ref: torch.fx.GraphModule, inputs: tuple[Any, ...], fill: bool = True, drawn: Any = None) -> Any:
-    args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-    try:
-        if drawn:
-            with torch.no_grad(), deterministic_fill() if fill else contextlib.nullcontext():
-                return pytree.tree_leaves(_rng.run_replaying(ref, args, drawn)), args
-        return run_graph(ref, tuple(args), fill=fill)
-    except Exception:  # noqa: BLE001 - the graph does not run in float64; fall back
-        return None
-
-
-def float64_reference(
-    gm: torch.fx.GraphModule, inputs: tuple[Any, ...], drawn: dict[str, Any] | None = None
-) -> tuple[list[Any], list[Any]] | None:
-    """Run ``gm`` with every floating dtype turned into float64; None when the graph does not allow
-    it (an op without float64 support, a custom op that checks dtypes...). ``drawn``: what a run of
-    ``gm`` drew (:func:`run_graph`), for a graph that draws random numbers: the reference draws the
-    same (see :mod:`._rng`)."""
-    return _run_float64(float64_module(gm), inputs, drawn=drawn)
 
 
 def _ulp(dtype: torch.dtype, magnitude: torch.Tensor) -> torch.Tensor:
@@ -449,82 +353,6 @@ def _message(
     )
 
 
-def rank_results(pair: Any, rank: int) -> dict[str, Any]:
-    """What rank ``rank`` computes, cached in ``pair.cache``: ``before`` and ``after`` (each
-    ``(flat outputs, final inputs)``; ``after`` is the exception when the rewritten graph raised)
-    and ``reference`` (the float64 run of the case's own graph, ``pair.case.gm``, or None). In
-    compiled mode, ``pair.compiled.before[rank]`` and ``.after[rank]`` (what the compiled functions
-    returned, which line up with the case's graph, not with Inductor's post-grad graphs) replace the
-    graph runs."""
-    key = ("semantics", rank)
-    if key in pair.cache:
-        return pair.cache[key]
-    if pair.compiled is None and pair.case.tp_world > 1:
-        _world_results(pair)
-        return pair.cache[key]
-    inputs = pair.case.inputs[rank]
-    drawn: dict[str, Any] = {}  # what a graph that draws random numbers drew before the pass
-    if pair.compiled is not None:
-        before, after = pair.compiled.before[rank], pair.compiled.after[rank]
-    else:
-        before = run_graph(pair.before, inputs, drawn=drawn)
-        try:
-            after = run_graph(pair.after, inputs)
-        except Exception as exc:  # noqa: BLE001 - a graph that no longer runs is a finding
-            after = exc
-    reference = float64_reference(pair.case.gm, inputs, drawn=drawn)
-    pair.cache[key] = {"before": before, "after": after, "reference": reference, "drawn": drawn}
-    return pair.cache[key]
-
-
-def _world_results(pair: Any) -> None:
-    """Fill ``pair.cache`` with every rank's results, run in one threaded world per graph (before,
-    float64 reference, after): each rank runs its own rewritten graph (``rank_pair``). A rewritten
-    graph that raises on a rank, or whose ranks wait in a collective a rank that returned never
-    joined (a collective mismatch), makes ``after`` the :class:`~pmverify.distributed.SPMDError` on
-    every rank. Each world has :func:`~pmverify.distributed.default_timeout_s` (``$PMVERIFY_TP_TIMEOUT_S``,
-    else 120 s); a world past it raises :class:`~pmverify.distributed.SPMDTimeoutError`: an error of
-    the run, not a finding of the pass."""
-    from .._apply import rank_pair
-    from ..distributed import SPMDError, SPMDTimeoutError, run_spmd
-
-    case, world = pair.case, pair.case.tp_world
-    reference_gm = float64_module(case.gm)
-    run_filled = functools.partial(run_graph, fill=False)  # deterministic_fill is set once, around the runs
-    with deterministic_fill():
-        try:
-            before = run_spmd(run_filled, world, [(pair.before, inputs) for inputs in case.inputs])
-        except SPMDTimeoutError:
-            raise
-        except SPMDError as exc:
-            first = str(exc).splitlines()[0]
-            raise RuntimeError(
-                f"the case's own graph, before the pass, fails on the tensor-parallel world: {first}"
-            ) from None
-        try:
-            reference = run_spmd(
-                functools.partial(_run_float64, fill=False),
-                world,
-                [(reference_gm, inputs) for inputs in case.inputs],
-            )
-        except SPMDTimeoutError:
-            raise
-        except SPMDError:
-            reference = [None] * world
-        try:
-            after = run_spmd(
-                run_filled,
-                world,
-                [(rank_pair(pair, rank).after, inputs) for rank, inputs in enumerate(case.inputs)],
-            )
-        except SPMDTimeoutError:
-            raise
-        except SPMDError as exc:
-            after = [exc] * world
-    for rank in range(world):
-        pair.cache[("semantics", rank)] = {"before": before[rank], "after": after[rank], "reference": reference[rank]}
-
-
 def named_results(gm: torch.fx.GraphModule, results: tuple[list[Any], list[Any]]) -> list[tuple[str, Any]]:
     """``(name, value)`` of each output and each tensor input's final value of a run of ``gm``."""
     outputs, final_inputs = results
@@ -536,7 +364,7 @@ def named_results(gm: torch.fx.GraphModule, results: tuple[list[Any], list[Any]]
     ]
 
 
-def void_reason(pair: Any) -> str | None:
+def void_reason(pair: RunPair) -> str | None:
     """Why the case says nothing about semantics (a non-finite reference; graphs that draw random
     numbers otherwise, ``"rng: ..."``, see :mod:`._rng`), or None; see the module docstring. None
     when the pass raised."""
@@ -546,10 +374,10 @@ def void_reason(pair: Any) -> str | None:
     if rng is not None:
         return rng
     for rank in range(pair.case.tp_world):
-        results = rank_results(pair, rank)
-        reference, kind = results["reference"], "float64 reference"
+        results = pair.results(rank)
+        reference, kind = results.reference, "float64 reference"
         if reference is None:
-            reference, kind = results["before"], "graph before the pass (no float64 run)"
+            reference, kind = results.before, "graph before the pass (no float64 run)"
         originals = [x for x in pair.case.inputs[rank] if isinstance(x, torch.Tensor)]
         named = named_results(pair.case.gm, reference)
         outputs = len(reference[0])
@@ -574,7 +402,7 @@ def _unchanged(final: torch.Tensor, original: Any) -> bool:
     )
 
 
-def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_ULPS) -> list[Violation]:
+def check(pair: RunPair, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_ULPS) -> list[Violation]:
     """Return the semantic violations of ``pair`` (a ``RunPair``) on every rank's inputs; none for
     a void case (:func:`void_reason`). ``ulps``, ``k``, ``far_ulps``: the rule's constants (see
     :func:`compare`)."""
@@ -586,9 +414,9 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_
     raised: list[BaseException] = []
     for rank in range(pair.case.tp_world):
         where = f"rank {rank} " if pair.case.tp_world > 1 else ""
-        results = rank_results(pair, rank)
-        if isinstance(results["after"], BaseException):
-            error = results["after"]
+        results = pair.results(rank)
+        if isinstance(results.after, BaseException):
+            error = results.after
             if not any(error is seen for seen in raised):  # a world's failure is reported once
                 raised.append(error)
                 if pair.case.tp_world > 1:  # an SPMDError: its first line names the rank and the exception
@@ -597,17 +425,17 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_
                     message = f"graph after the pass raised {error!r}"
                 violations.append(Violation("semantics", message))
             continue
-        before, after = named_results(pair.case.gm, results["before"]), named_results(pair.case.gm, results["after"])
-        reference = named_results(pair.case.gm, results["reference"]) if results["reference"] is not None else None
-        if len(results["before"][0]) != len(results["after"][0]):
+        before, after = named_results(pair.case.gm, results.before), named_results(pair.case.gm, results.after)
+        reference = named_results(pair.case.gm, results.reference) if results.reference is not None else None
+        if len(results.before[0]) != len(results.after[0]):
             violations.append(
                 Violation(
                     "semantics",
-                    f"{where}{len(results['before'][0])} outputs before the pass, {len(results['after'][0])} after",
+                    f"{where}{len(results.before[0])} outputs before the pass, {len(results.after[0])} after",
                 )
             )
             continue
-        region = None
+        region = noise = None  # computed once per rank, for the first flagged result
         rule = {"ulps": ulps, "k": k, "far_ulps": far_ulps}
         for i, ((name, b), (_, a)) in enumerate(zip(before, after, strict=False)):
             r = reference[i][1] if reference is not None and i < len(reference) else None
@@ -615,7 +443,7 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_
             if message and r is not None:  # measured from the rewrite's inputs and its noise, before reporting
                 region = _region_results(pair, rank) if region is None else region
                 local = named_results(pair.case.gm, region) if region else None
-                noise = _noise_results(pair, rank)
+                noise = _noise_results(pair, rank) if noise is None else noise
                 noise_i = (
                     tuple(named_results(pair.case.gm, level)[i][1] if level else None for level in noise)
                     if noise
@@ -628,37 +456,29 @@ def check(pair: Any, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_
     return violations
 
 
-def _noise_results(pair: Any, rank: int) -> Any:
-    """The noise floor of the graph before the pass (:mod:`._noise`) on rank ``rank``, cached in
-    ``pair.cache``; False when there is none (tensor-parallel cases, graphs that do not run
-    perturbed)."""
-    key = ("semantics", "noise", rank)
-    if key not in pair.cache:
-        result = None
-        results = rank_results(pair, rank)
-        if pair.case.tp_world == 1 and results["reference"] is not None:
-            from ._noise import noise_floor
+def _noise_results(pair: RunPair, rank: int) -> Any:
+    """The noise floor of the graph before the pass (:mod:`._noise`) on rank ``rank``; False when
+    there is none (tensor-parallel cases, graphs that do not run perturbed)."""
+    result = None
+    results = pair.results(rank)
+    if pair.case.tp_world == 1 and results.reference is not None:
+        from ._noise import noise_floor
 
-            drawn = results.get("drawn")
-            with deterministic_fill():
-                result = noise_floor(pair.case.gm, pair.case.inputs[rank], results["reference"], drawn)
-        pair.cache[key] = result if result is not None else False
-    return pair.cache[key]
+        with deterministic_fill():
+            result = noise_floor(pair.case.gm, pair.case.inputs[rank], results.reference, results.drawn)
+    return result if result is not None else False
 
 
-def _region_results(pair: Any, rank: int) -> Any:
-    """The float64 run from the rewrite's inputs (:mod:`._region_reference`) on rank ``rank``,
-    cached in ``pair.cache``; False when there is none (tensor-parallel and compiled cases, and
-    graphs that draw random numbers, among them)."""
-    key = ("semantics", "region", rank)
-    if key not in pair.cache:
-        result = None
-        direct = pair.compiled is None and pair.case.tp_world == 1 and pair.after is not None
-        if direct and not _rng.random_calls(pair.before):  # its real part would draw anew
-            from ._region_reference import region_reference, rewritten_region
+def _region_results(pair: RunPair, rank: int) -> Any:
+    """The float64 run from the rewrite's inputs (:mod:`._region_reference`) on rank ``rank``;
+    False when there is none (tensor-parallel and compiled cases, and graphs that draw random
+    numbers, among them)."""
+    result = None
+    direct = pair.compiled is None and pair.case.tp_world == 1 and pair.after is not None
+    if direct and not _rng.random_calls(pair.before):  # its real part would draw anew
+        from ._region_reference import region_reference, rewritten_region
 
-            region = rewritten_region(pair.before, pair.after)
-            with deterministic_fill():
-                result = region_reference(pair.before, float64_module(pair.before), region, pair.case.inputs[rank])
-        pair.cache[key] = result if result is not None else False
-    return pair.cache[key]
+        region = rewritten_region(pair.before, pair.after)
+        with deterministic_fill():
+            result = region_reference(pair.before, float64_module(pair.before), region, pair.case.inputs[rank])
+    return result if result is not None else False

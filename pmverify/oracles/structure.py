@@ -24,13 +24,13 @@ Checked, on the graph the pass left:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from .._fx import GRADIENT_OUTPUTS, output_vals
+from .._execution import Repropagation, RunPair
+from .._fx import GRADIENT_OUTPUTS
 from ._violation import Violation
 
 __all__ = ["check", "MAX_STALE_REPORTED"]
@@ -48,13 +48,13 @@ def _describe(value: Any) -> str:
     return repr(value)
 
 
-def _unsorted(pair: Any) -> tuple[list[Violation], list[Violation]]:
+def _unsorted(pair: RunPair) -> tuple[list[Violation], list[Violation]]:
     """Violations for the ``(node, input)`` pairs the pass left out of order: (inputs defined
     later, inputs the pass erased)."""
     names = {node.name for node in pair.after.graph.nodes}
-    entries = {name: record.entry for record in getattr(pair, "matches", None) or [] for name in record.replacement}
+    entries = {name: record.entry for record in pair.match_records for name in record.replacement}
     later, erased = [], []
-    for node, arg in getattr(pair, "unsorted", None) or []:
+    for node, arg in pair.unsorted:
         if arg not in names:
             erased.append(Violation("structure", f"the pass left `{node}` using `{arg}`, which it erased", (node, arg)))
         elif node in entries:  # only with strict_order (see pass_made_unsorted)
@@ -95,14 +95,14 @@ def _same_layout(left: Any, true: Any) -> bool:
     return True
 
 
-def _stale_meta(left: dict[str, Any], checked: torch.fx.GraphModule) -> list[Violation]:
+def _stale_meta(left: dict[str, Any], after: torch.fx.GraphModule, checked: Repropagation) -> list[Violation]:
     stale = []
-    for node in checked.graph.nodes:
-        value = left.get(node.name)
-        if value is None or "val" not in node.meta or node.op == "output":  # outputs: judged by _outputs
+    for node in after.graph.nodes:
+        value, true = left.get(node.name), checked.vals.get(node.name)
+        if value is None or true is None or node.op == "output":  # outputs: judged by _outputs
             continue
-        if not _same_layout(value, node.meta["val"]):
-            stale.append((node.name, value, node.meta["val"]))
+        if not _same_layout(value, true):
+            stale.append((node.name, value, true))
     violations = [
         Violation(
             "structure",
@@ -129,8 +129,8 @@ def _static_strides(value: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(stride for size, stride in zip(sizes, strides, strict=True) if size > 1)
 
 
-def _outputs(before: list[Any], checked: torch.fx.GraphModule, gradients: tuple[int, ...] = ()) -> list[Violation]:
-    after = output_vals(checked)
+def _outputs(before: list[Any], checked: Repropagation, gradients: tuple[int, ...] = ()) -> list[Violation]:
+    after = checked.outputs
     if len(before) != len(after):
         return [Violation("structure", f"{len(before)} outputs before the pass, {len(after)} after")]
     violations = []
@@ -156,12 +156,10 @@ def _outputs(before: list[Any], checked: torch.fx.GraphModule, gradients: tuple[
     return violations
 
 
-def check(pair: Any) -> list[Violation]:
+def check(pair: RunPair) -> list[Violation]:
     """Return the structural violations of ``pair`` (a ``RunPair``): output node count, lint,
     nodes left before their inputs, re-propagation, stale meta, output shapes/dtypes/strides (see the
     module docstring). Returns [] when the pass raised; never raises on a finding."""
-    from .._apply import propagate_fake
-
     if pair.after is None:  # the pass raised: check_case reports that as a crash
         return []
     outputs = pair.after.graph.find_nodes(op="output")
@@ -174,19 +172,13 @@ def check(pair: Any) -> list[Violation]:
         return [Violation("structure", f"graph lint failed after the pass: {exc}"), *erased]
     unsorted = later + erased
     left = {node.name: node.meta.get("val") for node in pair.after.graph.nodes}
-    checked = copy.deepcopy(pair.after)
     try:
-        propagate_fake(checked, pair.case.inputs[0])
+        checked = pair.repropagated()
     except Exception as exc:  # noqa: BLE001
         return [
             *unsorted,
             Violation("structure", f"fake tensors do not propagate through the rewritten graph: {exc!r}"),
         ]
-    before = pair.cache.get("before_outputs")
-    if before is None:  # not recorded by the apply mode: propagate through the graph before the pass
-        reference = copy.deepcopy(pair.before)
-        propagate_fake(reference, pair.case.inputs[0])
-        before = output_vals(reference)
     (output,) = pair.before.graph.find_nodes(op="output")
     gradients = output.meta.get(GRADIENT_OUTPUTS, ())
-    return unsorted + _stale_meta(left, checked) + _outputs(before, checked, gradients)
+    return unsorted + _stale_meta(left, pair.after, checked) + _outputs(pair.before_output_vals(), checked, gradients)

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from .._execution import RunPair
 from ._violation import Violation
 
 __all__ = ["check", "all_reduce_count", "ALL_REDUCE_TARGETS"]
@@ -52,7 +53,7 @@ def _named(gm: torch.fx.GraphModule, names: Iterable[str]) -> list[torch.fx.Node
 
 
 def _signature(run: Any) -> tuple[Any, ...]:
-    matches = tuple((m.entry, m.nodes, m.replacement) for m in run.matches)
+    matches = tuple((m.entry, m.nodes, m.replacement) for m in run.match_records)
     return run.matched_count, matches, run.after.code
 
 
@@ -75,7 +76,7 @@ def _difference(rank: int, run: Any, first: Any) -> str:
     return f"the graph after the pass differs between rank {rank} and rank 0 from line {line + 1} of its code"
 
 
-def check(pair: Any) -> list[Violation]:
+def check(pair: RunPair) -> list[Violation]:
     """Return the tensor-parallel violations of ``pair`` (a ``RunPair``); none for a single-rank
     case, in compiled mode, or when the pass raised (reported as a crash)."""
     if pair.case.tp_world == 1 or pair.after is None or not pair.ranks:
@@ -89,19 +90,19 @@ def check(pair: Any) -> list[Violation]:
             )
             break
     for rank, run in enumerate(runs):
-        if not run.matches:
+        if not run.match_records:
             continue
         dropped = all_reduce_count(run.before.graph.nodes) - all_reduce_count(run.after.graph.nodes)
         accounted = sum(
             all_reduce_count(_named(run.before, m.nodes)) - all_reduce_count(_named(run.after, m.replacement))
-            for m in run.matches
+            for m in run.match_records
         )
         if dropped != accounted:
             where = f"rank {rank}: " if rank else ""
             violations.append(
                 Violation(
                     "tensor_parallel",
-                    f"{where}the pass removed {dropped} all-reduce(s) from the graph; its {len(run.matches)} "
+                    f"{where}the pass removed {dropped} all-reduce(s) from the graph; its {len(run.match_records)} "
                     f"match(es) account for {accounted}",
                 )
             )

@@ -265,7 +265,7 @@ def with_mutating_custom_ops(
         @given(with_mutating_custom_ops(qk_norm_cases(), versions=[2]))
         def test_pass_on_post_grad_graphs(case):
             result = pmverify.check_case(QKNormFusionPass, case)
-            assert result.ok and result.matches == case.expected_matches, result.violations
+            assert result.ok and result.rewrite_count == case.expected_matches, result.violations
     """
     validate_strategy("cases", cases)
     if isinstance(versions, (Sequence, set, frozenset)) and not isinstance(versions, (str, bytes)):

@@ -28,8 +28,8 @@ import torch
 from hypothesis import strategies as st
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
-from .._apply import propagate_fake
 from .._case import GraphCase, MutationSite, PlantedInstance
+from .._execution import propagate_fake
 from .._fx import flat_nodes, is_view
 from .._validation import validate_int, validate_strategy
 from ._drawn import validate_drawn_case
@@ -456,7 +456,7 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
         @given(with_mutations(qk_norm_cases()))
         def test_pass_respects_mutation_regions(case):
             result = pmverify.check_case(QKNormFusionPass, case)
-            assert result.ok and result.matches == case.expected_matches, result.violations
+            assert result.ok and result.rewrite_count == case.expected_matches, result.violations
     """
     validate_strategy("cases", cases)
     validate_int("max_mutations", max_mutations, 1)

@@ -39,8 +39,8 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .._apply import error_summary, propagate_fake
 from .._case import GraphCase, PlantedInstance
+from .._execution import error_summary, propagate_fake
 from .._fx import GRADIENT_OUTPUTS, flat_nodes, trace
 from .._record import RecordedRewrite, isolated_pass
 from .._validation import short_repr, validate_choices, validate_int, validate_order, validate_strategy

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from .._apply import propagate_fake, quiet_fake_tensor_errors
+from .._execution import propagate_fake, quiet_fake_tensor_errors
 from .._fx import arg_key
 from .._record import RecordedRewrite, isolated_pass
 from ._traced import Traced, signature

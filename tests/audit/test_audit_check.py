@@ -122,7 +122,7 @@ class _PlantedFinding(Exception):
         pmverify.PlantedInstance("p", ("b",), False, "eps", "eps 1e-06 -> 2e-06"),
         pmverify.PlantedInstance("p", ("c",), None, "reduction_dim", "dim -1 moved to -2"),
     )
-    result = types.SimpleNamespace(case=types.SimpleNamespace(planted=_instances), matched=[True, False, True])
+    result = types.SimpleNamespace(case=types.SimpleNamespace(planted=_instances), planted_matched=[True, False, True])
 
 
 def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch):

@@ -59,7 +59,7 @@ def test_vllm_form_matches_once_per_dtype(dtype, weight_dtype):
     config = QKNormConfig(q_size=16, kv_size=8, dtype=dtype)
     inputs = _inputs_vllm(config, weight_dtype=torch.float32 if weight_dtype == "fp32" else dtype)
     result = check_case(QKNormFusionPass(config), _case(_vllm_form(config), inputs, config))
-    assert result.matches == 1 and result.ok, result.violations
+    assert result.rewrite_count == 1 and result.ok, result.violations
     targets = {n.target for n in result.pair.after.graph.nodes}
     assert torch.ops.pmverify.qk_norm.default in targets
 
@@ -75,7 +75,7 @@ def test_hf_form_matches_q_and_k(dtype):
         (1 + 0.1 * torch.randn(8, generator=g)).to(dtype),
     ]
     result = check_case(QKNormFusionPass(config), _case(_hf_form(config), inputs, config))
-    assert result.matches == 2 and result.ok, result.violations
+    assert result.rewrite_count == 2 and result.ok, result.violations
     pair = apply_direct(QKNormFusionPass(config), _case(_hf_form(config), inputs, config))
     assert torch.equal(pair.before(*inputs)[0], pair.after(*inputs)[0])
 
@@ -89,14 +89,14 @@ def test_no_match_when_config_differs(change):
     graph_config = QKNormConfig(q_size=16, kv_size=8, dtype=torch.bfloat16)
     pass_config = dataclasses.replace(graph_config, **change)
     case = _case(_vllm_form(graph_config), _inputs_vllm(graph_config), pass_config)
-    assert check_case(QKNormFusionPass(pass_config), case).matches == 0
+    assert check_case(QKNormFusionPass(pass_config), case).rewrite_count == 0
 
 
 def test_no_match_on_broadcast_weight():
     config = QKNormConfig(q_size=16, kv_size=8, dtype=torch.bfloat16)
     inputs = _inputs_vllm(config)
     inputs[1] = inputs[1][:1].clone()
-    assert check_case(QKNormFusionPass(config), _case(_vllm_form(config), inputs, config)).matches == 0
+    assert check_case(QKNormFusionPass(config), _case(_vllm_form(config), inputs, config)).rewrite_count == 0
 
 
 def test_no_match_with_extra_user_of_fp32_intermediate():
@@ -121,7 +121,7 @@ def test_no_match_with_extra_user_of_fp32_intermediate():
     converts = [n for n in gm.graph.nodes if n.target == torch.ops.prims.convert_element_type.default]
     assert any(len(n.users) == 3 for n in converts)  # pow, mul and the extra user
     case = GraphCase(gm, [tuple(inputs)], pass_config=config)
-    assert check_case(QKNormFusionPass(config), case).matches == 0
+    assert check_case(QKNormFusionPass(config), case).rewrite_count == 0
 
 
 def test_config_validation_names_field():
@@ -212,7 +212,7 @@ def test_mutated_qkv_matches_q_and_k_before_the_write_back():
     # split3 spans the copy_ (Inductor discards it); the q/k-only form lies before it
     config = QKNormConfig(q_size=16, kv_size=8, dtype=torch.bfloat16)
     result = check_case(QKNormFusionPass(config), _mutated_qkv_case(config, "v"))
-    assert result.matches == 1 and result.ok, result.violations
+    assert result.rewrite_count == 1 and result.ok, result.violations
     order = [n.target for n in result.pair.after.graph.nodes]
     fused, copy = torch.ops.pmverify.qk_norm.default, torch.ops.aten.copy_.default
     split = torch.ops.aten.split_with_sizes.default
@@ -223,4 +223,4 @@ def test_mutated_qkv_matches_q_and_k_before_the_write_back():
 def test_mutated_qkv_write_back_between_q_and_k_still_blocks():
     config = QKNormConfig(q_size=16, kv_size=8, dtype=torch.bfloat16)
     result = check_case(QKNormFusionPass(config), _mutated_qkv_case(config, "k"))
-    assert result.matches == 0 and result.ok, result.violations
+    assert result.rewrite_count == 0 and result.ok, result.violations

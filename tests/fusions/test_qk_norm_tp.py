@@ -129,7 +129,7 @@ def test_pass_fuses_the_all_reduce_form_on_every_rank(world, split3):
     assert all_reduce_count(case.gm.graph.nodes) == 1
     result = pmverify.check_case(QKNormFusionPass, case, oracles=["semantics", "tensor_parallel", "structure"])
     assert result.ok, result.violations
-    assert result.matches == 1 and len(result.pair.ranks) == world - 1
+    assert result.rewrite_count == 1 and len(result.pair.ranks) == world - 1
     for run in (result.pair, *result.pair.ranks):
         targets = [node.target for node in run.after.graph.nodes]
         assert torch.ops.pmverify.qk_norm_tp.default in targets and all_reduce_count(run.after.graph.nodes) == 0
@@ -141,7 +141,7 @@ def test_pass_leaves_token_counts_beyond_max_tokens_unfused():
     pass_ = QKNormFusionPass(case.pass_config)
     assert not pass_.is_applicable_for_range((1, 5)) and pass_.is_applicable_for_range((1, 4))
     result = pmverify.check_case(QKNormFusionPass, case, oracles=["semantics", "tensor_parallel"])
-    assert result.ok and result.matches == 0
+    assert result.ok and result.rewrite_count == 0
     assert all_reduce_count(result.pair.after.graph.nodes) == 1  # the all-reduce form stays as it was
 
 

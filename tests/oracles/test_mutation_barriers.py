@@ -138,11 +138,11 @@ def test_stale_region_ids_let_inductor_match_across_a_mutation():
 
     case = _inplace_case()
     result = check_case(stale, case, oracles=["mutation_barriers"])
-    assert len(result.pair.matches) == 1
+    assert len(result.pair.match_records) == 1
     assert [v.oracle for v in result.violations] == ["mutation_barriers"]
     assert "match (ReplacementPatternEntry" in result.violations[0].message
     honest_result = check_case(honest, case, oracles=["mutation_barriers"])
-    assert honest_result.ok and not honest_result.pair.matches  # Inductor discards the match itself
+    assert honest_result.ok and not honest_result.pair.match_records  # Inductor discards the match itself
 
 
 def test_hand_matcher_fault_is_caught_by_this_oracle():
@@ -160,7 +160,7 @@ def test_hand_matcher_fault_is_caught_by_this_oracle():
     gm.recompile()
     case = GraphCase(gm, [(x, w)], form="inplace")
     result = check_case(HandRMSNormIgnoresMutations(), case, oracles=["mutation_barriers", "semantics"])
-    assert result.matches == 1
+    assert result.rewrite_count == 1
     barriers = [v.message for v in result.violations if v.oracle == "mutation_barriers"]
     assert barriers and "moved the read of `x_1` across add__tensor (add_.Tensor writes x_1)" in barriers[0]
     assert "pow_1, mul read it in mutation region(s) 0, 1" in barriers[0]

@@ -68,7 +68,7 @@ def test_more_accurate_replacement_after_upstream_rounding_holds(fn, form, seed,
     whole = fn(x.double(), y.double())
     assert compare("out", before, after, whole)  # the whole-graph reference alone flags it
     result = check_case(_fold_scalar_muls(), GraphCase(gm, [(x, y)], form=form))
-    assert result.matches or result.rewritten
+    assert result.rewrite_count or result.rewritten
     assert not result.violations, result.violations
 
 
@@ -136,7 +136,7 @@ def test_a_dropped_alpha_on_small_products_of_large_operands_is_caught():
     gm = make_fx(lambda bias, a, b: torch.addmm(bias, a, b, beta=-1.0, alpha=0.5))(bias, a, b)
     case = GraphCase(gm, [(bias, a, b)], pass_config=UnfuseAddmmConfig())
     result = check_case(AddmmDropsScalars, case, oracles=["semantics"])
-    assert result.matches == 1 and len(result.violations) == 1
+    assert result.rewrite_count == 1 and len(result.violations) == 1
 
 
 def _masked_softmax(scores, mask):
@@ -157,4 +157,4 @@ def test_a_dropped_padding_mask_is_caught_whatever_its_fill(fill):
     mask[:, 10:] = fill
     case = GraphCase(make_fx(_masked_softmax)(scores, mask), [(scores, mask)])
     result = check_case(_drop_the_mask_add, case, oracles=["semantics"])
-    assert result.void is None and [v.oracle for v in result.violations] == ["semantics"]
+    assert result.void_reason is None and [v.oracle for v in result.violations] == ["semantics"]

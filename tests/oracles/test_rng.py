@@ -8,7 +8,6 @@ from torch._inductor import pattern_matcher as pm
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from pmverify import GraphCase, RewriteNotComparable, VerifySummary, check_case, check_rewrite, record_patterns
-from pmverify.oracles import semantics
 from pmverify.oracles._rng import draws
 
 aten = torch.ops.aten
@@ -45,9 +44,9 @@ def _draw_y_first(graph: torch.fx.Graph) -> None:
 def test_the_same_draws_are_compared_and_a_wrong_replacement_is_caught():
     case = _case()
     same = check_case(_on_adds(aten.add.Tensor), case)  # the two terms added the other way round
-    assert same.ok and same.void is None and "semantics" in same.judged
-    results = semantics.rank_results(same.pair, 0)  # the float64 reference drew what the graph did
-    torch.testing.assert_close(results["reference"][0][0], results["before"][0][0].double())
+    assert same.ok and same.void_reason is None and "semantics" in same.judged
+    results = same.pair.results(0)  # the float64 reference drew what the graph did
+    torch.testing.assert_close(results.reference[0][0], results.before[0][0].double())
     wrong = check_case(_on_adds(aten.sub.Tensor), case)
     assert [v.oracle for v in wrong.violations] == ["semantics"] and "far off" in wrong.violations[0].message
 
@@ -55,8 +54,8 @@ def test_the_same_draws_are_compared_and_a_wrong_replacement_is_caught():
 def test_draws_in_another_order_are_not_comparable():
     result = check_case(_draw_y_first, _case())
     assert result.ok and "semantics" not in result.judged
-    assert result.not_comparable == result.void and result.void.startswith("rng: ")
-    assert "float32[4, 8]; aten.rand_like.default -> float32[2, 8]" in result.void
+    assert result.not_comparable == result.void_reason and result.void_reason.startswith("rng: ")
+    assert "float32[4, 8]; aten.rand_like.default -> float32[2, 8]" in result.void_reason
     summary = VerifySummary.of(result)
     assert summary.not_comparable_cases == summary.void_cases == 1 and "1 not comparable" in summary.describe()
 

@@ -94,12 +94,12 @@ def test_nonfinite_reference_makes_the_case_void():
 
     case = _graph_case(lambda x: torch.log(x) * 2, torch.tensor([1.0, -1.0, 2.0]))
     result = check_case(lambda graph: None, case, oracles=["semantics"])
-    assert result.ok and result.void is not None
-    assert "float64 reference is nan at [1]" in result.void
+    assert result.ok and result.void_reason is not None
+    assert "float64 reference is nan at [1]" in result.void_reason
     wrong = check_case(_scale_muls(3.0), case, oracles=["semantics"])
-    assert wrong.ok and wrong.void  # a NaN hides any error: void, not a pass
+    assert wrong.ok and wrong.void_reason  # a NaN hides any error: void, not a pass
     finite = _graph_case(lambda x: torch.log(x) * 2, torch.tensor([1.0, 3.0, 2.0]))
-    assert check_case(lambda graph: None, finite).void is None
+    assert check_case(lambda graph: None, finite).void_reason is None
     assert not check_case(_scale_muls(3.0), finite, oracles=["semantics"]).ok
 
 
@@ -129,7 +129,7 @@ def test_uninitialised_buffer_shows_on_every_run():
 
     for _ in range(3):
         result = check_case(accumulate_into_empty, case, oracles=["semantics"])
-        assert [v.oracle for v in result.violations] == ["semantics"] and result.void is None
+        assert [v.oracle for v in result.violations] == ["semantics"] and result.void_reason is None
         assert "nan after it" in result.violations[0].message
     assert not torch.are_deterministic_algorithms_enabled()  # settings restored
 

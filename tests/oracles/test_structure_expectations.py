@@ -45,7 +45,7 @@ def _exp_mul_to_fused(graph):
 def test_correct_rewrite_passes_every_oracle():
     result = check_case(_exp_mul_to_fused, _case())
     assert result.ok, result.violations
-    assert result.matched == [True] and result.matches == 1
+    assert result.planted_matched == [True] and result.rewrite_count == 1
 
 
 def test_pass_that_does_nothing_silently_never_matches():
@@ -136,7 +136,7 @@ def test_pattern_matcher_multi_output_replacement_out_of_order_is_not_reported()
     of ``mul`` (an input defined later), and relies on the sort: not the pass's fault."""
     case, pass_ = _multi_output_case_and_pass()
     result = check_case(pass_, case, oracles=["structure", "semantics"])
-    assert result.matches == 1 and result.pair.resorted and result.pair.unsorted == []
+    assert result.rewrite_count == 1 and result.pair.resorted and result.pair.unsorted == []
     assert result.ok, result.violations
 
 
@@ -292,7 +292,7 @@ def test_view_nodes_a_rewrite_keeps_are_not_judged():
     # the slice that yields v): the instance counts as matched.
     result = check_case(_exp_mul_to_fused, _case(with_view=True))
     assert result.ok, result.violations
-    assert result.matched == [True]
+    assert result.planted_matched == [True]
     kept = {n.name for n in result.pair.after.graph.nodes} & set(result.case.planted[0].nodes)
     assert kept and all(n.startswith("view") for n in kept)
 
@@ -400,7 +400,7 @@ def test_a_correct_pass_covering_part_of_the_instance_or_keeping_matched_nodes_i
     match. (Judged by the compute nodes left, all four were reported as never matching.)"""
     result = check_case(make_pass(), _chain_case(True))
     assert result.ok, result.violations
-    assert result.matched == [True]
+    assert result.planted_matched == [True]
 
 
 @pytest.mark.parametrize("make_pass", list(_PARTIAL_PASSES.values()), ids=list(_PARTIAL_PASSES))
@@ -409,7 +409,7 @@ def test_such_a_pass_rewriting_part_of_a_near_miss_is_left_to_the_values(make_pa
     the instance a near miss may lie outside that part (the semantics oracle judges the values)."""
     result = check_case(make_pass(), _chain_case(False))
     assert result.ok, result.violations
-    assert result.matched == [False]
+    assert result.planted_matched == [False]
 
 
 def _whole_chain_replacement():
@@ -453,7 +453,7 @@ def test_a_whole_near_miss_rewritten_is_caught(make_pass):
     result = check_case(make_pass(), _chain_case(False))
     assert [v.oracle for v in result.violations] == ["expectations"]
     assert "near miss (eps) of chain was rewritten" in result.violations[0].message
-    assert result.violations[0].nodes == ("add",) and result.matched == [True]
+    assert result.violations[0].nodes == ("add",) and result.planted_matched == [True]
 
 
 def test_a_partial_rewrite_computing_a_near_miss_node_twice_is_caught():
@@ -497,7 +497,7 @@ def test_a_pass_that_silently_never_matches_is_still_caught():
     result = check_case(never, _chain_case(True))
     assert [v.oracle for v in result.violations] == ["expectations"]
     assert result.violations[0].message.startswith("planted chain instance was not rewritten: 1 of its 1 output(s)")
-    assert result.violations[0].nodes == ("add",) and result.matched == [False]
+    assert result.violations[0].nodes == ("add",) and result.planted_matched == [False]
 
 
 def test_a_rewrite_upstream_of_a_near_miss_is_not_its_match():
@@ -505,7 +505,7 @@ def test_a_rewrite_upstream_of_a_near_miss_is_not_its_match():
     the inserted node, as its input, not in place of one of its own nodes: it was left alone."""
     result = check_case(_hand_head, _chain_case(True, False))
     assert result.ok, result.violations
-    assert result.matched == [True, False]
+    assert result.planted_matched == [True, False]
 
 
 def test_unlinked_output_is_a_structure_violation():

@@ -48,7 +48,7 @@ class FusesAndDropsAnotherAllReduce(QKNormFusionPass):
 
 def test_quiet_on_the_shipped_pass():
     result = pmverify.check_case(QKNormFusionPass, _case(2))
-    assert result.ok and result.matches == 2
+    assert result.ok and result.rewrite_count == 2
     assert all(all_reduce_count(run.after.graph.nodes) == 0 for run in (result.pair, *result.pair.ranks))
 
 
@@ -64,9 +64,9 @@ def test_flags_an_all_reduce_no_match_accounts_for():
     pass_config = dataclasses.replace(case.pass_config, max_tokens=2)  # only ...
     case = dataclasses.replace(case, pass_config=pass_config)  # ... so nothing matches: both all-reduces stay
     result = pmverify.check_case(FusesAndDropsAnotherAllReduce, case, oracles=["tensor_parallel"])
-    assert result.matches == 0 and result.ok  # no recorded match: not judged
+    assert result.rewrite_count == 0 and result.ok  # no recorded match: not judged
     result = pmverify.check_case(FusesAndDropsAnotherAllReduce, _case(2), oracles=["tensor_parallel"])
-    assert result.matches == 2 and result.ok  # both fused: no all-reduce left to drop
+    assert result.rewrite_count == 2 and result.ok  # both fused: no all-reduce left to drop
     mixed = build_case(CONFIG, [make_layer(CONFIG, tokens=3), make_layer(CONFIG, "eps", tokens=3)], seed=1)
     result = pmverify.check_case(FusesAndDropsAnotherAllReduce, mixed, oracles=["tensor_parallel", "semantics"])
     messages = [v.message for v in result.violations if v.oracle == "tensor_parallel"]

@@ -91,7 +91,9 @@ def test_cases_are_valid(name, data):
 def _rewritten(result) -> int:
     """Instances the pass rewrote: every must-match one (``result.ok``) and any dead one it took."""
     return sum(
-        matched for p, matched in zip(result.case.planted, result.matched, strict=True) if p.must_match is not False
+        matched
+        for p, matched in zip(result.case.planted, result.planted_matched, strict=True)
+        if p.must_match is not False
     )
 
 
@@ -112,7 +114,7 @@ def test_ground_truth_agrees_with_inductor(name, data):
     case = data.draw(cases(name, max_instances=3))
     result = pmverify.check_case(inductor_pass(name), case)
     assert not _wrong(result), result.violations
-    assert result.matches == _rewritten(result)
+    assert result.rewrite_count == _rewritten(result)
 
 
 @pytest.mark.parametrize("rewrite", ["rms_norm", "qk_norm", "qk_norm_split3"])
@@ -127,7 +129,7 @@ def test_shipped_pass_on_its_own_patterns(rewrite, data):
     only = type("Only" + rewrite, (QKNormFusionPass,), {"rewrites": classmethod(lambda cls, config: [found])})
     result = pmverify.check_case(only, case)
     assert not _wrong(result), result.violations
-    assert result.matches == _rewritten(result)
+    assert result.rewrite_count == _rewritten(result)
 
 
 def test_no_draw_is_rejected():
@@ -221,7 +223,7 @@ def test_context_instances_are_kept_and_renamed():
         assert patterns in (["rms"], ["split", "rms"])  # the context is optional with an instance
         if "split" in patterns:
             seen.append(case)
-            assert pmverify.check_case(inductor_pass("split"), case).matched == [True, False]
+            assert pmverify.check_case(inductor_pass("split"), case).planted_matched == [True, False]
 
     check()
     assert seen
@@ -294,7 +296,7 @@ def test_argument_near_misses_agree_with_inductor(kind, must_match):
         (instance,) = case.planted
         seen.add((instance.reason, instance.must_match))
         result = pmverify.check_case(bias_softmax_pass(), case)
-        assert result.matched == [instance.must_match is not False], (instance, result.violations)
+        assert result.planted_matched == [instance.must_match is not False], (instance, result.violations)
         assert instance.reason == "optional_arg" or not result.violations, (instance, result.violations)
 
     check()
@@ -320,7 +322,7 @@ def test_examples_inductor_rewrites_an_alpha_its_pattern_omits():
     assert add.kwargs == {"alpha": 0.5}
     case.inputs[0] = tuple(torch.ones_like(x) for x in case.inputs[0])
     result = pmverify.check_case(inductor_pass("two_output"), case)
-    assert result.matched == [True] and {v.oracle for v in result.violations} == {"semantics"}
+    assert result.planted_matched == [True] and {v.oracle for v in result.violations} == {"semantics"}
 
 
 class AddmmSumPass:
@@ -449,7 +451,7 @@ def test_examples_replacement_ahead_of_a_late_input():
     )
     result = pmverify.check_case(QKNormFusionPass, case)
     assert result.pair.resorted
-    assert result.ok and result.matches == 1, result.violations
+    assert result.ok and result.rewrite_count == 1, result.violations
 
 
 def test_examples_another_dtype_may_match():
@@ -588,7 +590,7 @@ def test_recorded_rewrite_cases(rewrite, data):
     wrong = [v for v in _wrong(result) if v.oracle != "expectations" or not may_fuse_qk]
     assert not wrong, result.violations
     if not may_fuse_qk:
-        assert result.matches == _rewritten(result)
+        assert result.rewrite_count == _rewritten(result)
     assert not _wrong(pmverify.check_case(recorded.pattern_pass(), case))
 
 
@@ -614,7 +616,7 @@ def test_recorded_ground_truth_respects_extra_check():
         assert (instance.must_match, instance.reason) == expected
         seen.add(expected)
         result = pmverify.check_case(QKNormFusionPass, case)
-        assert result.ok and result.matched == [expected[0]], result.violations
+        assert result.ok and result.planted_matched == [expected[0]], result.violations
 
     check()
     assert seen == {(True, None), (False, "extra_check")}
@@ -786,7 +788,7 @@ def test_recorded_scalar_workaround_varies_by_default():
         assert (instance.must_match, instance.reason) == expected, eps
         seen.add((eps, *expected))
         result = pmverify.check_case(eps_pass, case)  # Inductor's matcher, as registered
-        assert result.ok and result.matched == [expected[0]], result.violations
+        assert result.ok and result.planted_matched == [expected[0]], result.violations
 
     check()
     assert len({eps for eps, *_ in seen}) > 1 and 1e-6 in {eps for eps, *_ in seen}

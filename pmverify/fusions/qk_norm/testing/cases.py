@@ -481,7 +481,7 @@ def qk_norm_cases(
         @given(qk_norm_cases(max_instances=3))
         def test_qk_norm_pass(case):
             result = pmverify.check_case(QKNormFusionPass, case)
-            assert result.ok and result.matches == case.expected_matches, result.violations
+            assert result.ok and result.rewrite_count == case.expected_matches, result.violations
     """
     if config is not None and not isinstance(config, QKNormConfig):
         raise InvalidArgument(f"config={config!r} must be a QKNormConfig or None")

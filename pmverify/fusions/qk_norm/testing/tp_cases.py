@@ -423,7 +423,7 @@ def qk_norm_tp_cases(
         @given(qk_norm_tp_cases(tp_world=tp_sizes(max_size=4)))
         def test_qk_norm_tp_pass(case):
             result = pmverify.check_case(QKNormFusionPass, case)
-            assert result.ok and result.matches == case.expected_matches, result.violations
+            assert result.ok and result.rewrite_count == case.expected_matches, result.violations
     """
     given_tp_world, given_max_tokens = tp_world, max_tokens
     if config is not None:

@@ -1,0 +1,149 @@
+"""Fake-tensor propagation through a case's graphs, in one ``FakeTensorMode`` (see
+:mod:`pmverify._execution`)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import operator
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from .._fx import output_vals
+
+__all__ = [
+    "FakePropagation",
+    "Repropagation",
+    "node_signature",
+    "propagate_fake",
+    "propagate_recorded",
+    "quiet_fake_tensor_errors",
+    "repropagate",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Repropagation:
+    """Fake tensors re-propagated through the graph after the pass, in one fresh
+    ``FakeTensorMode`` from rank 0's inputs: ``vals`` the ``meta["val"]`` each node gets, by name;
+    ``outputs`` those of the graph's outputs, flattened (as :func:`pmverify._fx.output_vals`)."""
+
+    vals: dict[str, Any]
+    outputs: list[Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class FakePropagation:
+    """One :func:`propagate_fake` through a graph, kept so that a later propagation through the
+    rewritten graph can reuse what the pass left unchanged: ``mode`` the ``FakeTensorMode``,
+    ``vals`` each node's ``meta["val"]`` and ``signatures`` each node's call
+    (:func:`node_signature`), by name; ``reusable`` whether the graph's values depend only on
+    each node's call and inputs (no op that mutates, see :func:`propagate_recorded`)."""
+
+    mode: FakeTensorMode
+    vals: dict[str, Any]
+    signatures: dict[str, tuple[str, str, str]]
+    reusable: bool
+
+
+def propagate_fake(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> None:
+    """Set ``meta["val"]`` on every node of ``gm`` from one fresh ``FakeTensorMode``."""
+    propagate_recorded(gm, inputs)
+
+
+def node_signature(node: torch.fx.Node) -> tuple[str, str, str]:
+    """What ``node`` computes from its inputs: its op, target and arguments (input nodes by name)."""
+    names = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.name)
+    return node.op, str(node.target), repr(names)
+
+
+def _pure(graph: torch.fx.Graph) -> bool:
+    """Whether every call in ``graph`` is an ATen-style op that mutates nothing (or a ``getitem``):
+    then a node's fake value depends only on its call and its inputs' values."""
+    return all(
+        node.target is operator.getitem
+        or (isinstance(node.target, torch._ops.OpOverload) and not node.target._schema.is_mutable)
+        for node in graph.nodes
+        if node.op == "call_function"
+    ) and not any(node.op == "call_module" for node in graph.nodes)
+
+
+def propagate_recorded(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePropagation:
+    """:func:`propagate_fake`, returning the propagation (:class:`FakePropagation`)."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fake_inputs = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
+    nodes = gm.graph.nodes
+    return FakePropagation(
+        mode,
+        {node.name: node.meta.get("val") for node in nodes},
+        {node.name: node_signature(node) for node in nodes},
+        _pure(gm.graph),
+    )
+
+
+class _Reusing(FakeTensorProp):
+    """Fake propagation that takes a node's value from ``known`` when its call is the one
+    ``known`` propagated and none of its inputs was propagated anew."""
+
+    def __init__(self, gm: torch.fx.GraphModule, known: FakePropagation) -> None:
+        super().__init__(gm, known.mode)
+        self.known = known
+        self.fresh: set[str] = set()
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        same = self.known.signatures.get(n.name) == node_signature(n) and n.name in self.known.vals
+        if n.op == "placeholder":  # given its known value (repropagate): fresh only if it is another input
+            if not same:
+                self.fresh.add(n.name)
+            return super().run_node(n)
+        if same and n.op == "call_function" and not any(a.name in self.fresh for a in n.all_input_nodes):
+            n.meta["val"] = self.known.vals[n.name]
+            return n.meta["val"]
+        self.fresh.add(n.name)
+        return super().run_node(n)
+
+
+def repropagate(gm: torch.fx.GraphModule, inputs: Sequence[Any], known: FakePropagation | None) -> Repropagation:
+    """:func:`propagate_fake` through ``gm`` itself, its nodes' ``meta`` dicts restored afterwards
+    (what a propagation through a deep copy gives, without copying the graph and its meta). With
+    ``known`` (the propagation through the graph before the pass) and a graph where no op mutates,
+    the nodes the pass left as they were, on inputs it left as they were, keep the values ``known``
+    gave them: fake propagation is a function of a node's call and its inputs' values."""
+    nodes = list(gm.graph.nodes)
+    saved = [node.meta for node in nodes]
+    for node in nodes:
+        node.meta = dict(node.meta)
+    try:
+        placeholders = [node.name for node in nodes if node.op == "placeholder"]
+        if known is not None and known.reusable and _pure(gm.graph) and all(n in known.vals for n in placeholders):
+            _Reusing(gm, known).propagate_dont_convert_inputs(*(known.vals[n] for n in placeholders))
+        else:
+            propagate_fake(gm, inputs)
+        return Repropagation({node.name: node.meta.get("val") for node in nodes}, output_vals(gm))
+    finally:
+        for node, meta in zip(nodes, saved, strict=True):
+            node.meta = meta
+
+
+@contextlib.contextmanager
+def quiet_fake_tensor_errors() -> Iterator[None]:
+    """Silence torch's ERROR log of a failed meta kernel while a pass runs.
+
+    ``register_replacement`` re-traces every candidate match on its real shapes; on a near miss
+    (say, other split sizes) that trace fails a broadcast in fake tensors, torch logs the traceback
+    at ERROR level, and the matcher then rejects the match, as it should. The log is noise here.
+    """
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        fake_log.setLevel(level)

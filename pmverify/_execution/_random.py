@@ -1,0 +1,131 @@
+"""Random numbers in the graphs the oracles run: every run of a graph that draws starts from one
+generator state, and a float64 twin draws what the graph drew (see :mod:`pmverify.oracles._rng`
+for how the semantics oracle judges such cases)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+__all__ = ["RNG_SEED", "Replayer", "draws", "random_calls", "run_recording", "run_replaying", "seeded"]
+
+#: State of the default CPU generator every run of a graph that draws starts from.
+RNG_SEED = 0
+
+
+def _argument(node: torch.fx.Node, name: str) -> Any:
+    """The value of argument ``name`` of the call ``node`` (its schema default when not given), or
+    None when the op has no such argument."""
+    for position, argument in enumerate(node.target._schema.arguments):
+        if argument.name == name:
+            if name in node.kwargs:
+                return node.kwargs[name]
+            if not argument.kwarg_only and position < len(node.args):
+                return node.args[position]
+            return argument.default_value if argument.has_default_value() else None
+    return None
+
+
+def draws(node: torch.fx.Node) -> bool:
+    """Whether ``node`` calls an op that draws from the default generator: its op is tagged
+    ``torch.Tag.nondeterministic_seeded``, unless its ``dropout_p`` is a literal 0 or its ``train``
+    a literal False (see :mod:`pmverify.oracles._rng`)."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded not in node.target.tags:
+        return False
+    dropout, train = _argument(node, "dropout_p"), _argument(node, "train")
+    return not (isinstance(dropout, (int, float)) and dropout == 0) and train is not False
+
+
+def _shapes(node: torch.fx.Node) -> str:
+    values = pytree.tree_leaves(node.meta.get("val"))
+    shown = [f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}" for v in values if isinstance(v, torch.Tensor)]
+    if shown:
+        return ", ".join(shown)
+    return ", ".join(repr(a) for a in node.args if not isinstance(a, torch.fx.Node))
+
+
+def random_calls(gm: torch.fx.GraphModule) -> list[str]:
+    """What ``gm`` draws, in graph order: one ``"aten.randperm.default -> int64[8]"`` per node
+    that draws (the outputs' dtypes and shapes from ``meta["val"]``, else the call's constant
+    arguments)."""
+    return [f"{node.target} -> {_shapes(node)}" for node in gm.graph.nodes if draws(node)]
+
+
+@contextlib.contextmanager
+def seeded(gm: torch.fx.GraphModule) -> Iterator[None]:
+    """Run the block from the default CPU generator seeded with :data:`RNG_SEED` when ``gm``
+    draws, restoring its state on exit; untouched otherwise."""
+    if not any(draws(node) for node in gm.graph.nodes):
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RNG_SEED)
+        yield
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs a graph; keeps, for each node that draws, the generator state before it and its
+    outputs."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.drawn: dict[str, tuple[torch.Tensor, Any]] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if not draws(n):
+            return super().run_node(n)
+        state = torch.random.get_rng_state()
+        out = super().run_node(n)
+        self.drawn[n.name] = (state, pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, out))
+        return out
+
+
+class Replayer(torch.fx.Interpreter):
+    """Runs a float64 twin of a recorded graph (``drawn``: what :func:`run_recording` recorded);
+    each node that draws starts from its twin's state, and its outputs are the float64 ones where
+    they agree with the recorded ones (cast to the recorded dtypes), else the recorded ones widened
+    to float64."""
+
+    def __init__(self, gm: torch.fx.GraphModule, drawn: dict[str, tuple[torch.Tensor, Any]]) -> None:
+        super().__init__(gm)
+        self.drawn = drawn
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.name not in self.drawn:
+            return super().run_node(n)
+        state, recorded = self.drawn[n.name]
+        torch.random.set_rng_state(state)
+        out = super().run_node(n)
+        ours, theirs = pytree.tree_leaves(out), pytree.tree_leaves(recorded)
+        same = len(ours) == len(theirs) and all(
+            not isinstance(b, torch.Tensor)
+            or (isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a.to(b.dtype), b))
+            for a, b in zip(ours, theirs, strict=False)
+        )
+        if same:
+            return out
+        return pytree.tree_map(
+            lambda v: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v, recorded
+        )
+
+
+def run_recording(gm: torch.fx.GraphModule, args: list[Any]) -> tuple[Any, dict[str, tuple[torch.Tensor, Any]]]:
+    """Run ``gm`` on ``args`` (written in place, as a call would) from :data:`RNG_SEED`; return its
+    output and what each node that draws drew (for :func:`run_replaying`)."""
+    recorder = _Recorder(gm)
+    with seeded(gm):
+        out = recorder.run(*args)
+    return out, recorder.drawn
+
+
+def run_replaying(gm: torch.fx.GraphModule, args: list[Any], drawn: dict[str, tuple[torch.Tensor, Any]]) -> Any:
+    """Run ``gm``, a float64 twin of a graph :func:`run_recording` ran, on ``args``, drawing what
+    that run drew (see :class:`Replayer`); the generator's state is restored afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        return Replayer(gm, drawn).run(*args)
