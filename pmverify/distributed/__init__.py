@@ -10,12 +10,11 @@ A run's timeout is a setting, not a verdict: ``timeout_s``, else ``$PMVERIFY_TP_
 mismatch the threaded backend can prove is an :class:`SPMDError` raised at once.
 """
 
+from ._context import DEFAULT_GROUP_NAME, TIMEOUT_ENV
 from ._errors import SPMDError, SPMDTimeoutError
 from ._run import (
     BACKENDS,
-    DEFAULT_GROUP_NAME,
     DEFAULT_TIMEOUT_S,
-    TIMEOUT_ENV,
     default_timeout_s,
     run_spmd,
     shutdown_worlds,

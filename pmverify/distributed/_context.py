@@ -5,6 +5,15 @@ from __future__ import annotations
 
 import threading
 
+DEFAULT_GROUP_NAME = "0"
+"""The group name of the default (WORLD) group in every world :func:`run_spmd` starts, what
+``dist.group.WORLD.group_name`` returns on a rank: the name functional collectives take, e.g.
+``torch.ops._c10d_functional.all_reduce(x, "sum", DEFAULT_GROUP_NAME)``."""
+
+TIMEOUT_ENV = "PMVERIFY_TP_TIMEOUT_S"
+"""The environment variable that sets :func:`run_spmd`'s default ``timeout_s`` (seconds, a positive
+number), the timeout of every tensor-parallel world pmverify's oracles run."""
+
 _thread = threading.local()
 _process_rank: int | None = None
 

@@ -88,7 +88,7 @@ def timed_out(
     unfinished: list[int], finished: list[int], timeout_s: float, backend: str, stacks: str, note: str
 ) -> SPMDTimeoutError:
     """Return the error for ranks ``unfinished`` not having returned within ``timeout_s`` seconds."""
-    from ._run import TIMEOUT_ENV
+    from ._context import TIMEOUT_ENV
 
     message = (
         f"ranks {unfinished} did not finish within timeout_s={timeout_s:g} s (backend {backend!r}; "

@@ -9,16 +9,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._context import TIMEOUT_ENV
+
 BACKENDS = ("threaded", "gloo", "nccl")
-
-DEFAULT_GROUP_NAME = "0"
-"""The group name of the default (WORLD) group in every world :func:`run_spmd` starts, what
-``dist.group.WORLD.group_name`` returns on a rank: the name functional collectives take, e.g.
-``torch.ops._c10d_functional.all_reduce(x, "sum", DEFAULT_GROUP_NAME)``."""
-
-TIMEOUT_ENV = "PMVERIFY_TP_TIMEOUT_S"
-"""The environment variable that sets :func:`run_spmd`'s default ``timeout_s`` (seconds, a positive
-number), the timeout of every tensor-parallel world pmverify's oracles run."""
 
 DEFAULT_TIMEOUT_S = 120.0
 """:func:`run_spmd`'s ``timeout_s`` when neither the call nor :data:`TIMEOUT_ENV` gives one: generous,

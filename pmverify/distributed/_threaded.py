@@ -249,7 +249,7 @@ class _ThreadedWorld:
         """The ranks waiting in the default group's collective in flight when one of the ``returned``
         ranks (which left ``fn``: it calls no collective again) has not joined it and every other rank
         has either returned or joined it; [] when none (or while a rank still runs)."""
-        from ._run import DEFAULT_GROUP_NAME
+        from ._context import DEFAULT_GROUP_NAME
 
         with plg._coll_lock:
             collective = plg._cur_coll_on_pgs.get(DEFAULT_GROUP_NAME)

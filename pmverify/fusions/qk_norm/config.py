@@ -25,6 +25,7 @@ DEFAULT_GROUP_NAME = "0"
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 __all__ = [
+    "IMPL_ENV",
     "QKNormConfig",
     "SUPPORTED_DTYPES",
     "DEFAULT_GROUP_NAME",
@@ -32,6 +33,10 @@ __all__ = [
     "kv_head_range",
     "output_dtype",
 ]
+
+#: The environment variable that picks the fused QK-norm ops' implementation (``auto``, ``triton`` or
+#: ``torch``; read by :mod:`.ops`, set up by :mod:`.environment`).
+IMPL_ENV = "PMVERIFY_QK_NORM_IMPL"
 
 
 def output_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype, weight_after_cast: bool) -> torch.dtype:

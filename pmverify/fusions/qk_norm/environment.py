@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["IMPL_ENV", "use_interpreter_without_gpu", "set_up", "reproducer_prelude"]
+from .config import IMPL_ENV
 
-#: The environment variable that picks the fused QK-norm ops' implementation (also :data:`.ops.IMPL_ENV`).
-IMPL_ENV = "PMVERIFY_QK_NORM_IMPL"
+__all__ = ["IMPL_ENV", "use_interpreter_without_gpu", "set_up", "reproducer_prelude"]
 
 
 def use_interpreter_without_gpu() -> None:

@@ -33,8 +33,8 @@ import os
 import torch
 from torch import Tensor
 
-from . import environment, triton_impl
-from .config import SUPPORTED_DTYPES, output_dtype
+from . import triton_impl
+from .config import IMPL_ENV, SUPPORTED_DTYPES, output_dtype
 
 __all__ = [
     "qk_norm",
@@ -47,8 +47,7 @@ __all__ = [
     "qk_norm_fake",
 ]
 
-#: The environment variable that picks the fused QK-norm ops' implementation.
-IMPL_ENV = environment.IMPL_ENV
+#: The values of :data:`IMPL_ENV`.
 _IMPLS = ("auto", "triton", "torch")
 
 
