@@ -44,7 +44,7 @@ class RewriteResult:
 
     - ``rewrite``: the :class:`RecordedRewrite`.
     - ``examples``: cases run (each one instance of the search function).
-    - ``matched``: cases in which the rewrite fired (the semantics and structure of those were
+    - ``rewritten_cases``: the cases in which the rewrite fired, counted (the semantics and structure of those were
       compared; the others pass trivially).
     - ``outcomes``: the ground truth of the instances, counted: ``"must match"``, or the reason it
       need not (``"extra_check"``: the rewrite's ``extra_check`` rejected the inputs;
@@ -58,7 +58,7 @@ class RewriteResult:
 
     rewrite: RecordedRewrite
     examples: int
-    matched: int
+    rewritten_cases: int
     outcomes: dict[str, int]
     simulated: tuple[str, ...] = ()
     capped_sizes: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -332,11 +332,11 @@ def _search(
     result = RewriteResult(
         recorded, counts["examples"], counts["matched"], dict(outcomes), tuple(sorted(simulated)), capped_sizes=sizes
     )
-    if not result.matched:
+    if not result.rewritten_cases:
         raise _never_matched(result, summary, rewrite, force_extra_check)
     if incomparable and not counts["comparable"]:
         raise RewriteNotComparable(
-            f"rewrite {recorded.name} is not comparable: none of the {result.matched} cases it rewrote could be "
+            f"rewrite {recorded.name} is not comparable: none of the {result.rewritten_cases} cases it rewrote could be "
             f"compared value by value ({incomparable[0]}); only its structure was checked",
             incomparable[0],
             summary,

@@ -40,7 +40,7 @@ def test_shipped_rewrites_check_out(name):
     result = check_rewrite(recorded()[name], max_examples=8, seed=0)
     assert isinstance(result, RewriteResult) and result.rewrite is recorded()[name]
     assert result.examples == 8
-    assert result.matched >= result.outcomes["must match"] > 0  # the rest: other dtypes, which it may match
+    assert result.rewritten_cases >= result.outcomes["must match"] > 0  # the rest: other dtypes, which it may match
 
 
 def _rms_upcast(x, w):
@@ -112,7 +112,7 @@ def test_a_replacement_using_its_scalar_workaround_checks_out():
     """Correct: it uses its eps, and its extra_check refuses the calls with keyword arguments the
     pattern does not hold (check_rewrite draws them: alpha=, dtype=...)."""
     result = check_rewrite(_eps_rewrite(_rms_eps, only_pattern_keywords), max_examples=15, seed=0)
-    assert result.matched >= result.outcomes["must match"] > 0
+    assert result.rewritten_cases >= result.outcomes["must match"] > 0
     assert set(result.outcomes) - {"must match"}  # near misses were drawn, and left alone or matched rightly
 
 
@@ -205,7 +205,7 @@ def test_a_rewrite_that_never_matches_is_an_error():
     never = recorded(config=QKNormConfig(q_size=8, kv_size=4, eps=1e-6, max_tokens=1))["rms_norm"]
     with pytest.raises(RewriteNeverMatched, match="rewrite rms_norm_pattern never matched") as info:
         check_rewrite(never, max_examples=6, seed=0)
-    assert info.value.result.matched == 0 and info.value.result.examples == 6
+    assert info.value.result.rewritten_cases == 0 and info.value.result.examples == 6
     assert info.value.result.outcomes.get("extra_check", 0) > 0
     assert "extra_check: " in str(info.value)
     # the exception verify() raises for a search that rewrote nothing, with verify's summary
@@ -219,7 +219,7 @@ def test_inputs_the_extra_check_rejects_in_part():
     inputs = like(rewrite.search_args, vary={"tokens": [(0, 0)]}, max_side=4)
     result = check_rewrite(rewrite, inputs=inputs, max_examples=20, seed=1)
     assert result.outcomes.get("extra_check", 0) > 0 and result.outcomes.get("must match", 0) > 0
-    assert result.matched >= result.outcomes["must match"]
+    assert result.rewritten_cases >= result.outcomes["must match"]
 
 
 @pytest.mark.parametrize(
@@ -320,7 +320,7 @@ def test_a_0d_scale_the_extra_check_wants_as_a_number_is_compared(finding_only):
     """Drawn as 0-d tensors only, the scale would be refused by the extra_check in every case; drawn
     as Python numbers (around and far from 2.0), it is matched and compared."""
     result = check_rewrite(_scalar_rewrite(_scale_replacement), max_examples=8, seed=0)
-    assert result.matched >= result.outcomes["must match"] > 0 and not result.capped_sizes
+    assert result.rewritten_cases >= result.outcomes["must match"] > 0 and not result.capped_sizes
     with finding_only(), pytest.raises(PassVerificationError) as info:
         check_rewrite(_scalar_rewrite(_scale_hard_coded), max_examples=15, seed=0)
     assert {v.oracle for v in info.value.violations} == {"semantics"}
@@ -333,7 +333,7 @@ def matmul_relu(x, w):
 def test_large_examples_are_capped_and_the_cap_reported():
     rewrite = _recorded(matmul_relu, matmul_relu, (torch.empty(512, 256), torch.empty(256, 512)))
     result = check_rewrite(rewrite, max_examples=3, seed=0)
-    assert result.capped_sizes == {512: 64, 256: 32} and result.matched
+    assert result.capped_sizes == {512: 64, 256: 32} and result.rewritten_cases
 
 
 def test_an_inductor_attention_fusion_on_a_number_scale_and_strided_inputs_is_compared(inductor_sfdp):

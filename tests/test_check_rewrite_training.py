@@ -117,7 +117,7 @@ def test_a_correct_training_rewrite_checks_out():
     """Right forward and gradients, the gradient of ``x`` in another layout: no finding (autograd
     gives gradients no stride contract; the structure oracle still compares their shapes)."""
     result = check_rewrite(_training_rewrite(_tanh_mul_transposed_grad), max_examples=4, seed=0)
-    assert isinstance(result, RewriteResult) and result.matched >= result.outcomes["must match"] > 0
+    assert isinstance(result, RewriteResult) and result.rewritten_cases >= result.outcomes["must match"] > 0
 
 
 def test_a_wrong_backward_is_a_semantics_finding_on_a_gradient(finding_only):

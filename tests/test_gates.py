@@ -73,12 +73,12 @@ def test_a_gated_extra_check_is_unsatisfiable_here_and_compared_when_forced(extr
     with pytest.raises(RewriteUnsatisfiable) as info:
         check_rewrite(rewrite, max_examples=4, seed=0)
     assert info.value.condition == condition
-    assert info.value.result.matched == 0 and info.value.result.outcomes["extra_check"] > 0
+    assert info.value.result.rewritten_cases == 0 and info.value.result.outcomes["extra_check"] > 0
     assert f"only with {condition}" in str(info.value) and "force_extra_check=True" in str(info.value)
     assert isinstance(info.value, RewriteNeverMatched)  # the audit's "never matched" catches it too
 
     result = check_rewrite(rewrite, max_examples=4, seed=0, force_extra_check=True)
-    assert result.matched >= result.outcomes["must match"] > 0
+    assert result.rewritten_cases >= result.outcomes["must match"] > 0
     assert result.simulated == (condition,)
     assert result.rewrite is rewrite
 
@@ -89,7 +89,7 @@ def test_a_config_gate_is_named_and_config_patches_compare_it():
         check_rewrite(rewrite, max_examples=4, seed=0)
     assert info.value.condition == "torch._inductor.config.cpp.enable_concat_linear=True"
     result = check_rewrite(rewrite, max_examples=4, seed=0, config_patches={"cpp.enable_concat_linear": True})
-    assert result.matched > 0 and result.simulated == ()
+    assert result.rewritten_cases > 0 and result.simulated == ()
     assert config.cpp.enable_concat_linear is False  # restored
 
 

@@ -162,9 +162,9 @@ def _check_rewrite(
         return _error(exc, "check_rewrite")
     return {
         "status": OK,
-        "reason": f"{result.examples} cases, {result.matched} rewritten",
+        "reason": f"{result.examples} cases, {result.rewritten_cases} rewritten",
         "examples": result.examples,
-        "matched": result.matched,
+        "matched": result.rewritten_cases,
     }
 
 
