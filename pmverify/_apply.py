@@ -42,7 +42,7 @@ from ._execution import (
     RunPair,
     error_summary,
     propagate_fake,
-    propagate_recorded,
+    propagated_or_own,
     quiet_fake_tensor_errors,
     rank_pair,
 )
@@ -240,8 +240,8 @@ def apply_direct(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> 
 
 
 def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -> RunPair:
-    after = copy.deepcopy(case.gm)
-    propagation = propagate_recorded(after, case.inputs[rank])
+    after = copy.deepcopy(case.gm)  # node.meta is copied shallowly: the fake values are shared
+    propagation = propagated_or_own(after, case.inputs[rank])
     before_outputs = output_vals(after)  # the structure oracle's reference, propagated once
     start = time.perf_counter()
     try:

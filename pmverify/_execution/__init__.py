@@ -38,6 +38,7 @@ from ._fake import (
     node_signature,
     propagate_fake,
     propagate_recorded,
+    propagated_or_own,
     quiet_fake_tensor_errors,
     repropagate,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "error_summary",
     "propagate_fake",
     "propagate_recorded",
+    "propagated_or_own",
     "node_signature",
     "quiet_fake_tensor_errors",
     "clone_inputs",

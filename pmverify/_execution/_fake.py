@@ -22,6 +22,7 @@ __all__ = [
     "node_signature",
     "propagate_fake",
     "propagate_recorded",
+    "propagated_or_own",
     "quiet_fake_tensor_errors",
     "repropagate",
 ]
@@ -47,7 +48,7 @@ class FakePropagation:
 
     mode: FakeTensorMode
     vals: dict[str, Any]
-    signatures: dict[str, tuple[str, str, str]]
+    signatures: dict[str, tuple[str, Any, Any]]
     reusable: bool
 
 
@@ -56,10 +57,10 @@ def propagate_fake(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> None:
     propagate_recorded(gm, inputs)
 
 
-def node_signature(node: torch.fx.Node) -> tuple[str, str, str]:
-    """What ``node`` computes from its inputs: its op, target and arguments (input nodes by name)."""
-    names = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.name)
-    return node.op, str(node.target), repr(names)
+def node_signature(node: torch.fx.Node) -> tuple[str, Any, Any]:
+    """What ``node`` computes from its inputs: its op, target and arguments (input nodes by name),
+    compared with ``==`` (an argument unequal to itself, a NaN, only makes a node look changed)."""
+    return node.op, node.target, torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.name)
 
 
 def _pure(graph: torch.fx.Graph) -> bool:
@@ -86,6 +87,67 @@ def propagate_recorded(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakeP
         {node.name: node_signature(node) for node in nodes},
         _pure(gm.graph),
     )
+
+
+def _own_propagation(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePropagation | None:
+    """The fake values ``gm`` already carries, as a :class:`FakePropagation`, when they are what
+    :func:`propagate_recorded` would give: every node but the output has a ``meta["val"]``, every
+    fake tensor among them belongs to one ``FakeTensorMode`` without a ``ShapeEnv`` (static shapes,
+    as pmverify's strategies and ``make_fx(tracing_mode="fake")`` leave them), and each
+    placeholder's value has the shape, dtype, strides, device and ``requires_grad`` of its input (a
+    fake value depends on nothing else). Else None. That mode is then made to allow non-fake inputs,
+    as :func:`propagate_recorded`'s does (a pass may re-trace its replacement with real constants)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    nodes = list(gm.graph.nodes)
+    placeholders = [node for node in nodes if node.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        return None
+    modes: set[int] = set()
+    mode = None
+    for node in nodes:
+        if node.op == "output":
+            continue
+        if "val" not in node.meta:
+            return None
+        for leaf in torch.utils._pytree.tree_leaves(node.meta["val"]):
+            if isinstance(leaf, torch.Tensor):
+                if not isinstance(leaf, FakeTensor):
+                    return None
+                modes.add(id(leaf.fake_mode))
+                mode = leaf.fake_mode
+    if len(modes) != 1 or mode.shape_env is not None:
+        return None  # symbolic shapes (a ShapeEnv) are propagated anew
+    for node, value in zip(placeholders, inputs, strict=True):
+        val = node.meta["val"]
+        if isinstance(value, torch.Tensor) != isinstance(val, torch.Tensor):
+            return None
+        if isinstance(value, torch.Tensor) and (
+            val.shape != value.shape
+            or val.dtype != value.dtype
+            or val.stride() != value.stride()
+            or val.device != value.device
+            or val.requires_grad != value.requires_grad
+        ):
+            return None
+    # as in propagate_recorded's mode: a pass may re-trace its replacement with real constants
+    mode.allow_non_fake_inputs = True
+    return FakePropagation(
+        mode,
+        {node.name: node.meta.get("val") for node in nodes},
+        {node.name: node_signature(node) for node in nodes},
+        _pure(gm.graph),
+    )
+
+
+def propagated_or_own(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePropagation:
+    """The fake values of ``gm`` on ``inputs`` in one ``FakeTensorMode``: those it carries when they
+    are complete, of one mode and agree with ``inputs`` (see :func:`_own_propagation`: a graph
+    drawn by pmverify's strategies, or traced by ``make_fx(tracing_mode="fake")``), else
+    :func:`propagate_recorded` anew (a graph traced with real tensors carries values of several
+    modes, which a pass that re-traces cannot mix)."""
+    own = _own_propagation(gm, inputs)
+    return own if own is not None else propagate_recorded(gm, inputs)
 
 
 class _Reusing(FakeTensorProp):
