@@ -1,0 +1,53 @@
+"""The execution layer's fake propagation: a graph's own fake values are reused only when they are
+what a fresh propagation would give."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from pmverify._execution import propagate_recorded, propagated_or_own
+
+
+def _f(x, w):
+    return torch.ops.aten.mul.Tensor(torch.ops.aten.add.Tensor(x, 1), w)
+
+
+def _inputs():
+    return (torch.randn(4, 8), torch.randn(8))
+
+
+def _modes(gm):
+    return {id(node.meta["val"].fake_mode) for node in gm.graph.nodes if isinstance(node.meta.get("val"), torch.Tensor)}
+
+
+def test_a_graph_with_its_own_static_fake_values_keeps_them():
+    inputs = _inputs()
+    gm = make_fx(_f, tracing_mode="real")(*inputs)
+    first = propagate_recorded(gm, inputs)
+    copied = copy.deepcopy(gm)
+    reused = propagated_or_own(copied, inputs)
+    assert reused.mode is first.mode and reused.vals["mul"] is first.vals["mul"]
+    assert reused.mode.allow_non_fake_inputs  # as a fresh propagation's mode: a pass may re-trace with constants
+
+
+def test_values_that_disagree_with_the_inputs_or_mix_modes_are_propagated_anew():
+    inputs = _inputs()
+    gm = make_fx(_f, tracing_mode="real")(*inputs)
+    first = propagate_recorded(gm, inputs)
+    wider = (torch.randn(4, 8).t().contiguous().t(), inputs[1])  # other strides
+    anew = propagated_or_own(gm, wider)
+    assert anew.mode is not first.mode and anew.vals["add"].stride() == wider[0].stride()
+
+    other = FakeTensorMode(allow_non_fake_inputs=True)
+    with other:
+        gm.graph.find_nodes(op="placeholder")[0].meta["val"] = other.from_tensor(inputs[0])
+    assert len(_modes(gm)) == 2
+    mixed = propagated_or_own(gm, inputs)
+    assert len(_modes(gm)) == 1 and mixed.mode not in (first.mode, other)
+
+    del gm.graph.find_nodes(op="call_function", target=torch.ops.aten.add.Tensor)[0].meta["val"]
+    assert propagated_or_own(gm, inputs).vals["add"] is not None  # a missing value: propagated anew
