@@ -400,8 +400,9 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     )
     if case_timeout + WORKER_START_S >= budget:  # said once the usage is known good
         print(
-            f"pmverify fuzz: note: the per-case timeout ({case_timeout:g}s) is not below the budget ({budget:g}s): "
-            "a hanging pass cannot be reported; give a shorter --case-timeout or a longer --budget",
+            f"pmverify fuzz: note: the per-case timeout ({case_timeout:g}s) and a worker's start (about "
+            f"{WORKER_START_S:g}s) do not fit in the budget ({budget:g}s): a hanging pass cannot be reported; "
+            "give a shorter --case-timeout or a longer --budget",
             file=out,
         )
     report, code = run_job(options, out)

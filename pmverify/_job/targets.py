@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -84,8 +85,9 @@ class FuzzTarget:
     - ``families``: the ``(name, strategy)`` case families searched in rotation, a batch of cases
       from each in turn; each strategy draws :class:`pmverify.GraphCase`.
     - ``set_up``: called with no arguments in every process that runs the target (the job's own,
-      to refuse bad usage, and each worker) before the target is used, e.g. to set environment
-      variables (``TRITON_INTERPRET``); it raises ``ValueError`` or ``RuntimeError`` with a
+      to refuse bad usage, with the environment variables it set undone afterwards; and the
+      target's worker) before the target is used, e.g. to set environment variables
+      (``TRITON_INTERPRET``); it raises ``ValueError`` or ``RuntimeError`` with a
       one-line message when the target cannot run here. A target's *source* function should call
       it before importing anything it sets up for (a set-up that must precede a module's import
       cannot wait for this field). None: nothing to set up.
@@ -96,6 +98,9 @@ class FuzzTarget:
     - ``strict_order``: searched with ``strict_order=True`` whatever ``--strict-order`` says.
     - ``pass_source``: code that defines ``PASS`` for the reproducers (``from mypkg import
       MyPass as PASS``-like), or None for the recipe pmverify derives from the pass.
+
+    Raises ``ValueError`` naming the field and its value when ``families`` is not a non-empty list
+    of ``(str, strategy)`` pairs, or another field is not of its kind.
     """
 
     pass_: Any
@@ -105,6 +110,37 @@ class FuzzTarget:
     extra_check: ExtraCheck | None = None
     strict_order: bool = False
     pass_source: str | None = None
+
+    def __post_init__(self) -> None:
+        """Raises ``ValueError`` naming the field and its value for a field of the wrong kind."""
+        from hypothesis.strategies import SearchStrategy
+
+        families = self.families
+        if isinstance(families, (str, bytes, SearchStrategy)) or not isinstance(families, Sequence) or not families:
+            raise ValueError(f"FuzzTarget(families={families!r}): must be a non-empty list of (name, strategy) pairs")
+        for family in families:
+            if not (
+                isinstance(family, tuple)
+                and len(family) == 2
+                and isinstance(family[0], str)
+                and isinstance(family[1], SearchStrategy)
+            ):
+                raise ValueError(
+                    f"FuzzTarget(families=...): {family!r} is not a (name, strategy) pair (a str and a "
+                    "Hypothesis strategy of GraphCase)"
+                )
+        for field, value, kind in (
+            ("set_up", self.set_up, "callable"),
+            ("reproducer_prelude", self.reproducer_prelude, str),
+            ("extra_check", self.extra_check, ExtraCheck),
+            ("pass_source", self.pass_source, str),
+        ):
+            if value is not None and not (callable(value) if kind == "callable" else isinstance(value, kind)):
+                name = "callable" if kind == "callable" else kind.__name__
+                what = f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
+                raise ValueError(f"FuzzTarget({field}={value!r}): must be {what} or None")
+        if not isinstance(self.strict_order, bool):
+            raise ValueError(f"FuzzTarget(strict_order={self.strict_order!r}): must be a bool")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,9 +306,16 @@ def _is_factory(value: Any) -> bool:
 
 def check(names: list[str], cases: str | None) -> None:
     """Resolve every target once, in this process, so that bad usage is refused before any worker
-    starts (and each target's set-up has run here, which the workers inherit); also refuses a
-    ``cases`` that no target uses."""
-    for name in names:
-        load(name, cases)
+    starts; also refuses a ``cases`` that no target uses. The environment variables the targets'
+    set-ups (or sources) set here are undone afterwards: each worker process is started from the
+    job's own environment and runs only its own target's set-up (a user's target run beside
+    ``qk_norm`` gets no ``TRITON_INTERPRET`` from it)."""
+    environment = dict(os.environ)
+    try:
+        for name in names:
+            load(name, cases)
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
     if cases is not None and not any(":" in name for name in names):
         raise TargetError(f"--cases={cases!r} is only for a user pass given as --target MODULE:ATTRIBUTE")

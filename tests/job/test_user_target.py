@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -84,3 +85,46 @@ def test_a_user_targets_extra_check_runs_in_its_worker_and_is_reported(tmp_path)
     assert check["name"] == "tiny_check" and check["ok"] and check["target"] == "_user_target:checked"
     assert check["checked"] == "needs_set_up" and check["set_up"] == "1"
     assert "real model: a check of the user's own" in done.stdout
+
+
+def test_checking_the_targets_leaves_the_jobs_environment_as_it_was(monkeypatch):
+    """The job resolves every target in its own process to refuse bad usage; what the targets'
+    set-ups set there (qk_norm: TRITON_INTERPRET without a GPU) is undone, so that a user target's
+    worker, started from the job's environment, does not inherit it."""
+    from pmverify._job.targets import check
+
+    monkeypatch.syspath_prepend(str(HERE))
+    for name in ("TRITON_INTERPRET", "PMVERIFY_TEST_USER_SET_UP"):
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    check(["qk_norm", "_user_target:target"], None)
+    assert dict(os.environ) == before
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"families": []}, "families=[]"),
+        ({"families": "x"}, "families='x'"),
+        ({"families": [42]}, "42 is not a (name, strategy) pair"),
+        ({"families": [("a", 42)]}, "('a', 42) is not a (name, strategy) pair"),
+        ({"set_up": 3}, "set_up=3): must be a callable"),
+        ({"extra_check": "no"}, "extra_check='no'): must be an ExtraCheck"),
+        ({"strict_order": "yes"}, "strict_order='yes'): must be a bool"),
+    ],
+)
+def test_a_fuzz_target_of_the_wrong_kind_is_refused_naming_the_field(kwargs, message):
+    from pmverify import FuzzTarget
+    from pmverify.strategies import fx_graphs
+
+    arguments = {"pass_": lambda graph: None, "families": [("graphs", fx_graphs(max_nodes=2))], **kwargs}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        FuzzTarget(**arguments)
+
+
+def test_a_strategy_given_as_families_is_refused():
+    from pmverify import FuzzTarget
+    from pmverify.strategies import fx_graphs
+
+    with pytest.raises(ValueError, match=r"must be a non-empty list of \(name, strategy\) pairs"):
+        FuzzTarget(lambda graph: None, fx_graphs())
