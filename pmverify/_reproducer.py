@@ -142,8 +142,10 @@ def _oracle_recipe(oracles: Sequence[Any] | None, imports: set[str]) -> str:
         try:
             line, expr = _import_of(oracle)
         except (ValueError, AttributeError):
+            where = getattr(oracle, "__module__", None)
             raise ValueError(
-                f"oracle {oracle!r} cannot be imported by a reproducer (define it at module level)"
+                f"oracle {oracle!r} cannot be imported by a reproducer (define it at module level of an "
+                f"importable module{'; __main__, the script run, is not one' if where == '__main__' else ''})"
             ) from None
         imports.add(line)
         items.append(expr)
