@@ -224,7 +224,7 @@ def verify(
     drawn, and the planted ground truth). ``InvalidArgument`` for a ``cases`` that is not a
     strategy, a ``max_examples`` below 1, a ``seed`` that is not an int or a
     ``strict_order`` / ``allow_no_rewrites`` that is not a bool, a ``settings`` that is not a
-    ``hypothesis.settings``, ``ValueError`` for an unknown ``mode`` or a
+    ``hypothesis.settings``, an empty ``oracles``, ``ValueError`` for an unknown ``mode`` or a
     ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass.
 
     Example::
@@ -247,6 +247,8 @@ def verify(
             raise InvalidArgument(f"{name}={flag!r} must be a bool")
     if settings is not None and not isinstance(settings, hypothesis.settings):
         raise InvalidArgument(f"settings={settings!r} must be a hypothesis.settings or None")
+    if oracles is not None and not isinstance(oracles, str) and not oracles:
+        raise InvalidArgument(f"oracles={oracles!r} asks no oracle: the search would check nothing; None asks all")
     if seed is None:
         from ._settings import env_seed  # (torch-free; pytest and the CLI check it at start-up)
 

@@ -80,6 +80,7 @@ def test_reproducer_exits_zero_once_the_pass_is_fixed(tmp_path):
         (dict(seed=True), "seed=True must be an int or None"),
         (dict(strict_order="yes"), "strict_order='yes' must be a bool"),
         (dict(allow_no_rewrites=1), "allow_no_rewrites=1 must be a bool"),
+        (dict(oracles=[]), "oracles=\\[\\] asks no oracle"),
     ],
 )
 def test_bad_arguments(kwargs, message):
