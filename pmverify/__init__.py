@@ -99,4 +99,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names and the module's dunders (not its helpers: ``Any``, ``_WHERE``...)."""
+    return sorted({name for name in globals() if name.startswith("__")} | set(__all__))
