@@ -126,7 +126,7 @@ class _PlantedFinding(Exception):
 
 
 def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch):
-    passed = types.SimpleNamespace(examples=2, matched=2)
+    passed = types.SimpleNamespace(examples=2, rewritten_cases=2)
     monkeypatch.setattr(pmverify._rewrite, "check_rewrite", lambda *args, **kwargs: passed)
     monkeypatch.setattr(pmverify._verify, "PassVerificationError", _PlantedFinding)
     monkeypatch.setattr(pmverify._verify, "verify", _raising(_PlantedFinding()))

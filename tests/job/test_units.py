@@ -255,7 +255,9 @@ def test_a_fault_whose_bank_row_asks_for_strict_order_is_fuzzed_with_it(monkeypa
         def __init__(self, config):
             self.config = config
 
-    row = Fault(Unsorted, "left unsorted", ("structure",), lambda: [])
+    from pmverify.strategies import fx_graphs
+
+    row = Fault(Unsorted, "left unsorted", ("structure",), lambda: [("graphs", fx_graphs(max_nodes=2))])
     monkeypatch.setitem(BANK, "PlainFault", row)
     monkeypatch.setitem(BANK, "UnsortedFault", dataclasses.replace(row, strict_order=True))
     assert load("UnsortedFault").strict_order and not load("PlainFault").strict_order
