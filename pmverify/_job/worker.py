@@ -185,8 +185,8 @@ class _Worker:
             if not minimal and shrink and choices is not None and stop_at - time.time() >= 1:
                 # a failure saved unshrunk (a job stopped while shrinking it, --no-shrink): shrink it now
                 try:
-                    with shrinking_from(self.keys[family], choices, stop_at, self.settings) as (outcome, replay):
-                        search(replay)
+                    with shrinking_from(self.keys[family], choices, stop_at, self.settings) as (outcome, shrinking):
+                        search(shrinking)
                 except PassVerificationError as exc:
                     failure, choices, minimal = exc, last[0], outcome["finished"]
                 except Exception:  # noqa: BLE001 - it did not fail again (flaky) or raised: the replay's stands
