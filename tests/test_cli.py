@@ -15,6 +15,8 @@ def test_fuzz_clean_run_writes_report(tmp_path, capsys):
             "fuzz",
             "--max-examples",
             "60",
+            "--budget",
+            "15m",  # the case count ends the run, not the clock: under CI load 60 cases took more than the ci profile's 60 s
             "--seed",
             "1",
             "--no-real-model",

@@ -247,7 +247,7 @@ def test_fuzz_report_to_stdout_is_the_whole_stdout_and_a_linked_junit_stays_a_li
     (the progress and summary go to stderr); no checkpoint reaches it."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "junit.xml").symlink_to("out/real.xml")
-    argv = ["fuzz", "--report", "-", "--junit", str(tmp_path / "junit.xml"), "--max-examples", "3"]
+    argv = ["fuzz", "--report", "-", "--junit", str(tmp_path / "junit.xml"), "--max-examples", "3", "--budget", "10m"]
     argv += ["--no-real-model", "--db", str(tmp_path / "db"), "--repro-dir", str(tmp_path / "repro")]
     assert main(argv) == 0
     out, err = capsys.readouterr()

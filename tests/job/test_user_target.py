@@ -26,7 +26,7 @@ def _fuzz(tmp_path: pathlib.Path, *target: str, real_model: bool = False) -> tup
         import pmverify.cli
         from _user_target import shipped_set_up
         code = pmverify.cli.main([
-            "fuzz", *{list(target)!r}, *{[] if real_model else ["--no-real-model"]!r}, "--max-examples", "8",
+            "fuzz", *{list(target)!r}, *{[] if real_model else ["--no-real-model"]!r}, "--max-examples", "8", "--budget", "10m",
             "--progress", "plain",
             "--report", {str(report)!r}, "--db", {str(tmp_path / "db")!r}, "--repro-dir", {str(tmp_path)!r},
         ])
