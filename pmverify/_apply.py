@@ -42,6 +42,7 @@ from ._execution import (
     RunPair,
     error_summary,
     propagate_fake,
+    propagate_symbolic,
     propagated_or_own,
     quiet_fake_tensor_errors,
     rank_pair,
@@ -241,8 +242,13 @@ def apply_direct(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> 
 
 def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -> RunPair:
     after = copy.deepcopy(case.gm)  # node.meta is copied shallowly: the fake values are shared
-    propagation = propagated_or_own(after, case.inputs[rank])
+    if case.symbols:  # the pass sees SymInt sizes, as under torch.compile(dynamic=True)
+        propagation = propagate_symbolic(after, case, rank)
+    else:
+        propagation = propagated_or_own(after, case.inputs[rank])
     before_outputs = output_vals(after)  # the structure oracle's reference, propagated once
+    shape_env = propagation.mode.shape_env
+    guards_before = len(shape_env.guards) if shape_env is not None else 0
     start = time.perf_counter()
     try:
         with quiet_fake_tensor_errors(), recording_matches() as matches:
@@ -275,4 +281,5 @@ def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -
         strict_order=strict_order,
         before_outputs=before_outputs,
         before_propagation=propagation,
+        pass_guards=tuple(guard.expr for guard in shape_env.guards[guards_before:]) if shape_env is not None else (),
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GraphCase", "PlantedInstance", "MutationSite", "FORMS"]
+__all__ = ["GraphCase", "PlantedInstance", "MutationSite", "Symbol", "FORMS"]
 
 #: "functional": post-grad style, no in-place ops; "inplace": in-place ops still in the graph.
 FORMS = ("functional", "inplace")
@@ -45,6 +45,42 @@ class MutationSite:
     mutated: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Symbol:
+    """One symbolic size of a case's graph (a ``SymInt`` as torch.compile's ``ShapeEnv`` makes it).
+
+    - ``name``: the name of its ``Sym`` placeholder (``"s0"``) and of the symbol in the size
+      expressions of :attr:`GraphCase.input_dims`.
+    - ``hint``: the size the case's inputs have (what ``ShapeEnv`` calls the hint).
+    - ``min`` / ``max``: the range the graph is valid for, both ends included (a vLLM compile
+      range ``Range(start, end)``): every guard the symbolic trace recorded holds there.
+    - ``sizes``: the concrete sizes the oracles run the case at, the hint first (then the range's
+      ends and one drawn size), each in ``[min, max]``.
+
+    Raises ``ValueError`` when ``min <= hint <= max`` does not hold or a size lies outside.
+    """
+
+    name: str
+    hint: int
+    min: int
+    max: int
+    sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"Symbol name={self.name!r} must be an identifier")
+        for field in ("hint", "min", "max"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Symbol {self.name}: {field}={value!r} must be a non-negative int")
+        if not self.min <= self.hint <= self.max:
+            raise ValueError(f"Symbol {self.name}: min={self.min} <= hint={self.hint} <= max={self.max} must hold")
+        sizes = tuple(self.sizes) or (self.hint,)
+        if any(not isinstance(n, int) or not self.min <= n <= self.max for n in sizes):
+            raise ValueError(f"Symbol {self.name}: sizes={sizes!r} must be ints in [{self.min}, {self.max}]")
+        object.__setattr__(self, "sizes", sizes)
+
+
 @dataclasses.dataclass
 class GraphCase:
     """A graph for a pass to rewrite, with inputs and ground truth.
@@ -60,6 +96,12 @@ class GraphCase:
     - ``label``: a short human description, shown in reports.
     - ``placements``: for a tensor-parallel case, one ``torch.distributed.tensor`` placement per
       graph input (``Replicate()`` or ``Shard(dim)``: how the rank tuples relate); None otherwise.
+    - ``symbols``: for a case with symbolic sizes (``dynamic=`` of the strategies, see
+      :func:`pmverify.symbolic.symbolize`), its :class:`Symbol` records; ``()`` for static shapes.
+    - ``input_dims``: with ``symbols``, one entry per placeholder: the symbol's name for a ``Sym``
+      placeholder (its input is an int, the hint), else a tuple with, per dim of the input tensor,
+      its size as an expression of the symbols (``"s0"``, ``"2*s0"``) or None where it is static;
+      None for a static input. Empty without ``symbols``.
 
     Raises ``ValueError`` when ``inputs`` does not hold ``tp_world`` tuples or ``form`` is unknown.
     """
@@ -73,6 +115,8 @@ class GraphCase:
     pass_config: Any = None
     label: str = ""
     placements: tuple[Any, ...] | None = None
+    symbols: tuple[Symbol, ...] = ()
+    input_dims: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:
@@ -90,6 +134,19 @@ class GraphCase:
         for rank, rank_inputs in enumerate(self.inputs):
             if len(rank_inputs) != placeholders:
                 raise ValueError(f"inputs[{rank}] holds {len(rank_inputs)} values; gm has {placeholders} placeholders")
+        self.symbols = tuple(self.symbols)
+        self.input_dims = tuple(self.input_dims)
+        if any(not isinstance(symbol, Symbol) for symbol in self.symbols):
+            raise ValueError(f"symbols={self.symbols!r} must hold Symbol records")
+        if self.symbols and len(self.input_dims) != placeholders:
+            raise ValueError(f"input_dims holds {len(self.input_dims)} entries; gm has {placeholders} placeholders")
+        if not self.symbols and self.input_dims:
+            raise ValueError("input_dims is given without symbols")
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the case has symbolic sizes (``symbols`` is not empty)."""
+        return bool(self.symbols)
 
     @property
     def expected_matches(self) -> int:
@@ -102,8 +159,11 @@ class GraphCase:
             for t in self.inputs[0]
         )
         nodes = sum(1 for n in self.gm.graph.nodes if n.op == "call_function")
+        symbols = "".join(
+            f", {s.name} in [{s.min}, {s.max}] (hint {s.hint}, runs at {list(s.sizes)})" for s in self.symbols
+        )
         return (
             f"GraphCase({self.label or 'graph'}: {nodes} ops, inputs=[{shapes}], tp_world={self.tp_world}, "
             f"form={self.form!r}, planted={[(p.pattern, p.must_match, p.reason) for p in self.planted]}, "
-            f"pass_config={self.pass_config!r})"
+            f"pass_config={self.pass_config!r}{symbols})"
         )

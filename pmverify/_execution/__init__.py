@@ -38,6 +38,7 @@ from ._fake import (
     node_signature,
     propagate_fake,
     propagate_recorded,
+    propagate_symbolic,
     propagated_or_own,
     quiet_fake_tensor_errors,
     repropagate,
@@ -64,6 +65,7 @@ __all__ = [
     "error_summary",
     "propagate_fake",
     "propagate_recorded",
+    "propagate_symbolic",
     "propagated_or_own",
     "node_signature",
     "quiet_fake_tensor_errors",
@@ -151,6 +153,11 @@ class RunPair:
       :meth:`before_output_vals` propagates then).
     - ``before_propagation``: that propagation (:class:`FakePropagation`), which
       :meth:`repropagated` reuses for the nodes the pass left as they were; None in compiled mode.
+      For a case with symbols it is symbolic (:func:`propagate_symbolic`): the pass sees
+      ``SymInt`` sizes, as under torch.compile with ``dynamic=True``.
+    - ``pass_guards``: for a case with symbols, the guards the pass added to that propagation's
+      ``ShapeEnv`` (sympy expressions: what the pass assumed of the sizes, ``Eq(s0, 11)`` when it
+      read a symbolic size as an int); empty otherwise.
     """
 
     case: GraphCase
@@ -170,6 +177,8 @@ class RunPair:
     strict_order: bool = False
     before_outputs: list[Any] | None = dataclasses.field(default=None, repr=False)
     before_propagation: FakePropagation | None = dataclasses.field(default=None, repr=False)
+    pass_guards: tuple[Any, ...] = ()
+    _sized: dict[tuple[tuple[str, int], ...], RunPair] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _results: dict[int, RankResults] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _repropagation: Repropagation | BaseException | None = dataclasses.field(default=None, init=False, repr=False)
     _live: dict[str, torch.fx.Node] | None = dataclasses.field(default=None, init=False, repr=False)
@@ -187,6 +196,25 @@ class RunPair:
             else:
                 self._results[rank] = _rank_results(self, rank)
         return self._results[rank]
+
+    def at(self, sizes: dict[str, int]) -> RunPair:
+        """This pair with the case's symbols at ``sizes`` (name -> size): the same graphs and pass,
+        the case's inputs resized (:func:`pmverify._symbolic.case_at`), its own results; made once
+        per assignment. ``self`` for a case without symbols."""
+        if not self.case.symbols:
+            return self
+        key = tuple(sorted(sizes.items()))
+        if key not in self._sized:
+            from .._symbolic import case_at
+
+            sized = case_at(self.case, sizes)
+            ranks = [
+                dataclasses.replace(run, case=sized, before_outputs=None, before_propagation=None) for run in self.ranks
+            ]
+            self._sized[key] = dataclasses.replace(
+                self, case=sized, ranks=ranks, before_outputs=None, before_propagation=None
+            )
+        return self._sized[key]
 
     def before_output_vals(self) -> list[Any]:
         """``before_outputs``, or, where the apply mode recorded none, the outputs' ``meta["val"]``
@@ -219,7 +247,9 @@ class RunPair:
         the meta the pass left on ``after`` is kept. Raises what the propagation raised."""
         if self._repropagation is None:
             try:
-                self._repropagation = repropagate(self.after, self.case.inputs[0], self.before_propagation)
+                self._repropagation = repropagate(
+                    self.after, self.case.inputs[0], self.before_propagation, self.case if self.case.symbols else None
+                )
             except Exception as exc:  # noqa: BLE001 - kept, raised to every caller
                 self._repropagation = exc
         if isinstance(self._repropagation, BaseException):

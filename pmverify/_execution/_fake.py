@@ -22,6 +22,7 @@ __all__ = [
     "node_signature",
     "propagate_fake",
     "propagate_recorded",
+    "propagate_symbolic",
     "propagated_or_own",
     "quiet_fake_tensor_errors",
     "repropagate",
@@ -79,6 +80,24 @@ def propagate_recorded(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakeP
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         fake_inputs = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
+    nodes = gm.graph.nodes
+    return FakePropagation(
+        mode,
+        {node.name: node.meta.get("val") for node in nodes},
+        {node.name: node_signature(node) for node in nodes},
+        _pure(gm.graph),
+    )
+
+
+def propagate_symbolic(gm: torch.fx.GraphModule, case: Any, rank: int = 0) -> FakePropagation:
+    """:func:`propagate_recorded` for a case with symbols: from fake inputs of symbolic sizes in a
+    fresh ``FakeTensorMode`` and ``ShapeEnv`` (:func:`pmverify._symbolic.symbolic_inputs`), so
+    every ``meta["val"]`` has the case's ``SymInt`` sizes, as the graphs torch.compile hands a
+    pass with ``dynamic=True``."""
+    from .._symbolic import symbolic_inputs
+
+    mode, fake_inputs = symbolic_inputs(case, rank=rank)
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
     nodes = gm.graph.nodes
     return FakePropagation(
@@ -172,12 +191,15 @@ class _Reusing(FakeTensorProp):
         return super().run_node(n)
 
 
-def repropagate(gm: torch.fx.GraphModule, inputs: Sequence[Any], known: FakePropagation | None) -> Repropagation:
+def repropagate(
+    gm: torch.fx.GraphModule, inputs: Sequence[Any], known: FakePropagation | None, case: Any = None
+) -> Repropagation:
     """:func:`propagate_fake` through ``gm`` itself, its nodes' ``meta`` dicts restored afterwards
     (what a propagation through a deep copy gives, without copying the graph and its meta). With
     ``known`` (the propagation through the graph before the pass) and a graph where no op mutates,
     the nodes the pass left as they were, on inputs it left as they were, keep the values ``known``
-    gave them: fake propagation is a function of a node's call and its inputs' values."""
+    gave them: fake propagation is a function of a node's call and its inputs' values. With
+    ``case`` (a case with symbols), a propagation anew is symbolic (:func:`propagate_symbolic`)."""
     nodes = list(gm.graph.nodes)
     saved = [node.meta for node in nodes]
     for node in nodes:
@@ -186,6 +208,8 @@ def repropagate(gm: torch.fx.GraphModule, inputs: Sequence[Any], known: FakeProp
         placeholders = [node.name for node in nodes if node.op == "placeholder"]
         if known is not None and known.reusable and _pure(gm.graph) and all(n in known.vals for n in placeholders):
             _Reusing(gm, known).propagate_dont_convert_inputs(*(known.vals[n] for n in placeholders))
+        elif case is not None:
+            propagate_symbolic(gm, case)
         else:
             propagate_fake(gm, inputs)
         return Repropagation({node.name: node.meta.get("val") for node in nodes}, output_vals(gm))

@@ -405,9 +405,23 @@ def _unchanged(final: torch.Tensor, original: Any) -> bool:
 def check(pair: RunPair, *, ulps: float = ULPS, k: float = K, far_ulps: float = FAR_ULPS) -> list[Violation]:
     """Return the semantic violations of ``pair`` (a ``RunPair``) on every rank's inputs; none for
     a void case (:func:`void_reason`). ``ulps``, ``k``, ``far_ulps``: the rule's constants (see
-    :func:`compare`)."""
+    :func:`compare`).
+
+    A case with symbols (symbolic sizes) runs at every assignment :func:`~pmverify._symbolic.size_points`
+    gives (the hints, then each symbol at its range's ends and a drawn size), each against its own
+    float64 reference; a finding names the sizes (``"at s0=9: output 0 ..."``), and a size where
+    the case is void is skipped."""
     if pair.after is None and pair.compiled is None:
         return []
+    if pair.case.symbols and pair.compiled is None:
+        from .._symbolic import size_points
+
+        violations: list[Violation] = []
+        for sizes in size_points(pair.case):
+            where = ", ".join(f"{name}={size}" for name, size in sizes.items())
+            for found in check(pair.at(sizes), ulps=ulps, k=k, far_ulps=far_ulps):
+                violations.append(dataclasses.replace(found, message=f"at {where}: {found.message}"))
+        return violations
     if void_reason(pair) is not None:
         return []
     violations: list[Violation] = []

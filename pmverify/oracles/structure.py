@@ -19,7 +19,10 @@ Checked, on the graph the pass left:
   size 1 and empty tensors aside: their strides mean nothing), both from re-propagation. The
   gradients a joint forward-backward graph returns (``GRADIENT_OUTPUTS``) keep shape and dtype
   only: autograd gives no stride contract for a gradient (``AccumulateGrad`` re-strides one that
-  does not fit its parameter: ``torch/csrc/autograd/functions/accumulate_grad.h``).
+  does not fit its parameter: ``torch/csrc/autograd/functions/accumulate_grad.h``);
+- for a case with symbolic sizes, the rewrite specialises nothing (:mod:`._specialisation`): no
+  guard the pass added, or its rewritten graph records, excludes a size of a symbol's range, and
+  every output keeps its symbolic sizes.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import torch.utils._pytree as pytree
 
 from .._execution import Repropagation, RunPair
 from .._fx import GRADIENT_OUTPUTS
+from . import _specialisation
 from ._violation import Violation
 
 __all__ = ["check", "MAX_STALE_REPORTED"]
@@ -181,4 +185,9 @@ def check(pair: RunPair) -> list[Violation]:
         ]
     (output,) = pair.before.graph.find_nodes(op="output")
     gradients = output.meta.get(GRADIENT_OUTPUTS, ())
-    return unsorted + _stale_meta(left, pair.after, checked) + _outputs(pair.before_output_vals(), checked, gradients)
+    return (
+        unsorted
+        + _stale_meta(left, pair.after, checked)
+        + _outputs(pair.before_output_vals(), checked, gradients)
+        + _specialisation.violations(pair)
+    )

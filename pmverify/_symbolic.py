@@ -1,0 +1,509 @@
+"""Symbolic sizes: a case's graph as torch.compile traces it with ``dynamic=True`` (vLLM's token dim).
+
+:func:`symbolize` turns a :class:`~pmverify.GraphCase` drawn with concrete sizes into the graph
+torch.compile would give a pass for the same program with some sizes symbolic: the graph is traced
+again by ``make_fx`` in a ``FakeTensorMode`` with a ``ShapeEnv``, from one ``Sym`` placeholder per
+symbol (first, as in Inductor's post-grad graphs: ``s0: "Sym(s0)"``) and the tensor inputs with
+symbolic sizes, and every size argument the program wrote as a number (a ``SymInt`` or ``SymInt[]``
+argument of the op's schema: ``view``, ``reshape``, ``expand``, ``full``, ``slice``, ``narrow``,
+``split``..., and ``arange``'s bounds) becomes the expression of the symbols it stands for, so the
+new graph holds real ``SymInt`` arguments (``view(x, [s0, 2, 4])``, ``full([2*s0], ...)``) and
+every ``meta["val"]`` is a fake tensor of symbolic shape.
+
+Which number stands for which size is read from its prime factors: a symbol's hint is a prime
+larger than every static size of the inputs (:data:`HINTS`, 11 and 13), so a size argument
+``c * 11**k`` is ``c * s0**k`` and one without the factor 11 is static. A static size that happens
+to carry the factor (a ``cat`` of 8 and 3 rows) gives a size the trace guards equal to the hint:
+the symbol is then dropped (the case stays static in it) rather than kept specialised.
+
+The range a symbol is valid for comes from the ``ShapeEnv``'s guards (a literal ``slice`` end of 9
+guards ``s0 >= 9``): :attr:`Symbol.min` / :attr:`Symbol.max` is the widest interval around the
+hint, within ``[2, MAX_SIZE]``, where every guard holds. :func:`inputs_at` gives a case's inputs at
+other sizes (the drawn rows repeated, index tensors kept in range), :func:`symbolic_inputs` fake
+inputs of symbolic shape in a fresh ``ShapeEnv`` (what a pass sees), and :func:`guards_between`
+which sizes a propagation's guards allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sympy
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from ._case import GraphCase, Symbol
+
+__all__ = [
+    "HINTS",
+    "MAX_SIZE",
+    "MIN_SIZE",
+    "SymbolizeError",
+    "symbolize",
+    "inputs_at",
+    "case_at",
+    "symbolic_inputs",
+    "size_points",
+    "allowed_sizes",
+    "lift",
+]
+
+#: The hints symbols get, in order (``s0`` 11, ``s1`` 13): primes above every static size a drawn
+#: input has (at most 8 a side), so that a size argument's factors say which symbols it holds.
+HINTS = (11, 13)
+#: The range a symbol is looked for in: sizes 0 and 1 are specialised by ``ShapeEnv`` (as torch.compile
+#: does), and larger sizes than ``MAX_SIZE`` only make runs slower.
+MIN_SIZE = 2
+MAX_SIZE = 64
+#: What dynamo and make_fx write for an omitted slice end: never a size expression.
+_INT64_MAX = 9223372036854775807
+
+
+class SymbolizeError(ValueError):
+    """Raised by :func:`symbolize` for arguments it cannot honour (the message names the argument)."""
+
+
+def _is_prime(n: int) -> bool:
+    return n >= 2 and all(n % p for p in range(2, math.isqrt(n) + 1))
+
+
+def lift(value: Any, symbols: Mapping[int, Any]) -> Any:
+    """``value`` (an int, or a list / tuple of them) with each int written as the expression of the
+    symbols whose hints divide it: ``22 -> 2 * s0`` for ``symbols={11: s0}``. Bools, zeros,
+    ``sys.maxsize`` and anything not an int are returned as they are."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(lift(item, symbols) for item in value)
+    if isinstance(value, bool) or not isinstance(value, int) or value == 0 or abs(value) == _INT64_MAX:
+        return value
+    rest, expression = value, None
+    for hint, symbol in symbols.items():
+        while rest % hint == 0:
+            rest //= hint
+            expression = symbol if expression is None else expression * symbol
+    return value if expression is None else (expression if rest == 1 else rest * expression)
+
+
+@functools.lru_cache(maxsize=512)
+def _size_arguments(op: torch._ops.OpOverload) -> frozenset[str]:
+    """Names of ``op``'s arguments that hold sizes: typed ``SymInt``, ``SymInt?`` or ``SymInt[]`` in
+    its schema (the Python schema shows them as ``int``; the schema's text keeps the type), and
+    ``arange``'s bounds."""
+    from torchgen.model import FunctionSchema
+
+    try:
+        arguments = FunctionSchema.parse(str(op._schema)).arguments.flat_all
+    except Exception:  # noqa: BLE001 - a schema torchgen does not read (a custom op's): no size arguments
+        return frozenset()
+    names = {a.name for a in arguments if str(a.type).startswith("SymInt")}
+    if op.overloadpacket is torch.ops.aten.arange:
+        names |= {"start", "end", "step"}
+    return frozenset(names)
+
+
+class _Lifting(torch.fx.Interpreter):
+    """Runs a graph with every size argument lifted (:func:`lift`) to the symbols' expressions,
+    remembering which traced node each of the graph's nodes became."""
+
+    def __init__(self, gm: torch.fx.GraphModule, symbols: Mapping[int, Any]) -> None:
+        super().__init__(gm, garbage_collect_values=False)
+        self.symbols = symbols
+        self.results: dict[str, Any] = {}
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if isinstance(target, torch._ops.OpOverload):
+            names = _size_arguments(target)
+            if names:
+                schema = target._schema.arguments
+                args = tuple(
+                    lift(arg, self.symbols) if i < len(schema) and schema[i].name in names else arg
+                    for i, arg in enumerate(args)
+                )
+                kwargs = {key: lift(arg, self.symbols) if key in names else arg for key, arg in kwargs.items()}
+        return super().call_function(target, args, kwargs)
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        self.results[n.name] = result
+        return result
+
+
+def _traced_node(value: Any, tracer: Any) -> torch.fx.Node | None:
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    if isinstance(value, torch.Tensor):
+        slot = get_proxy_slot(value, tracer, None)
+        return None if slot is None else slot.proxy.node
+    return None
+
+
+def _expression(size: Any) -> sympy.Expr:
+    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
+
+
+def _fake_input(real: torch.Tensor, sizes: Sequence[Any]) -> torch.Tensor:
+    """A fake tensor (in the ambient ``FakeTensorMode``) with ``sizes`` and ``real``'s dtype,
+    device and stride order (dense in that order; a stride of 0, an expanded dim, kept)."""
+    order = sorted(range(real.dim()), key=lambda d: (real.stride(d), d))  # innermost first
+    strides: list[Any] = [0] * real.dim()
+    running: Any = 1
+    for d in order:
+        if real.stride(d) == 0 and real.shape[d] != 1:
+            strides[d] = 0
+            continue
+        strides[d] = running
+        running = running * sizes[d]
+    fake = torch.empty_strided(sizes, strides, dtype=real.dtype, device=real.device)
+    return fake.requires_grad_(real.requires_grad) if real.requires_grad else fake
+
+
+def _dims_of(real: torch.Tensor, symbols: Mapping[int, Any], allowed: Sequence[bool] | None) -> list[Any]:
+    return [lift(side, symbols) if allowed is None or allowed[d] else side for d, side in enumerate(real.shape)]
+
+
+def symbolic_inputs(
+    case: GraphCase, mode: FakeTensorMode | None = None, rank: int = 0
+) -> tuple[FakeTensorMode, list[Any]]:
+    """Fake inputs of ``case`` (rank ``rank``) with its symbolic sizes, in ``mode`` or a fresh
+    ``FakeTensorMode`` with a fresh ``ShapeEnv``: one ``SymInt`` per :class:`Symbol`, its range
+    constrained to ``[min, max]``, for each ``Sym`` placeholder, and each tensor input a fake tensor
+    whose sizes are the expressions of :attr:`GraphCase.input_dims`. What a pass sees when
+    torch.compile hands it the graph. Raises ``ValueError`` for a case without symbols."""
+    if not case.symbols:
+        raise ValueError(f"case={case!r} has no symbols (it was not drawn with dynamic=)")
+    if mode is None:
+        mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    shape_env = mode.shape_env
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    by_name: dict[str, Any] = {}
+    for symbol in case.symbols:
+        sym = shape_env.create_symbol(symbol.hint, ConstantSource(symbol.name), dynamic_dim=DimDynamic.DYNAMIC)
+        shape_env.constrain_symbol_range(sym, compiler_min=symbol.min, compiler_max=symbol.max)
+        by_name[symbol.name] = shape_env.create_symintnode(sym, hint=symbol.hint)
+    namespace = {name: by_name[name] for name in by_name}
+    fakes: list[Any] = []
+    with mode:
+        for value, dims in zip(case.inputs[rank], case.input_dims, strict=True):
+            if isinstance(dims, str):
+                fakes.append(by_name[dims])
+            elif not isinstance(value, torch.Tensor):
+                fakes.append(value)
+            elif dims is None:
+                fakes.append(_fake_input(value, list(value.shape)))
+            else:
+                sizes = [
+                    side if expr is None else _evaluate(expr, namespace)
+                    for side, expr in zip(value.shape, dims, strict=True)
+                ]
+                fakes.append(_fake_input(value, sizes))
+    return mode, fakes
+
+
+def _evaluate(expression: str, namespace: Mapping[str, Any]) -> Any:
+    """``expression`` (a product of ints and symbol names, as :func:`symbolize` writes them) with the
+    names bound to ``namespace``'s values (SymInts or ints)."""
+    result: Any = 1
+    for factor in sympy.Mul.make_args(sympy.sympify(expression)):
+        base, exponent = factor.as_base_exp()
+        if isinstance(base, sympy.Symbol):
+            for _ in range(int(exponent)):
+                result = result * namespace[base.name]
+        else:
+            result = result * int(factor)
+    return result
+
+
+def allowed_sizes(
+    guards: Sequence[sympy.Expr],
+    names: Mapping[sympy.Symbol, str],
+    hints: Mapping[str, int],
+    name: str,
+    sizes: Sequence[int],
+) -> list[int]:
+    """The sizes among ``sizes`` where every guard (sympy booleans over a ``ShapeEnv``'s symbols,
+    ``[g.expr for g in shape_env.guards]``) holds with symbol ``name`` at that size and the others
+    at their hints; ``names`` maps the env's symbols to the case's names."""
+    guards = list(guards)
+    allowed = []
+    for size in sizes:
+        values = {sym: (size if case_name == name else hints[case_name]) for sym, case_name in names.items()}
+        if all(bool(guard.xreplace({s: sympy.Integer(v) for s, v in values.items()})) for guard in guards):
+            allowed.append(size)
+    return allowed
+
+
+def _interval(allowed: Sequence[int], hint: int) -> tuple[int, int]:
+    """The widest run of consecutive sizes in ``allowed`` that holds ``hint``."""
+    present = set(allowed)
+    low = high = hint
+    while low - 1 in present:
+        low -= 1
+    while high + 1 in present:
+        high += 1
+    return low, high
+
+
+@dataclasses.dataclass
+class _Trace:
+    gm: torch.fx.GraphModule
+    names: dict[str, str]  # original node name -> traced node name
+    shape_env: ShapeEnv
+    symbols: dict[str, Any]  # case symbol name -> the env's sympy symbol
+
+
+def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[Sequence[bool] | None]) -> _Trace:
+    shape_env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    syms = {}
+    for name, hint in hints.items():
+        sym = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
+        syms[name] = shape_env.create_symintnode(sym, hint=hint)
+    by_hint = {hints[name]: syms[name] for name in hints}
+    with mode:
+        fakes = [
+            _fake_input(value, _dims_of(value, by_hint, allowed)) if isinstance(value, torch.Tensor) else value
+            for value, allowed in zip(case.inputs[0], inputs_allowed, strict=True)
+        ]
+    interpreter: dict[str, _Lifting] = {}
+
+    def program(*args: Any) -> Any:
+        sym_args, tensor_args = args[: len(hints)], args[len(hints) :]
+        lifting = _Lifting(case.gm, dict(zip((hints[n] for n in hints), sym_args, strict=True)))
+        interpreter["run"] = lifting
+        return lifting.run(*tensor_args)
+
+    from torch.fx.experimental.proxy_tensor import get_innermost_proxy_mode
+
+    tracers: dict[str, Any] = {}
+    names: dict[str, str] = {}
+
+    def recording(*args: Any) -> Any:
+        out = program(*args)
+        tracer = get_innermost_proxy_mode().tracer
+        tracers["t"] = tracer
+        for name, value in interpreter["run"].results.items():
+            node = _traced_node(value, tracer)
+            if node is not None:
+                names[name] = node.name
+        return out
+
+    with mode:
+        traced = make_fx(recording, tracing_mode="fake")(*syms.values(), *fakes)
+    return _Trace(traced, names, shape_env, {name: syms[name].node.expr for name in syms})
+
+
+def symbolize(
+    case: GraphCase,
+    symbols: Mapping[str, int] | None = None,
+    *,
+    dims: Sequence[Sequence[bool] | None] | None = None,
+    max_size: int = MAX_SIZE,
+) -> GraphCase:
+    """``case`` with symbolic sizes, as torch.compile would trace its program with ``dynamic=True``.
+
+    - ``symbols``: symbol name -> hint (default ``{"s0": 11}``): every input dim whose size is the
+      hint (duck sizing, as ``ShapeEnv`` does) becomes that symbol, and every size argument is
+      lifted as the module docstring says. Hints must be distinct primes larger than every static
+      size of the inputs.
+    - ``dims``: per input, which dims may be symbolic (a sequence of bools, or None for all); by
+      default all.
+    - ``max_size``: the largest size a range may reach (default :data:`MAX_SIZE`).
+
+    The result has one ``Sym`` placeholder per symbol, first (its inputs: the hint on every rank),
+    then the case's own placeholders under their names; ``symbols`` the :class:`Symbol` records
+    (range from the guards, ``sizes`` the hint and the range's ends), ``input_dims`` the size
+    expressions; planted instances and mutation sites renamed to the traced nodes. A symbol the trace
+    specialised (guarded equal to its hint) is dropped and the trace made again without it; a case
+    where none stays symbolic is returned unchanged. Raises :class:`SymbolizeError` for a case that
+    is already symbolic, a hint that is not a prime above the inputs' static sizes, or ``dims`` of
+    the wrong length."""
+    if case.symbols:
+        raise SymbolizeError(f"case={case!r} is already symbolic")
+    symbols = dict({"s0": HINTS[0]} if symbols is None else symbols)
+    tensors = [v for v in case.inputs[0] if isinstance(v, torch.Tensor)]
+    if dims is None:
+        dims = [None] * len(case.inputs[0])
+    if len(dims) != len(case.inputs[0]):
+        raise SymbolizeError(f"dims={dims!r} must have one entry per input ({len(case.inputs[0])})")
+    hints = list(symbols.values())
+    for name, hint in symbols.items():
+        if not name.isidentifier() or not isinstance(hint, int) or not _is_prime(hint) or hints.count(hint) > 1:
+            raise SymbolizeError(f"symbols={symbols!r}: {name}'s hint {hint!r} must be a distinct prime")
+    static = [
+        side
+        for t, allowed in zip(case.inputs[0], dims, strict=True)
+        if isinstance(t, torch.Tensor)
+        for d, side in enumerate(t.shape)
+        if side not in hints or (allowed is not None and not allowed[d])
+    ]
+    del tensors
+    if any(side % hint == 0 and side > 0 for side in static for hint in hints):
+        raise SymbolizeError(f"symbols={symbols!r}: an input has a static size divisible by a hint")
+    if not isinstance(max_size, int) or max_size < max(hints, default=0):
+        raise SymbolizeError(f"max_size={max_size!r} must be an int at least the largest hint")
+    live = dict(symbols)
+    while live:
+        traced = _trace(case, live, dims)
+        specialised = {
+            name
+            for name, expr in traced.symbols.items()
+            if traced.shape_env.replacements.get(expr) is not None and traced.shape_env.replacements[expr].is_number
+        }
+        if not specialised:
+            break
+        live = {name: hint for name, hint in live.items() if name not in specialised}
+    else:
+        return case
+    return _finish(case, traced, live, max_size)
+
+
+def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size: int) -> GraphCase:
+    env_names = {expr: name for name, expr in traced.symbols.items()}
+    records = []
+    for name, hint in hints.items():
+        guards = [guard.expr for guard in traced.shape_env.guards]
+        allowed = allowed_sizes(guards, env_names, hints, name, range(MIN_SIZE, max_size + 1))
+        low, high = _interval(allowed, hint)
+        records.append(Symbol(name, hint, low, high, tuple(dict.fromkeys((hint, low, high)))))
+    # the traced graph, its placeholders renamed: the symbols', then the case's own
+    old = traced.gm.graph
+    graph = torch.fx.Graph()
+    placeholders = old.find_nodes(op="placeholder")
+    own = [n.name for n in case.gm.graph.find_nodes(op="placeholder")]
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node, name in zip(placeholders, [*hints, *own], strict=True):
+        env[node] = graph.placeholder(name)
+        env[node].meta = dict(node.meta)
+    for node in old.nodes:
+        if node.op != "placeholder":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    names = {
+        name: env[next(n for n in old.nodes if n.name == traced_name)].name
+        for name, traced_name in traced.names.items()
+    }
+    originals = {n.name: n for n in case.gm.graph.nodes}
+    for name, new_name in names.items():  # meta a pass or strategy set (not what tracing computes)
+        new = next(n for n in graph.nodes if n.name == new_name)
+        for key, value in originals[name].meta.items():
+            new.meta.setdefault(key, value)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    input_dims: list[Any] = list(hints)
+    for node in graph.find_nodes(op="placeholder")[len(hints) :]:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
+            input_dims.append(tuple(_written(s, env_names) for s in val.shape))
+        else:
+            input_dims.append(None)
+    rename = lambda n: names.get(n, n)  # noqa: E731
+    planted = tuple(dataclasses.replace(p, nodes=tuple(rename(n) for n in p.nodes)) for p in case.planted)
+    mutations = tuple(dataclasses.replace(m, node=rename(m.node), mutated=rename(m.mutated)) for m in case.mutations)
+    inputs = [(*hints.values(), *rank_inputs) for rank_inputs in case.inputs]
+    placements = None if case.placements is None else (*([None] * len(hints)), *case.placements)
+    return dataclasses.replace(
+        case,
+        gm=gm,
+        inputs=inputs,
+        planted=planted,
+        mutations=mutations,
+        placements=placements,
+        symbols=tuple(records),
+        input_dims=tuple(input_dims),
+    )
+
+
+def _written(size: Any, names: Mapping[sympy.Symbol, str]) -> str | None:
+    if not isinstance(size, torch.SymInt):
+        return None
+    expr = size.node.expr
+    if expr.is_number:
+        return None
+    return str(expr.xreplace({sym: sympy.Symbol(name, integer=True, positive=True) for sym, name in names.items()}))
+
+
+def size_points(case: GraphCase) -> list[dict[str, int]]:
+    """The size assignments the oracles run ``case`` at: the hints, then each symbol at each of its
+    other :attr:`Symbol.sizes` with the others at their hints. ``[{}]`` for a static case."""
+    if not case.symbols:
+        return [{}]
+    hints = {s.name: s.hint for s in case.symbols}
+    points = [hints]
+    for symbol in case.symbols:
+        points.extend({**hints, symbol.name: size} for size in symbol.sizes if size != symbol.hint)
+    return points
+
+
+def _index_inputs(case: GraphCase) -> dict[int, str]:
+    """Inputs used as indices into a symbolic dim: input position -> the dim's size expression."""
+    index_args = {
+        torch.ops.aten.gather.default: (2, 1),
+        torch.ops.aten.index_select.default: (2, 1),
+        torch.ops.aten.scatter.src: (2, 1),
+        torch.ops.aten.scatter_add.default: (2, 1),
+        torch.ops.aten.scatter.value: (2, 1),
+        torch.ops.aten.embedding.default: (1, None),
+    }
+    placeholders = case.gm.graph.find_nodes(op="placeholder")
+    position = {node: i for i, node in enumerate(placeholders)}
+    found: dict[int, str] = {}
+    for node in case.gm.graph.nodes:
+        spec = index_args.get(node.target)
+        if spec is None or len(node.args) <= spec[0]:
+            continue
+        index = node.args[spec[0]]
+        if index not in position:
+            continue
+        source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        if not isinstance(source, torch.Tensor):
+            continue
+        dim = 0 if spec[1] is None else node.args[spec[1]] % max(source.dim(), 1)
+        written = _written(source.shape[dim], {})
+        if written is not None:
+            found[position[index]] = written
+    return found
+
+
+def inputs_at(case: GraphCase, sizes: Mapping[str, int], rank: int = 0) -> tuple[Any, ...]:
+    """Rank ``rank``'s inputs of ``case`` with its symbols at ``sizes`` (name -> size): each ``Sym``
+    input the size, each tensor input resized along its symbolic dims by repeating its drawn
+    entries cyclically (``t.index_select(d, arange(n) % hint)``), an index tensor into a symbolic
+    dim taken modulo that dim's new size. Raises ``ValueError`` for a size outside a symbol's range."""
+    for symbol in case.symbols:
+        size = sizes.get(symbol.name, symbol.hint)
+        if not symbol.min <= size <= symbol.max:
+            raise ValueError(f"sizes={dict(sizes)!r}: {symbol.name}={size} is outside [{symbol.min}, {symbol.max}]")
+    namespace = {s.name: sizes.get(s.name, s.hint) for s in case.symbols}
+    index = _index_inputs(case)
+    resized: list[Any] = []
+    for i, (value, dims) in enumerate(zip(case.inputs[rank], case.input_dims, strict=True)):
+        if isinstance(dims, str):
+            resized.append(namespace[dims])
+            continue
+        if dims is not None and isinstance(value, torch.Tensor):
+            for d, expr in enumerate(dims):
+                if expr is not None:
+                    n = _evaluate(expr, namespace)
+                    picks = torch.arange(n) % value.shape[d] if value.shape[d] else torch.zeros(0, dtype=torch.long)
+                    value = value.index_select(d, picks)
+            value = value.contiguous() if case.inputs[rank][i].is_contiguous() else value
+        if i in index and isinstance(value, torch.Tensor):
+            value = value % _evaluate(index[i], namespace)
+        resized.append(value)
+    return tuple(resized)
+
+
+def case_at(case: GraphCase, sizes: Mapping[str, int]) -> GraphCase:
+    """``case`` run at ``sizes``: the same (symbolic) graph with every rank's inputs from
+    :func:`inputs_at`, no symbols (a static case), its label naming the sizes."""
+    inputs = [inputs_at(case, sizes, rank) for rank in range(case.tp_world)]
+    where = ", ".join(f"{name}={size}" for name, size in sizes.items())
+    return dataclasses.replace(case, inputs=inputs, symbols=(), input_dims=(), label=f"{case.label} at {where}")

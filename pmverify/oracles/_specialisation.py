@@ -1,0 +1,156 @@
+"""The structure oracle's checks of a case with symbolic sizes: the rewrite keeps the graph as
+dynamic as it was.
+
+A graph torch.compile traced with ``dynamic=True`` serves every size of its symbols' range (vLLM
+runs one graph for a whole compile range and evaluates no guard at run time). A rewrite that reads
+a symbolic size as an int bakes its hint into the graph: a ``view`` or ``full`` of the hint's size,
+or a guard (``Eq(s0, 11)``) the pass added while it matched. Checked here, with fake tensors of
+symbolic sizes (:func:`pmverify._symbolic.symbolic_inputs`):
+
+- the guards the pass added to the ``ShapeEnv`` of the graph it was handed (``RunPair.pass_guards``)
+  hold at every size of each symbol's range;
+- the guards a fresh symbolic propagation through the rewritten graph records allow every size the
+  same propagation through the graph before the pass allows;
+- every output keeps the symbolic sizes it had (``s0``, not ``11``).
+
+Each finding names the symbol and the sizes it loses.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import sympy
+import torch
+
+from .._execution import RunPair, propagate_symbolic
+from .._fx import output_vals
+from .._symbolic import allowed_sizes
+from ._violation import Violation
+
+__all__ = ["violations"]
+
+
+def _names(shape_env: Any) -> dict[sympy.Symbol, str]:
+    """The env's symbols -> the case's names (the source each was created from)."""
+    return {sym: sources[0].name for sym, sources in shape_env.var_to_sources.items() if sources}
+
+
+def _lost(pair: RunPair, shape_env: Any, guards: Iterable[Any] | None = None) -> dict[str, list[int]]:
+    """Per symbol, the sizes of its range where a guard (``guards``, else all of ``shape_env``'s)
+    fails, the others at their hints."""
+    names = _names(shape_env)
+    hints = {s.name: s.hint for s in pair.case.symbols}
+    exprs = [guard.expr for guard in shape_env.guards] if guards is None else list(guards)
+    lost = {}
+    for symbol in pair.case.symbols:
+        sizes = range(symbol.min, symbol.max + 1)
+        kept = set(allowed_sizes(exprs, names, hints, symbol.name, sizes))
+        missing = [n for n in sizes if n not in kept]
+        if missing:
+            lost[symbol.name] = missing
+    return lost
+
+
+def _spans(sizes: list[int]) -> str:
+    runs, start = [], sizes[0]
+    for previous, n in zip(sizes, sizes[1:] + [None], strict=True):
+        if n != previous + 1:
+            runs.append(f"{start}" if start == previous else f"{start}..{previous}")
+            start = n
+    return ", ".join(runs)
+
+
+def _written(value: Any, names: Mapping[sympy.Symbol, str]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return tuple(
+            str(s.node.expr.xreplace({k: sympy.Symbol(v) for k, v in names.items()}))
+            if isinstance(s, torch.SymInt)
+            else int(s)
+            for s in value.shape
+        )
+    if isinstance(value, torch.SymInt):
+        return str(value.node.expr.xreplace({k: sympy.Symbol(v) for k, v in names.items()}))
+    return None
+
+
+def _propagated(gm: torch.fx.GraphModule, pair: RunPair) -> tuple[Any, list[Any]]:
+    copied = copy.deepcopy(gm)
+    propagation = propagate_symbolic(copied, pair.case)
+    return propagation.mode.shape_env, output_vals(copied)
+
+
+def violations(pair: RunPair) -> list[Violation]:
+    """The findings above for ``pair``; [] for a case without symbols, a pass that raised, or
+    compiled mode (which compares torch.compile's own dynamic runs)."""
+    case = pair.case
+    if not case.symbols or pair.after is None or pair.compiled is not None:
+        return []
+    found: list[Violation] = []
+    propagation = pair.before_propagation
+    if pair.pass_guards and propagation is not None and propagation.mode.shape_env is not None:
+        env = propagation.mode.shape_env
+        names = {k: sympy.Symbol(v) for k, v in _names(env).items()}
+        for name, sizes in _lost(pair, env, pair.pass_guards).items():
+            guards = ", ".join(sorted({str(g.xreplace(names)) for g in pair.pass_guards}))
+            found.append(
+                Violation(
+                    "structure",
+                    f"the pass added guards {guards} while it ran: the rewrite holds only where they do, and "
+                    f"{name} loses {_spans(sizes)} of its range [{_range(case, name)}] (a symbolic size read as an int)",
+                )
+            )
+    try:
+        before_env, before_out = _propagated(pair.before, pair)
+    except Exception:  # noqa: BLE001 - the case's own graph: nothing to compare with
+        return found
+    try:
+        after_env, after_out = _propagated(pair.after, pair)
+    except Exception as exc:  # noqa: BLE001 - a finding: the rewrite no longer traces symbolically
+        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        return [
+            *found,
+            Violation(
+                "structure", f"fake tensors of symbolic sizes do not propagate through the rewritten graph: {first}"
+            ),
+        ]
+    before_lost, after_lost = _lost(pair, before_env), _lost(pair, after_env)
+    for symbol in case.symbols:
+        extra = sorted(set(after_lost.get(symbol.name, ())) - set(before_lost.get(symbol.name, ())))
+        if extra:
+            rename_after = {k: sympy.Symbol(v) for k, v in _names(after_env).items()}
+            rename_before = {k: sympy.Symbol(v) for k, v in _names(before_env).items()}
+            guards = sorted(
+                {str(g.expr.xreplace(rename_after)) for g in after_env.guards}
+                - {str(g.expr.xreplace(rename_before)) for g in before_env.guards}
+            )
+            found.append(
+                Violation(
+                    "structure",
+                    f"the rewritten graph specialises {symbol.name}: its symbolic trace holds for "
+                    f"{symbol.name} in [{_range(case, symbol.name)}] before the pass, not at {_spans(extra)} after "
+                    f"(new guards: {', '.join(guards) or 'none'})",
+                )
+            )
+    names_before, names_after = _names(before_env), _names(after_env)
+    for i, (b, a) in enumerate(zip(before_out, after_out, strict=False)):
+        wb, wa = _written(b, names_before), _written(a, names_after)
+        if wb is not None and wa is not None and wb != wa and len(wb) == len(wa):
+            found.append(
+                Violation(
+                    "structure",
+                    f"output {i} has sizes {_show(wb)} before the pass, {_show(wa)} after (symbolic sizes lost)",
+                )
+            )
+    return found
+
+
+def _show(written: Any) -> str:
+    return "[" + ", ".join(str(s) for s in written) + "]" if isinstance(written, tuple) else str(written)
+
+
+def _range(case: Any, name: str) -> str:
+    symbol = next(s for s in case.symbols if s.name == name)
+    return f"{symbol.min}, {symbol.max}"
