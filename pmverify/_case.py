@@ -102,6 +102,9 @@ class GraphCase:
       placeholder (its input is an int, the hint), else a tuple with, per dim of the input tensor,
       its size as an expression of the symbols (``"s0"``, ``"2*s0"``) or None where it is static;
       None for a static input. Empty without ``symbols``.
+    - ``source``: for a case with symbols, the case with concrete sizes (at the hints) it was made
+      from (:func:`pmverify._symbolic.symbolize`): a strategy that wraps a drawn case (mutations,
+      tensor-parallel ranks...) rewrites that one and symbolizes the result again. None otherwise.
 
     Raises ``ValueError`` when ``inputs`` does not hold ``tp_world`` tuples or ``form`` is unknown.
     """
@@ -117,6 +120,7 @@ class GraphCase:
     placements: tuple[Any, ...] | None = None
     symbols: tuple[Symbol, ...] = ()
     input_dims: tuple[Any, ...] = ()
+    source: GraphCase | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:

@@ -52,6 +52,8 @@ __all__ = [
     "size_points",
     "allowed_sizes",
     "lift",
+    "static_source",
+    "symbolize_like",
 ]
 
 #: The hints symbols get, in order (``s0`` 11, ``s1`` 13): primes above every static size a drawn
@@ -411,6 +413,7 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
     placements = None if case.placements is None else (*([None] * len(hints)), *case.placements)
     return dataclasses.replace(
         case,
+        source=case,
         gm=gm,
         inputs=inputs,
         planted=planted,
@@ -419,6 +422,30 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
         symbols=tuple(records),
         input_dims=tuple(input_dims),
     )
+
+
+def static_source(case: GraphCase) -> GraphCase:
+    """The case with concrete sizes ``case`` was symbolized from (``case.source``); ``case`` itself
+    when it has no symbols."""
+    return case.source if case.symbols and case.source is not None else case
+
+
+def symbolize_like(case: GraphCase, symbolic: GraphCase, *, max_size: int = MAX_SIZE) -> GraphCase:
+    """``case`` (concrete sizes, e.g. ``static_source(symbolic)`` after a strategy rewrote it)
+    symbolized with the symbols of ``symbolic`` (same names and hints); ``case`` itself when
+    ``symbolic`` has none. The drawn extra sizes of ``symbolic``'s symbols are kept where they
+    still lie in the new ranges."""
+    if not symbolic.symbols:
+        return case
+    result = symbolize(case, {s.name: s.hint for s in symbolic.symbols}, max_size=max_size)
+    drawn = {s.name: s.sizes for s in symbolic.symbols}
+    symbols = tuple(
+        dataclasses.replace(
+            s, sizes=tuple(dict.fromkeys((*s.sizes, *(n for n in drawn.get(s.name, ()) if s.min <= n <= s.max))))
+        )
+        for s in result.symbols
+    )
+    return dataclasses.replace(result, symbols=symbols)
 
 
 def _written(size: Any, names: Mapping[sympy.Symbol, str]) -> str | None:
