@@ -54,7 +54,30 @@ __all__ = [
     "lift",
     "static_source",
     "symbolize_like",
+    "CompileRange",
+    "applies_at",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileRange:
+    """A range of sizes of a graph's first symbol, both ends included: what vLLM's ``Range(start,
+    end)`` gives a pass's ``is_applicable_for_range`` (one graph compiled per range of token counts)."""
+
+    start: int
+    end: int
+
+    def __contains__(self, size: object) -> bool:
+        return isinstance(size, int) and self.start <= size <= self.end
+
+
+def applies_at(pass_: Any, size: int) -> bool:
+    """Whether ``pass_`` says it applies to a graph compiled for exactly ``size`` (its
+    ``is_applicable_for_range(CompileRange(size, size))``); True for a pass without the method, as
+    vLLM runs such a pass on every range."""
+    method = getattr(pass_, "is_applicable_for_range", None)
+    return True if method is None else bool(method(CompileRange(size, size)))
+
 
 #: The hints symbols get, in order (``s0`` 11, ``s1`` 13): primes above every static size a drawn
 #: input has (at most 8 a side), so that a size argument's factors say which symbols it holds.
@@ -235,8 +258,12 @@ def allowed_sizes(
     guards = list(guards)
     allowed = []
     for size in sizes:
-        values = {sym: (size if case_name == name else hints[case_name]) for sym, case_name in names.items()}
-        if all(bool(guard.xreplace({s: sympy.Integer(v) for s, v in values.items()})) for guard in guards):
+        values = {
+            sym: sympy.Integer(size if case_name == name else hints[case_name]) for sym, case_name in names.items()
+        }
+        held = (guard.xreplace(values) for guard in guards)
+        # a guard over symbols that are not the case's (none here) is not one of its sizes: it holds
+        if all(value if value in (sympy.true, sympy.false) else True for value in held):
             allowed.append(size)
     return allowed
 
@@ -266,10 +293,10 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-    syms = {}
+    syms, exprs = {}, {}
     for name, hint in hints.items():
-        sym = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
-        syms[name] = shape_env.create_symintnode(sym, hint=hint)
+        exprs[name] = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
+        syms[name] = shape_env.create_symintnode(exprs[name], hint=hint)
     by_hint = {hints[name]: syms[name] for name in hints}
     with mode:
         fakes = [
@@ -301,7 +328,7 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
 
     with mode:
         traced = make_fx(recording, tracing_mode="fake")(*syms.values(), *fakes)
-    return _Trace(traced, names, shape_env, {name: syms[name].node.expr for name in syms})
+    return _Trace(traced, names, shape_env, exprs)
 
 
 def symbolize(
