@@ -341,9 +341,10 @@ def symbolize(
     """``case`` with symbolic sizes, as torch.compile would trace its program with ``dynamic=True``.
 
     - ``symbols``: symbol name -> hint (default ``{"s0": 11}``): every input dim whose size is the
-      hint (duck sizing, as ``ShapeEnv`` does) becomes that symbol, and every size argument is
-      lifted as the module docstring says. Hints must be distinct primes larger than every static
-      size of the inputs.
+      hint (duck sizing, as ``ShapeEnv`` does) becomes that symbol, one whose size is a multiple of
+      it the multiple of the symbol (``352 -> 32*s0``: a flattened ``[s0, 32]``), and every size
+      argument is lifted as the module docstring says. Hints must be distinct primes, larger than
+      every size of the inputs that does not stand for a symbol.
     - ``dims``: per input, which dims may be symbolic (a sequence of bools, or None for all); by
       default all.
     - ``max_size``: the largest size a range may reach (default :data:`MAX_SIZE`).
@@ -354,12 +355,10 @@ def symbolize(
     expressions; planted instances and mutation sites renamed to the traced nodes. A symbol the trace
     specialised (guarded equal to its hint) is dropped and the trace made again without it; a case
     where none stays symbolic is returned unchanged. Raises :class:`SymbolizeError` for a case that
-    is already symbolic, a hint that is not a prime above the inputs' static sizes, or ``dims`` of
-    the wrong length."""
+    is already symbolic, a hint that is not a distinct prime, or ``dims`` of the wrong length."""
     if case.symbols:
         raise SymbolizeError(f"case={case!r} is already symbolic")
     symbols = dict({"s0": HINTS[0]} if symbols is None else symbols)
-    tensors = [v for v in case.inputs[0] if isinstance(v, torch.Tensor)]
     if dims is None:
         dims = [None] * len(case.inputs[0])
     if len(dims) != len(case.inputs[0]):
@@ -368,16 +367,6 @@ def symbolize(
     for name, hint in symbols.items():
         if not name.isidentifier() or not isinstance(hint, int) or not _is_prime(hint) or hints.count(hint) > 1:
             raise SymbolizeError(f"symbols={symbols!r}: {name}'s hint {hint!r} must be a distinct prime")
-    static = [
-        side
-        for t, allowed in zip(case.inputs[0], dims, strict=True)
-        if isinstance(t, torch.Tensor)
-        for d, side in enumerate(t.shape)
-        if side not in hints or (allowed is not None and not allowed[d])
-    ]
-    del tensors
-    if any(side % hint == 0 and side > 0 for side in static for hint in hints):
-        raise SymbolizeError(f"symbols={symbols!r}: an input has a static size divisible by a hint")
     if not isinstance(max_size, int) or max_size < max(hints, default=0):
         raise SymbolizeError(f"max_size={max_size!r} must be an int at least the largest hint")
     live = dict(symbols)
