@@ -40,7 +40,7 @@ class _FixedBuffer:
                 kept = graph.call_function(aten.lt.Scalar, (index, self.rows))
                 column = graph.call_function(aten.unsqueeze.default, (kept, 1))
                 out = graph.call_function(aten.where.ScalarOther, (column, node, 0.0))
-            node.replace_all_uses_with(out, delete_user_cb=out.__ne__)
+            node.replace_all_uses_with(out, delete_user_cb=lambda user, out=out: user is not out)
 
     def is_applicable_for_range(self, compile_range):
         return self.max_tokens is None or compile_range.end <= self.max_tokens
