@@ -123,9 +123,7 @@ _JUDGES: dict[str, Callable[[RunPair], bool]] = {
     "expectations": _judges_expectations,
     "cache_key": _judges_cache_key,
     "compile_ranges": lambda pair: (
-        callable(getattr(pair.pass_, "is_applicable_for_range", None))
-        and bool(pair.case.symbols)
-        and pair.compiled is None
+        callable(getattr(pair.pass_, "is_applicable_for_range", None)) and bool(pair.case.symbols)
     ),
 }
 
@@ -137,7 +135,7 @@ def judged_by(pair: RunPair, names: Sequence[str], void_reason: str | None) -> t
     ``tensor_parallel`` on more than one rank; ``expectations`` when an instance is planted with a
     verdict (in compiled mode: and the pass's rewrites can be counted); ``cache_key`` for a pass
     with ``uuid()`` and a configuration; ``compile_ranges`` for a pass with
-    ``is_applicable_for_range`` on a case with symbols, in direct mode; ``structure`` and a callable
+    ``is_applicable_for_range`` on a case with symbols; ``structure`` and a callable
     oracle always."""
     if pair.error is not None or pair.after is None:
         return ()

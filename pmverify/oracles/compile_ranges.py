@@ -25,8 +25,8 @@ token count of the range. So, for a pass with that method, on a case with symbol
 Where the pass says it does not apply, nothing is checked: vLLM does not run it on that range's
 graph. In particular a pass that rewrites a case whose whole range it declines is fine here (pmverify
 calls the pass on every case, vLLM would not). A pass without ``is_applicable_for_range``, a case
-without symbols, a pass that raised, and compiled mode (whose runs are the compiled functions' at
-the hints) give no findings.
+without symbols and a pass that raised give no findings. In compiled mode the sizes run through the
+compiled functions (``CompiledRun.at``: a recompile of the one with the pass is a finding).
 """
 
 from __future__ import annotations
@@ -87,10 +87,9 @@ def check(pair: RunPair) -> list[Violation]:
     pass says it applies to where the rewrite does not hold at some size (the semantics finding at
     the first such size, prefixed with the range and the sizes), and one per range for which
     ``is_applicable_for_range`` raised.
-    Empty for a pass without the method, a case without symbols, a pass that raised, and compiled
-    mode."""
+    Empty for a pass without the method, a case without symbols and a pass that raised."""
     method = getattr(pair.pass_, "is_applicable_for_range", None)
-    if not callable(method) or not pair.case.symbols or pair.after is None or pair.compiled is not None:
+    if not callable(method) or not pair.case.symbols or pair.after is None:
         return []
     symbol = pair.case.symbols[0]
     hints = {s.name: s.hint for s in pair.case.symbols}
