@@ -121,10 +121,14 @@ class CompiledRun:
         evaluates no guard: it would run the specialised graph); such a recompile is the run's
         exception, a ``RuntimeError`` that names the guard. Where the compile without the pass
         recompiles too, both may. Raises ``RuntimeError`` when the compile without the pass fails
-        there, ``ValueError`` when the functions were not kept (a static case)."""
+        there, ``ValueError`` when the functions were not kept (a static case). Where the compile with
+        the pass failed (Inductor could not lower the graph the pass left), its exception is the
+        ``after`` of every size."""
         if self.functions is None:
             raise ValueError("this compiled run kept no compiled functions (a case without symbols)")
         baseline, with_pass = self.functions
+        # the compile with the pass failed (after the pass returned): its exception stands for every size
+        failed = next((a for a in self.after if isinstance(a, BaseException)), None) if len(self.after) == 1 else None
         before: list[Results] = []
         after: list[Results | BaseException] = []
         with _compile_config(None, None):
@@ -142,6 +146,9 @@ class CompiledRun:
                     recompiles, args = True, clone_inputs(rank_inputs)
                     out = baseline(*args)
                 before.append((pytree.tree_leaves(out), args))
+                if failed is not None:
+                    after.append(failed)
+                    continue
                 args = clone_inputs(rank_inputs)
                 try:
                     with contextlib.nullcontext() if recompiles else torch.compiler.set_stance("fail_on_recompile"):

@@ -36,7 +36,9 @@ class _FixedBuffer:
             x = node.args[0]
             with graph.inserting_before(node.next):
                 count = graph.call_function(aten.sym_size.int, (x, 0))
-                index = graph.call_function(aten.arange.default, (count,), {"device": torch.device("cpu")})
+                index = graph.call_function(
+                    aten.arange.start_step, (0, count, 1), {"dtype": torch.int64, "device": torch.device("cpu")}
+                )
                 kept = graph.call_function(aten.lt.Scalar, (index, self.rows))
                 column = graph.call_function(aten.unsqueeze.default, (kept, 1))
                 out = graph.call_function(aten.where.ScalarOther, (column, node, 0.0))
@@ -100,3 +102,12 @@ def test_ranges_are_vllm_shaped_within_the_symbol_and_the_same_for_the_same_seed
 
 def test_registered_as_a_default_oracle():
     assert ORACLES["compile_ranges"] is compile_ranges.check
+
+
+@pytest.mark.slow
+def test_compiled_mode_runs_the_ranges_through_the_compiled_functions():
+    case = _case()
+    found = pmverify.check_case(_FixedBuffer(rows=40), case, mode="compiled", oracles=["compile_ranges"]).violations
+    assert found and found[0].message.startswith("applicable to range [2, 64] of s0"), found
+    assert "compile_ranges" in pmverify.check_case(_FixedBuffer(rows=64), case, mode="compiled").judged
+    assert pmverify.check_case(_FixedBuffer(rows=64), case, mode="compiled", oracles=["compile_ranges"]).ok
