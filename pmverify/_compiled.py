@@ -6,6 +6,18 @@ with it installed as Inductor's ``post_grad_custom_post_pass`` (``torch.compile(
 run every rank's inputs (on clones: the final values of mutated inputs are results too), and the
 oracles compare the two; Inductor's own codegen noise cancels out.
 
+A case with symbols (:attr:`GraphCase.symbols`) compiles with ``dynamic=True`` instead, each tensor
+dim whose size is a symbol marked with ``torch._dynamo.mark_dynamic`` and the ``Sym`` inputs passed
+as ints (their hints), so the pass gets a post-grad graph of symbolic sizes, as torch.compile and
+vLLM hand it one (``CompiledRun.symbolic_graphs`` counts them; none is logged as a warning: the
+pass was then checked on a static graph only). Both compiled functions are kept, and the oracles run
+them at the case's other sizes (``RunPair.at`` -> :meth:`CompiledRun.at`) without recompiling: the
+one with the pass runs under ``torch.compiler.set_stance("fail_on_recompile")``, so that a guard the
+pass added (a symbolic size read as an int, ``Eq(2*s0, 22)``) is not hidden by a fresh compile at
+the new size, whose graph the pass would rewrite right again; vLLM evaluates no guard and would run
+the specialised graph. That recompile is the run's exception, reported by the semantics oracle at
+that size.
+
 What is installed is a recorder (a ``CustomGraphPass`` whose ``uuid()`` is None, so that the FX
 graph cache would be bypassed even if it were on) that, on the post-grad graph:
 
@@ -31,7 +43,9 @@ would round differently from eager, and from a fused op that keeps eager's round
 :mod:`pmverify.fusions.qk_norm.real_model`).
 
 The captured graphs are Inductor's post-grad graphs, whose placeholders are the inputs dynamo
-lifted: in the order of their first use, without the unused ones. So that the oracles can run and
+lifted: in the order of their first use, without the unused ones (with symbols, also the symbolic
+sizes of tensor inputs, which the copies compute with ``aten.sym_size.int`` from the case's inputs,
+found by the sources dynamo records, ``L['args'][1].size()[0]``). So that the oracles can run and
 fake-propagate them with ``case.inputs``, the copies in ``RunPair.before`` / ``.after`` get the
 case's placeholders back: one per case input, in the case's order and with the case's names (an
 input the compile dropped gets an unused placeholder). The mapping comes from a no-op
