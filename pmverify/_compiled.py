@@ -142,7 +142,8 @@ class CompiledRun:
             raise ValueError("this compiled run kept no compiled functions (a case without symbols)")
         baseline, with_pass = self.functions
         # the compile with the pass failed (after the pass returned): its exception stands for every size
-        failed = next((a for a in self.after if isinstance(a, BaseException)), None) if len(self.after) == 1 else None
+        first = self.after[0] if self.after else None
+        failed = first if isinstance(first, BaseException) and all(a is first for a in self.after) else None
         before: list[Results] = []
         after: list[Results | BaseException] = []
         with _compile_config(None, None):
