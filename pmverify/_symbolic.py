@@ -61,14 +61,22 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class CompileRange:
-    """A range of sizes of a graph's first symbol, both ends included: what vLLM's ``Range(start,
-    end)`` gives a pass's ``is_applicable_for_range`` (one graph compiled per range of token counts)."""
+    """A range of sizes of a graph's first symbol, both ends included: the shape of vLLM's
+    ``Range(start, end)`` (``vllm.config.utils``), what a pass's ``is_applicable_for_range``
+    receives (one graph compiled per range of token counts)."""
 
     start: int
     end: int
 
+    def is_single_size(self) -> bool:
+        """Whether the range holds one size (vLLM's compile sizes)."""
+        return self.start == self.end
+
     def __contains__(self, size: object) -> bool:
         return isinstance(size, int) and self.start <= size <= self.end
+
+    def __str__(self) -> str:
+        return f"[{self.start}, {self.end}]"
 
 
 def applies_at(pass_: Any, size: int) -> bool:
