@@ -31,7 +31,6 @@ compiled functions (``CompiledRun.at``: a recompile of the one with the pass is 
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import zlib
 

@@ -67,7 +67,8 @@ def test_quiet_for_a_correct_rewrite_and_where_the_pass_declines_the_range():
     assert pmverify.check_case(_FixedBuffer(rows=64), case, oracles=["compile_ranges", "semantics"]).ok
     declining = _FixedBuffer(rows=40, max_tokens=40)
     assert pmverify.check_case(declining, case, oracles=["compile_ranges"]).ok
-    assert not pmverify.check_case(declining, case, oracles=["semantics"]).ok
+    # semantics too judges only the sizes the pass says it applies to (vLLM runs the graph without it elsewhere)
+    assert pmverify.check_case(declining, case, oracles=["semantics"]).ok
 
 
 def test_no_method_no_symbols_no_findings_and_a_raising_method_is_one():
@@ -89,7 +90,7 @@ def test_no_method_no_symbols_no_findings_and_a_raising_method_is_one():
 
     found = pmverify.check_case(Raising(rows=64), case, oracles=["compile_ranges"]).violations
     assert len(found) == len(ranges_for(2, 64, "s0:11:2:64:(11, 2, 64)"))
-    assert "is_applicable_for_range(Range(start=2, end=64)) raised TypeError" in found[0].message
+    assert "is_applicable_for_range(CompileRange(start=2, end=64)) raised TypeError" in found[0].message
 
 
 @pytest.mark.parametrize(("low", "high"), [(2, 64), (5, 5), (2, 3)])
