@@ -349,8 +349,6 @@ def symbolize_tokens(draw: Any, case: GraphCase, min_tokens: int, max_tokens: in
     (symbol,) = symbolic.symbols
     low, high = max(symbol.min, min_tokens, MIN_SIZE), min(symbol.max, max_tokens)
     drawn = draw(st.integers(low, high))
-    symbol = dataclasses.replace(
-        symbol, min=low, max=high, sizes=tuple(dict.fromkeys((symbol.hint, low, high, drawn)))
-    )
+    symbol = dataclasses.replace(symbol, min=low, max=high, sizes=tuple(dict.fromkeys((symbol.hint, low, high, drawn))))
     label = f"{case.label} s0={TOKEN_HINT} in [{low}, {high}]"
     return dataclasses.replace(symbolic, symbols=(symbol,), label=label)
