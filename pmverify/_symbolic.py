@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -410,9 +411,13 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
     for node, name in zip(placeholders, [*hints, *own], strict=True):
         env[node] = graph.placeholder(name)
         env[node].meta = dict(node.meta)
+    kept = set(traced.names.values())
     for node in old.nodes:
-        if node.op != "placeholder":
-            env[node] = graph.node_copy(node, lambda n: env[n])
+        if node.op == "placeholder":
+            continue
+        if node.target is operator.getitem and not node.users and node.name not in kept:
+            continue  # make_fx's getitem of every output of a split: dead, not in the case, not in Inductor's graphs
+        env[node] = graph.node_copy(node, lambda n: env[n])
     names = {
         name: env[next(n for n in old.nodes if n.name == traced_name)].name
         for name, traced_name in traced.names.items()
