@@ -16,7 +16,9 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.cache_keys`: a ``uuid()`` blind to the configuration;
 - :mod:`.tensor_parallel`: the all-reduce QK norm's divisor, reduction and weight shards;
 - :mod:`.kernels`: the fused op's Triton kernel (grid, column mask, chunk count), with faulty
-  launchers that are drop-ins for ``qk_norm_triton``.
+  launchers that are drop-ins for ``qk_norm_triton``;
+- :mod:`.dynamic`: bugs only a symbolic token count shows (a baked hint, a fake impl's concrete
+  rows, a pass applying past its range, a matcher comparing view sizes with ints).
 
 ``__all__`` lists the faults only (``pmverify fuzz --target`` takes their names); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
@@ -51,6 +53,10 @@ __all__ = [
     "RMSNormHardCodedEps",
     "FusedAddRMSNormLeftUnsorted",
     "SoftmaxFusionIgnoresDim",
+    "QKNormBakesTokenHint",
+    "QKNormFakeImplConcreteRows",
+    "QKNormAppliesOutsideRange",
+    "HandHeadRMSNormIntViews",
 ]
 
 #: Where each name lives, imported on first use (PEP 562): importing this package imports neither
@@ -83,6 +89,12 @@ _HOMES = {
     "QKNormTPLeavesKUnreduced": ".tensor_parallel",
     "QKNormTPReadsRankZeroWeights": ".tensor_parallel",
     "QKNormWrongTPDivisor": ".tensor_parallel",
+    "QKNormBakesTokenHint": ".dynamic",
+    "QKNormFakeImplConcreteRows": ".dynamic",
+    "QKNormAppliesOutsideRange": ".dynamic",
+    "HandHeadRMSNormIntViews": ".dynamic",
+    "HeadRMSNormConfig": ".dynamic",
+    "head_rms_norm_pattern": ".dynamic",
 }
 
 

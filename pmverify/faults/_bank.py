@@ -15,6 +15,14 @@ from ._common import DtypesConfig
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
+from .dynamic import (
+    HandHeadRMSNormIntViews,
+    HeadRMSNormConfig,
+    QKNormAppliesOutsideRange,
+    QKNormBakesTokenHint,
+    QKNormFakeImplConcreteRows,
+    head_rms_norm_pattern,
+)
 from .kernels import (
     QKNormKernelGridCapped,
     QKNormKernelLeavesKOutUnwritten,
@@ -143,6 +151,25 @@ def _planted(
     return families
 
 
+def _dynamic_qk() -> Families:
+    """The QK-norm cases with a symbolic token count (``qk_norm_cases(dynamic=True)``: T at the
+    hint 11, its range what the graph allows, past ``config.max_tokens`` too)."""
+    from ..fusions.qk_norm.testing import qk_norm_cases
+
+    return [("qk_norm_cases[dynamic=True]", qk_norm_cases(dynamic=True))]
+
+
+def _head_rms() -> Families:
+    """Qwen3-style per-head RMS norms (:func:`~.dynamic.head_rms_norm_pattern`, ``x [T, H*D]``,
+    ``w [D]``) planted with a symbolic token count: ``planted(..., dynamic="tokens")``."""
+    from ..strategies import like, planted
+
+    example = (torch.empty(8, 32, dtype=torch.bfloat16), torch.empty(8, dtype=torch.bfloat16))
+    vary = {"t": [(0, 0)]}
+    cases = planted(head_rms_norm_pattern, like(example, vary=vary), dynamic="tokens", pass_config=HeadRMSNormConfig())
+    return [('planted(head_rms_norm, dynamic="tokens")', cases)]
+
+
 _T, _H = [(0, 0)], [(0, -1)]
 _softmax = _planted(softmax_pattern, (torch.empty(4, 8), torch.empty(4, 8)), "duck", DtypesConfig(), "softmax")
 _addcmul = _planted(addcmul_pattern, (torch.empty(4, 8),) * 3, "duck", DtypesConfig(), "addcmul")
@@ -195,5 +222,12 @@ BANK: dict[str, Fault] = {
               strict_order=True),
         Fault(SoftmaxFusionIgnoresDim, "softmax fusion ignores the reduction dim", ("semantics", "expectations"),
               _softmax),
+        Fault(QKNormBakesTokenHint, "replacement bakes a symbolic size's hint into a view",
+              ("structure", "semantics"), _dynamic_qk),
+        Fault(QKNormFakeImplConcreteRows, "fused op's fake impl returns a concrete row count", ("structure",),
+              _dynamic_qk),
+        Fault(QKNormAppliesOutsideRange, "pass applies outside its compile range",
+              ("compile_ranges", "semantics"), _dynamic_qk),
+        Fault(HandHeadRMSNormIntViews, "hand matcher compares view sizes with ints", ("expectations",), _head_rms),
     )
 }  # fmt: skip

@@ -429,7 +429,7 @@ def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
         lambda layer: any(must_match for _, must_match, _ in _planted([layer])),
     )
     case = build_case(config, layers, seed=seed)
-    return symbolize_tokens(draw, case, spec.min_tokens, config.max_tokens) if spec.dynamic else case
+    return symbolize_tokens(draw, case, spec.min_tokens) if spec.dynamic else case
 
 
 # ------------------------------------------------------------------------------------------- public

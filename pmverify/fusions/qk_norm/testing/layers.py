@@ -335,19 +335,20 @@ def hint_free(*sizes: int) -> bool:
     return all(size % TOKEN_HINT for size in sizes)
 
 
-def symbolize_tokens(draw: Any, case: GraphCase, min_tokens: int, max_tokens: int) -> GraphCase:
+def symbolize_tokens(draw: Any, case: GraphCase, min_tokens: int) -> GraphCase:
     """``case`` (drawn with T at :data:`TOKEN_HINT`) with its token count symbolic: traced again
     by :func:`pmverify._symbolic.symbolize` (one ``Sym`` placeholder ``s0``, every dim of
-    :data:`TOKEN_HINT` rows ``s0``), the range of ``s0`` narrowed to [``min_tokens``,
-    ``max_tokens``] (the strategy's lower bound and the config's ``max_tokens``: the case stands
-    for a vLLM compile range the pass applies to), its sizes the hint, the range's ends and one
-    drawn size. Raises ``ValueError`` when the trace specialised T (a strategy bug: no size of a
-    dynamic case's plan is a multiple of the hint but T)."""
-    symbolic = symbolize(case, {"s0": TOKEN_HINT}, max_size=max_tokens)
+    :data:`TOKEN_HINT` rows ``s0``), the range of ``s0`` what the trace's guards allow from the
+    strategy's ``min_tokens`` up (past the config's ``max_tokens`` too: there the pass's
+    ``is_applicable_for_range`` must decline, which the semantics and compile_ranges oracles
+    check), its sizes the hint, the range's ends and one drawn size. Raises ``ValueError`` when the
+    trace specialised T (a strategy bug: no size of a dynamic case's plan is a multiple of the hint
+    but T)."""
+    symbolic = symbolize(case, {"s0": TOKEN_HINT})
     if not symbolic.symbols:
         raise ValueError(f"the token count of {case.label!r} was specialised when traced symbolically")
     (symbol,) = symbolic.symbols
-    low, high = max(symbol.min, min_tokens, MIN_SIZE), min(symbol.max, max_tokens)
+    low, high = max(symbol.min, min_tokens, MIN_SIZE), symbol.max
     drawn = draw(st.integers(low, high))
     symbol = dataclasses.replace(symbol, min=low, max=high, sizes=tuple(dict.fromkeys((symbol.hint, low, high, drawn))))
     label = f"{case.label} s0={TOKEN_HINT} in [{low}, {high}]"

@@ -358,7 +358,7 @@ def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
         lambda layer: layer.reason is None,
     )
     case = build_case(config, layers, seed=seed)
-    return symbolize_tokens(draw, case, spec.min_tokens, config.max_tokens) if spec.dynamic else case
+    return symbolize_tokens(draw, case, spec.min_tokens) if spec.dynamic else case
 
 
 # ------------------------------------------------------------------------------------------- public
