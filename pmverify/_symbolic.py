@@ -108,6 +108,32 @@ def _size_arguments(op: torch._ops.OpOverload) -> frozenset[str]:
     return frozenset(names)
 
 
+_SCATTER_VIEWS = {
+    torch.ops.aten.slice_scatter.default: torch.ops.aten.slice.Tensor,
+    torch.ops.aten.select_scatter.default: torch.ops.aten.select.int,
+    torch.ops.aten.diagonal_scatter.default: torch.ops.aten.diagonal.default,
+    torch.ops.aten.as_strided_scatter.default: torch.ops.aten.as_strided.default,
+}
+
+
+def _guard_scatter(target: Any, args: tuple, kwargs: dict) -> None:
+    """Guard that a ``*_scatter``'s ``src`` has the shape of the view it is written into: the metas
+    of ``slice_scatter`` and its kind do not check it, so a symbolic trace would record no guard and
+    the graph would fail (or write elsewhere) at other sizes. Runs the view untraced."""
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    self, src, *rest = args
+    if not isinstance(self, torch.Tensor) or not isinstance(src, torch.Tensor):
+        return
+    with disable_proxy_modes_tracing():
+        view = _SCATTER_VIEWS[target](self, *rest, **kwargs)
+    if view.dim() != src.dim():
+        return
+    for a, b in zip(view.shape, src.shape, strict=True):
+        if a != b:  # evaluating the SymBool records the guard (a != b: the op fails at the hint too)
+            return
+
+
 class _Lifting(torch.fx.Interpreter):
     """Runs a graph with every size argument lifted (:func:`lift`) to the symbols' expressions,
     remembering which traced node each of the graph's nodes became."""
@@ -127,6 +153,8 @@ class _Lifting(torch.fx.Interpreter):
                     for i, arg in enumerate(args)
                 )
                 kwargs = {key: lift(arg, self.symbols) if key in names else arg for key, arg in kwargs.items()}
+            if target in _SCATTER_VIEWS:
+                _guard_scatter(target, args, kwargs)
         return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -266,9 +294,10 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-    syms = {}
+    syms, raw = {}, {}
     for name, hint in hints.items():
         sym = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
+        raw[name] = sym  # not syms[name].node.expr: that reads the replacement once specialised
         syms[name] = shape_env.create_symintnode(sym, hint=hint)
     by_hint = {hints[name]: syms[name] for name in hints}
     with mode:
@@ -299,9 +328,13 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
                 names[name] = node.name
         return out
 
-    with mode:
+    from torch._dispatch.python import enable_python_dispatcher
+
+    # the Python dispatcher, as make_fx's "symbolic" mode enables it: without it a meta that expands
+    # with SymInts (baddbmm's, addcmul's broadcast self) fails with "expected concrete integers"
+    with mode, enable_python_dispatcher():
         traced = make_fx(recording, tracing_mode="fake")(*syms.values(), *fakes)
-    return _Trace(traced, names, shape_env, {name: syms[name].node.expr for name in syms})
+    return _Trace(traced, names, shape_env, raw)
 
 
 def symbolize(

@@ -44,6 +44,9 @@ DYNAMIC_DIMS = ("tokens",)
 #: The hint the token count is drawn at (the symbol ``s0``).
 TOKENS_HINT = HINTS[0]
 _MAX_NUMEL = 1024
+#: A dim of a new input with ``dynamic=True``: static (0, the simplest: the drawn size), ``s0``'s
+#: hint (half the draws) or ``s1``'s.
+_SIDES = st.sampled_from((0, HINTS[0], HINTS[1], HINTS[0]))
 
 #: A canonical ``dynamic=`` value: False, True, or a tuple of dim names.
 Dynamic = bool | tuple[str, ...]
@@ -81,17 +84,15 @@ def hinted_shape(
 ) -> tuple[int, ...]:
     """``shape`` (a new input's, drawn static) with its symbolic dims at their hints: none when
     ``dynamic`` is False (and nothing is drawn); with ``"tokens"``, the leading dim at
-    :data:`TOKENS_HINT`; with ``True``, each dim drawn: static (the simplest), ``s0``'s hint 11 or
-    ``s1``'s 13. ``shape`` itself when the hinted one has more than ``max_numel`` elements or is not
+    :data:`TOKENS_HINT`; with ``True``, each dim drawn: static (the simplest; a quarter of the
+    draws), ``s0``'s hint 11 (half) or ``s1``'s 13. ``shape`` itself when the hinted one has more than ``max_numel`` elements or is not
     ``accepted`` (an op's rule for its operand)."""
     if dynamic is False or not shape:
         return shape
     sides = list(shape)
     if dynamic is True:
         for d in range(len(sides)):
-            choice = draw(st.integers(0, len(HINTS)))
-            if choice:
-                sides[d] = HINTS[choice - 1]
+            sides[d] = draw(_SIDES) or sides[d]
     elif "tokens" in dynamic:
         sides[0] = TOKENS_HINT
     hinted = tuple(sides)
