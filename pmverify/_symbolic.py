@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -134,6 +135,16 @@ def _guard_scatter(target: Any, args: tuple, kwargs: dict) -> None:
             return
 
 
+def _guard_extent(self: Any, size: Sequence[Any], stride: Sequence[Any], storage_offset: Any = None) -> None:
+    """Guard that an ``as_strided`` of a contiguous tensor stays within its elements: its meta does
+    not check the storage's bounds, so a symbolic trace would record no guard."""
+    if not isinstance(self, torch.Tensor) or not self.is_contiguous() or any(n == 0 for n in size):
+        return
+    last = (storage_offset or 0) + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    if last >= self.storage_offset() + self.numel():  # evaluating the SymBool records the guard
+        return
+
+
 class _Lifting(torch.fx.Interpreter):
     """Runs a graph with every size argument lifted (:func:`lift`) to the symbols' expressions,
     remembering which traced node each of the graph's nodes became."""
@@ -155,6 +166,8 @@ class _Lifting(torch.fx.Interpreter):
                 kwargs = {key: lift(arg, self.symbols) if key in names else arg for key, arg in kwargs.items()}
             if target in _SCATTER_VIEWS:
                 _guard_scatter(target, args, kwargs)
+            elif target is torch.ops.aten.as_strided.default:
+                _guard_extent(*args, **kwargs)
         return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -431,6 +444,12 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
         new = next(n for n in graph.nodes if n.name == new_name)
         for key, value in originals[name].meta.items():
             new.meta.setdefault(key, value)
+    # make_fx reads every element of a higher-order op's tuple (an auto_functionalized node's None
+    # output too); drop the reads the case did not have and nothing uses, as post-grad graphs do
+    kept = set(names.values())
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is operator.getitem and not node.users and node.name not in kept:
+            graph.erase_node(node)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     input_dims: list[Any] = list(hints)
     for node in graph.find_nodes(op="placeholder")[len(hints) :]:
@@ -514,6 +533,12 @@ def _index_inputs(case: GraphCase) -> dict[int, str]:
     }
     placeholders = case.gm.graph.find_nodes(op="placeholder")
     position = {node: i for i, node in enumerate(placeholders)}
+    # the trace's ShapeEnv symbols (``s95``) by the case's names, read off the ``Sym`` placeholders
+    names = {
+        node.meta["val"].node.expr: node.name
+        for node in placeholders[: len(case.symbols)]
+        if isinstance(node.meta.get("val"), torch.SymInt)
+    }
     found: dict[int, str] = {}
     for node in case.gm.graph.nodes:
         spec = index_args.get(node.target)
@@ -526,7 +551,7 @@ def _index_inputs(case: GraphCase) -> dict[int, str]:
         if not isinstance(source, torch.Tensor):
             continue
         dim = 0 if spec[1] is None else node.args[spec[1]] % max(source.dim(), 1)
-        written = _written(source.shape[dim], {})
+        written = _written(source.shape[dim], names)
         if written is not None:
             found[position[index]] = written
     return found

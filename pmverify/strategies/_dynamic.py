@@ -17,6 +17,7 @@ names (``("tokens",)``: the leading dim of every new input is the token count, a
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +27,9 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
-from .._symbolic import HINTS, symbolize, symbolize_like
+from .._symbolic import HINTS, inputs_at, size_points, static_source, symbolize, symbolize_like
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DYNAMIC_DIMS",
@@ -101,11 +104,14 @@ def hinted_shape(
     return hinted
 
 
+def _holds(case: GraphCase, hint: int) -> bool:
+    """Whether some input size of ``case`` is a multiple of ``hint``."""
+    return any(side and side % hint == 0 for v in case.inputs[0] if isinstance(v, torch.Tensor) for side in v.shape)
+
+
 def _hints_in(case: GraphCase) -> dict[str, int]:
     """The symbols (``s0``, ``s1``... in hint order) whose hints divide some input size of ``case``."""
-    sides = {side for v in case.inputs[0] if isinstance(v, torch.Tensor) for side in v.shape if side}
-    present = [hint for hint in HINTS if any(side % hint == 0 for side in sides)]
-    return {f"s{i}": hint for i, hint in enumerate(present)}
+    return {f"s{i}": hint for i, hint in enumerate(hint for hint in HINTS if _holds(case, hint))}
 
 
 def _with_drawn_sizes(draw: Any, case: GraphCase) -> GraphCase:
@@ -120,15 +126,35 @@ def symbolize_drawn(draw: Any, case: GraphCase, dynamic: Dynamic | None) -> Grap
     """``case`` (drawn with concrete sizes, its symbolic dims at their hints by :func:`hinted_shape`)
     made symbolic by :func:`~pmverify._symbolic.symbolize`, with one more size drawn per symbol in
     its range (shrinking toward the range's low end); ``case`` itself when ``dynamic`` is False or
-    None, or when no input has a size at a hint (nothing is drawn then). Symbols are named ``s0``,
-    ``s1`` in hint order among the hints present. A symbol the trace specialises is dropped, as
+    None, or when no input has a size at a hint (nothing is drawn then). With ``True`` every hint
+    present is a symbol, named ``s0``, ``s1`` in hint order among them; with dim names
+    (``"tokens"``) only :data:`TOKENS_HINT`, as ``s0``. A symbol the trace specialises is dropped, as
     :func:`~pmverify._symbolic.symbolize` says."""
     if not dynamic or case.symbols:
         return case
-    hints = _hints_in(case)
+    hints = _hints_in(case) if dynamic is True else {"s0": TOKENS_HINT} if _holds(case, TOKENS_HINT) else {}
     if not hints:
         return case
-    return _with_drawn_sizes(draw, symbolize(case, hints))
+    return _checked(_with_drawn_sizes(draw, symbolize(case, hints)))
+
+
+def _checked(case: GraphCase) -> GraphCase:
+    """``case``, or its static source when its graph fails to run at one of its size points: a
+    constraint among sizes that an op's meta does not check, so the trace recorded no guard for it
+    (as ``slice_scatter``'s and ``as_strided``'s did, which :func:`~pmverify._symbolic.symbolize`
+    now guards itself). A safety net: valid cases by construction, whatever op table it meets.
+    Cases of several ranks are returned as they are (their collectives need a world to run)."""
+    if case.tp_world > 1:
+        return case
+    for sizes in size_points(case)[1:]:
+        inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs_at(case, sizes)]
+        try:
+            with torch.no_grad():
+                case.gm(*inputs)
+        except Exception:  # noqa: BLE001 - any failure: the graph is not valid at these sizes
+            logger.debug("%r fails at %r; drawn static", case, sizes)
+            return static_source(case)
+    return case
 
 
 def resymbolize(draw: Any, rewritten: GraphCase, base: GraphCase, dynamic: Dynamic | None) -> GraphCase:
@@ -142,5 +168,5 @@ def resymbolize(draw: Any, rewritten: GraphCase, base: GraphCase, dynamic: Dynam
     if dynamic is None:
         if not base.symbols:
             return rewritten
-        return symbolize_like(rewritten, base)
+        return _checked(symbolize_like(rewritten, base))
     return symbolize_drawn(draw, rewritten, dynamic)
