@@ -373,8 +373,10 @@ def symbolize(
     expressions; planted instances and mutation sites renamed to the traced nodes. A symbol the trace
     specialised (guarded equal to its hint) is dropped and the trace made again without it; a case
     where none stays symbolic is returned unchanged. Raises :class:`SymbolizeError` for a case that
-    is already symbolic, a hint that is not a prime above the inputs' static sizes, or ``dims`` of
-    the wrong length."""
+    is already symbolic, a hint that is not a distinct prime, an input size a hint divides along a
+    dim ``dims`` keeps static, or ``dims`` of the wrong length. (An input size that is a multiple of
+    a hint along a dim that may be symbolic is lifted too: ``22 -> 2*s0``, as an input that a
+    strategy shaped like a flattened value has it.)"""
     if case.symbols:
         raise SymbolizeError(f"case={case!r} is already symbolic")
     symbols = dict({"s0": HINTS[0]} if symbols is None else symbols)
@@ -392,7 +394,7 @@ def symbolize(
         for t, allowed in zip(case.inputs[0], dims, strict=True)
         if isinstance(t, torch.Tensor)
         for d, side in enumerate(t.shape)
-        if side not in hints or (allowed is not None and not allowed[d])
+        if allowed is not None and not allowed[d]  # the others are lifted (22 -> 2*s0), as size arguments
     ]
     del tensors
     if any(side % hint == 0 and side > 0 for side in static for hint in hints):
@@ -447,6 +449,10 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
     # make_fx reads every element of a higher-order op's tuple (an auto_functionalized node's None
     # output too); drop the reads the case did not have and nothing uses, as post-grad graphs do
     kept = set(names.values())
+    for node in graph.nodes:
+        # make_fx records a higher-order op's inputs in the trace's ShapeEnv; no later propagation
+        # refreshes them, and decompose_auto_functionalized retraces with them (node counts differ)
+        node.meta.pop("eager_input_vals", None)
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target is operator.getitem and not node.users and node.name not in kept:
             graph.erase_node(node)
@@ -530,6 +536,9 @@ def _index_inputs(case: GraphCase) -> dict[int, str]:
         torch.ops.aten.scatter_add.default: (2, 1),
         torch.ops.aten.scatter.value: (2, 1),
         torch.ops.aten.embedding.default: (1, None),
+        torch.ops.aten.index.Tensor: (1, None),  # a list of indices: the first indexes dim 0
+        torch.ops.aten.index_put.default: (1, None),
+        torch.ops.aten.index_put_.default: (1, None),
     }
     placeholders = case.gm.graph.find_nodes(op="placeholder")
     position = {node: i for i, node in enumerate(placeholders)}
@@ -545,6 +554,8 @@ def _index_inputs(case: GraphCase) -> dict[int, str]:
         if spec is None or len(node.args) <= spec[0]:
             continue
         index = node.args[spec[0]]
+        if isinstance(index, (list, tuple)):
+            index = index[0] if index else None
         if index not in position:
             continue
         source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
