@@ -14,7 +14,7 @@ import pmverify
 from pmverify.strategies import Dim, fx_graphs, like, with_mutating_custom_ops, with_mutations
 
 aten = torch.ops.aten
-_FEW = settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+_FEW = settings(max_examples=6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
 class Identity:
@@ -92,7 +92,7 @@ def test_bad_dynamic_is_refused(make, value):
         make(dynamic=value)
 
 
-def _drawn(strategy, n=12):
+def _drawn(strategy, n=8):
     seen = []
 
     @settings(max_examples=n, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
