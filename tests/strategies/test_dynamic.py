@@ -190,3 +190,20 @@ def test_like_draws_named_symbols_at_the_hints():
 def test_no_dynamic_draw_is_rejected(strategy):
     rejected, valid = rejections(strategy(), 15)
     assert valid == 15 and rejected == 0
+
+
+def _symbolic_val(node: torch.fx.Node) -> bool:
+    vals = node.meta.get("val")
+    return any(
+        isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in v.shape)
+        for v in (vals if isinstance(vals, (list, tuple)) else [vals])
+    )
+
+
+@pytest.mark.parametrize("wrap", [with_mutations, with_mutating_custom_ops])
+def test_minimal_symbolic_mutation_writes_a_symbolic_tensor(wrap):
+    case = minimal(wrap(fx_graphs(dynamic="tokens")), lambda c: c.dynamic)
+    _assert_symbolic(case)
+    by_name = {n.name: n for n in case.gm.graph.nodes}
+    assert all(_symbolic_val(by_name[site.node]) for site in case.mutations)
+    assert pmverify.check_case(Identity(), case).ok
