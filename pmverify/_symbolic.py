@@ -153,6 +153,7 @@ class _Lifting(torch.fx.Interpreter):
         super().__init__(gm, garbage_collect_values=False)
         self.symbols = symbols
         self.results: dict[str, Any] = {}
+        self.traced: dict[str, str] = {}  # node name -> the traced node's name
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if isinstance(target, torch._ops.OpOverload):
@@ -171,8 +172,14 @@ class _Lifting(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
+        from torch.fx.experimental.proxy_tensor import get_innermost_proxy_mode
+
         result = super().run_node(n)
         self.results[n.name] = result
+        mode = get_innermost_proxy_mode()
+        traced = None if mode is None else _traced_node(result, mode.tracer)
+        if traced is not None:  # now: an in-place op later moves its tensor's proxy to its own node
+            self.traced[n.name] = traced.name
         return result
 
 
@@ -333,12 +340,8 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
 
     def recording(*args: Any) -> Any:
         out = program(*args)
-        tracer = get_innermost_proxy_mode().tracer
-        tracers["t"] = tracer
-        for name, value in interpreter["run"].results.items():
-            node = _traced_node(value, tracer)
-            if node is not None:
-                names[name] = node.name
+        tracers["t"] = get_innermost_proxy_mode().tracer
+        names.update(interpreter["run"].traced)
         return out
 
     from torch._dispatch.python import enable_python_dispatcher
@@ -446,6 +449,13 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
         new = next(n for n in graph.nodes if n.name == new_name)
         for key, value in originals[name].meta.items():
             new.meta.setdefault(key, value)
+    # make_fx makes later readers of a tensor an in-place op wrote read the op's result; where the
+    # case's own op had no readers (with_mutations: nothing but graph order says a reader sees the
+    # new value), they read the written tensor again
+    for name, new_name in names.items():
+        new = next(n for n in graph.nodes if n.name == new_name)
+        if new.users and not originals[name].users and _writes_and_returns_self(new.target):
+            new.replace_all_uses_with(new.args[0])
     # make_fx reads every element of a higher-order op's tuple (an auto_functionalized node's None
     # output too); drop the reads the case did not have and nothing uses, as post-grad graphs do
     kept = set(names.values())
@@ -480,6 +490,18 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
         symbols=tuple(records),
         input_dims=tuple(input_dims),
     )
+
+
+def _writes_and_returns_self(target: Any) -> bool:
+    """Whether ``target`` is an in-place aten op (``add_``, ``copy_``, ``index_put_``...): it writes
+    its first argument and returns it."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    if not schema.arguments or len(schema.returns) != 1:
+        return False
+    first, ret = schema.arguments[0].alias_info, schema.returns[0].alias_info
+    return first is not None and first.is_write and ret is not None and ret.before_set == first.before_set
 
 
 def static_source(case: GraphCase) -> GraphCase:

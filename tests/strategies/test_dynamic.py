@@ -143,6 +143,7 @@ def test_with_mutations_keeps_a_symbolic_case_symbolic(case):
     if case.dynamic:
         _assert_symbolic(case)
         assert case.source is not None and not case.source.dynamic
+        assert all(not node.users for node in case.gm.graph.nodes if node.name in {m.node for m in case.mutations})
     result = pmverify.check_case(Identity(), case)
     assert result.ok, result.violations
 
@@ -206,4 +207,6 @@ def test_minimal_symbolic_mutation_writes_a_symbolic_tensor(wrap):
     _assert_symbolic(case)
     by_name = {n.name: n for n in case.gm.graph.nodes}
     assert all(_symbolic_val(by_name[site.node]) for site in case.mutations)
+    if case.form == "inplace":  # readers still read the written tensor, not the in-place op
+        assert all(not by_name[site.node].users for site in case.mutations)
     assert pmverify.check_case(Identity(), case).ok
