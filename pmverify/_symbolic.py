@@ -258,9 +258,13 @@ def symbolic_inputs(
 
 def _evaluate(expression: str, namespace: Mapping[str, Any]) -> Any:
     """``expression`` (a product of ints and symbol names, as :func:`symbolize` writes them) with the
-    names bound to ``namespace``'s values (SymInts or ints)."""
+    names bound to ``namespace``'s values (SymInts or ints). With ints only, any expression of the
+    symbols (an index tensor's bound can be ``s0 - 1``) is evaluated."""
+    parsed = sympy.sympify(expression)
+    if all(isinstance(value, int) for value in namespace.values()):
+        return int(parsed.subs({sympy.Symbol(name): value for name, value in namespace.items()}))
     result: Any = 1
-    for factor in sympy.Mul.make_args(sympy.sympify(expression)):
+    for factor in sympy.Mul.make_args(parsed):
         base, exponent = factor.as_base_exp()
         if isinstance(base, sympy.Symbol):
             for _ in range(int(exponent)):

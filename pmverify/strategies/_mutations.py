@@ -31,7 +31,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from .._case import GraphCase, MutationSite, PlantedInstance
 from .._execution import propagate_fake
 from .._fx import flat_nodes, is_view
-from .._symbolic import HINTS, MIN_SIZE, static_source
+from .._symbolic import MIN_SIZE, static_source
 from .._validation import validate_int, validate_strategy
 from ._drawn import validate_drawn_case
 from ._dynamic import Dynamic, resymbolize, validate_dynamic
@@ -399,8 +399,8 @@ def _operands(draw: Any, editor: Editor, name: str, slot: torch.fx.Node, base: t
         source = draw(st.sampled_from(sources))
         return (editor.new_input("act", shape, dtype) if source is None else source,)
     high = shape[0]
-    if editor.symbolic and any(high % hint == 0 for hint in HINTS):  # rows valid at every size >= 2
-        high = MIN_SIZE
+    if editor.symbolic:  # rows valid at every size >= 2 of a dim that may be symbolic (s0, s0 - 1...)
+        high = min(high, MIN_SIZE)
     rows = draw(st.integers(1, high))  # index_put_: distinct rows, so the write order is moot
     index = editor.new_input("index", (rows,), torch.int64, high=high)
     return ([index], editor.new_input("act", (rows, *shape[1:]), dtype), False)
@@ -464,7 +464,7 @@ def with_mutations(
     - ``dynamic``: symbolic sizes (see :func:`~pmverify.strategies.fx_graphs`). ``None`` (default):
       as the drawn case: a symbolic case is extended in its concrete form (its ``source``) and
       symbolized again with the same symbols (new inputs of a written shape share its symbols, an
-      ``index_put_`` on a symbolic dim writes rows 0 or 1, valid at every size); a static one stays
+      ``index_put_`` writes rows 0 or 1, valid at every size); a static one stays
       static. ``False``: static (a symbolic case's concrete form). ``True``: symbolized in every
       hint (11 as ``s0``, 13 as ``s1``) an input size holds, sizes drawn afresh; ``"tokens"``: in
       11 only (``s0``). A static case drawn without ``dynamic=`` holds no size at a hint, so only
