@@ -20,6 +20,9 @@ _WHERE = {
     "GraphCase": "_case",
     "MutationSite": "_case",
     "PlantedInstance": "_case",
+    "Symbol": "_case",
+    "CompileRange": "_symbolic",
+    "symbolize": "_symbolic",
     "CaseResult": "_check",
     "check_case": "_check",
     "inductor_rewrite": "_inductor_rewrites",
@@ -42,7 +45,7 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from ._case import GraphCase, MutationSite, PlantedInstance
+    from ._case import GraphCase, MutationSite, PlantedInstance, Symbol
     from ._check import CaseResult, check_case
     from ._inductor_rewrites import inductor_rewrite, record_inductor
     from ._job.targets import ExtraCheck, FuzzTarget
@@ -56,12 +59,14 @@ if TYPE_CHECKING:
         VacuousSearch,
         VerifySummary,
     )
+    from ._symbolic import CompileRange, symbolize
     from ._verify import PassVerificationError, verify
     from .oracles import Violation
 
 __all__ = [
     "AllCasesVoid",
     "CaseResult",
+    "CompileRange",
     "ExtraCheck",
     "FuzzTarget",
     "GraphCase",
@@ -73,6 +78,7 @@ __all__ = [
     "RewriteNotComparable",
     "RewriteResult",
     "RewriteUnsatisfiable",
+    "Symbol",
     "VacuousSearch",
     "VerifySummary",
     "Violation",
@@ -82,6 +88,7 @@ __all__ = [
     "inductor_rewrite",
     "record_inductor",
     "record_patterns",
+    "symbolize",
     "verify",
 ]
 

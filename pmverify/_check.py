@@ -122,6 +122,9 @@ _JUDGES: dict[str, Callable[[RunPair], bool]] = {
     "tensor_parallel": lambda pair: pair.case.tp_world > 1 and bool(pair.ranks),
     "expectations": _judges_expectations,
     "cache_key": _judges_cache_key,
+    "compile_ranges": lambda pair: (
+        callable(getattr(pair.pass_, "is_applicable_for_range", None)) and bool(pair.case.symbols)
+    ),
 }
 
 
@@ -131,7 +134,9 @@ def judged_by(pair: RunPair, names: Sequence[str], void_reason: str | None) -> t
     ``functionalization`` when it has an auto_functionalized node (before or after the pass);
     ``tensor_parallel`` on more than one rank; ``expectations`` when an instance is planted with a
     verdict (in compiled mode: and the pass's rewrites can be counted); ``cache_key`` for a pass
-    with ``uuid()`` and a configuration; ``structure`` and a callable oracle always."""
+    with ``uuid()`` and a configuration; ``compile_ranges`` for a pass with
+    ``is_applicable_for_range`` on a case with symbols; ``structure`` and a callable
+    oracle always."""
     if pair.error is not None or pair.after is None:
         return ()
     judged = []

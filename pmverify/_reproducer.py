@@ -1,7 +1,9 @@
 """Standalone reproducers: a failing case written as a Python script.
 
 The script rebuilds the exact graph (node by node, names kept, so the ground truth of planted
-instances still applies), loads the exact inputs (embedded, base64 of ``torch.save``), rebuilds the
+instances still applies; a symbolic case's ``Sym`` placeholders and size arithmetic included, with its
+``symbols=`` and ``input_dims=``, so the rebuilt case is symbolic: ``check_case`` propagates its fake
+values symbolically again, no fake value is written), loads the exact inputs (embedded, base64 of ``torch.save``), rebuilds the
 pass, runs :func:`pmverify.check_case` and prints the violations. It exits 1 while the pass is
 wrong, 0 once it is fixed, and 2 when it cannot check anything (the pass's module does not import,
 or ``PASS`` must be edited in), in a fresh interpreter.
@@ -181,6 +183,8 @@ def _target(target: Any, imports: set[str]) -> str:
         return f"{expr}()"
     if target is operator.getitem:
         return "operator.getitem"
+    if getattr(target, "__module__", None) == "_operator" and getattr(operator, target.__name__, None) is target:
+        return f"operator.{target.__name__}"  # size arithmetic of a symbolic graph (``2 * s0``)
     line, expr = _import_of(target)
     imports.add(line)
     return expr
@@ -320,7 +324,7 @@ def render(
         "",
         *([prelude, ""] if prelude else []),
         "from pmverify import GraphCase, check_case",
-        "from pmverify._case import MutationSite, PlantedInstance",
+        "from pmverify._case import MutationSite, PlantedInstance" + (", Symbol" if case.symbols else ""),
         *(["from torch.distributed.tensor import Replicate, Shard"] if case.placements is not None else []),
         "",
         "try:",
@@ -347,6 +351,7 @@ def render(
         f"    pass_config={config[1]},",
         f"    label={case.label!r},",
         *([f"    placements={case.placements!r},"] if case.placements is not None else []),
+        *([f"    symbols={case.symbols!r},", f"    input_dims={case.input_dims!r},"] if case.symbols else []),
         ")",
         "",
         "try:",

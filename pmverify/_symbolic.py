@@ -55,7 +55,38 @@ __all__ = [
     "lift",
     "static_source",
     "symbolize_like",
+    "CompileRange",
+    "applies_at",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileRange:
+    """A range of sizes of a graph's first symbol, both ends included: the shape of vLLM's
+    ``Range(start, end)`` (``vllm.config.utils``), what a pass's ``is_applicable_for_range``
+    receives (one graph compiled per range of token counts)."""
+
+    start: int
+    end: int
+
+    def is_single_size(self) -> bool:
+        """Whether the range holds one size (vLLM's compile sizes)."""
+        return self.start == self.end
+
+    def __contains__(self, size: object) -> bool:
+        return isinstance(size, int) and self.start <= size <= self.end
+
+    def __str__(self) -> str:
+        return f"[{self.start}, {self.end}]"
+
+
+def applies_at(pass_: Any, size: int) -> bool:
+    """Whether ``pass_`` says it applies to a graph compiled for exactly ``size`` (its
+    ``is_applicable_for_range(CompileRange(size, size))``); True for a pass without the method, as
+    vLLM runs such a pass on every range."""
+    method = getattr(pass_, "is_applicable_for_range", None)
+    return True if method is None else bool(method(CompileRange(size, size)))
+
 
 #: The hints symbols get, in order (``s0`` 11, ``s1`` 13): primes above every static size a drawn
 #: input has (at most 8 a side), so that a size argument's factors say which symbols it holds.
@@ -287,8 +318,12 @@ def allowed_sizes(
     guards = list(guards)
     allowed = []
     for size in sizes:
-        values = {sym: (size if case_name == name else hints[case_name]) for sym, case_name in names.items()}
-        if all(bool(guard.xreplace({s: sympy.Integer(v) for s, v in values.items()})) for guard in guards):
+        values = {
+            sym: sympy.Integer(size if case_name == name else hints[case_name]) for sym, case_name in names.items()
+        }
+        held = (guard.xreplace(values) for guard in guards)
+        # a guard over symbols that are not the case's (none here) is not one of its sizes: it holds
+        if all(value if value in (sympy.true, sympy.false) else True for value in held):
             allowed.append(size)
     return allowed
 
@@ -318,11 +353,10 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-    syms, raw = {}, {}
+    syms, exprs = {}, {}
     for name, hint in hints.items():
-        sym = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
-        raw[name] = sym  # not syms[name].node.expr: that reads the replacement once specialised
-        syms[name] = shape_env.create_symintnode(sym, hint=hint)
+        exprs[name] = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
+        syms[name] = shape_env.create_symintnode(exprs[name], hint=hint)
     by_hint = {hints[name]: syms[name] for name in hints}
     with mode:
         fakes = [
@@ -354,7 +388,7 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
     # with SymInts (baddbmm's, addcmul's broadcast self) fails with "expected concrete integers"
     with mode, enable_python_dispatcher():
         traced = make_fx(recording, tracing_mode="fake")(*syms.values(), *fakes)
-    return _Trace(traced, names, shape_env, raw)
+    return _Trace(traced, names, shape_env, exprs)
 
 
 def symbolize(
@@ -367,9 +401,10 @@ def symbolize(
     """``case`` with symbolic sizes, as torch.compile would trace its program with ``dynamic=True``.
 
     - ``symbols``: symbol name -> hint (default ``{"s0": 11}``): every input dim whose size is the
-      hint (duck sizing, as ``ShapeEnv`` does) becomes that symbol, and every size argument is
-      lifted as the module docstring says. Hints must be distinct primes larger than every static
-      size of the inputs.
+      hint (duck sizing, as ``ShapeEnv`` does) becomes that symbol, one whose size is a multiple of
+      it the multiple of the symbol (``352 -> 32*s0``: a flattened ``[s0, 32]``), and every size
+      argument is lifted as the module docstring says. Hints must be distinct primes, larger than
+      every size of the inputs that does not stand for a symbol.
     - ``dims``: per input, which dims may be symbolic (a sequence of bools, or None for all); by
       default all.
     - ``max_size``: the largest size a range may reach (default :data:`MAX_SIZE`).
@@ -380,14 +415,10 @@ def symbolize(
     expressions; planted instances and mutation sites renamed to the traced nodes. A symbol the trace
     specialised (guarded equal to its hint) is dropped and the trace made again without it; a case
     where none stays symbolic is returned unchanged. Raises :class:`SymbolizeError` for a case that
-    is already symbolic, a hint that is not a distinct prime, an input size a hint divides along a
-    dim ``dims`` keeps static, or ``dims`` of the wrong length. (An input size that is a multiple of
-    a hint along a dim that may be symbolic is lifted too: ``22 -> 2*s0``, as an input that a
-    strategy shaped like a flattened value has it.)"""
+    is already symbolic, a hint that is not a distinct prime, or ``dims`` of the wrong length."""
     if case.symbols:
         raise SymbolizeError(f"case={case!r} is already symbolic")
     symbols = dict({"s0": HINTS[0]} if symbols is None else symbols)
-    tensors = [v for v in case.inputs[0] if isinstance(v, torch.Tensor)]
     if dims is None:
         dims = [None] * len(case.inputs[0])
     if len(dims) != len(case.inputs[0]):
@@ -396,16 +427,6 @@ def symbolize(
     for name, hint in symbols.items():
         if not name.isidentifier() or not isinstance(hint, int) or not _is_prime(hint) or hints.count(hint) > 1:
             raise SymbolizeError(f"symbols={symbols!r}: {name}'s hint {hint!r} must be a distinct prime")
-    static = [
-        side
-        for t, allowed in zip(case.inputs[0], dims, strict=True)
-        if isinstance(t, torch.Tensor)
-        for d, side in enumerate(t.shape)
-        if allowed is not None and not allowed[d]  # the others are lifted (22 -> 2*s0), as size arguments
-    ]
-    del tensors
-    if any(side % hint == 0 and side > 0 for side in static for hint in hints):
-        raise SymbolizeError(f"symbols={symbols!r}: an input has a static size divisible by a hint")
     if not isinstance(max_size, int) or max_size < max(hints, default=0):
         raise SymbolizeError(f"max_size={max_size!r} must be an int at least the largest hint")
     live = dict(symbols)
@@ -441,9 +462,13 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
     for node, name in zip(placeholders, [*hints, *own], strict=True):
         env[node] = graph.placeholder(name)
         env[node].meta = dict(node.meta)
+    kept = set(traced.names.values())
     for node in old.nodes:
-        if node.op != "placeholder":
-            env[node] = graph.node_copy(node, lambda n: env[n])
+        if node.op == "placeholder":
+            continue
+        if node.target is operator.getitem and not node.users and node.name not in kept:
+            continue  # make_fx's getitem of every output of a split or an auto_functionalized: dead, not in the case
+        env[node] = graph.node_copy(node, lambda n: env[n])
     names = {
         name: env[next(n for n in old.nodes if n.name == traced_name)].name
         for name, traced_name in traced.names.items()
@@ -460,16 +485,10 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
         new = next(n for n in graph.nodes if n.name == new_name)
         if new.users and not originals[name].users and _writes_and_returns_self(new.target):
             new.replace_all_uses_with(new.args[0])
-    # make_fx reads every element of a higher-order op's tuple (an auto_functionalized node's None
-    # output too); drop the reads the case did not have and nothing uses, as post-grad graphs do
-    kept = set(names.values())
     for node in graph.nodes:
         # make_fx records a higher-order op's inputs in the trace's ShapeEnv; no later propagation
         # refreshes them, and decompose_auto_functionalized retraces with them (node counts differ)
         node.meta.pop("eager_input_vals", None)
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is operator.getitem and not node.users and node.name not in kept:
-            graph.erase_node(node)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     input_dims: list[Any] = list(hints)
     for node in graph.find_nodes(op="placeholder")[len(hints) :]:

@@ -31,9 +31,10 @@ def test_fuzz_clean_run_writes_report(tmp_path, capsys):
     assert data["seed"] == 1 and data["pmverify"]
     (target,) = data["targets"]
     assert target["name"] == "qk_norm" and target["cases"] == 60 and target["matches"] > 0
-    # batches of 25 rotate through the case families, a tensor-parallel world after each single-rank one
+    # batches of 25 rotate through the case families, a tensor-parallel world after each single-rank
+    # one, static families then dynamic ones (a symbolic token count)
     cases = {family: counts["cases"] for family, counts in target["families"].items() if counts["cases"]}
-    assert cases == {"qk_norm_cases": 25, "qk_norm_tp_cases[tp_world=2]": 25, "with_mutations": 10}
+    assert cases == {"qk_norm_cases": 25, "qk_norm_tp_cases[tp_world=2]": 25, "qk_norm_cases[dynamic=True]": 10}
     assert {world: counts["cases"] for world, counts in target["tp_worlds"].items()} == {"1": 35, "2": 25}
     assert target["tp_worlds"]["2"]["matches"] >= 25  # every case keeps a must-match instance
     assert target["violations"] == [] and target["cases_per_min"] > 0
@@ -43,13 +44,15 @@ def test_fuzz_clean_run_writes_report(tmp_path, capsys):
     assert data["status"] == "finished" and data["profile"] == "ci" and data["versions"]["torch"]
 
 
-def test_one_rotation_covers_every_tp_world():
+def test_one_rotation_covers_every_tp_world_static_and_dynamic():
     from pmverify._job.targets import load
 
     names = [name for name, _ in load("qk_norm").families]
     assert names == [
         "qk_norm_cases",
         "qk_norm_tp_cases[tp_world=2]",
+        "qk_norm_cases[dynamic=True]",
+        "qk_norm_tp_cases[tp_world=2,dynamic=True]",
         "with_mutations",
         "qk_norm_tp_cases[tp_world=4]",
         "with_mutating_custom_ops",

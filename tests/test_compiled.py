@@ -265,3 +265,50 @@ def test_strict_order_reads_the_graph_the_pass_left_before_inductor_sorts_it():
     assert "an Inductor pattern entry (ReplacementPatternEntry at" in strict.violations[0].message
     default = check_case(pass_, case, mode="compiled", oracles=["structure", "semantics"])
     assert default.rewrite_count == 1 and default.pair.unsorted == [] and default.ok, default.violations
+
+
+def _symbolic_case():
+    """view(x, [22, 2, 2]) of an (11, 8) input, symbolized: ``view(x, [2*s0, 2, 2])``, s0 in [2, 64]."""
+    from pmverify._symbolic import symbolize
+
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    view = graph.call_function(aten.view.default, (x, [22, 2, 2]))
+    total = graph.call_function(aten.sum.dim_IntList, (view, [2]))
+    graph.output((graph.call_function(aten.mul.Tensor, (total, w)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    gen = torch.Generator().manual_seed(0)
+    return symbolize(GraphCase(gm, [(torch.randn(11, 8, generator=gen), torch.randn(2, generator=gen))]))
+
+
+def _bake_hint(graph):
+    """Reads the symbolic size of each reshape (a view, post-grad) as an int: the compile guards
+    ``Eq(2*s0, 22)`` and the graph holds the hint."""
+    for node in graph.find_nodes(op="call_function", target=torch.ops.aten.reshape.default):
+        sizes = [int(s.meta["val"]) if isinstance(s, torch.fx.Node) else s for s in node.args[1]]
+        node.args = (node.args[0], sizes)
+
+
+def _swap_mul(graph):
+    """A correct rewrite: ``mul(a, b)`` -> ``mul(b, a)``."""
+    for node in graph.find_nodes(op="call_function", target=torch.ops.aten.mul.Tensor):
+        node.args = (node.args[1], node.args[0])
+
+
+def test_a_symbolic_case_compiles_dynamic_and_a_recompile_does_not_hide_a_baked_hint():
+    """dynamic=True with the symbolic dims marked: the pass sees one graph of symbolic sizes, the
+    compiled functions serve every size point without recompiling, and a pass that bakes the hint
+    (guarding the compile to it) is found at the other sizes, where the compile with it recompiles."""
+    case = _symbolic_case()
+    result = check_case(_swap_mul, case, mode="compiled", oracles=["semantics", "structure"])
+    assert result.ok, result.violations
+    run = result.pair.compiled
+    assert (run.graphs, run.symbolic_graphs, run.aligned, run.pass_guards) == (1, 1, True, ())
+    assert [n.name for n in result.pair.after.graph.find_nodes(op="placeholder")] == ["s0", "x", "w"]
+    sized = result.pair.at({"s0": 2}).compiled
+    assert [tuple(out.shape) for out in sized.after[0][0]] == [(4, 2)]
+    assert result.pair.compiled.graphs == 1  # no recompile at s0=2 (semantics ran there already)
+    found = check_case(_bake_hint, case, mode="compiled", oracles=["semantics"]).violations
+    assert [v.message.split(":")[0] for v in found] == ["at s0=2", "at s0=64"], found
+    assert "torch.compile recompiles there (guards the pass added: Eq(" in found[0].message

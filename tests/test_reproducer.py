@@ -117,3 +117,47 @@ def test_ops_that_import_torch_does_not_register_are_imported():
     source = render(GraphCase(torch.fx.GraphModule(torch.nn.Module(), graph), [(x, x, x)]), QKNormFusionPass, [])
     assert "import torch._inductor.inductor_prims" in source and "torch.ops.prims.fma.default" in source
     compile(source, "repro.py", "exec")
+
+
+def test_a_symbolic_case_round_trips_and_its_finding_reproduces(tmp_path, monkeypatch):
+    """The script of a symbolic case rebuilds its ``Sym`` placeholder, the size arithmetic
+    (``2 * s0``) and ``symbols=`` / ``input_dims=``: the rebuilt case is symbolic, and a pass that
+    bakes the hint into a view is found again, at the same sizes."""
+    import subprocess
+    import sys
+
+    from pmverify import check_case
+    from pmverify._reproducer import write
+    from pmverify._symbolic import symbolize
+
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    view = graph.call_function(aten.view.default, (x, [22, 2, 2]))
+    total = graph.call_function(aten.sum.dim_IntList, (view, [2]))
+    graph.output((graph.call_function(aten.mul.Tensor, (total, w)),))
+    case = symbolize(GraphCase(torch.fx.GraphModule(torch.nn.Module(), graph), [(torch.randn(11, 8), torch.randn(2))]))
+    assert case.dynamic
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "baking_pass.py").write_text(
+        "import torch\n\n\n"
+        "def bake(graph):\n"
+        "    for node in graph.find_nodes(op='call_function', target=torch.ops.aten.view.default):\n"
+        "        sizes = [int(s.meta['val']) if isinstance(s, torch.fx.Node) else s for s in node.args[1]]\n"
+        "        node.args = (node.args[0], sizes)\n"
+    )
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    import baking_pass
+
+    found = check_case(baking_pass.bake, case, oracles=["semantics", "structure"]).violations
+    assert any(v.message.startswith("at s0=2: ") for v in found)
+    path = write(case, baking_pass.bake, found, tmp_path / "repros", oracles=["semantics", "structure"])
+    source = path.read_text()
+    assert "operator.mul, (2, N['s0'])" in source and "symbols=(Symbol(name='s0', hint=11" in source
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert sorted(line for line in run.stdout.splitlines() if line.startswith("VIOLATION")) == sorted(
+        f"VIOLATION {v}" for v in found
+    )

@@ -199,8 +199,9 @@ class RunPair:
 
     def at(self, sizes: dict[str, int]) -> RunPair:
         """This pair with the case's symbols at ``sizes`` (name -> size): the same graphs and pass,
-        the case's inputs resized (:func:`pmverify._symbolic.case_at`), its own results; made once
-        per assignment. ``self`` for a case without symbols."""
+        the case's inputs resized (:func:`pmverify._symbolic.case_at`), its own results (in compiled
+        mode: both compiled functions run on those inputs, ``CompiledRun.at``); made once per
+        assignment. ``self`` for a case without symbols."""
         if not self.case.symbols:
             return self
         key = tuple(sorted(sizes.items()))
@@ -211,8 +212,10 @@ class RunPair:
             ranks = [
                 dataclasses.replace(run, case=sized, before_outputs=None, before_propagation=None) for run in self.ranks
             ]
+            where = ", ".join(f"{name}={size}" for name, size in sizes.items())
+            compiled = None if self.compiled is None else self.compiled.at(sized.inputs, where)
             self._sized[key] = dataclasses.replace(
-                self, case=sized, ranks=ranks, before_outputs=None, before_propagation=None
+                self, case=sized, ranks=ranks, before_outputs=None, before_propagation=None, compiled=compiled
             )
         return self._sized[key]
 

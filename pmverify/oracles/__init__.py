@@ -34,7 +34,16 @@ graph"). Example::
 from collections.abc import Callable
 
 from .._execution import MatchRecord, RankResults, Repropagation, RunPair
-from . import cache_key, expectations, functionalization, mutation_barriers, semantics, structure, tensor_parallel
+from . import (
+    cache_key,
+    compile_ranges,
+    expectations,
+    functionalization,
+    mutation_barriers,
+    semantics,
+    structure,
+    tensor_parallel,
+)
 from ._violation import Violation
 
 #: The type of an oracle: a check of one :class:`RunPair`.
@@ -48,6 +57,7 @@ ORACLES: dict[str, Oracle] = {
     "tensor_parallel": tensor_parallel.check,
     "expectations": expectations.check,
     "cache_key": cache_key.check,
+    "compile_ranges": compile_ranges.check,
 }
 
 __all__ = [
@@ -59,6 +69,7 @@ __all__ = [
     "RunPair",
     "Violation",
     "cache_key",
+    "compile_ranges",
     "expectations",
     "functionalization",
     "mutation_barriers",

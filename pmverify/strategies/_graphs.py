@@ -173,7 +173,7 @@ def fx_graphs(
       (default all); those that apply to none of ``dtypes`` are left out. Any single op can make a
       graph: an op that fits no value gets a new input.
     - ``dynamic``: symbolic sizes, as torch.compile's ``dynamic=True`` gives a pass its graph
-      (see :mod:`pmverify._symbolic`). ``False`` (default): static, drawn exactly as without
+      (see :func:`pmverify.symbolize`). ``False`` (default): static, drawn exactly as without
       it. ``True``: each dim of a new input (an op's first operand, not one shaped to fit another
       value) is drawn static (the simplest), at 11 (symbol ``s0``) or at 13 (``s1``); ``"tokens"``
       (or ``["tokens"]``): the leading dim of every new input is the token count ``s0`` (11). Inputs

@@ -25,6 +25,19 @@ def test_minimax_m2_compiled_with_and_without_pass():
     assert result.max_abs_err <= 2 * torch.finfo(torch.bfloat16).eps * result.output_scale, result.detail
 
 
+@pytest.mark.slow
+def test_minimax_m2_compiled_with_a_dynamic_token_dim():
+    # The token dim marked dynamic (~40-90 s on 2 cores): one post-grad graph with a symbolic token
+    # count, in which the pass fuses the q and k norm of both layers; 8 and 13 tokens from it.
+    pytest.importorskip("transformers")
+    result = check_minimax_m2(dtype=torch.bfloat16, tokens=8, seed=0, dynamic=True)
+    assert result.dynamic and result.sizes == (8, 13)
+    assert result.graphs == result.symbolic_graphs == 1, result.detail
+    assert result.matches == result.expected_matches == result.fused_ops == 4, result.detail
+    assert result.ok, result.detail
+    assert result.max_abs_err <= 2 * torch.finfo(torch.bfloat16).eps * result.output_scale, result.detail
+
+
 def test_minimax_m2_skipped_without_transformers(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
     result = check_minimax_m2()
@@ -39,6 +52,8 @@ def test_minimax_m2_skipped_without_transformers(monkeypatch):
         ({"tokens": 0}, "tokens=0"),
         ({"tokens": 2.5}, "tokens=2.5"),
         ({"dtype": torch.float64}, "dtype=torch.float64"),
+        ({"dynamic": "yes"}, "dynamic='yes'"),
+        ({"dynamic": True, "tokens": 1}, "tokens=1 must be an int of at least 2 with dynamic"),
     ],
 )
 def test_minimax_m2_bad_arguments(kwargs, message):

@@ -26,6 +26,9 @@ def test_strategy_reprs_show_the_public_call():
     assert repr(qk_norm_cases(QKNormConfig(8, 4))).startswith("qk_norm_cases(config=QKNormConfig(")
     assert repr(qk_norm_tp_cases()) == "qk_norm_tp_cases()"
     assert repr(qk_norm_tp_cases(tp_world=st.just(2))) == "qk_norm_tp_cases(tp_world=just(2))"
+    assert repr(qk_norm_cases(dynamic=True)) == "qk_norm_cases(dynamic=True)"
+    assert repr(qk_norm_tp_cases(dynamic="tokens")) == "qk_norm_tp_cases(dynamic='tokens')"
+    assert repr(qk_norm_cases(dynamic=False)) == "qk_norm_cases()"
 
 
 def test_the_config_names_the_default_group_without_importing_distributed():

@@ -6,11 +6,14 @@ import re
 
 import pytest
 import torch
+from _minimal import rejections
 from hypothesis import Phase, find, given, settings
 from hypothesis.errors import InvalidArgument
 
+import pmverify
 from pmverify._apply import apply_direct
 from pmverify._case import GraphCase
+from pmverify._symbolic import symbolize
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.fusions.qk_norm.testing.cases import QK_NORM_FORMS, QK_NORM_NEAR_MISS_KINDS, build_case, make_layer
@@ -186,3 +189,103 @@ def test_bad_arguments(kwargs, message):
 @given(qk_norm_cases(forms=["rms_norm"]))
 def test_forms_restricts_the_planted_forms(case):
     assert {instance.pattern for instance in case.planted} == {"rms_norm"}
+
+
+# ------------------------------------------------------------------------------------ dynamic=True
+
+
+def _check_symbolic(case: GraphCase, min_tokens: int = 2) -> None:
+    """A dynamic case: one symbol s0 at the hint 11, its Sym placeholder first, every planted
+    activation [s0, width], its range within [min_tokens, config.max_tokens], the shipped pass
+    rewriting as planted at every size point, without a guard."""
+    (symbol,) = case.symbols
+    assert (symbol.name, symbol.hint) == ("s0", 11)
+    assert max(2, min_tokens) <= symbol.min <= 11 <= symbol.max <= case.pass_config.max_tokens
+    assert symbol.sizes[0] == 11 and {symbol.min, symbol.max} <= set(symbol.sizes)
+    first = case.gm.graph.find_nodes(op="placeholder")[0]
+    assert first.name == "s0" and isinstance(first.meta["val"], torch.SymInt)
+    assert case.input_dims[0] == "s0" and all(inputs[0] == 11 for inputs in case.inputs)
+    result = pmverify.check_case(QKNormFusionPass, case)
+    assert result.ok, result.violations
+    assert result.rewrite_count == case.expected_matches >= 1, case
+    run = apply_direct(QKNormFusionPass, case)
+    assert run.pass_guards == (), run.pass_guards
+
+
+@settings(max_examples=5, deadline=None)
+@given(qk_norm_cases(dynamic=True))
+def test_dynamic_cases_are_rewritten_as_planted_at_every_size(case):
+    _check_symbolic(case)
+
+
+_DYN = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16, max_tokens=13)
+
+
+@pytest.mark.parametrize("form", QK_NORM_FORMS)
+def test_dynamic_cases_are_rewritten_as_planted_at_every_size_examples(form):
+    """Each form on a symbolic token count (regression: symbolize kept make_fx's dead getitems of
+    a split's other outputs, so the split3 form's split had three users and never matched), and
+    a static "tokens" near miss (14 rows > max_tokens) chained into it: left alone, while the
+    chain's row slicing narrows s0's range to what the guards allow."""
+    near_miss = make_layer(_DYN, form, "tokens", tokens=11, max_tokens=14)
+    chained = _with(make_layer(_DYN, form, tokens=11), [Source(chain=True)] * (2 if form == "rms_norm" else 1))
+    for layers in ([make_layer(_DYN, form, tokens=11)], [near_miss, chained]):
+        case = build_case(_DYN, layers, seed=3)
+        symbolic = symbolize(case)
+        (symbol,) = symbolic.symbols
+        high = min(symbol.max, _DYN.max_tokens)
+        symbolic = dataclasses.replace(
+            symbolic, symbols=(dataclasses.replace(symbol, max=high, sizes=(11, symbol.min, high)),)
+        )
+        _check_symbolic(symbolic)
+
+
+def test_minimal_dynamic_case_is_one_float32_qk_norm_on_s0():
+    case = find(qk_norm_cases(dynamic=True), lambda case: True, settings=_FIND)
+    assert case.pass_config.dtype == torch.float32
+    assert [(p.pattern, p.must_match) for p in case.planted] == [("qk_norm", True)]
+    assert case.input_dims == ("s0", ("s0", None), None, None)
+    assert case.symbols[0].min == 2 and case.symbols[0].max == case.pass_config.max_tokens
+
+
+@settings(max_examples=12, deadline=None)
+@given(qk_norm_cases(dynamic="tokens", max_instances=3))
+def test_dynamic_near_misses_keep_static_sizes_off_the_hint(case):
+    """Every static size of a dynamic case is free of the factor 11 and a "tokens" near miss has
+    static rows over max_tokens; the drawn sizes lie in the range (drawing only: no pass run)."""
+    (symbol,) = case.symbols
+    assert all(symbol.min <= n <= symbol.max for n in symbol.sizes)
+    for value, dims in zip(case.inputs[0][1:], case.input_dims[1:], strict=True):
+        static = [n for n, d in zip(value.shape, dims or (None,) * value.dim(), strict=True) if d is None]
+        assert all(n % 11 for n in static), (value.shape, dims, case.label)
+    nodes = {node.name: node for node in case.gm.graph.nodes}
+    for instance in case.planted:
+        vals = [nodes[name].meta.get("val") for name in instance.nodes]
+        rows = [val.shape[0] for val in vals if isinstance(val, torch.Tensor) and val.dim() == 2]
+        if instance.reason == "tokens":  # static rows over max_tokens, never a multiple of 11
+            assert all(isinstance(n, int) and n > case.pass_config.max_tokens and n % 11 for n in rows), rows
+        else:
+            assert rows and all(isinstance(n, torch.SymInt) for n in rows), (rows, instance)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"dynamic": "batch"}, "dynamic='batch'"),
+        ({"dynamic": 1}, "dynamic=1"),
+        ({"dynamic": ()}, "dynamic=()"),
+        ({"dynamic": True, "min_tokens": 12}, "min_tokens=12 and max_tokens=16 with dynamic=True"),
+        ({"dynamic": True, "max_tokens": 10}, "min_tokens=1 and max_tokens=10 with dynamic=True"),
+        ({"dynamic": True, "config": _GIVEN}, "config.max_tokens=3 with dynamic=True"),
+        ({"dynamic": True, "config": QKNormConfig(22, 4, max_tokens=16)}, "config.q_size=22 with dynamic=True"),
+        ({"dynamic": True, "config": QKNormConfig(7, 2, max_tokens=16)}, "config.qkv_size=11 with dynamic=True"),
+    ],
+)
+def test_bad_dynamic_arguments(kwargs, message):
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        qk_norm_cases(**kwargs)
+
+
+def test_dynamic_draws_are_never_rejected():
+    rejected, valid = rejections(qk_norm_cases(dynamic=True), 10)
+    assert valid == 10 and rejected == 0

@@ -5,18 +5,21 @@ needs a process group); graphs at tp_world 1 are run."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 import torch
-from _minimal import minimal
+from _minimal import minimal, rejections
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from torch.distributed.tensor import Shard
 
+import pmverify
 from pmverify._apply import apply_direct
 from pmverify._case import GraphCase
+from pmverify._symbolic import symbolize
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.config import kv_head_range
 from pmverify.fusions.qk_norm.testing import qk_norm_tp_cases
@@ -277,5 +280,54 @@ def test_bad_drawn_tp_world():
     ],
 )
 def test_bad_arguments(kwargs, message):
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        qk_norm_tp_cases(**kwargs)
+
+
+# ------------------------------------------------------------------------------------ dynamic=True
+
+
+@settings(max_examples=4, deadline=None)
+@given(qk_norm_tp_cases(tp_world=st.sampled_from([1, 2]), dynamic=True))
+def test_dynamic_cases_are_rewritten_as_planted_at_every_size(case):
+    """A symbolic token count s0 on every rank (Sym input the hint 11, qkv [s0, width]); the shipped
+    pass rewrites as planted, keeps the semantics at every size point (with real collectives at
+    tp_world 2) and adds no guard."""
+    (symbol,) = case.symbols
+    assert symbol.hint == 11 and 2 <= symbol.min <= 11 <= symbol.max <= case.pass_config.max_tokens
+    assert all(inputs[0] == 11 for inputs in case.inputs) and case.placements[0] is None
+    result = pmverify.check_case(QKNormFusionPass, case)
+    assert result.ok, result.violations
+    assert result.rewrite_count == case.expected_matches >= 1
+    assert apply_direct(QKNormFusionPass, case).pass_guards == ()
+
+
+@pytest.mark.parametrize("split3", [False, True])
+def test_dynamic_cases_examples(split3):
+    config = _config(heads=4, kv_heads=2, world=2, max_tokens=16)
+    near_miss = make_layer(config, "tokens", tokens=11, split3=split3, max_tokens=17)  # 17 rows
+    case = symbolize(build_case(config, [make_layer(config, tokens=11, split3=split3), near_miss], seed=2))
+    assert [p.must_match for p in case.planted] == [True, False] and case.symbols[0].max >= 16
+    (symbol,) = case.symbols
+    case = dataclasses.replace(case, symbols=(dataclasses.replace(symbol, max=16, sizes=(11, 2, 16)),))
+    result = pmverify.check_case(QKNormFusionPass, case)
+    assert result.ok and result.rewrite_count == 1, result.violations
+
+
+def test_dynamic_draws_are_never_rejected():
+    rejected, valid = rejections(qk_norm_tp_cases(dynamic=True), 8)
+    assert valid == 8 and rejected == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"dynamic": "heads"}, "dynamic='heads'"),
+        ({"dynamic": None}, "dynamic=None"),
+        ({"dynamic": True, "max_tokens": 8}, "min_tokens=1 and max_tokens=8 with dynamic=True"),
+        ({"dynamic": True, "config": _GIVEN}, "config.max_tokens=3 with dynamic=True"),
+    ],
+)
+def test_bad_dynamic_arguments(kwargs, message):
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         qk_norm_tp_cases(**kwargs)

@@ -61,6 +61,14 @@ class QKNormFusionPass(CustomGraphPass):
     mutation regions of the graph the pass was given, which pmverify's mutation-barrier oracle and
     its ``mutation_inside`` ground truth forbid.)
 
+    Symbolic token counts (vLLM's graphs, ``torch.compile(dynamic=True)``: a ``Sym(s0)``
+    placeholder, ``[s0, width]`` activations, ``SymInt`` sizes in ``meta["val"]``) are matched in
+    every form and rewritten without adding a guard: the fused ops' fake impls keep ``s0``, and a
+    symbolic count is fused unless it is known to exceed ``config.max_tokens`` over its whole
+    range (:func:`.patterns.should_fuse`). Which token ranges the fused graph serves is
+    :meth:`is_applicable_for_range`'s answer, which vLLM asks before running the pass on a graph
+    compiled for a range; a caller that does not ask (Inductor alone) gets the fused ops at every size.
+
     - ``config``: a :class:`QKNormConfig`; ``TypeError`` for anything else.
 
     Its reproducers (``pmverify``'s, which call ``reproducer_prelude()``) turn Triton's
@@ -97,8 +105,10 @@ class QKNormFusionPass(CustomGraphPass):
     def is_applicable_for_range(self, compile_range: Any) -> bool:
         """Whether the fused path may be used for a compile range of token counts.
 
-        ``compile_range`` is vLLM's ``Range`` (anything with ``.end``), a ``(start, end)`` pair or
-        an int; ``end`` is inclusive. True only when ``end <= config.max_tokens``.
+        ``compile_range`` is vLLM's ``Range(start, end)`` (anything with ``.end``), a ``(start,
+        end)`` pair or an int (one size); ``end`` is inclusive. True only when ``end <=
+        config.max_tokens``: the rewrite is then exact at every size of the range. Raises
+        ``TypeError`` for anything without an end.
         """
         if isinstance(compile_range, int):
             end = compile_range

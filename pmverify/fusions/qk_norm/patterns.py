@@ -21,7 +21,8 @@ tensor-parallel graph is still rewritten exactly.
 
 Safety (``can_fuse``: dtypes, widths, layout, and no keyword argument the patterns do not hold) is
 kept apart from profitability (``should_fuse``: token count); both are read from the matched nodes
-and their fake tensors and never raise.
+and their fake tensors, never raise, and compare symbolic sizes with ``statically_known_true`` so
+that a graph with a symbolic token count gets no guard from them.
 
 Why the keyword check: Inductor's matcher compares only the keyword arguments a pattern's node
 holds and ignores the others (``_TargetArgsExpr._match``), so ``mean(x², [-1], True,
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import ops  # noqa: F401  (registers torch.ops.pmverify.*)
 from .config import QKNormConfig
@@ -59,8 +61,11 @@ def _val(match: Any, name: str) -> Any:
     return getattr(node, "meta", {}).get("val")
 
 
-def _static_int(value: Any) -> int | None:
-    return value if isinstance(value, int) else None
+def _known(condition: Any) -> bool:
+    """Whether ``condition`` (a bool, or a ``SymBool`` over a graph's symbolic sizes) holds for
+    every size its symbols may take, decided without adding a guard to the ``ShapeEnv``: a
+    condition that depends on the size is False (unknown)."""
+    return statically_known_true(condition)
 
 
 def holds_no_keywords(match: Any) -> bool:
@@ -69,27 +74,31 @@ def holds_no_keywords(match: Any) -> bool:
 
 
 def should_fuse(config: QKNormConfig, tokens: Any) -> bool:
-    """True when ``tokens`` (rows) is within ``config.max_tokens``; symbolic counts are left to
-    ``QKNormFusionPass.is_applicable_for_range``."""
-    count = _static_int(tokens)
-    return count is None or count <= config.max_tokens
+    """Whether the fused path is used for ``tokens`` rows: an int within ``config.max_tokens``; a
+    symbolic count (a ``SymInt``, vLLM's and ``torch.compile(dynamic=True)``'s token dim) unless it
+    is known to exceed ``config.max_tokens`` over its whole range. The range a symbolic graph is
+    compiled for is ``QKNormFusionPass.is_applicable_for_range``'s decision, as in vLLM: deciding
+    it here from the hint would guard the graph to the hint's size. Adds no guard."""
+    return not _known(tokens > config.max_tokens)
 
 
-def _weight_ok(weight: Any, width: int, act_dtype: torch.dtype) -> bool:
+def _weight_ok(weight: Any, width: Any, act_dtype: torch.dtype) -> bool:
     return (
         isinstance(weight, torch.Tensor)
-        and tuple(weight.shape) == (width,)
+        and weight.dim() == 1
+        and _known(weight.shape[0] == width)
         and weight.dtype in (torch.float32, act_dtype)
     )
 
 
 def can_fuse_qkv(config: QKNormConfig, qkv: Any, q_weight: Any, k_weight: Any) -> bool:
-    """Whether the fused op computes exactly what the matched qkv pattern computes."""
+    """Whether the fused op computes exactly what the matched qkv pattern computes. Symbolic sizes
+    are compared without guards: a width not known equal to the config's is refused."""
     return (
         isinstance(qkv, torch.Tensor)
         and qkv.dim() == 2
         and qkv.dtype == config.dtype
-        and qkv.shape[1] == config.qkv_size
+        and _known(qkv.shape[1] == config.qkv_size)
         and qkv.is_contiguous()
         and _weight_ok(q_weight, config.q_size, qkv.dtype)
         and _weight_ok(k_weight, config.kv_size, qkv.dtype)
@@ -97,12 +106,13 @@ def can_fuse_qkv(config: QKNormConfig, qkv: Any, q_weight: Any, k_weight: Any) -
 
 
 def can_fuse_rms(config: QKNormConfig, x: Any, weight: Any) -> bool:
-    """Whether the per-tensor op computes exactly what the matched per-tensor pattern computes."""
+    """Whether the per-tensor op computes exactly what the matched per-tensor pattern computes
+    (symbolic sizes compared as :func:`can_fuse_qkv` does)."""
     return (
         isinstance(x, torch.Tensor)
         and x.dim() >= 1
         and x.dtype == config.dtype
-        and x.shape[-1] in (config.q_size, config.kv_size)
+        and any(_known(x.shape[-1] == width) for width in (config.q_size, config.kv_size))
         and x.is_contiguous()
         and _weight_ok(weight, x.shape[-1], x.dtype)
     )

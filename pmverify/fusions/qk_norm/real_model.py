@@ -2,7 +2,10 @@
 
 The check compiles the model twice with ``torch.compile`` (Inductor, CPU), once with the pass under
 test installed as ``torch._inductor.config.post_grad_custom_post_pass`` and once without, runs both
-on the same ``input_ids`` and compares ``last_hidden_state``. It is the "compiled" apply mode of
+on the same ``input_ids`` and compares ``last_hidden_state``; with ``dynamic=True`` the token dim is
+marked dynamic (``torch._dynamo.mark_dynamic``), so the pass gets the graph with a symbolic token
+count that vLLM and ``torch.compile(dynamic=True)`` give it, and both compiles run at two token
+counts from one graph. It is the "compiled" apply mode of
 the design applied to a model whose QK norms come from transformers' own ``MiniMaxM2RMSNorm``
 (``weight * (xf * rsqrt(mean(xf²) + eps)).to(dtype)``), not from a graph pmverify drew.
 
@@ -58,13 +61,17 @@ class RealModelResult:
     - ``expected_matches``: rewrites a correct pass makes (q and k norm of every layer).
     - ``fused_ops``: ``torch.ops.pmverify.rms_norm`` nodes in the graphs after the pass, counted
       independently of what the pass reports.
-    - ``graphs``: post-grad graphs the pass was called on (more than one after a graph break).
+    - ``graphs``: post-grad graphs the pass was called on (more than one after a graph break, or
+      a recompile).
+    - ``symbolic_graphs``: those of them with a symbolic size (a ``SymInt`` placeholder or input size).
+    - ``dynamic``: whether the token dim was marked dynamic; ``sizes``: the token counts run.
     - ``max_abs_err``: max |with pass − without pass| over ``last_hidden_state``, in the output's
       units, computed in float32; ``nan`` when the check did not get that far.
     - ``output_scale``: max |output without the pass|, the scale the tolerance is relative to.
     - ``tolerance``: the bound ``max_abs_err`` must stay within (see ``TOLERANCE_ULPS``).
     - ``exact``: the two outputs are bit-identical (expected for bf16/fp16 with cast emulation).
-    - ``ok``: ``matches == fused_ops == expected_matches`` and ``max_abs_err <= tolerance``.
+    - ``ok``: ``matches == fused_ops == expected_matches`` and ``max_abs_err <= tolerance``; with
+      ``dynamic`` also every graph symbolic (one graph served every size, the pass rewrote it).
     - ``elapsed_s``: wall-clock seconds for the whole check, import of transformers included.
     - ``timings_s``: seconds per phase: ``import``, ``build``, ``compile_with_pass`` and
       ``compile_without_pass`` (each the first call of a compiled model: compile plus one run),
@@ -78,6 +85,9 @@ class RealModelResult:
     expected_matches: int = 0
     fused_ops: int = 0
     graphs: int = 0
+    symbolic_graphs: int = 0
+    dynamic: bool = False
+    sizes: tuple[int, ...] = ()
     max_abs_err: float = math.nan
     output_scale: float = math.nan
     tolerance: float = math.nan
@@ -87,6 +97,17 @@ class RealModelResult:
     timings_s: dict[str, float] = dataclasses.field(default_factory=dict)
     skipped: str | None = None
     detail: str = ""
+
+
+def _is_symbolic(graph: torch.fx.Graph) -> bool:
+    """Whether ``graph`` has a symbolic size: a ``SymInt`` placeholder or a tensor input with one."""
+    for node in graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) or (
+            isinstance(val, torch.Tensor) and any(isinstance(size, torch.SymInt) for size in val.shape)
+        ):
+            return True
+    return False
 
 
 class _CountingPass(CustomGraphPass):
@@ -100,8 +121,10 @@ class _CountingPass(CustomGraphPass):
         self.inner = inner
         self.fused_op = fused_op
         self.per_graph: list[tuple[int, int]] = []
+        self.symbolic_graphs = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:
+        self.symbolic_graphs += _is_symbolic(graph)
         count = run_pass(self.inner, graph)
         fused = sum(1 for node in graph.nodes if node.target is self.fused_op)
         # a pass that reports no count is credited with the fused ops it left
@@ -153,10 +176,15 @@ def _tiny_minimax_m2(transformers: Any, *, dtype: torch.dtype, tokens: int, expe
 
 
 def _compile_and_run(
-    model: Any, input_ids: torch.Tensor, pass_: CustomGraphPass | None, emulate_precision_casts: bool
-) -> tuple[torch.Tensor, float, float]:
-    """Compile ``model`` afresh and call it twice; return the output of the first call and the
-    seconds each call took.
+    model: Any,
+    inputs: list[torch.Tensor],
+    pass_: CustomGraphPass | None,
+    emulate_precision_casts: bool,
+    dynamic: bool,
+) -> tuple[list[torch.Tensor], float, float]:
+    """Compile ``model`` afresh, call it on ``inputs[0]`` twice, then on each other input; return
+    the output of each input's first call and the seconds the first two calls took. With
+    ``dynamic`` the token dim (1) of ``inputs[0]`` is marked dynamic before the first call.
 
     The FX graph cache and AOT autograd cache are off, so that neither compile is served from the
     other (nor from an earlier process) with or without the pass. Inductor's kernel cache stays
@@ -174,14 +202,17 @@ def _compile_and_run(
         torch._functorch.config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=False),
         torch.no_grad(),
     ):
-        compiled = torch.compile(model, backend="inductor", dynamic=False)
+        compiled = torch.compile(model, backend="inductor", dynamic=None if dynamic else False)
+        if dynamic:
+            torch._dynamo.mark_dynamic(inputs[0], 1)
         start = time.perf_counter()
-        out = compiled(input_ids=input_ids).last_hidden_state
+        outs = [compiled(input_ids=inputs[0]).last_hidden_state]
         first = time.perf_counter() - start
         start = time.perf_counter()
-        compiled(input_ids=input_ids)
+        compiled(input_ids=inputs[0])
         second = time.perf_counter() - start
-    return out, first, second
+        outs += [compiled(input_ids=ids).last_hidden_state for ids in inputs[1:]]
+    return outs, first, second
 
 
 def check_minimax_m2(
@@ -192,6 +223,7 @@ def check_minimax_m2(
     pass_factory: Callable[[QKNormConfig], Any] | None = None,
     experts_implementation: str = "batched_mm",
     emulate_precision_casts: bool = True,
+    dynamic: bool = False,
 ) -> RealModelResult:
     """Check a QK-norm pass on a compiled tiny transformers MiniMax-M2 (CPU, Inductor).
 
@@ -199,7 +231,8 @@ def check_minimax_m2(
     so q_size = 64 and kv_size = 32; 4 experts, top-2; vocabulary 64; sdpa attention) in
     ``dtype``, weights and activations alike, with weights from ``torch.manual_seed(seed)``;
     compiles it (``dynamic=False``) with and without the pass and compares ``last_hidden_state``
-    ``[1, tokens, 48]`` on the same random ``input_ids`` ``[1, tokens]``. ``torch.compiler.reset()``
+    ``[1, tokens, 48]`` on the same random ``input_ids`` ``[1, tokens]``; with ``dynamic`` the
+    token dim is symbolic and both compiles also run ``tokens + 5`` tokens. ``torch.compiler.reset()``
     runs before each compile and at the end, which also drops whatever the caller had compiled.
     Takes ~12 s on a 2-core CPU with Inductor's kernel cache warm, ~25 s cold.
 
@@ -214,10 +247,15 @@ def check_minimax_m2(
     - ``emulate_precision_casts``: Inductor's flag of that name, for both compiles (default True).
       Without it Inductor drops the ``.to(dtype)`` rounding inside the unfused norm, so the
       reference differs from eager by one ulp and hides sub-ulp bugs of the replacement.
+    - ``dynamic``: compile with the token dim of ``input_ids`` marked dynamic
+      (``torch._dynamo.mark_dynamic``, as vLLM marks its token count): the pass sees ``Sym``
+      placeholders and ``[1, s0, width]`` activations; the same compiled graph then runs
+      ``tokens`` and ``tokens + 5`` tokens (default False: ``dynamic=False``, one size).
 
     Returns a :class:`RealModelResult`; ``skipped`` is set, and nothing raised, when transformers
-    cannot be imported. Raises ``ValueError`` for a ``dtype`` the fusion does not support or
-    ``tokens < 1``; errors of the pass itself propagate out of ``torch.compile``.
+    cannot be imported. Raises ``ValueError`` for a ``dtype`` the fusion does not support,
+    ``tokens < 1`` (``tokens < 2`` with ``dynamic``: sizes 0 and 1 are specialised), or a
+    ``dynamic`` that is not a bool; errors of the pass itself propagate out of ``torch.compile``.
 
     Example::
 
@@ -225,8 +263,11 @@ def check_minimax_m2(
         assert result.ok, result.detail
     """
     name = "MiniMaxM2-tiny"
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
-        raise ValueError(f"tokens={tokens!r} must be a positive int")
+    if not isinstance(dynamic, bool):
+        raise ValueError(f"dynamic={dynamic!r} must be a bool")
+    least = 2 if dynamic else 1
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < least:
+        raise ValueError(f"tokens={tokens!r} must be an int of at least {least}" + (" with dynamic" * dynamic))
     if dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {', '.join(str(d) for d in SUPPORTED_DTYPES)}")
     start = time.perf_counter()
@@ -240,8 +281,11 @@ def check_minimax_m2(
 
     phase = time.perf_counter()
     torch.manual_seed(seed)
-    model = _tiny_minimax_m2(transformers, dtype=dtype, tokens=tokens, experts_implementation=experts_implementation)
-    input_ids = torch.randint(0, model.config.vocab_size, (1, tokens))
+    sizes = (tokens, tokens + 5) if dynamic else (tokens,)
+    model = _tiny_minimax_m2(
+        transformers, dtype=dtype, tokens=max(sizes), experts_implementation=experts_implementation
+    )
+    inputs = [torch.randint(0, model.config.vocab_size, (1, n)) for n in sizes]
     attn = model.layers[0].self_attn
     pass_config = QKNormConfig(
         q_size=attn.q_proj.out_features,
@@ -255,34 +299,41 @@ def check_minimax_m2(
 
     try:
         fused, timings["compile_with_pass"], timings["rerun_with_pass"] = _compile_and_run(
-            model, input_ids, counting, emulate_precision_casts
+            model, [ids.clone() for ids in inputs], counting, emulate_precision_casts, dynamic
         )
         plain, timings["compile_without_pass"], timings["rerun_without_pass"] = _compile_and_run(
-            model, input_ids, None, emulate_precision_casts
+            model, [ids.clone() for ids in inputs], None, emulate_precision_casts, dynamic
         )
     finally:
         torch.compiler.reset()
 
-    if fused.shape != plain.shape or fused.dtype != plain.dtype:
-        max_abs_err = math.inf  # the pass changed what the model returns
-        logger.warning(
-            "%s: output %s %s with the pass, %s %s without",
-            name,
-            tuple(fused.shape),
-            fused.dtype,
-            tuple(plain.shape),
-            plain.dtype,
-        )
-    else:
-        max_abs_err = (fused.float() - plain.float()).abs().max().item()
-    output_scale = plain.float().abs().max().item()
+    max_abs_err, output_scale = 0.0, 0.0
+    for n, with_pass, without in zip(sizes, fused, plain, strict=True):
+        if with_pass.shape != without.shape or with_pass.dtype != without.dtype:
+            max_abs_err = math.inf  # the pass changed what the model returns
+            logger.warning(
+                "%s at %d tokens: output %s %s with the pass, %s %s without",
+                name,
+                n,
+                tuple(with_pass.shape),
+                with_pass.dtype,
+                tuple(without.shape),
+                without.dtype,
+            )
+        else:
+            max_abs_err = max(max_abs_err, (with_pass.float() - without.float()).abs().max().item())
+        output_scale = max(output_scale, without.float().abs().max().item())
     tolerance = TOLERANCE_ULPS * torch.finfo(dtype).eps * output_scale
+    graphs = len(counting.per_graph)
     ok = counting.matches == counting.fused_ops == expected and max_abs_err <= tolerance
+    if dynamic:
+        ok = ok and counting.symbolic_graphs == graphs >= 1
     elapsed = time.perf_counter() - start
+    where = f"tokens={'/'.join(map(str, sizes))}" + (" dynamic" if dynamic else "")
     detail = (
-        f"{name} {str(dtype).removeprefix('torch.')} tokens={tokens} seed={seed}: "
+        f"{name} {str(dtype).removeprefix('torch.')} {where} seed={seed}: "
         f"{counting.matches} matches, {counting.fused_ops} pmverify.rms_norm nodes "
-        f"(expected {expected}) over {len(counting.per_graph)} graphs; "
+        f"(expected {expected}) over {graphs} graphs ({counting.symbolic_graphs} symbolic); "
         f"max_abs_err={max_abs_err:.3g} (tolerance {tolerance:.3g}{', exact' if max_abs_err == 0 else ''}); "
         + ", ".join(f"{key} {value:.2f}s" for key, value in timings.items())
         + f"; total {elapsed:.1f}s"
@@ -293,7 +344,10 @@ def check_minimax_m2(
         matches=counting.matches,
         expected_matches=expected,
         fused_ops=counting.fused_ops,
-        graphs=len(counting.per_graph),
+        graphs=graphs,
+        symbolic_graphs=counting.symbolic_graphs,
+        dynamic=dynamic,
+        sizes=sizes,
         max_abs_err=max_abs_err,
         output_scale=output_scale,
         tolerance=tolerance,

@@ -4,7 +4,8 @@
   (single-rank, and per-rank tensor-parallel), on one layer model (:mod:`.layers`);
 - :func:`fuzz_target` / :func:`fuzz_targets`: the fusion as a ``pmverify fuzz`` target (families,
   set-up of Triton's interpreter, reproducer prelude, real-model check), reached by name;
-- :func:`rotation`: the single-rank families the target (and the fault bank) rotates through.
+- :func:`rotation`: the single-rank families the target (and the fault bank) rotates through;
+  :func:`dynamic_rotation`: the target's families with a symbolic token count.
 
 Names load on first use (PEP 562): importing this package imports neither triton nor Inductor,
 so that a fuzz target's set-up runs first.
@@ -24,7 +25,9 @@ __all__ = [
     "fuzz_target",
     "fuzz_targets",
     "rotation",
+    "dynamic_rotation",
     "TP_WORLDS",
+    "DYNAMIC_TP_WORLD",
 ]
 
 _HOMES = {
@@ -37,7 +40,9 @@ _HOMES = {
     "fuzz_target": ".target",
     "fuzz_targets": ".target",
     "rotation": ".target",
+    "dynamic_rotation": ".target",
     "TP_WORLDS": ".target",
+    "DYNAMIC_TP_WORLD": ".target",
 }
 
 

@@ -29,6 +29,7 @@ from .layers import (
     ANNOTATION,
     EPS,
     HEAD_DIMS,
+    TOKEN_HINT,
     Inputs,
     Source,
     apply_ops,
@@ -37,10 +38,14 @@ from .layers import (
     draw_max_tokens,
     draw_near_miss,
     draw_plan,
+    hint_free,
     instance_nodes,
     other_eps,
     source,
+    symbolize_tokens,
     trace,
+    validate_dynamic,
+    validate_dynamic_tokens,
 )
 
 __all__ = ["qk_norm_cases", "QK_NORM_FORMS", "QK_NORM_NEAR_MISS_KINDS", "make_layer", "build_case", "Layer"]
@@ -361,6 +366,7 @@ class _Spec:
     kinds: tuple[str, ...]
     dtypes: tuple[torch.dtype, ...]
     forms: tuple[str, ...] = QK_NORM_FORMS
+    dynamic: bool = False
 
 
 def _divisors(n: int) -> list[int]:
@@ -376,7 +382,7 @@ def _configs(draw: Any, spec: _Spec) -> QKNormConfig:
     q_heads = draw(st.integers(1, _MAX_HEADS))
     kv_heads = draw(st.sampled_from(_divisors(q_heads)))
     eps = draw(st.sampled_from(EPS))
-    max_tokens = draw_max_tokens(draw, spec.min_tokens, spec.max_tokens)
+    max_tokens = draw_max_tokens(draw, spec.min_tokens, spec.max_tokens, spec.dynamic)
     return QKNormConfig(q_heads * head_dim, kv_heads * head_dim, eps, dtype, max_tokens)
 
 
@@ -393,6 +399,7 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
             variant
             for target in _targets(layer, kind, guard)
             for variant in _near_miss_variants(config, layer, kind, target, spec.max_tokens)
+            if not spec.dynamic or _hint_free(variant)
         ]
         if variants:
             options[kind] = variants
@@ -400,6 +407,16 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
     split = form in _SPLIT_FORMS
     sources, post = draw_context(draw, _OPS, chain=chain, sources=1 if split else 2, outputs=3 if split else 2)
     return dataclasses.replace(layer, sources=sources, post=post)
+
+
+def _hint_free(layer: Layer) -> bool:
+    """Whether no static size of ``layer`` is a multiple of the token hint (its T, the hint itself,
+    is the symbolic one): a dynamic case's near miss must not be mistaken for the token count."""
+    sizes = [size for norm in layer.norms for size in (norm.width, norm.weight_len)]
+    sizes += [norm.rows for norm in layer.norms if norm.rows != TOKEN_HINT]
+    if layer.form in _SPLIT_FORMS:
+        sizes += [layer.v_width, sum(layer.split_sizes)]
+    return hint_free(*sizes)
 
 
 def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
@@ -411,7 +428,8 @@ def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
         lambda tokens, guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
         lambda layer: any(must_match for _, must_match, _ in _planted([layer])),
     )
-    return build_case(config, layers, seed=seed)
+    case = build_case(config, layers, seed=seed)
+    return symbolize_tokens(draw, case, spec.min_tokens, config.max_tokens) if spec.dynamic else case
 
 
 # ------------------------------------------------------------------------------------------- public
@@ -434,6 +452,7 @@ def qk_norm_cases(
     near_misses: bool = True,
     dtypes: Sequence[torch.dtype] | None = None,
     forms: Sequence[str] | None = None,
+    dynamic: bool | str | Sequence[str] = False,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs with MiniMax QK norms planted in
     random elementwise context, for :class:`~pmverify.fusions.qk_norm.QKNormFusionPass`.
@@ -468,13 +487,28 @@ def qk_norm_cases(
       float16, bfloat16); only without ``config``. Weights are float32 or the activation dtype.
     - ``forms``: the planted forms to draw from (default all of :data:`QK_NORM_FORMS`), for a pass that
       handles only some of them.
+    - ``dynamic``: ``False`` (default) for concrete sizes; ``True`` or ``"tokens"`` (the same here:
+      head sizes are the pass's config, the token count is the only dim that varies) for a graph
+      with a symbolic token count, as vLLM and ``torch.compile(dynamic=True)`` give it: one
+      ``Sym`` placeholder ``s0`` first, every planted activation ``[s0, width]``, SymInt sizes in
+      the graph (:func:`pmverify._symbolic.symbolize`). The case is drawn with T = 11 (the hint of
+      ``s0``); ``case.symbols[0]``'s range is the guards' range within [``max(2, min_tokens)``,
+      ``config.max_tokens``] (a compile range the pass applies to,
+      ``QKNormFusionPass.is_applicable_for_range``), its sizes the hint, the range's ends and one
+      drawn size. Why the upper end: the pass fuses a symbolic token count whatever its range, as
+      vLLM's passes do, and leaves the choice of range to ``is_applicable_for_range``; a symbolic
+      planted norm is therefore always a must-match instance. A ``"tokens"`` near miss keeps a
+      static row count over ``config.max_tokens`` in the symbolic graph (which the pass must not
+      fuse), and no static size of the case is a multiple of 11. Needs ``min_tokens <= 11 <=
+      max_tokens``, and a ``config`` with ``max_tokens >= 11`` and no width divisible by 11.
 
     Shrinks toward one float32 ``"qk_norm"`` layer on a fresh input, T = 1, no context, no near miss.
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``config`` that is not a ``QKNormConfig`` or
     has ``tp_world != 1``, non-int or non-positive bounds, ``min_* > max_*``, ``min_tokens >
     config.max_tokens``, ``dtypes`` empty, unsupported or given with ``config``, ``forms`` empty or
-    holding an unknown form.
+    holding an unknown form, ``dynamic`` other than a bool or ``"tokens"``, or a dynamic case that
+    cannot be drawn (see ``dynamic``).
 
     Example::
 
@@ -520,6 +554,9 @@ def qk_norm_cases(
         forms = QK_NORM_FORMS
     elif isinstance(forms, str) or not isinstance(forms, Sequence) or not forms or set(forms) - set(QK_NORM_FORMS):
         raise InvalidArgument(f"forms={forms!r} must be a non-empty sequence drawn from {QK_NORM_FORMS}")
+    given_dynamic, dynamic = dynamic, validate_dynamic(dynamic)
+    if dynamic:
+        validate_dynamic_tokens(min_tokens, max_tokens, config)
     kinds = QK_NORM_NEAR_MISS_KINDS if near_misses else ()
     spec = _Spec(
         config,
@@ -530,9 +567,11 @@ def qk_norm_cases(
         kinds,
         tuple(dict.fromkeys(dtypes)),
         tuple(f for f in QK_NORM_FORMS if f in forms),
+        dynamic,
     )
     arguments = dict(
         config=config, min_tokens=min_tokens, max_tokens=given_max_tokens, min_instances=min_instances,
         max_instances=max_instances, near_misses=near_misses, dtypes=given_dtypes, forms=given_forms,
+        dynamic=given_dynamic,
     )  # fmt: skip
     return as_public_call(qk_norm_cases, arguments, lambda draw: _draw_case(draw, spec))

@@ -19,6 +19,10 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from ...._case import GraphCase
+from ...._symbolic import HINTS, MIN_SIZE, symbolize
 
 __all__ = [
     "EPS",
@@ -40,6 +44,11 @@ __all__ = [
     "trace",
     "instance_nodes",
     "as_public_call",
+    "TOKEN_HINT",
+    "validate_dynamic",
+    "validate_dynamic_tokens",
+    "hint_free",
+    "symbolize_tokens",
 ]
 
 #: Norm eps values, simplest first.
@@ -51,6 +60,12 @@ MAX_PRE_OPS = 3
 MAX_POST_OPS = 2
 #: The ``torch.fx.traceback.annotate`` key that marks a planted instance's nodes.
 ANNOTATION = "pmverify_instance"
+#: The hint of the symbolic token count ``s0``: a dynamic case's planted layers are drawn with
+#: T at it, and no static size of the case is a multiple of it (see :mod:`pmverify._symbolic`).
+TOKEN_HINT = HINTS[0]
+#: The dims ``dynamic=`` may name: the token count is the only size of a QK norm that varies in a
+#: model (head sizes are the pass's config).
+_DYNAMIC_DIMS = ("tokens",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,10 +207,14 @@ def draw_context(
     return drawn, post
 
 
-def draw_max_tokens(draw: Any, min_tokens: int, max_tokens: int) -> int:
+def draw_max_tokens(draw: Any, min_tokens: int, max_tokens: int, dynamic: bool = False) -> int:
     """A drawn config's ``max_tokens``: the strategy's ``max_tokens``, or (leaving room for
-    "tokens" near misses) the middle of [``min_tokens``, ``max_tokens``]."""
-    return draw(st.sampled_from(list(dict.fromkeys((max_tokens, (min_tokens + max_tokens) // 2)))))
+    "tokens" near misses) the middle of [``min_tokens``, ``max_tokens``]; with ``dynamic`` the
+    middle of [:data:`TOKEN_HINT`, ``max_tokens``] (the symbolic T is drawn at the hint and must be
+    fused)."""
+    middle = (max(min_tokens, TOKEN_HINT) if dynamic else min_tokens) + max_tokens
+    middle //= 2
+    return draw(st.sampled_from(list(dict.fromkeys((max_tokens, middle)))))
 
 
 def draw_plan(
@@ -206,9 +225,12 @@ def draw_plan(
     must_match: Callable[[Any], bool],
 ) -> tuple[list[Any], int]:
     """``(layers, seed)`` of a case: T drawn from ``spec.min_tokens`` to ``min(spec.max_tokens,
-    max_tokens)`` (the config's), the layers by :func:`draw_layers` (``layers(T, guard, chain)``
+    max_tokens)`` (the config's), or :data:`TOKEN_HINT` when ``spec.dynamic``; the layers by :func:`draw_layers` (``layers(T, guard, chain)``
     is the strategy of one), then the inputs' seed."""
-    tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, max_tokens)))
+    if getattr(spec, "dynamic", False):
+        tokens = TOKEN_HINT  # symbolic: drawn at the hint, its other sizes drawn by symbolize_tokens
+    else:
+        tokens = draw(st.integers(spec.min_tokens, min(spec.max_tokens, max_tokens)))
     drawn = draw_layers(
         draw,
         spec.min_instances,
@@ -261,3 +283,72 @@ def as_public_call(
 
     draw_case.__name__ = draw_case.__qualname__ = public.__name__
     return st.composite(draw_case)(**shown)
+
+
+# ------------------------------------------------------------------------------------------ dynamic
+
+
+def validate_dynamic(dynamic: Any) -> bool:
+    """The canonical form of a QK-norm strategy's ``dynamic=`` argument: ``False`` (static sizes),
+    or ``True`` for ``True``, ``"tokens"`` or a sequence of dim names that is ``("tokens",)``.
+    Raises ``InvalidArgument`` naming ``dynamic`` and its value for anything else."""
+    if isinstance(dynamic, bool):
+        return dynamic
+    names = (dynamic,) if isinstance(dynamic, str) else dynamic
+    if isinstance(names, Sequence) and names and all(isinstance(n, str) for n in names):
+        if set(names) <= set(_DYNAMIC_DIMS):
+            return True
+    raise InvalidArgument(
+        f"dynamic={dynamic!r} must be False, True or {_DYNAMIC_DIMS[0]!r}: the token count is the only "
+        "dim of a QK norm that may be symbolic"
+    )
+
+
+def validate_dynamic_tokens(min_tokens: int, max_tokens: int, config: Any) -> None:
+    """Raise ``InvalidArgument`` unless a dynamic case can be drawn: T is drawn at
+    :data:`TOKEN_HINT`, which must lie in [``min_tokens``, ``max_tokens``] and within
+    ``config.max_tokens`` (a symbolic T must be fused), and no size of ``config`` (q, kv, qkv
+    widths) may be a multiple of it."""
+    if not min_tokens <= TOKEN_HINT <= max_tokens:
+        raise InvalidArgument(
+            f"min_tokens={min_tokens} and max_tokens={max_tokens} with dynamic=True: symbolic cases are drawn "
+            f"at T={TOKEN_HINT} (the hint of s0), which must lie between them"
+        )
+    if config is None:
+        return
+    if config.max_tokens < TOKEN_HINT:
+        raise InvalidArgument(
+            f"config.max_tokens={config.max_tokens} with dynamic=True: symbolic cases are drawn at "
+            f"T={TOKEN_HINT}, which the pass must fuse"
+        )
+    for name in ("q_size", "kv_size", "qkv_size"):
+        if getattr(config, name) % TOKEN_HINT == 0:
+            raise InvalidArgument(
+                f"config.{name}={getattr(config, name)} with dynamic=True: a static size divisible by the "
+                f"token hint {TOKEN_HINT} cannot be told from the symbolic token count"
+            )
+
+
+def hint_free(*sizes: int) -> bool:
+    """Whether no size is a multiple of :data:`TOKEN_HINT` (what a static size of a dynamic case
+    must be, see :func:`pmverify._symbolic.symbolize`)."""
+    return all(size % TOKEN_HINT for size in sizes)
+
+
+def symbolize_tokens(draw: Any, case: GraphCase, min_tokens: int, max_tokens: int) -> GraphCase:
+    """``case`` (drawn with T at :data:`TOKEN_HINT`) with its token count symbolic: traced again
+    by :func:`pmverify._symbolic.symbolize` (one ``Sym`` placeholder ``s0``, every dim of
+    :data:`TOKEN_HINT` rows ``s0``), the range of ``s0`` narrowed to [``min_tokens``,
+    ``max_tokens``] (the strategy's lower bound and the config's ``max_tokens``: the case stands
+    for a vLLM compile range the pass applies to), its sizes the hint, the range's ends and one
+    drawn size. Raises ``ValueError`` when the trace specialised T (a strategy bug: no size of a
+    dynamic case's plan is a multiple of the hint but T)."""
+    symbolic = symbolize(case, {"s0": TOKEN_HINT}, max_size=max_tokens)
+    if not symbolic.symbols:
+        raise ValueError(f"the token count of {case.label!r} was specialised when traced symbolically")
+    (symbol,) = symbolic.symbols
+    low, high = max(symbol.min, min_tokens, MIN_SIZE), min(symbol.max, max_tokens)
+    drawn = draw(st.integers(low, high))
+    symbol = dataclasses.replace(symbol, min=low, max=high, sizes=tuple(dict.fromkeys((symbol.hint, low, high, drawn))))
+    label = f"{case.label} s0={TOKEN_HINT} in [{low}, {high}]"
+    return dataclasses.replace(symbolic, symbols=(symbol,), label=label)

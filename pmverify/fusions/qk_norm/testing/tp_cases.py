@@ -46,10 +46,14 @@ from .layers import (
     draw_near_miss,
     draw_plan,
     fill,
+    hint_free,
     instance_nodes,
     other_eps,
     source,
+    symbolize_tokens,
     trace,
+    validate_dynamic,
+    validate_dynamic_tokens,
 )
 
 __all__ = [
@@ -300,6 +304,7 @@ class _Spec:
     max_instances: int
     kinds: tuple[str, ...]
     dtypes: tuple[torch.dtype, ...]
+    dynamic: bool = False
 
 
 @st.composite
@@ -312,7 +317,7 @@ def _configs(draw: Any, spec: _Spec, world: int) -> QKNormConfig:
     kv_heads = [n for n in _KV_HEADS if (n % world == 0 or world % n == 0) and num_heads % n == 0]
     num_kv_heads = draw(st.sampled_from(kv_heads))
     eps = draw(st.sampled_from(EPS))
-    max_tokens = draw_max_tokens(draw, spec.min_tokens, spec.max_tokens)
+    max_tokens = draw_max_tokens(draw, spec.min_tokens, spec.max_tokens, spec.dynamic)
     return QKNormConfig.for_heads(
         num_heads, num_kv_heads, head_dim, tp_world=world, tp_rank=0, eps=eps, dtype=dtype,
         max_tokens=max_tokens, group_name=DEFAULT_GROUP_NAME,
@@ -328,6 +333,8 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
     options = {}
     for kind in () if guard else spec.kinds:
         variants = _near_miss_variants(config, layer, kind, spec.max_tokens)
+        if spec.dynamic:  # a static row count must not be a multiple of the token hint
+            variants = [v for v in variants if v.rows == tokens or hint_free(v.rows)]
         if variants:
             options[kind] = variants
     layer = draw_near_miss(draw, layer, options)
@@ -350,7 +357,8 @@ def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
         lambda tokens, guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
         lambda layer: layer.reason is None,
     )
-    return build_case(config, layers, seed=seed)
+    case = build_case(config, layers, seed=seed)
+    return symbolize_tokens(draw, case, spec.min_tokens, config.max_tokens) if spec.dynamic else case
 
 
 # ------------------------------------------------------------------------------------------- public
@@ -366,6 +374,7 @@ def qk_norm_tp_cases(
     max_instances: int = 2,
     near_misses: bool = True,
     dtypes: Sequence[torch.dtype] | None = None,
+    dynamic: bool | str | Sequence[str] = False,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for tensor-parallel :class:`~pmverify.GraphCase` graphs with MiniMax QK
     norms planted in random elementwise context, for
@@ -408,6 +417,12 @@ def qk_norm_tp_cases(
       case keeps a layer that must match (``expected_matches >= 1``).
     - ``dtypes``: activation dtypes to draw ``config.dtype`` from, simplest first (default float32,
       float16, bfloat16); only without ``config``. Weights are float32 or the activation dtype.
+    - ``dynamic``: ``False`` (default) for concrete sizes; ``True`` or ``"tokens"`` for a symbolic
+      token count ``s0`` (the per-rank graph as vLLM compiles it for a range of batch sizes), as
+      :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases` draws it: T drawn at 11, the range of
+      ``s0`` within [``max(2, min_tokens)``, ``config.max_tokens``], one extra drawn size; every
+      rank's ``Sym`` input is the hint. Same requirements (``min_tokens <= 11 <= max_tokens``, a
+      ``config`` with ``max_tokens >= 11`` and no width divisible by 11).
 
     Shrinks toward W = 1, one float32 layer on a fresh input, T = 1, no context, no near miss.
 
@@ -416,7 +431,8 @@ def qk_norm_tp_cases(
     (``"0"``: the only group of the worlds cases run on); ``tp_world`` not a strategy or given with
     ``config``; non-int or non-positive bounds, ``min_* > max_*``, ``min_tokens >
     config.max_tokens``; ``dtypes`` empty, unsupported or given with ``config``; when drawing, for
-    a world size that is not a positive int.
+    a world size that is not a positive int; ``dynamic`` other than a bool or ``"tokens"``, or a
+    dynamic case that cannot be drawn.
 
     Example::
 
@@ -464,8 +480,12 @@ def qk_norm_tp_cases(
     arguments = dict(
         config=config, tp_world=given_tp_world, min_tokens=min_tokens, max_tokens=given_max_tokens,
         min_instances=min_instances, max_instances=max_instances, near_misses=near_misses, dtypes=dtypes,
+        dynamic=dynamic,
     )  # fmt: skip
     dtypes = validate_dtypes("dtypes", dtypes, SUPPORTED_DTYPES)
+    dynamic = validate_dynamic(dynamic)
+    if dynamic:
+        validate_dynamic_tokens(min_tokens, max_tokens, config)
     kinds = QK_NORM_TP_NEAR_MISS_KINDS if near_misses else ()
-    spec = _Spec(config, tp_world, min_tokens, max_tokens, min_instances, max_instances, kinds, dtypes)
+    spec = _Spec(config, tp_world, min_tokens, max_tokens, min_instances, max_instances, kinds, dtypes, dynamic)
     return as_public_call(qk_norm_tp_cases, arguments, lambda draw: _draw_case(draw, spec))
