@@ -35,6 +35,7 @@ import traceback
 from typing import Any
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 
 from ._case import GraphCase
 from ._execution import (
@@ -251,7 +252,9 @@ def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -
     guards_before = len(shape_env.guards) if shape_env is not None else 0
     start = time.perf_counter()
     try:
-        with quiet_fake_tensor_errors(), recording_matches() as matches:
+        # compile_fx runs post-grad passes under the Python dispatcher (SymInt decompositions)
+        dispatcher = enable_python_dispatcher() if case.symbols else contextlib.nullcontext()
+        with quiet_fake_tensor_errors(), recording_matches() as matches, dispatcher:
             count = run_pass(pass_obj, after.graph)
         pairs = sort_like_inductor(after.graph)
         after.recompile()

@@ -140,6 +140,42 @@ def _size_arguments(op: torch._ops.OpOverload) -> frozenset[str]:
     return frozenset(names)
 
 
+_SCATTER_VIEWS = {
+    torch.ops.aten.slice_scatter.default: torch.ops.aten.slice.Tensor,
+    torch.ops.aten.select_scatter.default: torch.ops.aten.select.int,
+    torch.ops.aten.diagonal_scatter.default: torch.ops.aten.diagonal.default,
+    torch.ops.aten.as_strided_scatter.default: torch.ops.aten.as_strided.default,
+}
+
+
+def _guard_scatter(target: Any, args: tuple, kwargs: dict) -> None:
+    """Guard that a ``*_scatter``'s ``src`` has the shape of the view it is written into: the metas
+    of ``slice_scatter`` and its kind do not check it, so a symbolic trace would record no guard and
+    the graph would fail (or write elsewhere) at other sizes. Runs the view untraced."""
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    self, src, *rest = args
+    if not isinstance(self, torch.Tensor) or not isinstance(src, torch.Tensor):
+        return
+    with disable_proxy_modes_tracing():
+        view = _SCATTER_VIEWS[target](self, *rest, **kwargs)
+    if view.dim() != src.dim():
+        return
+    for a, b in zip(view.shape, src.shape, strict=True):
+        if a != b:  # evaluating the SymBool records the guard (a != b: the op fails at the hint too)
+            return
+
+
+def _guard_extent(self: Any, size: Sequence[Any], stride: Sequence[Any], storage_offset: Any = None) -> None:
+    """Guard that an ``as_strided`` of a contiguous tensor stays within its elements: its meta does
+    not check the storage's bounds, so a symbolic trace would record no guard."""
+    if not isinstance(self, torch.Tensor) or not self.is_contiguous() or any(n == 0 for n in size):
+        return
+    last = (storage_offset or 0) + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    if last >= self.storage_offset() + self.numel():  # evaluating the SymBool records the guard
+        return
+
+
 class _Lifting(torch.fx.Interpreter):
     """Runs a graph with every size argument lifted (:func:`lift`) to the symbols' expressions,
     remembering which traced node each of the graph's nodes became."""
@@ -148,6 +184,7 @@ class _Lifting(torch.fx.Interpreter):
         super().__init__(gm, garbage_collect_values=False)
         self.symbols = symbols
         self.results: dict[str, Any] = {}
+        self.traced: dict[str, str] = {}  # node name -> the traced node's name
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if isinstance(target, torch._ops.OpOverload):
@@ -159,11 +196,21 @@ class _Lifting(torch.fx.Interpreter):
                     for i, arg in enumerate(args)
                 )
                 kwargs = {key: lift(arg, self.symbols) if key in names else arg for key, arg in kwargs.items()}
+            if target in _SCATTER_VIEWS:
+                _guard_scatter(target, args, kwargs)
+            elif target is torch.ops.aten.as_strided.default:
+                _guard_extent(*args, **kwargs)
         return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
+        from torch.fx.experimental.proxy_tensor import get_innermost_proxy_mode
+
         result = super().run_node(n)
         self.results[n.name] = result
+        mode = get_innermost_proxy_mode()
+        traced = None if mode is None else _traced_node(result, mode.tracer)
+        if traced is not None:  # now: an in-place op later moves its tensor's proxy to its own node
+            self.traced[n.name] = traced.name
         return result
 
 
@@ -242,9 +289,13 @@ def symbolic_inputs(
 
 def _evaluate(expression: str, namespace: Mapping[str, Any]) -> Any:
     """``expression`` (a product of ints and symbol names, as :func:`symbolize` writes them) with the
-    names bound to ``namespace``'s values (SymInts or ints)."""
+    names bound to ``namespace``'s values (SymInts or ints). With ints only, any expression of the
+    symbols (an index tensor's bound can be ``s0 - 1``) is evaluated."""
+    parsed = sympy.sympify(expression)
+    if all(isinstance(value, int) for value in namespace.values()):
+        return int(parsed.subs({sympy.Symbol(name): value for name, value in namespace.items()}))
     result: Any = 1
-    for factor in sympy.Mul.make_args(sympy.sympify(expression)):
+    for factor in sympy.Mul.make_args(parsed):
         base, exponent = factor.as_base_exp()
         if isinstance(base, sympy.Symbol):
             for _ in range(int(exponent)):
@@ -327,15 +378,15 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
 
     def recording(*args: Any) -> Any:
         out = program(*args)
-        tracer = get_innermost_proxy_mode().tracer
-        tracers["t"] = tracer
-        for name, value in interpreter["run"].results.items():
-            node = _traced_node(value, tracer)
-            if node is not None:
-                names[name] = node.name
+        tracers["t"] = get_innermost_proxy_mode().tracer
+        names.update(interpreter["run"].traced)
         return out
 
-    with mode:
+    from torch._dispatch.python import enable_python_dispatcher
+
+    # the Python dispatcher, as make_fx's "symbolic" mode enables it: without it a meta that expands
+    # with SymInts (baddbmm's, addcmul's broadcast self) fails with "expected concrete integers"
+    with mode, enable_python_dispatcher():
         traced = make_fx(recording, tracing_mode="fake")(*syms.values(), *fakes)
     return _Trace(traced, names, shape_env, exprs)
 
@@ -416,7 +467,7 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
         if node.op == "placeholder":
             continue
         if node.target is operator.getitem and not node.users and node.name not in kept:
-            continue  # make_fx's getitem of every output of a split: dead, not in the case, not in Inductor's graphs
+            continue  # make_fx's getitem of every output of a split or an auto_functionalized: dead, not in the case
         env[node] = graph.node_copy(node, lambda n: env[n])
     names = {
         name: env[next(n for n in old.nodes if n.name == traced_name)].name
@@ -427,6 +478,17 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
         new = next(n for n in graph.nodes if n.name == new_name)
         for key, value in originals[name].meta.items():
             new.meta.setdefault(key, value)
+    # make_fx makes later readers of a tensor an in-place op wrote read the op's result; where the
+    # case's own op had no readers (with_mutations: nothing but graph order says a reader sees the
+    # new value), they read the written tensor again
+    for name, new_name in names.items():
+        new = next(n for n in graph.nodes if n.name == new_name)
+        if new.users and not originals[name].users and _writes_and_returns_self(new.target):
+            new.replace_all_uses_with(new.args[0])
+    for node in graph.nodes:
+        # make_fx records a higher-order op's inputs in the trace's ShapeEnv; no later propagation
+        # refreshes them, and decompose_auto_functionalized retraces with them (node counts differ)
+        node.meta.pop("eager_input_vals", None)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     input_dims: list[Any] = list(hints)
     for node in graph.find_nodes(op="placeholder")[len(hints) :]:
@@ -451,6 +513,18 @@ def _finish(case: GraphCase, traced: _Trace, hints: Mapping[str, int], max_size:
         symbols=tuple(records),
         input_dims=tuple(input_dims),
     )
+
+
+def _writes_and_returns_self(target: Any) -> bool:
+    """Whether ``target`` is an in-place aten op (``add_``, ``copy_``, ``index_put_``...): it writes
+    its first argument and returns it."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    if not schema.arguments or len(schema.returns) != 1:
+        return False
+    first, ret = schema.arguments[0].alias_info, schema.returns[0].alias_info
+    return first is not None and first.is_write and ret is not None and ret.before_set == first.before_set
 
 
 def static_source(case: GraphCase) -> GraphCase:
@@ -507,22 +581,33 @@ def _index_inputs(case: GraphCase) -> dict[int, str]:
         torch.ops.aten.scatter_add.default: (2, 1),
         torch.ops.aten.scatter.value: (2, 1),
         torch.ops.aten.embedding.default: (1, None),
+        torch.ops.aten.index.Tensor: (1, None),  # a list of indices: the first indexes dim 0
+        torch.ops.aten.index_put.default: (1, None),
+        torch.ops.aten.index_put_.default: (1, None),
     }
     placeholders = case.gm.graph.find_nodes(op="placeholder")
     position = {node: i for i, node in enumerate(placeholders)}
+    # the trace's ShapeEnv symbols (``s95``) by the case's names, read off the ``Sym`` placeholders
+    names = {
+        node.meta["val"].node.expr: node.name
+        for node in placeholders[: len(case.symbols)]
+        if isinstance(node.meta.get("val"), torch.SymInt)
+    }
     found: dict[int, str] = {}
     for node in case.gm.graph.nodes:
         spec = index_args.get(node.target)
         if spec is None or len(node.args) <= spec[0]:
             continue
         index = node.args[spec[0]]
+        if isinstance(index, (list, tuple)):
+            index = index[0] if index else None
         if index not in position:
             continue
         source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
         if not isinstance(source, torch.Tensor):
             continue
         dim = 0 if spec[1] is None else node.args[spec[1]] % max(source.dim(), 1)
-        written = _written(source.shape[dim], {})
+        written = _written(source.shape[dim], names)
         if written is not None:
             found[position[index]] = written
     return found

@@ -95,10 +95,13 @@ def propagate_symbolic(gm: torch.fx.GraphModule, case: Any, rank: int = 0) -> Fa
     fresh ``FakeTensorMode`` and ``ShapeEnv`` (:func:`pmverify._symbolic.symbolic_inputs`), so
     every ``meta["val"]`` has the case's ``SymInt`` sizes, as the graphs torch.compile hands a
     pass with ``dynamic=True``."""
+    from torch._dispatch.python import enable_python_dispatcher
+
     from .._symbolic import symbolic_inputs
 
     mode, fake_inputs = symbolic_inputs(case, rank=rank)
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
+    with enable_python_dispatcher():  # as compile_fx: metas that take SymInts (baddbmm's expand)
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
     nodes = gm.graph.nodes
     return FakePropagation(
         mode,

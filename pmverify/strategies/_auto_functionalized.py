@@ -35,9 +35,11 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase, MutationSite
 from .._compat import from_functional, functionalize_key_excluded
+from .._symbolic import static_source
 from .._validation import validate_choices, validate_strategy
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
 from ._drawn import validate_drawn_case
+from ._dynamic import Dynamic, resymbolize, validate_dynamic
 from ._mutations import Editor, apply_view, meta_val
 from ._public import public_call
 
@@ -200,7 +202,9 @@ def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies:
 
 
 @st.composite
-def _functional_cases(draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...]) -> GraphCase:
+def _functional_cases(
+    draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...], dynamic: Dynamic | None
+) -> GraphCase:
     case = draw(cases)
     validate_drawn_case("cases", case)
     if case.form != "functional":
@@ -208,7 +212,7 @@ def _functional_cases(draw: Any, cases: st.SearchStrategy, versions: tuple[int, 
             f"cases drew a case of form={case.form!r}; with_mutating_custom_ops takes functional cases "
             "(compose as with_mutations(with_mutating_custom_ops(...)))"
         )
-    editor = Editor(case, draw(st.integers(0, 2**32 - 1)))
+    editor = Editor(static_source(case), draw(st.integers(0, 2**32 - 1)))
     # AOTAutograd never returns a view of an input it copies into: such an output would see the
     # copy_ at the end of the graph, which a correct rewrite of the view (e.g. into a copy) need not.
     editor.protected = editor.aliased_inputs()
@@ -223,11 +227,14 @@ def _functional_cases(draw: Any, cases: st.SearchStrategy, versions: tuple[int, 
         for old, new in sorted(copies, key=lambda pair: order[pair[0]]):  # in input order, as AOTAutograd
             node = editor.graph.create_node("call_function", torch.ops.aten.copy_.default, (old, new), name="copy_")
             editor.mutations.append(MutationSite(node.name, "aten.copy_.default", old.name))
-    return editor.finish(case.form)
+    return resymbolize(draw, editor.finish(case.form), case, dynamic)
 
 
 def with_mutating_custom_ops(
-    cases: st.SearchStrategy[GraphCase], *, versions: Sequence[int] = VERSIONS
+    cases: st.SearchStrategy[GraphCase],
+    *,
+    versions: Sequence[int] = VERSIONS,
+    dynamic: bool | str | Sequence[str] | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for cases drawn from ``cases`` with 1..2 mutating custom ops inserted in
     the functional form of Inductor's post-grad graphs (``auto_functionalized`` /
@@ -256,9 +263,15 @@ def with_mutating_custom_ops(
       :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`.
     - ``versions``: the auto_functionalized versions to draw from, a non-empty subset of (1, 2),
       first preferred when shrinking; default both.
+    - ``dynamic``: symbolic sizes, as :func:`~pmverify.strategies.with_mutations` takes it:
+      ``None`` (default) follows the drawn case (a symbolic case is extended in its concrete form
+      and symbolized again with its symbols: the ``auto_functionalized`` nodes, their view
+      arguments and the ``copy_`` nodes then hold ``SymInt`` sizes), ``False`` static, ``True``
+      every hint an input size holds, ``"tokens"`` 11 only.
 
-    Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy, or
-    ``versions`` that is not a non-empty sequence of 1 and 2.
+    Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy,
+    ``versions`` that is not a non-empty sequence of 1 and 2, or a ``dynamic`` that is not None, a
+    bool, ``"tokens"`` or a non-empty list of it.
 
     Example::
 
@@ -274,4 +287,11 @@ def with_mutating_custom_ops(
                 raise InvalidArgument(f"versions={versions!r} holds {version!r}, not one of {VERSIONS}")
     given = versions
     versions = validate_choices("versions", versions, VERSIONS)
-    return public_call(with_mutating_custom_ops, _functional_cases(cases, tuple(versions)), cases, versions=given)
+    canonical = validate_dynamic("dynamic", dynamic, follow=True)
+    return public_call(
+        with_mutating_custom_ops,
+        _functional_cases(cases, tuple(versions), canonical),
+        cases,
+        versions=given,
+        dynamic=dynamic,
+    )

@@ -29,6 +29,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
 from .._validation import validate_choices, validate_dtypes, validate_int, validate_optional_int, validate_order
+from ._dynamic import Dynamic, symbolize_drawn, validate_dynamic
 from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp
 from ._ops_core import Builder
 from ._public import public_call
@@ -75,14 +76,16 @@ def _completable(min_nodes: int, max_nodes: int, costs: set[int]) -> tuple[bool,
 
 
 @st.composite
-def _graphs(draw: Any, spec: _Spec) -> GraphCase:
+def _graphs(draw: Any, spec: _Spec, dynamic: Dynamic = False) -> GraphCase:
     builder = Builder(draw, spec.dtypes)
     while True:
         op = draw(st.sampled_from(spec.fitting(builder.op_nodes)))
         x = None
         if not op.nullary:
             try:
-                x = builder.operand(lambda v, op=op: op.takes(builder, v), op.fresh, op.dtypes(spec.dtypes))
+                x = builder.operand(
+                    lambda v, op=op: op.takes(builder, v), op.fresh, op.dtypes(spec.dtypes), dynamic=dynamic
+                )
             except AssertionError as error:
                 raise AssertionError(f"{op.name}: {error}") from None
         before = builder.op_nodes
@@ -95,7 +98,7 @@ def _graphs(draw: Any, spec: _Spec) -> GraphCase:
             spec.fitting(builder.op_nodes) and draw(st.integers(0, spec.patience)) > 0
         ):
             break
-    return builder.finish("fx_graphs")
+    return symbolize_drawn(draw, builder.finish("fx_graphs"), dynamic)
 
 
 def fx_graphs(
@@ -104,6 +107,7 @@ def fx_graphs(
     max_nodes: int | None = None,
     dtypes: Sequence[torch.dtype] | None = None,
     ops: Sequence[str] | None = None,
+    dynamic: bool | str | Sequence[str] = False,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs of random aten ops, each drawn
     with the arguments it really takes.
@@ -168,6 +172,18 @@ def fx_graphs(
     - ``ops``: names from :data:`GRAPH_OPS` to draw from, simplest first in the caller's order
       (default all); those that apply to none of ``dtypes`` are left out. Any single op can make a
       graph: an op that fits no value gets a new input.
+    - ``dynamic``: symbolic sizes, as torch.compile's ``dynamic=True`` gives a pass its graph
+      (see :func:`pmverify.symbolize`). ``False`` (default): static, drawn exactly as without
+      it. ``True``: each dim of a new input (an op's first operand, not one shaped to fit another
+      value) is drawn static (the simplest), at 11 (symbol ``s0``) or at 13 (``s1``); ``"tokens"``
+      (or ``["tokens"]``): the leading dim of every new input is the token count ``s0`` (11). Inputs
+      shaped to fit a value share its symbols (duck sizing). The drawn case is then traced again
+      in a ``ShapeEnv``: ``Sym`` placeholders ``s0`` / ``s1`` first, ``SymInt`` size arguments
+      (``view(x, [s0, 4])``), symbolic ``meta["val"]``, and :attr:`~pmverify.GraphCase.symbols`
+      with the range the graph's guards allow and the sizes the oracles run at (hint, range ends,
+      one drawn). A case can come out static: no dim drawn at a hint, an op that does not accept
+      the hinted shape, or a symbol the graph specialises (a ``cat`` of 8 and 3 rows added to an
+      11-row input).
 
     Shrinks toward one op on one input with default arguments: ``x0 -> neg -> output``, x0 a
     float32 ``[1]`` of zeros; each op toward its simplest form (``slice.Tensor(x, 0, 0, 1)``,
@@ -176,7 +192,7 @@ def fx_graphs(
     Raises ``hypothesis.errors.InvalidArgument`` for bounds that are not ints or are below 1,
     ``min_nodes > max_nodes``, a bound no sum of the ops' node counts can meet, ``dtypes`` empty or
     holding another dtype, ``ops`` empty, a string, holding an unknown name, or none of which
-    applies to ``dtypes``.
+    applies to ``dtypes``, and ``dynamic`` not a bool, ``"tokens"`` or a non-empty list of it.
 
     Example::
 
@@ -185,7 +201,8 @@ def fx_graphs(
             result = pmverify.check_case(MyPass(), case)
             assert result.ok, result.violations
     """
-    given_max, given_dtypes, given_ops = max_nodes, dtypes, ops
+    given_max, given_dtypes, given_ops, given_dynamic = max_nodes, dtypes, ops, dynamic
+    dynamic = validate_dynamic("dynamic", dynamic)
     validate_int("min_nodes", min_nodes, minimum=1)
     validate_optional_int("max_nodes", max_nodes, minimum=1)
     if max_nodes is None:
@@ -204,5 +221,13 @@ def fx_graphs(
             f"no graph of ops={list(names)!r} (op nodes each: {costs}) has between min_nodes={min_nodes} "
             f"and max_nodes={max_nodes} op nodes"
         )
-    drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable))
-    return public_call(fx_graphs, drawn, min_nodes=min_nodes, max_nodes=given_max, dtypes=given_dtypes, ops=given_ops)
+    drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable), dynamic)
+    return public_call(
+        fx_graphs,
+        drawn,
+        min_nodes=min_nodes,
+        max_nodes=given_max,
+        dtypes=given_dtypes,
+        ops=given_ops,
+        dynamic=given_dynamic,
+    )

@@ -19,7 +19,9 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from .._symbolic import HINTS
 from .._validation import short_repr, validate_int, validate_optional_int, validate_order
+from ._dynamic import validate_dynamic
 from ._public import public_call
 from ._tensors import TENSOR_DTYPES, tensors
 
@@ -234,11 +236,88 @@ class StridedLike(TensorLike):
         return StridedLike(tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape))
 
 
-@st.composite
-def _inputs(draw: Any, example: tuple[Any, ...], symbols: tuple[_Symbol, ...]) -> tuple[Any, ...]:
-    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, TensorLike)}
+@dataclasses.dataclass(frozen=True)
+class _Dynamic:
+    """Canonical ``dynamic=`` of :func:`like`: the symbols that may be drawn at a hint, in order;
+    ``named`` when they always are (the caller named them), else each is drawn (``True``)."""
+
+    candidates: tuple[str, ...]
+    named: bool
+
+
+def _not_at_hints(low: int, high: int) -> list[int]:
+    """The sizes in [low, high] no hint divides (0 included): a static size a symbolic trace keeps."""
+    return [n for n in range(low, high + 1) if n == 0 or all(n % hint for hint in HINTS)]
+
+
+def _dynamic_spec(example: tuple[Any, ...], symbols: tuple[_Symbol, ...], dynamic: Any, fixed: bool) -> _Dynamic | None:
+    """Validate ``dynamic`` against ``symbols`` (``fixed``: they are ``vary=None``'s duck groups,
+    kept at the example's sizes when static)."""
+    names = tuple(symbol.name for symbol in symbols)
+    canonical = validate_dynamic("dynamic", dynamic, names)
+    if canonical is False:
+        return None
+    by_name = {symbol.name: symbol for symbol in symbols}
+    fits = {name for name in names if fixed or by_name[name].low <= min(HINTS) and max(HINTS) <= by_name[name].high}
+    if canonical is True:
+        candidates = tuple(name for name in names if name in fits)
+    else:
+        candidates = tuple(sorted(canonical, key=lambda name: name != "tokens"))  # tokens first: s0
+        if len(candidates) > len(HINTS):
+            raise InvalidArgument(f"dynamic={dynamic!r} names {len(candidates)} symbols; at most {len(HINTS)} can be")
+        for name in candidates:
+            if name not in fits:
+                symbol = by_name[name]
+                raise InvalidArgument(
+                    f"dynamic={dynamic!r}: {name}'s sizes {symbol.low}..{symbol.high} do not hold the hints {HINTS}"
+                )
+    varying = set() if fixed else {position for symbol in symbols for position in symbol.positions}
+    for i, item in enumerate(example):
+        for d, size in enumerate(item.shape if isinstance(item, torch.Tensor) else ()):
+            if (i, d) not in varying and size and any(size % hint == 0 for hint in HINTS):
+                raise InvalidArgument(
+                    f"dynamic={dynamic!r}: example_inputs[{i}] has the static size {size} along dim {d}, a multiple"
+                    f" of a hint {HINTS} (the case strategy would take it for a symbolic size)"
+                )
     for symbol in symbols:
-        size = draw(st.integers(symbol.low, symbol.high))
+        if not fixed and symbol.name not in candidates and not _not_at_hints(symbol.low, symbol.high):
+            raise InvalidArgument(f"dynamic={dynamic!r}: {symbol.name}'s sizes are all multiples of a hint {HINTS}")
+    return _Dynamic(candidates, canonical is not True)
+
+
+def _hinted(draw: Any, dynamic: _Dynamic | None) -> dict[str, int]:
+    """Which symbols are drawn at which hint: the named ones always, in order; with ``True`` each
+    candidate while hints are left, drawn (static first)."""
+    if dynamic is None:
+        return {}
+    if dynamic.named:
+        return dict(zip(dynamic.candidates, HINTS, strict=False))
+    hinted: dict[str, int] = {}
+    for name in dynamic.candidates:
+        if len(hinted) < len(HINTS) and draw(st.booleans()):
+            hinted[name] = HINTS[len(hinted)]
+    return hinted
+
+
+@st.composite
+def _inputs(
+    draw: Any,
+    example: tuple[Any, ...],
+    symbols: tuple[_Symbol, ...],
+    dynamic: _Dynamic | None = None,
+    fixed: bool = False,
+) -> tuple[Any, ...]:
+    shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, TensorLike)}
+    hinted = _hinted(draw, dynamic)
+    for symbol in symbols:
+        if symbol.name in hinted:
+            size = hinted[symbol.name]
+        elif fixed:
+            continue  # vary=None: the example's size
+        elif dynamic is None:
+            size = draw(st.integers(symbol.low, symbol.high))
+        else:
+            size = draw(st.sampled_from(_not_at_hints(symbol.low, symbol.high)))
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     return tuple(
@@ -255,6 +334,7 @@ def like(
     vary: Mapping[str | Dim, Sequence[tuple[int, int]]] | str | None = None,
     min_side: int = 1,
     max_side: int = _DEFAULT_MAX_SIDE,
+    dynamic: bool | str | Sequence[str] = False,
 ) -> st.SearchStrategy[tuple[Any, ...]]:
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
@@ -285,14 +365,28 @@ def like(
       At size 1 (or 0) Inductor's tracer may emit another graph (``x @ w`` with a contracted size of
       1 traces as a broadcasting ``mul``); :func:`planted` marks such instances ``must_match=None``.
 
-    Shrinks toward every symbol at its lower bound and all-zero tensors.
+    - ``dynamic``: inputs for a symbolic case (see :func:`~pmverify.strategies.fx_graphs`). ``like``
+      draws input tuples, not cases: with ``dynamic`` some symbols are drawn *at a hint* (11, then
+      13), and the case strategy that consumes the inputs (``planted(..., dynamic=...)``) makes every
+      size at a hint symbolic (duck sizing by the hint's value). ``False`` (default): nothing at a
+      hint, drawn exactly as without it. A symbol name or list of names of ``vary`` (``"tokens"``
+      for ``vary={"tokens": [(0, 0)]}``): those symbols always at a hint (``"tokens"`` at 11, the
+      others in order; at most two; each one's bounds must hold 11 and 13). ``True``: each symbol
+      whose bounds hold the hints is drawn at one or not (static first), two at most; with
+      ``vary=None``, each duck group (dims of equal example size above 1) is, and the others keep
+      the example's sizes. A symbol drawn static then takes no size a hint divides.
+
+    Shrinks toward every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
+    named) and all-zero tensors.
 
     Raises ``hypothesis.errors.InvalidArgument`` when ``example_inputs`` is not a tuple or list or
     holds a tensor of an unsupported dtype (see :data:`TENSOR_DTYPES`), ``vary`` is not one of the
     forms above, a position is not an ``(int, int)`` pair, its input index is out of range or not a
     tensor, its dim out of range, a position belongs to two symbols, one symbol ties dims of
     different example sizes, a symbol is named twice, or a bound is not an int, negative, or below
-    its lower bound.
+    its lower bound; and with ``dynamic``: a value that is not a bool, a symbol name or a
+    non-empty list of them, more than two names, a named symbol whose bounds do not hold 11 and 13,
+    a symbol whose every size is a multiple of 11 or 13, or a static example size that is.
 
     Example: for a norm pattern on ``(x[8, 16], weight[16], 1e-6)``::
 
@@ -311,9 +405,15 @@ def like(
     validate_order("min_side", min_side, "max_side", max_side)
     symbols = _symbols(example, vary, min_side, max_side)
     described = tuple(map(TensorLike.of, example))
-    strategy = public_call(
-        like, _inputs(described, symbols), described, vary=vary, min_side=min_side, max_side=max_side
-    )
+    if dynamic is False:
+        drawn = _inputs(described, symbols)
+    else:
+        fixed = vary is None
+        candidates = (
+            tuple(_Symbol(d.name, 2, max_side, tuple(p)) for d, p in _duck(example).items()) if fixed else symbols
+        )
+        drawn = _inputs(described, candidates, _dynamic_spec(example, candidates, dynamic, fixed), fixed)
+    strategy = public_call(like, drawn, described, vary=vary, min_side=min_side, max_side=max_side, dynamic=dynamic)
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
     strategy.pmverify_example_inputs = example
     return strategy

@@ -31,8 +31,10 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from .._case import GraphCase, MutationSite, PlantedInstance
 from .._execution import propagate_fake
 from .._fx import flat_nodes, is_view
+from .._symbolic import MIN_SIZE, static_source
 from .._validation import validate_int, validate_strategy
 from ._drawn import validate_drawn_case
+from ._dynamic import Dynamic, resymbolize, validate_dynamic
 from ._public import public_call
 
 __all__ = [
@@ -171,6 +173,9 @@ class Editor:
         self.mutated: set[torch.fx.Node] = set()  # bases a functional op already rewrote
         self.protected: set[torch.fx.Node] = set()  # inputs no op may write
         self.tags: list[str] = []
+        #: whether the result is symbolized: index_put_ then writes rows every size of a symbolic
+        #: dim has (its index input is not resized with it)
+        self.symbolic = False
 
     def order(self) -> dict[torch.fx.Node, int]:
         return {node: i for i, node in enumerate(self.graph.nodes)}
@@ -393,8 +398,11 @@ def _operands(draw: Any, editor: Editor, name: str, slot: torch.fx.Node, base: t
         sources = [None, *editor.same_like(slot, target, {base})]
         source = draw(st.sampled_from(sources))
         return (editor.new_input("act", shape, dtype) if source is None else source,)
-    rows = draw(st.integers(1, shape[0]))  # index_put_: distinct rows, so the write order is moot
-    index = editor.new_input("index", (rows,), torch.int64, high=shape[0])
+    high = shape[0]
+    if editor.symbolic:  # rows valid at every size >= 2 of a dim that may be symbolic (s0, s0 - 1...)
+        high = min(high, MIN_SIZE)
+    rows = draw(st.integers(1, high))  # index_put_: distinct rows, so the write order is moot
+    index = editor.new_input("index", (rows,), torch.int64, high=high)
     return ([index], editor.new_input("act", (rows, *shape[1:]), dtype), False)
 
 
@@ -411,17 +419,23 @@ def _add_inplace(draw: Any, editor: Editor) -> None:
 
 
 @st.composite
-def _inplace_cases(draw: Any, cases: st.SearchStrategy, max_mutations: int) -> GraphCase:
+def _inplace_cases(draw: Any, cases: st.SearchStrategy, max_mutations: int, dynamic: Dynamic | None) -> GraphCase:
     case = draw(cases)
     validate_drawn_case("cases", case)
-    editor = Editor(case, draw(st.integers(0, 2**32 - 1)))
+    editor = Editor(static_source(case), draw(st.integers(0, 2**32 - 1)))
+    editor.symbolic = bool(case.symbols) if dynamic is None else bool(dynamic)
     _add_inplace(draw, editor)
     while len(editor.mutations) < max_mutations and draw(st.booleans()):
         _add_inplace(draw, editor)
-    return editor.finish("inplace")
+    return resymbolize(draw, editor.finish("inplace"), case, dynamic)
 
 
-def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 2) -> st.SearchStrategy[GraphCase]:
+def with_mutations(
+    cases: st.SearchStrategy[GraphCase],
+    *,
+    max_mutations: int = 2,
+    dynamic: bool | str | Sequence[str] | None = None,
+) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for the in-place form (``form="inplace"``) of cases drawn from ``cases``.
 
     Each case gets 1..``max_mutations`` in-place aten ops: ``add_`` (a scalar in {1, -0.5, 0.25,
@@ -447,9 +461,18 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
     - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
       :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`; its instance nodes may be interleaved with context.
     - ``max_mutations``: most in-place ops per case (an int >= 1; default 2).
+    - ``dynamic``: symbolic sizes (see :func:`~pmverify.strategies.fx_graphs`). ``None`` (default):
+      as the drawn case: a symbolic case is extended in its concrete form (its ``source``) and
+      symbolized again with the same symbols (new inputs of a written shape share its symbols, an
+      ``index_put_`` writes rows 0 or 1, valid at every size); a static one stays
+      static. ``False``: static (a symbolic case's concrete form). ``True``: symbolized in every
+      hint (11 as ``s0``, 13 as ``s1``) an input size holds, sizes drawn afresh; ``"tokens"``: in
+      11 only (``s0``). A static case drawn without ``dynamic=`` holds no size at a hint, so only
+      ``None`` and ``False`` matter for it.
 
-    Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy or a
-    ``max_mutations`` that is not an int >= 1.
+    Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy, a
+    ``max_mutations`` that is not an int >= 1, or a ``dynamic`` that is not None, a bool,
+    ``"tokens"`` or a non-empty list of it.
 
     Example::
 
@@ -460,4 +483,11 @@ def with_mutations(cases: st.SearchStrategy[GraphCase], *, max_mutations: int = 
     """
     validate_strategy("cases", cases)
     validate_int("max_mutations", max_mutations, 1)
-    return public_call(with_mutations, _inplace_cases(cases, max_mutations), cases, max_mutations=max_mutations)
+    canonical = validate_dynamic("dynamic", dynamic, follow=True)
+    return public_call(
+        with_mutations,
+        _inplace_cases(cases, max_mutations, canonical),
+        cases,
+        max_mutations=max_mutations,
+        dynamic=dynamic,
+    )

@@ -30,6 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase
+from ._dynamic import Dynamic, hinted_shape
 from ._tensors import DEFAULT_BOUND, max_magnitude_of, shapes, tensors
 
 __all__ = [
@@ -372,16 +373,23 @@ class Builder:
         dtypes: Sequence[torch.dtype],
         *,
         elements: st.SearchStrategy | None = None,
+        dynamic: Dynamic = False,
     ) -> Val:
         """One of the ``_WINDOW`` most recent values that ``accepts`` (the most recent first), or a
         new input of one of ``dtypes`` whose shape ``fresh`` draws (and that ``accepts`` by the op
-        table's contract), with values from ``elements`` if given (index tensors)."""
+        table's contract), with values from ``elements`` if given (index tensors). With ``dynamic``
+        (not for index tensors), the new input's symbolic dims are drawn at their hints where
+        ``accepts`` takes that shape (:func:`~._dynamic.hinted_shape`)."""
         candidates = list(itertools.islice((value for value in reversed(self.values) if accepts(value)), _WINDOW))
         if candidates:
             i = self.draw(st.integers(0, len(candidates)))
             if i < len(candidates):
                 return candidates[i]
         shape = self.draw(fresh)
+        if dynamic and elements is None:
+            shape = hinted_shape(
+                self.draw, shape, dynamic, accepted=lambda s: any(accepts(provisional(s, d)) for d in dtypes)
+            )
         fitting = list(dtypes) if elements is not None else [d for d in dtypes if accepts(provisional(shape, d))]
         if not fitting:
             raise AssertionError(f"the op table's fresh input of shape {shape} is accepted in none of {list(dtypes)}")
