@@ -43,10 +43,13 @@ from .._case import GraphCase, PlantedInstance
 from .._execution import error_summary, propagate_fake
 from .._fx import GRADIENT_OUTPUTS, flat_nodes, trace
 from .._record import RecordedRewrite, isolated_pass
+from .._symbolic import HINTS, SymbolizeError, static_source
 from .._validation import short_repr, validate_choices, validate_int, validate_order, validate_strategy
+from ._dynamic import DYNAMIC_DIMS, symbolize_drawn, validate_dynamic
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
 from ._like import TensorLike, like
 from ._near_miss import NEAR_MISS_KINDS, kind_applies, variants
+from ._planted_dynamic import hinted_args, symbolic_truth
 from ._public import Shown, public_call
 from ._recorded_inputs import NumberForms, recorded_example
 from ._traced import Traced, runs_eagerly, signature
@@ -82,12 +85,14 @@ def _pattern_name(pattern: Callable[..., Any]) -> str:
     return _identifier(name.removesuffix("_pattern") if name != "_pattern" else name)
 
 
-def _instance_steps(draw: Any, i: int, inst: Traced) -> tuple[list[_Step], list[torch.fx.Node]]:
-    """The steps of instance ``i`` in order, and its output nodes (before splicing)."""
+def _instance_steps(draw: Any, i: int, inst: Traced, dynamic: bool = False) -> tuple[list[_Step], list[torch.fx.Node]]:
+    """The steps of instance ``i`` in order, and its output nodes (before splicing). In a
+    ``dynamic`` case an input with a size at a hint is never a ``view`` of a flat input (its size,
+    a multiple of the hint, would be a static size divisible by it)."""
     graph = inst.gm.graph
     values = dict(zip(graph.find_nodes(op="placeholder"), inst.args, strict=True))
     how = {
-        ph: _keeping_layout(draw(st.sampled_from(PRODUCERS)), value)
+        ph: _keeping_layout(draw(st.sampled_from(PRODUCERS)), value, dynamic)
         for ph, value in values.items()
         if isinstance(value, torch.Tensor) and ph.users
     }
@@ -111,11 +116,11 @@ def _instance_steps(draw: Any, i: int, inst: Traced) -> tuple[list[_Step], list[
     return steps, ([] if inst.unused else outputs)
 
 
-def _keeping_layout(how: str | None, value: torch.Tensor) -> str | None:
+def _keeping_layout(how: str | None, value: torch.Tensor, dynamic: bool = False) -> str | None:
     """``how``, when its producer gives a tensor of ``value``'s strides (a view of a flat input is
     contiguous; a clone keeps a permuted dense layout, not gaps nor expanded dims); else None (the
     input used directly): Inductor's matcher re-traces on the strides it sees."""
-    if how == "view" and not value.is_contiguous():
+    if how == "view" and (not value.is_contiguous() or (dynamic and any(side in HINTS for side in value.shape))):
         return None
     if how == "clone" and torch.empty_like(value).stride() != value.stride():
         return None
@@ -135,7 +140,9 @@ def _layout(draw: Any, context_steps: list[_Step], sequences: list[list[_Step]])
     return merged
 
 
-def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Traced]) -> tuple[Any, ...]:
+def _splice(
+    draw: Any, name: str, context: GraphCase | None, instances: list[Traced], dynamic: bool = False
+) -> tuple[Any, ...]:
     """Build the spliced graph: returns (graph module, inputs, planted records)."""
     graph = torch.fx.Graph()
     env: dict[Any, dict[torch.fx.Node, Any]] = {}
@@ -156,7 +163,7 @@ def _splice(draw: Any, name: str, context: GraphCase | None, instances: list[Tra
     sequences, outputs = [], []
     for i, inst in enumerate(instances):
         env[i] = {}
-        steps, outs = _instance_steps(draw, i, inst)
+        steps, outs = _instance_steps(draw, i, inst, dynamic)
         flat = {s.arg[0] for s in steps if s.kind == "producer" and s.arg[1] == "view"}
         for ph, value in zip(inst.gm.graph.find_nodes(op="placeholder"), inst.args, strict=True):
             if not isinstance(value, torch.Tensor):
@@ -454,7 +461,10 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
         args = spec["numbers"].draw(draw, tuple(args))
     # requiring grad as the example does (a strategy of the caller's may draw plain tensors)
     grads = None if spec["example_inputs"] is None else requires_grad_flags(spec["example_inputs"])
-    gm, args = _traced(spec, with_requires_grad(args, grads))
+    hinted = None
+    if spec.get("dynamic"):  # the sizes to make symbolic at their hints, where the pattern runs so
+        hinted = _hinted(spec, with_requires_grad(hinted_args(draw, args, spec["dynamic"]), grads))
+    gm, args = hinted if hinted is not None else _traced(spec, with_requires_grad(args, grads))
     # a joint trace (training rewrite) also takes tangents, drawn like its forward outputs
     base = Traced(gm, (*args, *draw(tangents(gm, len(args)))), primals=len(args))
     # Half the instances are plain (False shrinks first), the others one near-miss kind each. The
@@ -487,7 +497,37 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
             chosen = isolated_truth(wildcards.rewrite(args), chosen)
         elif chosen.reason in _ASKED_KINDS:
             chosen = _asked_truth(wildcards, args, chosen, signature(gm, loose=True))
+    if spec.get("dynamic"):  # asked again on the symbolic graph (_planted_dynamic.symbolic_truth)
+        if "rewrite" in spec:
+            chosen = dataclasses.replace(chosen, matcher=spec["rewrite"].rewrite)
+        else:
+            chosen = dataclasses.replace(chosen, matcher=_matcher(spec["wildcards"], args, signature(gm, loose=True)))
     return chosen
+
+
+def _hinted(spec: dict[str, Any], args: tuple[Any, ...]) -> tuple[torch.fx.GraphModule, tuple[Any, ...]] | None:
+    """The pattern traced on ``args`` (its inputs with sizes set to hints), or None when it does not
+    trace or run eagerly there (the caller keeps the drawn sizes)."""
+    try:
+        gm = _trace_checked(spec["pattern"], args, spec["trace_fn"])
+    except InvalidArgument:
+        return None
+    return (gm, args) if runs_eagerly(spec["pattern"], args) else None
+
+
+def _matcher(wildcards: _Wildcards, args: tuple[Any, ...], structure: tuple[Any, ...]) -> RecordedRewrite | None:
+    """Inductor's matcher for a plain pattern (registered as :class:`_Wildcards` says), when it
+    registers and its trace has the instance's ``structure`` (loose signature) before any near-miss
+    change; else None (no matcher to ask)."""
+    if wildcards.broken:
+        return None
+    try:
+        rewrite = wildcards.rewrite(args)
+        isolated_pass(rewrite)
+    except Exception:  # noqa: BLE001 - whatever register_replacement raises: no matcher
+        wildcards.broken = True
+        return None
+    return rewrite if wildcards.reference == structure else None
 
 
 def _asked_truth(wildcards: _Wildcards, args: tuple[Any, ...], inst: Traced, structure: tuple[Any, ...]) -> Traced:
@@ -538,7 +578,9 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
         context = draw(spec["context"])
         if not isinstance(context, GraphCase) or context.tp_world != 1 or context.form != "functional":
             raise InvalidArgument(f"context drew {context!r}; it must draw functional GraphCases with tp_world=1")
-    gm, inputs, records = _splice(draw, name, context, instances)
+        context = _static_context(context)
+    dynamic = spec.get("dynamic", False)
+    gm, inputs, records = _splice(draw, name, context, instances, bool(dynamic))
     propagate_fake(gm, inputs)
     kinds = [inst.reason or "plain" for inst in instances]
     label = f"planted {name} x{count} ({', '.join(kinds) or 'none'})"
@@ -547,7 +589,31 @@ def _cases(draw: Any, spec: dict[str, Any]) -> GraphCase:
     if context is not None:
         label += f" in {sum(1 for n in context.gm.graph.nodes if n.op == 'call_function')}-op context"
     pass_config = spec["pass_config"] if spec["pass_config"] is not None else getattr(context, "pass_config", None)
-    return GraphCase(gm, [inputs], tp_world=1, form="functional", planted=records, pass_config=pass_config, label=label)
+    case = GraphCase(gm, [inputs], tp_world=1, form="functional", planted=records, pass_config=pass_config, label=label)
+    if not dynamic:
+        return case
+    try:
+        symbolic = symbolize_drawn(draw, case, dynamic)
+    except SymbolizeError as exc:  # e.g. a static size the inputs strategy drew divisible by a hint
+        return dataclasses.replace(case, label=f"{label} (static: {exc})")
+    if not symbolic.symbols:
+        return symbolic
+    first = len(records) - len(instances)
+    asked = [(first + i, inst.matcher) for i, inst in enumerate(instances)]
+    return dataclasses.replace(symbolic, planted=symbolic_truth(symbolic, asked))
+
+
+def _static_context(context: GraphCase) -> GraphCase:
+    """A drawn context with concrete sizes: a symbolic one's source (its planted instances keep
+    their ground truth on the symbolic graph, under the source's node names)."""
+    if not context.symbols:
+        return context
+    source = static_source(context)
+    planted = tuple(
+        dataclasses.replace(symbolic, nodes=static.nodes)
+        for static, symbolic in zip(source.planted, context.planted, strict=True)
+    )
+    return dataclasses.replace(source, planted=planted)
 
 
 def _trace_checked(pattern: Callable[..., Any], args: tuple[Any, ...], trace_fn: Any) -> torch.fx.GraphModule:
@@ -621,6 +687,7 @@ def planted(
     name: str | None = None,
     scalar_workaround: Mapping[str, float | int] | None = None,
     exclusive_arg_names: Sequence[str] = (),
+    dynamic: bool | str | Sequence[str] = False,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs with instances of ``pattern``
     spliced into random context graphs, and the ground truth of each instance.
@@ -686,6 +753,29 @@ def planted(
       rewriting the ``"constant"`` near miss of ``eps``. Default none.
     - ``exclusive_arg_names``: as given to ``register_replacement`` (arguments that must be
       distinct nodes); given to that matcher. Default none.
+    - ``dynamic``: ``False`` (default: concrete sizes), ``True`` or ``"tokens"`` (a name or a list
+      of names of :data:`~pmverify.strategies._dynamic.DYNAMIC_DIMS`): symbolic sizes, as
+      torch.compile gives a pass its graph with ``dynamic=True`` (see "Dynamic shapes" below).
+
+    Dynamic shapes: each instance's inputs are drawn by ``inputs`` with concrete sizes, then the
+    sizes to make symbolic are set to a symbol's hint (``s0`` 11, ``s1`` 13), their drawn entries
+    repeated cyclically: with ``"tokens"``, the token count T (the leading dim of the first tensor
+    input of rank >= 2) in the leading dim of every tensor input of rank >= 2 whose leading dim is
+    T (a 1-d input keeps its size); with ``True``, each size above 1 of the inputs drawn static
+    (shrunk to) or at the next free hint, in every dim of that size (duck sizing, as ``ShapeEnv``
+    does). Where the pattern does not run at those sizes (another input relates to them) the
+    instance keeps its drawn sizes. The context is drawn by ``fx_graphs(dynamic=dynamic)`` by
+    default (a given ``context`` strategy may draw symbolic cases: their concrete source is
+    spliced). The case is then traced again in a ``ShapeEnv``
+    (:func:`pmverify._symbolic.symbolize`): one ``Sym`` placeholder per symbol first, every input
+    dim at a hint that symbol, and every size argument of the instances (``view``, ``expand``,
+    ``full``...) its ``SymInt`` expression; one more size per symbol is drawn in its range
+    (:attr:`~pmverify.Symbol.sizes`). The ground truth then follows Inductor's matcher for the
+    pattern (the recorded rewrite, or the plain pattern registered as below) run on the symbolic
+    graph with symbolic fake values, its re-trace and ``extra_check`` included: a must-match
+    instance it does not match there becomes ``must_match=None, reason="symbolic"``, a near miss it
+    matches there ``must_match=None``. A case where a static size of the inputs is divisible by a
+    hint (e.g. ``inputs`` drew 22) cannot be traced so and stays static (its label says why).
 
     A :class:`~pmverify.RecordedRewrite` (from :func:`pmverify.record_patterns`) gives the search
     function, ``trace_fn``, ``example_inputs``, ``scalar_workaround``, ``exclusive_arg_names`` and
@@ -737,7 +827,7 @@ def planted(
     bounds, ``min_instances > max_instances``, ``min_instances=0`` with ``context=st.nothing()``,
     unknown near-miss kinds, ``example_inputs`` not a tuple or list or too short, ``trace_fn``,
     ``example_inputs``, ``scalar_workaround`` or ``exclusive_arg_names`` given with a recorded
-    rewrite, a recorded rewrite whose example inputs :func:`like` cannot draw, a
+    rewrite, ``dynamic`` not False, True, a dim name or a list of them, a recorded rewrite whose example inputs :func:`like` cannot draw, a
     ``scalar_workaround`` that is not a mapping of ``pattern``'s argument names to distinct ints or
     floats, ``exclusive_arg_names`` that are not its argument names; when drawing, for ``inputs``
     drawing something other than a tuple or list (or of another length), a pattern that does not
@@ -770,7 +860,9 @@ def planted(
         "name": name,
         "scalar_workaround": scalar_workaround,
         "exclusive_arg_names": exclusive_arg_names,
+        "dynamic": dynamic,
     }
+    dynamic = validate_dynamic("dynamic", dynamic, DYNAMIC_DIMS)
     rewrite = pattern if isinstance(pattern, RecordedRewrite) else None
     if rewrite is not None:
         given = (
@@ -821,7 +913,7 @@ def planted(
     elif context is None:
         from ._graphs import fx_graphs
 
-        context = fx_graphs()
+        context = fx_graphs(dynamic=dynamic) if dynamic else fx_graphs()
     if isinstance(near_misses, bool):
         kinds = NEAR_MISS_KINDS if near_misses else ()
     else:
@@ -861,6 +953,8 @@ def planted(
         spec["wildcards"] = _Wildcards(spec, positions, exclusive)
     if positions:  # only when given, as it enters the repr
         spec["scalar_examples"] = positions
+    if dynamic:  # likewise
+        spec["dynamic"] = dynamic
     if rewrite is not None and recorded_args is not None:
         if recorded_args.numbers:
             spec["numbers"] = NumberForms(

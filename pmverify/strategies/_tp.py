@@ -8,6 +8,12 @@ drawn case's inputs; a sharded input gets fresh values of the same shape and dty
 rank (no larger in magnitude than rank 0's, or 2), so the full tensor is the concatenation of the
 rank slices along ``dim``. Nothing is filtered:
 0 % of draws are rejected (tests/strategies/test_rejections.py).
+
+A symbolic case (``GraphCase.symbols``) stays symbolic: the ranks are drawn for its concrete
+source (:func:`~pmverify._symbolic.static_source`) and every rank gets the ``Sym`` inputs (the
+hints) first; the graph is not traced again. ``Shard`` of a symbolic dim is allowed: every rank
+holds ``s0`` rows of a full tensor of ``tp_world * s0`` (sequence parallelism); at another size each
+rank's rows are resized alike (:func:`~pmverify._symbolic.inputs_at`).
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from hypothesis.errors import InvalidArgument
 from torch.distributed.tensor import Replicate, Shard
 
 from .._case import GraphCase
+from .._symbolic import SymbolizeError, static_source
 from .._validation import short_repr, validate_strategy
 from ._drawn import validate_drawn_case
+from ._dynamic import DYNAMIC_DIMS, symbolize_drawn, validate_dynamic
 from ._public import public_call
 from ._tensors import DEFAULT_BOUND, tensors, tp_sizes
 
@@ -74,12 +82,27 @@ def _magnitude(value: torch.Tensor) -> float | None:
     return max(float(value.abs().max()) if value.numel() else 0.0, DEFAULT_BOUND)
 
 
+def _own_placements(given: Any, case: GraphCase) -> Any:
+    """Placements given for a symbolic ``case``'s inputs, ``Sym`` inputs included, less those
+    (``Replicate()`` each: an int is the same on every rank); ``given`` itself otherwise."""
+    symbols = len(case.symbols)
+    if symbols and _check_kinds(given) and len(given) == len(case.inputs[0]):
+        for i, placement in enumerate(given[:symbols]):
+            if not isinstance(placement, Replicate):
+                raise InvalidArgument(f"placements[{i}]={placement!r}: the Sym input {case.input_dims[i]} is an int")
+        return tuple(given)[symbols:]
+    return given
+
+
 @st.composite
-def _tp_cases(draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy) -> GraphCase:
-    case = draw(cases)
-    validate_drawn_case("cases", case)
-    if case.tp_world != 1:
-        raise InvalidArgument(f"cases drew {case!r}; it must draw GraphCases with tp_world=1")
+def _tp_cases(
+    draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy, dynamic: Any
+) -> GraphCase:
+    drawn = draw(cases)
+    validate_drawn_case("cases", drawn)
+    if drawn.tp_world != 1:
+        raise InvalidArgument(f"cases drew {drawn!r}; it must draw GraphCases with tp_world=1")
+    case = static_source(drawn)
     world = draw(tp_world)
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise InvalidArgument(f"tp_world drew {world!r}; it must draw positive ints")
@@ -87,8 +110,8 @@ def _tp_cases(draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st
     if placements is None:
         chosen = tuple(_drawn_placement(draw, value) for value in rank0)
     else:
-        given = placements(case) if callable(placements) else placements
-        chosen = _check_placements(given, rank0, f"case {case.label!r}")
+        given = _own_placements(placements(drawn) if callable(placements) else placements, drawn)
+        chosen = _check_placements(given, rank0, f"case {drawn.label!r}")
     ranks = [tuple(rank0)]
     for _ in range(1, world):
         ranks.append(
@@ -100,9 +123,26 @@ def _tp_cases(draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st
             )
         )
     shown = ", ".join(repr(p) for p in chosen)
-    return dataclasses.replace(
-        case, inputs=ranks, tp_world=world, placements=chosen, label=f"{case.label} tp_world={world} [{shown}]"
-    )
+    label = f"{case.label} tp_world={world} [{shown}]"
+    spread = dataclasses.replace(case, inputs=ranks, tp_world=world, placements=chosen, label=label)
+    if drawn.symbols:  # the same symbolic graph on every rank, the Sym inputs first
+        syms = drawn.inputs[0][: len(drawn.symbols)]
+        return dataclasses.replace(
+            drawn,
+            inputs=[(*syms, *rank) for rank in ranks],
+            tp_world=world,
+            placements=(*[Replicate()] * len(syms), *chosen),
+            label=label,
+            source=spread,
+        )
+    try:
+        symbolic = symbolize_drawn(draw, spread, dynamic)
+    except SymbolizeError as exc:  # a static size divisible by a hint (a flat view input of 88 entries)
+        return dataclasses.replace(spread, label=f"{label} (static: {exc})")
+    if symbolic.symbols:
+        own = symbolic.placements[len(symbolic.symbols) :]
+        symbolic = dataclasses.replace(symbolic, placements=(*[Replicate()] * len(symbolic.symbols), *own))
+    return symbolic
 
 
 def tp_cases(
@@ -110,6 +150,7 @@ def tp_cases(
     *,
     placements: Placements | Callable[[GraphCase], Placements] | None = None,
     tp_world: st.SearchStrategy[int] | None = None,
+    dynamic: bool | str | Sequence[str] = False,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` cases run by a tensor-parallel world:
     the drawn single-rank case's graph is the per-rank graph, with one input tuple per rank.
@@ -122,12 +163,21 @@ def tp_cases(
       them (cases with context inputs vary in length). Default: drawn per input, ``Replicate()``
       first; only floating tensors are sharded (index tensors keep their in-range values).
     - ``tp_world``: a strategy of world sizes (ranks), default :func:`tp_sizes` (1, 2, 4, 8).
+    - ``dynamic``: a symbolic drawn case stays symbolic whatever this is (every rank gets its
+      ``Sym`` inputs, the hints; ``placements`` given for it may hold a ``Replicate()`` for each, or
+      leave them out); with ``True`` or dim names (``"tokens"``) a static drawn case whose inputs
+      hold sizes at a symbol's hint (11, 13: e.g. drawn by ``like(..., dynamic=...)``) is made
+      symbolic in them (:func:`pmverify._symbolic.symbolize`, one more size drawn per symbol; it
+      stays static, its label saying why, where another input size is divisible by a hint);
+      default False (it stays static). ``Shard`` of a symbolic dim gives every rank ``s0`` rows of
+      a full tensor of ``tp_world * s0`` (sequence parallelism).
 
     The result keeps the graph, ground truth and ``pass_config`` of the drawn case and records the
     placements in ``GraphCase.placements``. Shrinks toward tp_world 1 and every input replicated.
 
     Raises ``hypothesis.errors.InvalidArgument`` for ``cases`` or ``tp_world`` not a strategy, or
-    ``placements`` neither None, a sequence nor callable; when drawing, for a case with
+    ``placements`` neither None, a sequence nor callable, ``dynamic`` not False, True, a dim name or
+    a list of them; when drawing, for a case with
     ``tp_world != 1``, a world size below 1, and placements that do not fit the case's inputs
     (wrong count, ``Shard`` of a dim the input lacks, or of a non-tensor).
 
@@ -143,5 +193,7 @@ def tp_cases(
     validate_strategy("tp_world", tp_world)
     if placements is not None and not callable(placements):
         _check_kinds(placements)
-    drawn = _tp_cases(cases, placements, tp_world)
-    return public_call(tp_cases, drawn, cases, placements=placements, tp_world=given_world)
+    given_dynamic = dynamic
+    dynamic = validate_dynamic("dynamic", dynamic, DYNAMIC_DIMS)
+    drawn = _tp_cases(cases, placements, tp_world, dynamic)
+    return public_call(tp_cases, drawn, cases, placements=placements, tp_world=given_world, dynamic=given_dynamic)
