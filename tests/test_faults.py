@@ -30,6 +30,7 @@ from pmverify.faults import (
     addmm_cases,
 )
 from pmverify.faults._common import DtypesConfig
+from pmverify.faults.dynamic import HeadRMSNormConfig
 from pmverify.faults.noop import NoOpConfig
 from pmverify.faults.scalars import RMSNormEpsConfig
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
@@ -91,6 +92,7 @@ _OTHER_CONFIGS = {
     faults.NoOpSliceEndMinusOne: (NoOpConfig(), NoOpConfig(slices=False)),
     faults.NoOpSliceIgnoresStep: (NoOpConfig(), NoOpConfig(views=False)),
     faults.RMSNormHardCodedEps: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
+    faults.HandHeadRMSNormIntViews: (HeadRMSNormConfig(), HeadRMSNormConfig(eps=1e-5)),
     **{
         fault: (DtypesConfig(), DtypesConfig(dtypes=(torch.float32,)))
         for fault in (

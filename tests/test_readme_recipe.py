@@ -39,3 +39,20 @@ def test_the_recipe_finds_a_hard_coded_eps(finding_only, tmp_path, monkeypatch):
     assert {v.oracle for v in raised.value.violations} == {"semantics"}
     assert raised.value.reproducer is not None and raised.value.reproducer.is_file()
     assert "PASS = HardCodedEpsPass()" in raised.value.reproducer.read_text()  # it runs as written
+
+
+def _dynamic_recipe() -> dict:
+    section = README.read_text().split("## Dynamic shapes", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = code.replace("from my_project.passes import", "from _rms_passes import")
+    namespace: dict = {}
+    exec(compile(code, str(README), "exec"), namespace)
+    return namespace
+
+
+def test_the_dynamic_recipe_passes_a_correct_pass_on_symbolic_cases(finding_only):
+    recipe = _dynamic_recipe()
+    case = recipe["dynamic_cases"].example()
+    assert case.symbols and case.symbols[0].name == "s0"
+    with finding_only():
+        recipe["test_my_pass_on_symbolic_token_counts"]()

@@ -14,6 +14,7 @@ shapes gives a pass; each goes wrong where the token count ``T`` is a ``SymInt``
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -132,14 +133,11 @@ class QKNormAppliesOutsideRange(QKNormFusionPass):
         return True  # the bug: the fused op's row limit is not consulted
 
 
+@dataclasses.dataclass(frozen=True)
 class HeadRMSNormConfig:
     """What :class:`HandHeadRMSNormIntViews` fuses: per-head RMS norms of ``eps`` (default 1e-6)."""
 
-    def __init__(self, eps: float = 1e-6) -> None:
-        self.eps = eps
-
-    def __repr__(self) -> str:
-        return f"HeadRMSNormConfig(eps={self.eps!r})"
+    eps: float = 1e-6
 
 
 def head_rms_norm_pattern(x, w):
