@@ -269,17 +269,9 @@ def test_strict_order_reads_the_graph_the_pass_left_before_inductor_sorts_it():
 
 def _symbolic_case():
     """view(x, [22, 2, 2]) of an (11, 8) input, symbolized: ``view(x, [2*s0, 2, 2])``, s0 in [2, 64]."""
-    from pmverify._symbolic import symbolize
+    from _symbolic_cases import doubled_view_case
 
-    aten = torch.ops.aten
-    graph = torch.fx.Graph()
-    x, w = graph.placeholder("x"), graph.placeholder("w")
-    view = graph.call_function(aten.view.default, (x, [22, 2, 2]))
-    total = graph.call_function(aten.sum.dim_IntList, (view, [2]))
-    graph.output((graph.call_function(aten.mul.Tensor, (total, w)),))
-    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-    gen = torch.Generator().manual_seed(0)
-    return symbolize(GraphCase(gm, [(torch.randn(11, 8, generator=gen), torch.randn(2, generator=gen))]))
+    return doubled_view_case()
 
 
 def _bake_hint(graph):

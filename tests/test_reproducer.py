@@ -126,17 +126,12 @@ def test_a_symbolic_case_round_trips_and_its_finding_reproduces(tmp_path, monkey
     import subprocess
     import sys
 
+    from _symbolic_cases import doubled_view_case
+
     from pmverify import check_case
     from pmverify._reproducer import write
-    from pmverify._symbolic import symbolize
 
-    aten = torch.ops.aten
-    graph = torch.fx.Graph()
-    x, w = graph.placeholder("x"), graph.placeholder("w")
-    view = graph.call_function(aten.view.default, (x, [22, 2, 2]))
-    total = graph.call_function(aten.sum.dim_IntList, (view, [2]))
-    graph.output((graph.call_function(aten.mul.Tensor, (total, w)),))
-    case = symbolize(GraphCase(torch.fx.GraphModule(torch.nn.Module(), graph), [(torch.randn(11, 8), torch.randn(2))]))
+    case = doubled_view_case()
     assert case.dynamic
     project = tmp_path / "project"
     project.mkdir()

@@ -75,12 +75,8 @@ def _pure(graph: torch.fx.Graph) -> bool:
     ) and not any(node.op == "call_module" for node in graph.nodes)
 
 
-def propagate_recorded(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePropagation:
-    """:func:`propagate_fake`, returning the propagation (:class:`FakePropagation`)."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    with mode:
-        fake_inputs = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
+def _recorded(gm: torch.fx.GraphModule, mode: FakeTensorMode) -> FakePropagation:
+    """The propagation just made through ``gm`` in ``mode``, as a :class:`FakePropagation`."""
     nodes = gm.graph.nodes
     return FakePropagation(
         mode,
@@ -88,6 +84,15 @@ def propagate_recorded(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakeP
         {node.name: node_signature(node) for node in nodes},
         _pure(gm.graph),
     )
+
+
+def propagate_recorded(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePropagation:
+    """:func:`propagate_fake`, returning the propagation (:class:`FakePropagation`)."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fake_inputs = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
+    return _recorded(gm, mode)
 
 
 def propagate_symbolic(gm: torch.fx.GraphModule, case: Any, rank: int = 0) -> FakePropagation:
@@ -102,13 +107,7 @@ def propagate_symbolic(gm: torch.fx.GraphModule, case: Any, rank: int = 0) -> Fa
     mode, fake_inputs = symbolic_inputs(case, rank=rank)
     with enable_python_dispatcher():  # as compile_fx: metas that take SymInts (baddbmm's expand)
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
-    nodes = gm.graph.nodes
-    return FakePropagation(
-        mode,
-        {node.name: node.meta.get("val") for node in nodes},
-        {node.name: node_signature(node) for node in nodes},
-        _pure(gm.graph),
-    )
+    return _recorded(gm, mode)
 
 
 def _own_propagation(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePropagation | None:
