@@ -21,7 +21,7 @@ _WHERE = {
     "MutationSite": "_case",
     "PlantedInstance": "_case",
     "Symbol": "_case",
-    "CompileRange": "_symbolic",
+    "CompileRange": "_sizes",
     "symbolize": "_symbolic",
     "CaseResult": "_check",
     "check_case": "_check",
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ._job.targets import ExtraCheck, FuzzTarget
     from ._record import RecordedRewrite, record_patterns
     from ._rewrite import RewriteResult, check_rewrite
+    from ._sizes import CompileRange
     from ._summary import (
         AllCasesVoid,
         RewriteNeverMatched,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
         VacuousSearch,
         VerifySummary,
     )
-    from ._symbolic import CompileRange, symbolize
+    from ._symbolic import symbolize
     from ._verify import PassVerificationError, verify
     from .oracles import Violation
 

@@ -127,7 +127,7 @@ class CompiledRun:
 
     def at(self, inputs: Sequence[tuple[Any, ...]], where: str) -> CompiledRun:
         """The runs of both compiled functions (``functions``: without, with the pass) on
-        ``inputs`` (per rank, e.g. a case's inputs at other sizes, :func:`pmverify._symbolic.case_at`),
+        ``inputs`` (per rank, e.g. a case's inputs at other sizes, :func:`pmverify._sizes.case_at`),
         as a :class:`CompiledRun` (``where`` names the sizes in messages). A function compiled with
         ``dynamic=True`` serves every size of the case's ranges without recompiling: the one with
         the pass runs with ``torch.compiler.set_stance("fail_on_recompile")``, so that a guard the pass

@@ -50,6 +50,7 @@ def _dynamic_recipe() -> dict:
     return namespace
 
 
+@pytest.mark.slow  # 15 symbolic cases at four sizes each: ~40 s on 2 cores
 def test_the_dynamic_recipe_passes_a_correct_pass_on_symbolic_cases(finding_only):
     recipe = _dynamic_recipe()
     case = recipe["dynamic_cases"].example()

@@ -199,14 +199,14 @@ class RunPair:
 
     def at(self, sizes: dict[str, int]) -> RunPair:
         """This pair with the case's symbols at ``sizes`` (name -> size): the same graphs and pass,
-        the case's inputs resized (:func:`pmverify._symbolic.case_at`), its own results (in compiled
+        the case's inputs resized (:func:`pmverify._sizes.case_at`), its own results (in compiled
         mode: both compiled functions run on those inputs, ``CompiledRun.at``); made once per
         assignment. ``self`` for a case without symbols."""
         if not self.case.symbols:
             return self
         key = tuple(sorted(sizes.items()))
         if key not in self._sized:
-            from .._symbolic import case_at
+            from .._sizes import case_at
 
             sized = case_at(self.case, sizes)
             ranks = [

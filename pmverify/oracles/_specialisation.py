@@ -5,7 +5,7 @@ A graph torch.compile traced with ``dynamic=True`` serves every size of its symb
 runs one graph for a whole compile range and evaluates no guard at run time). A rewrite that reads
 a symbolic size as an int bakes its hint into the graph: a ``view`` or ``full`` of the hint's size,
 or a guard (``Eq(s0, 11)``) the pass added while it matched. Checked here, with fake tensors of
-symbolic sizes (:func:`pmverify._symbolic.symbolic_inputs`):
+symbolic sizes (:func:`pmverify._sizes.symbolic_inputs`):
 
 - the guards the pass added to the ``ShapeEnv`` of the graph it was handed (``RunPair.pass_guards``)
   hold at every size of each symbol's range;
@@ -27,7 +27,7 @@ import torch
 
 from .._execution import RunPair, propagate_symbolic
 from .._fx import output_vals
-from .._symbolic import allowed_sizes
+from .._sizes import allowed_sizes
 from ._violation import Violation
 
 __all__ = ["violations"]

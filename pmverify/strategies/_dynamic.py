@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
-from .._symbolic import HINTS, inputs_at, size_points, static_source, symbolize, symbolize_like
+from .._sizes import inputs_at, size_points
+from .._symbolic import HINTS, static_source, symbolize, symbolize_like
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ A symbolic case (``GraphCase.symbols``) stays symbolic: the ranks are drawn for 
 source (:func:`~pmverify._symbolic.static_source`) and every rank gets the ``Sym`` inputs (the
 hints) first; the graph is not traced again. ``Shard`` of a symbolic dim is allowed: every rank
 holds ``s0`` rows of a full tensor of ``tp_world * s0`` (sequence parallelism); at another size each
-rank's rows are resized alike (:func:`~pmverify._symbolic.inputs_at`).
+rank's rows are resized alike (:func:`~pmverify._sizes.inputs_at`).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import pmverify
+from pmverify._sizes import case_at
 from pmverify.strategies import Replicate, Shard, like, planted, tp_cases
 
 
@@ -43,7 +44,7 @@ def test_symbolic_case_stays_symbolic_on_every_rank_and_runs_at_other_sizes(case
     assert not torch.equal(case.inputs[0][1], case.inputs[1][1]) or case.inputs[0][1].abs().max() == 0
     result = pmverify.check_case(lambda graph: None, case)  # identity: every size point, both ranks
     assert {v.oracle for v in result.violations} == {"expectations"}, result.violations  # it rewrote nothing
-    at = pmverify._symbolic.case_at(case, {"s0": case.symbols[0].min})
+    at = case_at(case, {"s0": case.symbols[0].min})
     assert all(rank[1].shape[0] == case.symbols[0].min for rank in at.inputs)
 
 
