@@ -92,7 +92,7 @@ def symbolic_inputs(
     if not case.symbols:
         raise ValueError(f"case={case!r} has no symbols (it was not drawn with dynamic=)")
     if mode is None:
-        mode = FakeTensorMode(shape_env=ShapeEnv(), allow_nonfake_inputs=True)
+        mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
     shape_env = mode.shape_env
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic

@@ -216,7 +216,7 @@ class _Trace:
 
 def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[Sequence[bool] | None]) -> _Trace:
     shape_env = ShapeEnv()
-    mode = FakeTensorMode(shape_env=shape_env, allow_nonfake_inputs=True)
+    mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic
 

@@ -6,13 +6,14 @@ import functools
 
 import pytest
 import torch
+from _minimal import rejections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
 
 import pmverify
-from pmverify.strategies import like, planted
+from pmverify.strategies import like, planted, tp_cases
 
 aten = torch.ops.aten
 EXAMPLE = (torch.empty(4, 8), torch.empty(8))
@@ -153,3 +154,16 @@ def test_bad_dynamic_values_are_refused(dynamic):
 def test_static_default_is_unchanged():
     assert "dynamic" not in repr(cases(False))
     assert "dynamic='tokens'" in repr(cases("tokens"))
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        lambda: planted(rms_pattern, like(EXAMPLE, vary={"tokens": [(0, 0)]}), dynamic=True, max_instances=2),
+        lambda: tp_cases(cases("tokens"), tp_world=st.just(2)),
+    ],
+    ids=["planted(dynamic=True) with context", "tp_cases of planted(dynamic=tokens)"],
+)
+def test_no_dynamic_planted_draw_is_rejected(strategy):
+    rejected, valid = rejections(strategy(), 10)
+    assert valid == 10 and rejected == 0
