@@ -35,9 +35,9 @@ import traceback
 from typing import Any
 
 import torch
-from torch._dispatch.python import enable_python_dispatcher
 
 from ._case import GraphCase
+from ._compat import python_dispatcher
 from ._execution import (
     MatchRecord,
     RunPair,
@@ -253,7 +253,7 @@ def _apply_rank(pass_obj: Any, case: GraphCase, rank: int, strict_order: bool) -
     start = time.perf_counter()
     try:
         # compile_fx runs post-grad passes under the Python dispatcher (SymInt decompositions)
-        dispatcher = enable_python_dispatcher() if case.symbols else contextlib.nullcontext()
+        dispatcher = python_dispatcher() if case.symbols else contextlib.nullcontext()
         with quiet_fake_tensor_errors(), recording_matches() as matches, dispatcher:
             count = run_pass(pass_obj, after.graph)
         pairs = sort_like_inductor(after.graph)

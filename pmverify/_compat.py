@@ -30,6 +30,9 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
   one in-process process group that computes real collectives; torch's own tests use it.
 - ``torch.utils._python_dispatch._disable_current_modes`` (:func:`outside_dispatch_modes`): how
   Inductor itself leaves the active fake modes to make a plain tensor while tracing.
+- ``torch._dispatch.python.enable_python_dispatcher`` (:func:`python_dispatcher`): symbolic
+  shapes are traced and propagated under it, as ``compile_fx`` does (the metas of ``baddbmm`` and
+  ``addcmul`` take ``SymInt`` sizes only through their Python decompositions).
 - ``torch._C._ExcludeDispatchKeyGuard``, ``torch._sync``, ``torch._from_functional_tensor``
   (:func:`functionalize_key_excluded`, :func:`from_functional`): running a program under a fresh
   ``FunctionalTensorMode`` and reading back its values, as AOTAutograd does for mutated inputs
@@ -60,6 +63,7 @@ __all__ = [
     "no_local_constants",
     "outside_dispatch_modes",
     "pin_seed",
+    "python_dispatcher",
     "set_max_shrinking_seconds",
     "threaded_process_group",
 ]
@@ -256,6 +260,13 @@ def outside_dispatch_modes() -> Any:
     block. Raises :class:`InternalMoved`."""
     why = "a recorded example input is made as a plain tensor while tracing"
     return internal("torch.utils._python_dispatch", "_disable_current_modes", why)()
+
+
+def python_dispatcher() -> Any:
+    """A context manager enabling torch's Python dispatcher for its block, as Inductor's
+    ``compile_fx`` does around symbolic tracing. Raises :class:`InternalMoved`."""
+    why = "symbolic shapes are traced and propagated as compile_fx does"
+    return internal("torch._dispatch.python", "enable_python_dispatcher", why)()
 
 
 def functionalize_key_excluded() -> Any:

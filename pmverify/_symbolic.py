@@ -38,6 +38,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ._case import GraphCase, Symbol
+from ._compat import python_dispatcher
 from ._sizes import allowed_sizes, fake_input, written_size
 
 __all__ = [
@@ -249,11 +250,9 @@ def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[S
         names.update(interpreter["run"].traced)
         return out
 
-    from torch._dispatch.python import enable_python_dispatcher
-
     # the Python dispatcher, as make_fx's "symbolic" mode enables it: without it a meta that expands
     # with SymInts (baddbmm's, addcmul's broadcast self) fails with "expected concrete integers"
-    with mode, enable_python_dispatcher():
+    with mode, python_dispatcher():
         traced = make_fx(recording, tracing_mode="fake")(*syms.values(), *fakes)
     return _Trace(traced, names, shape_env, exprs)
 

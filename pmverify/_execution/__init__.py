@@ -251,7 +251,11 @@ class RunPair:
         if self._repropagation is None:
             try:
                 self._repropagation = repropagate(
-                    self.after, self.case.inputs[0], self.before_propagation, self.case if self.case.symbols else None
+                    self.after,
+                    self.case.inputs[0],
+                    self.before_propagation,
+                    self.case if self.case.symbols else None,
+                    own=self.compiled is not None,
                 )
             except Exception as exc:  # noqa: BLE001 - kept, raised to every caller
                 self._repropagation = exc

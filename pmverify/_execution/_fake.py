@@ -14,6 +14,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from .._compat import python_dispatcher
 from .._fx import output_vals
 
 __all__ = [
@@ -100,12 +101,11 @@ def propagate_symbolic(gm: torch.fx.GraphModule, case: Any, rank: int = 0) -> Fa
     fresh ``FakeTensorMode`` and ``ShapeEnv`` (:func:`pmverify._sizes.symbolic_inputs`), so
     every ``meta["val"]`` has the case's ``SymInt`` sizes, as the graphs torch.compile hands a
     pass with ``dynamic=True``."""
-    from torch._dispatch.python import enable_python_dispatcher
 
     from .._sizes import symbolic_inputs
 
     mode, fake_inputs = symbolic_inputs(case, rank=rank)
-    with enable_python_dispatcher():  # as compile_fx: metas that take SymInts (baddbmm's expand)
+    with python_dispatcher():  # as compile_fx: metas that take SymInts (baddbmm's expand)
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
     return _recorded(gm, mode)
 
@@ -193,15 +193,34 @@ class _Reusing(FakeTensorProp):
         return super().run_node(n)
 
 
+def _own_inputs(gm: torch.fx.GraphModule) -> tuple[FakeTensorMode, list[Any]] | None:
+    """The ``meta["val"]`` of ``gm``'s placeholders and their one ``FakeTensorMode``, when every
+    placeholder has one (a tensor's fake, or a ``SymInt``) and the fakes share a mode; else None."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    vals = [node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder")]
+    modes = {id(v.fake_mode): v.fake_mode for v in vals if isinstance(v, FakeTensor)}
+    if any(v is None for v in vals) or len(modes) != 1:
+        return None
+    return next(iter(modes.values())), vals
+
+
 def repropagate(
-    gm: torch.fx.GraphModule, inputs: Sequence[Any], known: FakePropagation | None, case: Any = None
+    gm: torch.fx.GraphModule,
+    inputs: Sequence[Any],
+    known: FakePropagation | None,
+    case: Any = None,
+    *,
+    own: bool = False,
 ) -> Repropagation:
     """:func:`propagate_fake` through ``gm`` itself, its nodes' ``meta`` dicts restored afterwards
     (what a propagation through a deep copy gives, without copying the graph and its meta). With
     ``known`` (the propagation through the graph before the pass) and a graph where no op mutates,
     the nodes the pass left as they were, on inputs it left as they were, keep the values ``known``
     gave them: fake propagation is a function of a node's call and its inputs' values. With
-    ``case`` (a case with symbols), a propagation anew is symbolic (:func:`propagate_symbolic`)."""
+    ``case`` (a case with symbols), a propagation anew is symbolic (:func:`propagate_symbolic`);
+    with ``own`` too (a graph torch.compile traced, whose symbols are its own: ``dynamic=True``
+    makes static dims symbolic as well), it starts from the placeholders' own values."""
     nodes = list(gm.graph.nodes)
     saved = [node.meta for node in nodes]
     for node in nodes:
@@ -210,6 +229,10 @@ def repropagate(
         placeholders = [node.name for node in nodes if node.op == "placeholder"]
         if known is not None and known.reusable and _pure(gm.graph) and all(n in known.vals for n in placeholders):
             _Reusing(gm, known).propagate_dont_convert_inputs(*(known.vals[n] for n in placeholders))
+        elif case is not None and own and _own_inputs(gm) is not None:
+            mode, fake_inputs = _own_inputs(gm)
+            with python_dispatcher():
+                FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_inputs)
         elif case is not None:
             propagate_symbolic(gm, case)
         else:
