@@ -226,13 +226,24 @@ def check(pair: RunPair) -> list[Violation]:
                 Violation(
                     "expectations",
                     f"planted {instance.pattern} instance was not rewritten: {len(kept)} of its {len(judged)} "
-                    f"output(s) still computed by its own nodes after dead-code elimination",
+                    f"output(s) still computed by its own nodes after dead-code elimination{_symbolic_hint(pair)}",
                     kept,
                 )
             )
         elif instance.must_match is False and rewritten and not _partial_rewrite(pair, instance, rewritten):
             violations.append(Violation("expectations", _near_miss_message(instance), tuple(rewritten)))
     return violations
+
+
+def _symbolic_hint(pair: RunPair) -> str:
+    """For a case with symbols, what usually makes a matcher miss an instance there."""
+    if not pair.case.symbols:
+        return ""
+    names = ", ".join(s.name for s in pair.case.symbols)
+    return (
+        f" (the graph has symbolic sizes {names}: a matcher that compares a size argument or a "
+        "meta['val'] size with an int never matches a Sym node or a SymInt)"
+    )
 
 
 #: What to do about a rewritten near miss, by ``PlantedInstance.reason``: fix the pass, or tell
