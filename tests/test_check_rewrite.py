@@ -238,13 +238,12 @@ def test_bad_arguments(kwargs, message):
 
 @pytest.fixture(scope="module")
 def inductor_sfdp() -> dict:
-    """Inductor's own attention fusions (torch/_inductor/fx_passes/fuse_attention.py), recorded
-    without registering, by name."""
-    from torch._inductor.fx_passes import fuse_attention
-
-    with record_patterns(register=False) as rewrites:
-        fuse_attention._sfdp_init(torch.device("cpu"))
-    return {r.name: r for r in rewrites}
+    """Inductor's own attention fusions (torch/_inductor/fx_passes/fuse_attention.py), by name, as
+    ``pmverify.inductor_rewrite`` records them: the same whether or not Inductor was initialised in
+    this process (a compiled test run before in the same worker leaves ``_sfdp_init`` cached, so
+    calling it again records nothing)."""
+    names = ("_sfdp_pattern_1_inference", "_sfdp_pattern_5_inference")
+    return {name: pmverify.inductor_rewrite("fuse_attention", name) for name in names}
 
 
 def _attention_with_alpha(query, key, value, attn_mask):
