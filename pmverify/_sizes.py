@@ -27,6 +27,7 @@ __all__ = [
     "CompileRange",
     "applies_at",
     "fake_input",
+    "new_symbol",
     "symbolic_inputs",
     "evaluate_size",
     "allowed_sizes",
@@ -81,6 +82,17 @@ def fake_input(real: torch.Tensor, sizes: Sequence[Any]) -> torch.Tensor:
     return fake.requires_grad_(real.requires_grad) if real.requires_grad else fake
 
 
+def new_symbol(shape_env: ShapeEnv, name: str, hint: int) -> tuple[sympy.Symbol, torch.SymInt]:
+    """A new dynamic symbol of ``shape_env`` for the case's symbol ``name`` at ``hint`` (its source
+    a ``ConstantSource(name)``, which maps the env's symbol back to ``name``): the sympy symbol and
+    its ``SymInt``."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    expr = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
+    return expr, shape_env.create_symintnode(expr, hint=hint)
+
+
 def symbolic_inputs(
     case: GraphCase, mode: FakeTensorMode | None = None, rank: int = 0
 ) -> tuple[FakeTensorMode, list[Any]]:
@@ -93,16 +105,10 @@ def symbolic_inputs(
         raise ValueError(f"case={case!r} has no symbols (it was not drawn with dynamic=)")
     if mode is None:
         mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
-    shape_env = mode.shape_env
-    from torch._dynamo.source import ConstantSource
-    from torch.fx.experimental.symbolic_shapes import DimDynamic
-
     by_name: dict[str, Any] = {}
     for symbol in case.symbols:
-        sym = shape_env.create_symbol(symbol.hint, ConstantSource(symbol.name), dynamic_dim=DimDynamic.DYNAMIC)
-        shape_env.constrain_symbol_range(sym, compiler_min=symbol.min, compiler_max=symbol.max)
-        by_name[symbol.name] = shape_env.create_symintnode(sym, hint=symbol.hint)
-    namespace = {name: by_name[name] for name in by_name}
+        expr, by_name[symbol.name] = new_symbol(mode.shape_env, symbol.name, symbol.hint)
+        mode.shape_env.constrain_symbol_range(expr, compiler_min=symbol.min, compiler_max=symbol.max)
     fakes: list[Any] = []
     with mode:
         for value, dims in zip(case.inputs[rank], case.input_dims, strict=True):
@@ -114,7 +120,7 @@ def symbolic_inputs(
                 fakes.append(fake_input(value, list(value.shape)))
             else:
                 sizes = [
-                    side if expr is None else evaluate_size(expr, namespace)
+                    side if expr is None else evaluate_size(expr, by_name)
                     for side, expr in zip(value.shape, dims, strict=True)
                 ]
                 fakes.append(fake_input(value, sizes))

@@ -39,7 +39,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ._case import GraphCase, Symbol
 from ._compat import python_dispatcher
-from ._sizes import allowed_sizes, fake_input, written_size
+from ._sizes import allowed_sizes, fake_input, new_symbol, written_size
 
 __all__ = [
     "HINTS",
@@ -218,13 +218,9 @@ class _Trace:
 def _trace(case: GraphCase, hints: Mapping[str, int], inputs_allowed: Sequence[Sequence[bool] | None]) -> _Trace:
     shape_env = ShapeEnv()
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
-    from torch._dynamo.source import ConstantSource
-    from torch.fx.experimental.symbolic_shapes import DimDynamic
-
     syms, exprs = {}, {}
     for name, hint in hints.items():
-        exprs[name] = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
-        syms[name] = shape_env.create_symintnode(exprs[name], hint=hint)
+        exprs[name], syms[name] = new_symbol(shape_env, name, hint)
     by_hint = {hints[name]: syms[name] for name in hints}
     with mode:
         fakes = [

@@ -27,7 +27,7 @@ import torch
 
 from .._execution import RunPair, propagate_symbolic
 from .._fx import output_vals
-from .._sizes import allowed_sizes
+from .._sizes import allowed_sizes, written_size
 from ._violation import Violation
 
 __all__ = ["violations"]
@@ -64,16 +64,19 @@ def _spans(sizes: list[int]) -> str:
 
 
 def _written(value: Any, names: Mapping[sympy.Symbol, str]) -> Any:
+    """A tensor's sizes (an int, or a symbolic size written with the case's names), a ``SymInt``'s
+    expression, or None for anything else."""
     if isinstance(value, torch.Tensor):
-        return tuple(
-            str(s.node.expr.xreplace({k: sympy.Symbol(v) for k, v in names.items()}))
-            if isinstance(s, torch.SymInt)
-            else int(s)
-            for s in value.shape
-        )
+        return tuple(written_size(s, names) or int(s) for s in value.shape)
     if isinstance(value, torch.SymInt):
-        return str(value.node.expr.xreplace({k: sympy.Symbol(v) for k, v in names.items()}))
+        return written_size(value, names)
     return None
+
+
+def _renamed(guards: Iterable[Any], shape_env: Any) -> set[str]:
+    """``guards`` (sympy expressions over ``shape_env``'s symbols) written with the case's names."""
+    names = {sym: sympy.Symbol(name) for sym, name in _names(shape_env).items()}
+    return {str(guard.xreplace(names)) for guard in guards}
 
 
 def _propagated(gm: torch.fx.GraphModule, pair: RunPair) -> tuple[Any, list[Any]]:
@@ -92,9 +95,8 @@ def violations(pair: RunPair) -> list[Violation]:
     propagation = pair.before_propagation
     if pair.pass_guards and propagation is not None and propagation.mode.shape_env is not None:
         env = propagation.mode.shape_env
-        names = {k: sympy.Symbol(v) for k, v in _names(env).items()}
         for name, sizes in _lost(pair, env, pair.pass_guards).items():
-            guards = ", ".join(sorted({str(g.xreplace(names)) for g in pair.pass_guards}))
+            guards = ", ".join(sorted(_renamed(pair.pass_guards, env)))
             found.append(
                 Violation(
                     "structure",
@@ -120,11 +122,9 @@ def violations(pair: RunPair) -> list[Violation]:
     for symbol in case.symbols:
         extra = sorted(set(after_lost.get(symbol.name, ())) - set(before_lost.get(symbol.name, ())))
         if extra:
-            rename_after = {k: sympy.Symbol(v) for k, v in _names(after_env).items()}
-            rename_before = {k: sympy.Symbol(v) for k, v in _names(before_env).items()}
             guards = sorted(
-                {str(g.expr.xreplace(rename_after)) for g in after_env.guards}
-                - {str(g.expr.xreplace(rename_before)) for g in before_env.guards}
+                _renamed((g.expr for g in after_env.guards), after_env)
+                - _renamed((g.expr for g in before_env.guards), before_env)
             )
             found.append(
                 Violation(
