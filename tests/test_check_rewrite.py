@@ -242,7 +242,7 @@ def inductor_sfdp() -> dict:
     ``pmverify.inductor_rewrite`` records them: the same whether or not Inductor was initialised in
     this process (a compiled test run before in the same worker leaves ``_sfdp_init`` cached, so
     calling it again records nothing)."""
-    names = ("_sfdp_pattern_1_inference", "_sfdp_pattern_5_inference")
+    names = ("_sfdp_pattern_1_inference", "_sfdp_pattern_5_inference", "_sfdp_pattern_28_inference")
     return {name: pmverify.inductor_rewrite("fuse_attention", name) for name in names}
 
 
