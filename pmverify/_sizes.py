@@ -234,7 +234,8 @@ def inputs_at(case: GraphCase, sizes: Mapping[str, int], rank: int = 0) -> tuple
     """Rank ``rank``'s inputs of ``case`` with its symbols at ``sizes`` (name -> size): each ``Sym``
     input the size, each tensor input resized along its symbolic dims by repeating its drawn
     entries cyclically (``t.index_select(d, arange(n) % hint)``), an index tensor into a symbolic
-    dim taken modulo that dim's new size. Raises ``ValueError`` for a size outside a symbol's range."""
+    dim taken modulo that dim's new size. Raises ``ValueError`` for a size outside a symbol's range,
+    or where an index tensor with entries would index a dim that is empty at ``sizes``."""
     for symbol in case.symbols:
         size = sizes.get(symbol.name, symbol.hint)
         if not symbol.min <= size <= symbol.max:
@@ -254,7 +255,12 @@ def inputs_at(case: GraphCase, sizes: Mapping[str, int], rank: int = 0) -> tuple
                     value = value.index_select(d, picks)
             value = value.contiguous() if case.inputs[rank][i].is_contiguous() else value
         if i in index and isinstance(value, torch.Tensor):
-            value = value % evaluate_size(index[i], namespace)
+            bound = evaluate_size(index[i], namespace)
+            if bound == 0 and value.numel():
+                raise ValueError(
+                    f"sizes={dict(sizes)!r}: input {i} indexes a dim of size {index[i]} = 0 at these sizes"
+                )
+            value = value % max(bound, 1)
         resized.append(value)
     return tuple(resized)
 

@@ -77,6 +77,21 @@ def test_inputs_at_repeats_the_drawn_rows_and_refuses_a_size_outside_the_range()
         inputs_at(case, {"s0": 3})
 
 
+def test_inputs_at_refuses_sizes_where_an_index_tensor_indexes_an_empty_dim():
+    # index_put_(x[10:], [i], v): i indexes a dim of s0 - 10 rows, empty at the range's low end
+    g = torch.fx.Graph()
+    x, i, v = g.placeholder("x0"), g.placeholder("x1"), g.placeholder("x2")
+    part = g.call_function(aten.slice.Tensor, (x, 0, 10, 9223372036854775807))
+    g.call_function(aten.index_put_.default, (part, [i], v))
+    g.output((g.call_function(aten.mul.Tensor, (x, 2.0)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    case = symbolize(GraphCase(gm, [(torch.randn(11), torch.tensor([0]), torch.randn(1))]))
+    assert case.symbols[0].min == 10
+    assert inputs_at(case, {"s0": 11})[2].item() == 0
+    with pytest.raises(ValueError, match="input 2 indexes a dim of size s0 - 10 = 0"):
+        inputs_at(case, {"s0": 10})
+
+
 def test_symbolic_inputs_are_fake_tensors_of_symbolic_sizes_in_a_fresh_shape_env():
     mode, (s0, x, w) = symbolic_inputs(symbolize(_case()))
     assert isinstance(s0, torch.SymInt) and x.shape[0] is not None and isinstance(x.shape[0], torch.SymInt)

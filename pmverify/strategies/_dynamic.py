@@ -148,8 +148,8 @@ def _checked(case: GraphCase) -> GraphCase:
     if case.tp_world > 1:
         return case
     for sizes in size_points(case)[1:]:
-        inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs_at(case, sizes)]
         try:
+            inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs_at(case, sizes)]
             with torch.no_grad():
                 case.gm(*inputs)
         except Exception:  # noqa: BLE001 - any failure: the graph is not valid at these sizes

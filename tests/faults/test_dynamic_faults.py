@@ -38,11 +38,11 @@ def test_the_int_view_matcher_matches_static_graphs_and_never_symbolic_ones():
     ((_, cases),) = row.families()
     seen = []
 
+    # only symbolic cases with must-match instances test anything; the filter, not the draw's luck,
+    # makes sure some are drawn (about a third of the family's draws are static or plant no match)
     @_SETTINGS
-    @given(cases)
+    @given(cases.filter(lambda case: case.symbols and case.expected_matches))
     def check(case):
-        if not case.symbols or not case.expected_matches:
-            return
         seen.append(case)
         assert pmverify.check_case(row.pass_cls, case.source).ok
         result = pmverify.check_case(row.pass_cls, case)
