@@ -60,6 +60,7 @@ def test_one_rotation_covers_every_tp_world_static_and_dynamic():
     ]
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_fuzz_finds_fault_and_exits_1(tmp_path, capsys):
     report = tmp_path / "r.json"
     code = main(
@@ -157,6 +158,7 @@ def test_a_bad_pmverify_seed_is_refused_at_start_up(command, bad, monkeypatch, c
     assert err == f"pmverify {command}: PMVERIFY_SEED='abc' is not an int (the seed of pmverify.verify(seed=None))\n"
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_fuzz_searches_a_fault_in_its_own_families(tmp_path, capsys):
     """A fault outside the QK-norm domain is fuzzed on its bank row's cases; the real-model check,
     which builds passes from a QKNormConfig, is skipped with the reason."""

@@ -41,6 +41,7 @@ def _compile_config():
     return snapshot
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_shipped_pass_compiled(case):
     config = _compile_config()
     result = check_case(QKNormFusionPass, case, mode="compiled")

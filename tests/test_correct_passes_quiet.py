@@ -86,6 +86,7 @@ def test_a_correct_pass_is_quiet_over_300_cases(name, tmp_path):
     assert summary.rewritten_cases > 30, summary.describe()
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_the_multi_output_fusion_is_a_finding_only_in_strict_order(tmp_path):
     """Correct values; Inductor's pattern entry leaves it before a late input, which Inductor's own
     sort repairs: quiet by default (above), a structure finding with ``strict_order=True``."""

@@ -359,6 +359,7 @@ def test_tp_faults_are_caught_on_random_worlds(fault, tmp_path, finding_only):
     assert error.case.tp_world > 1
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_shipped_pass_is_quiet_on_tp_cases():
     results = _quiet(QKNormFusionPass, qk_norm_tp_cases(), max_examples=10)
     assert all(r.ok for r in results)

@@ -242,6 +242,7 @@ def test_fuzz_refuses_two_documents_in_one_file(tmp_path, capsys):
     assert not (tmp_path / "same.json").exists()
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_fuzz_report_to_stdout_is_the_whole_stdout_and_a_linked_junit_stays_a_link(tmp_path, monkeypatch, capsys):
     """A real (short) job: the JSON report is written once, after the summary, alone on stdout
     (the progress and summary go to stderr); no checkpoint reaches it."""

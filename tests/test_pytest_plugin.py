@@ -225,6 +225,7 @@ def _draws(pytester, monkeypatch, run, *args):
     return (pytester.path / f"draws-{run}.txt").read_text().splitlines(), result
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_the_ci_profile_pins_the_seed_per_test(pytester, clean_env, monkeypatch):
     pytester.makepyfile(test_draws=DRAWS)
     first, result = _draws(pytester, monkeypatch, "a", "--pmverify-profile", "ci")

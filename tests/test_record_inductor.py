@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from pmverify._record import plain_tensors
@@ -52,6 +53,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_record_inductor_in_a_fresh_process_and_after_inductor_initialised():
     run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -58,6 +58,7 @@ def test_unimportable_oracle_is_refused():
     assert "oracles=['semantics']" in render(_case(), QKNormFusionPass, [], oracles="semantics")
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_reproducer_runs_from_elsewhere_and_exits_2_when_it_cannot_import(tmp_path, monkeypatch):
     """The folder the script was written from is on its path (the pass's module imports from any
     folder); a pass module that cannot be imported exits 2, not 1 (1 means "still wrong")."""
@@ -119,6 +120,7 @@ def test_ops_that_import_torch_does_not_register_are_imported():
     compile(source, "repro.py", "exec")
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_a_symbolic_case_round_trips_and_its_finding_reproduces(tmp_path, monkeypatch):
     """The script of a symbolic case rebuilds its ``Sym`` placeholder, the size arithmetic
     (``2 * s0``) and ``symbols=`` / ``input_dims=``: the rebuilt case is symbolic, and a pass that

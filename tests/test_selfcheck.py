@@ -24,7 +24,15 @@ def _run(tmp_path, *argv: str) -> tuple[int, dict]:
     return code, json.loads(report.read_text())
 
 
-@pytest.mark.parametrize("name", list(BANK))
+#: The fault whose selfcheck runs in the default suite (a few seconds); every fault runs in the slow
+#: step. Each fault also has its own tests of being caught by its oracles (tests/test_faults.py,
+#: tests/faults/), which stay in the default suite.
+_DEFAULT_SELFCHECK = "RMSNormHardCodedEps"
+
+
+@pytest.mark.parametrize(
+    "name", [name if name == _DEFAULT_SELFCHECK else pytest.param(name, marks=pytest.mark.slow) for name in BANK]
+)
 def test_selfcheck_detects_each_fault(name, tmp_path, capsys):
     code, data = _run(tmp_path, "--fault", name, "--max-examples", MAX_EXAMPLES, "--no-shrink")
     assert code == 0

@@ -38,6 +38,7 @@ def test_shipped_pass_with_fixed_config():
     verify(QKNormFusionPass(config), qk_norm_cases(config), max_examples=10)
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_wrong_rounding_order_is_found_with_runnable_reproducer(tmp_path):
     config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
     with pytest.raises(PassVerificationError) as info:
@@ -60,6 +61,7 @@ def test_wrong_rounding_order_is_found_with_runnable_reproducer(tmp_path):
     assert "qk_norm" in text  # the fused op inserted, marked in the graph after the pass
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_reproducer_exits_zero_once_the_pass_is_fixed(tmp_path):
     config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
     with pytest.raises(PassVerificationError) as info:
@@ -173,6 +175,7 @@ class _WrongOnFirstCalls(QKNormFusionPass):
             super().__call__(graph)
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_flaky_pass_still_raises_pass_verification_error(tmp_path):
     config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
     _WrongOnFirstCalls.calls = 0
@@ -181,6 +184,7 @@ def test_flaky_pass_still_raises_pass_verification_error(tmp_path):
     assert "flaky" in str(info.value)
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_reproducer_of_unrebuildable_pass_says_so(tmp_path):
     config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
     wrong = QKNormWrongRoundingOrder(config)

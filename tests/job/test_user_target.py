@@ -78,6 +78,7 @@ def test_a_target_factory_is_told_from_a_pass_and_keeps_its_declarations():
         sys.path.remove(str(HERE))
 
 
+@pytest.mark.slow  # end to end: runs in the slow step
 def test_a_user_targets_extra_check_runs_in_its_worker_and_is_reported(tmp_path):
     done, report = _fuzz(tmp_path, "--target", "_user_target:checked", real_model=True)
     assert done.returncode == 1, done.stdout + done.stderr  # never_matched, as above
