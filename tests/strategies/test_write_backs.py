@@ -105,6 +105,11 @@ _FEATURES = {
 def test_each_write_back_feature_is_drawn(feature):
     case = first(with_mutations(base_cases()), _FEATURES[feature])
     assert _check_write_backs(case)
+    # The ground truth is Inductor's: the shipped pass (a PatternMatcherPass) rewrites exactly the
+    # must-match instances (not an instance whose intermediate is written back, nor one a copy_ splits).
+    result = pmverify.check_case(QKNormFusionPass, case)
+    assert result.ok, result.violations
+    assert result.rewrite_count == case.expected_matches
 
 
 def test_the_reader_sees_the_written_value():
