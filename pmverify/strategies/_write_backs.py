@@ -9,11 +9,12 @@ value, and must not move a read of the written input across the ``copy_``.
 
 A write-back reads ``v`` (an output or an intermediate of a planted instance: a floating tensor of
 at least one dim and element) and writes a graph input of ``v``'s shape and dtype that ``v`` does
-not alias, or a new input made with ``v``'s shape and dtype (the input a functionalized program
-mutates). It goes where functionalization and Inductor's passes put write-backs: at the end of the
-graph (just before the output), or at any node of the case after ``v`` (right after ``v`` the
-first among them). Optionally the written input is read again later (``neg`` of it, placed after
-the ``copy_`` and returned as a new graph output): that reader sees the new value.
+not alias (one the instance reads, as ``x.mul_(w)`` is written back, or another), or a new input
+made with ``v``'s shape and dtype (the input a functionalized program mutates). It goes where
+functionalization and Inductor's passes put write-backs: at the end of the graph (just before the
+output), or at any node of the case after ``v`` (right after ``v`` the first among them).
+Optionally the written input is read again later (``neg`` of it, placed after the ``copy_`` and
+returned as a new graph output): that reader sees the new value.
 
 Ground truth, as Inductor's matcher decides it:
 
@@ -116,10 +117,14 @@ def add_write_back(draw: Any, editor: Editor) -> None:
         for node in editor.inputs_at()
         if node is not root and node.meta["val"].shape == value.shape and node.meta["val"].dtype == value.dtype
     ]
-    target = draw(st.sampled_from([None, *targets]))
-    made = "input"
+    members = set(editor.instances[index])
+    read = {arg for node in members for arg in node.all_input_nodes if arg not in members}
+    pools = {"new input": [None], "input it reads": [n for n in targets if n in read]}
+    pools["input"] = [n for n in targets if n not in read]
+    made = draw(st.sampled_from([kind for kind, pool in pools.items() if pool]))
+    target = draw(st.sampled_from(pools[made]))
     if target is None:
-        target, made = editor.new_input("act", tuple(value.shape), value.dtype), "new input"
+        target = editor.new_input("act", tuple(value.shape), value.dtype)
     order = editor.order()
     original = set(editor.original)
     output = editor.graph.output_node()

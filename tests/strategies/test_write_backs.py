@@ -4,15 +4,19 @@ quiet on them; hand-written passes that leave a write-back reading a stale value
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from _mutation_checks import base_cases, check_ground_truth, check_runs, first, spans
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import pmverify
 from pmverify.faults._hand import HandRMSNorm
-from pmverify.fusions.qk_norm import QKNormFusionPass
+from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
+from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
 from pmverify.strategies._mutations import MUTATION_INSIDE, with_mutations
 from pmverify.strategies._write_backs import EXTRA_USER
 
@@ -33,6 +37,13 @@ def _write_backs(case):
 
 def _instance_of(case, node):
     return next(i for i, instance in enumerate(case.planted) if node.name in instance.nodes)
+
+
+def _reads(case, index):
+    """The nodes outside instance ``index`` that its nodes read."""
+    by_name = {node.name: node for node in case.gm.graph.nodes}
+    members = {by_name[name] for name in case.planted[index].nodes}
+    return {arg for node in members for arg in node.all_input_nodes if arg not in members}
 
 
 def _is_intermediate(case, index, node, backs):
@@ -79,10 +90,20 @@ def _spans_write_back(case):
     return False
 
 
+@functools.cache
+def _plain_rms_case():
+    """An RMS norm of a graph input x [2, 6] (float32): its result has x's shape and dtype."""
+    config = QKNormConfig(q_size=6, kv_size=6, eps=1e-5, dtype=torch.float32, max_tokens=4)
+    return build_case(config, [make_layer(config, "rms_norm", tokens=2)])
+
+
 _FEATURES = {
     "a write-back": lambda c: bool(_write_backs(c)),
     "into a new input": lambda c: any(n.args[0].name.startswith("mut_act") for n in _write_backs(c)),
     "into an existing input": lambda c: any(not n.args[0].name.startswith("mut_") for n in _write_backs(c)),
+    "into an input the instance reads": lambda c: any(
+        n.args[0] in _reads(c, _instance_of(c, n.args[1])) for n in _write_backs(c)
+    ),
     "of an output, instance still must match": lambda c: any(
         p.must_match is True and n.args[1].name in p.nodes for n in _write_backs(c) for p in c.planted
     ),
@@ -103,7 +124,9 @@ _FEATURES = {
 
 @pytest.mark.parametrize("feature", sorted(_FEATURES))
 def test_each_write_back_feature_is_drawn(feature):
-    case = first(with_mutations(base_cases()), _FEATURES[feature])
+    # base_cases' norms read computed values; a plain RMS norm reads a graph input of its result's shape
+    cases = st.just(_plain_rms_case()) if feature == "into an input the instance reads" else base_cases()
+    case = first(with_mutations(cases), _FEATURES[feature])
     assert _check_write_backs(case)
     # The ground truth is Inductor's: the shipped pass (a PatternMatcherPass) rewrites exactly the
     # must-match instances (not an instance whose intermediate is written back, nor one a copy_ splits).
