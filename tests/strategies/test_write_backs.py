@@ -98,7 +98,6 @@ def _plain_rms_case():
 
 
 _FEATURES = {
-    "a write-back": lambda c: bool(_write_backs(c)),
     "into a new input": lambda c: any(n.args[0].name.startswith("mut_act") for n in _write_backs(c)),
     "into an existing input": lambda c: any(not n.args[0].name.startswith("mut_") for n in _write_backs(c)),
     "into an input the instance reads": lambda c: any(
@@ -148,7 +147,7 @@ def test_the_reader_sees_the_written_value():
     torch.testing.assert_close(outputs[returned.index(reader)], -written)
 
 
-@settings(max_examples=6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=4, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(with_mutations(qk_norm_cases(max_instances=2), max_mutations=2))
 def test_shipped_pass_meets_the_ground_truth_with_write_backs(case):
     assume(_write_backs(case))
