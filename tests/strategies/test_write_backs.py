@@ -18,6 +18,7 @@ from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
 from pmverify.strategies._mutations import MUTATION_INSIDE, with_mutations
+from pmverify.strategies._tp import tp_cases
 from pmverify.strategies._write_backs import EXTRA_USER
 
 aten = torch.ops.aten
@@ -207,3 +208,18 @@ def test_a_symbolic_case_keeps_its_write_back_symbolic():
     result = pmverify.check_case(QKNormFusionPass, case)
     assert result.ok, result.violations
     assert result.rewrite_count == case.expected_matches
+
+
+def test_a_tensor_parallel_case_gets_a_replicated_new_input():
+    small = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.bfloat16, max_tokens=4)
+    cases = with_mutations(tp_cases(qk_norm_cases(small), tp_world=st.just(2)))
+    case = first(cases, lambda c: any(n.args[0].name.startswith("mut_act") for n in _write_backs(c)))
+    _check_write_backs(case)  # runs on both ranks
+    placeholders = case.gm.graph.find_nodes(op="placeholder")
+    for node in _write_backs(case):
+        if node.args[0].name.startswith("mut_act"):
+            i = placeholders.index(node.args[0])
+            assert type(case.placements[i]).__name__ == "Replicate"
+            assert torch.equal(case.inputs[0][i], case.inputs[1][i])
+    result = pmverify.check_case(QKNormFusionPass, case)
+    assert result.ok, result.violations
