@@ -1,15 +1,18 @@
 """``with_mutations``: the in-place form of a case, as ``torch.fx.symbolic_trace`` and pre-grad
 graphs have it.
 
-A drawn case is extended by 1..``max_mutations`` in-place aten ops (``add_``, ``mul_``, ``copy_``,
-``index_put_``) on graph inputs, on buffers (nodes computing fresh tensors) and on views of either
-(``slice`` / ``select`` / ``view`` made just before the op), placed before, inside or after planted
-instances. Later uses read the mutated tensor through the *same node*: nothing but graph order tells
-a reader that it sees the new value (the missing data edge that ``auto_functionalized`` exists to
-add). Ground truth: each op is a :class:`~pmverify.MutationSite`; a must-match instance whose span
-(from its first to its last node, in graph order) holds a node that Inductor's ``is_mutation_op``
-calls a mutation becomes ``must_match=False, reason="mutation_inside"``: ``PatternMatcherPass.apply``
-discards a match whose nodes lie in two mutation regions.
+A drawn case is extended by 1..``max_mutations`` mutations. Each is an in-place aten op (``add_``,
+``mul_``, ``copy_``, ``index_put_``) on a graph input, a buffer (a node computing a fresh tensor) or
+a view of either (``slice`` / ``select`` / ``view`` made just before the op), placed before, inside
+or after a planted instance; or, where a planted instance computes a value, a write-back of that
+value into a graph input (``copy_``, as functionalization writes a mutated input back:
+:mod:`._write_backs`). Later uses read the mutated tensor through the *same node*: nothing but graph
+order tells a reader that it sees the new value (the missing data edge that ``auto_functionalized``
+exists to add). Ground truth: each op is a :class:`~pmverify.MutationSite`; a must-match instance
+whose span (from its first to its last node, in graph order) holds a node that Inductor's
+``is_mutation_op`` calls a mutation becomes ``must_match=False, reason="mutation_inside"``:
+``PatternMatcherPass.apply`` discards a match whose nodes lie in two mutation regions; one whose
+intermediate a write-back reads becomes ``reason="extra_user"``.
 
 Every choice is drawn from what applies at the drawn position (shapes, dtypes, which nodes are
 defined there and read later), so no draw is rejected: the rejection rate is 0%. The helpers here
@@ -36,6 +39,7 @@ from .._validation import validate_int, validate_strategy
 from ._drawn import validate_drawn_case
 from ._dynamic import Dynamic, resymbolize, validate_dynamic
 from ._public import public_call
+from ._write_backs import WRITE_BACK, add_write_back, mark_write_back_readers, write_back_sources
 
 __all__ = [
     "with_mutations",
@@ -47,6 +51,7 @@ __all__ = [
     "POSITIONS",
     "TARGET_KINDS",
     "MUTATION_INSIDE",
+    "MUTATION_KINDS",
 ]
 
 aten = torch.ops.aten
@@ -59,6 +64,10 @@ TARGET_KINDS = ("input", "buffer", "view")
 VIEW_KINDS = ("slice", "select", "flatten")
 #: In-place aten ops drawn by :func:`with_mutations`, simplest first.
 INPLACE_OPS = ("add_.Scalar", "add_.Tensor", "mul_.Scalar", "mul_.Tensor", "copy_", "index_put_")
+#: Kinds of mutation drawn by :func:`with_mutations`, simplest first: an in-place op of
+#: :data:`INPLACE_OPS`, or a write-back (``copy_`` of a value computed inside a planted instance
+#: into a graph input, see :mod:`._write_backs`).
+MUTATION_KINDS = ("inplace", WRITE_BACK)
 #: ``PlantedInstance.reason`` of an instance with a mutation inside its span.
 MUTATION_INSIDE = "mutation_inside"
 
@@ -173,6 +182,8 @@ class Editor:
         self.mutated: set[torch.fx.Node] = set()  # bases a functional op already rewrote
         self.protected: set[torch.fx.Node] = set()  # inputs no op may write
         self.tags: list[str] = []
+        #: write-backs (``copy_`` of a planted instance's value into a graph input) added so far
+        self.write_backs: set[torch.fx.Node] = set()
         #: whether the result is symbolized: index_put_ then writes rows every size of a symbolic
         #: dim has (its index input is not resized with it)
         self.symbolic = False
@@ -346,7 +357,9 @@ class Editor:
         self.graph.lint()
         self.gm.recompile()
         propagate_fake(self.gm, tuple(self.inputs[0]))
-        planted = mark_mutations_inside(self.graph, self.case.planted)
+        # A write-back's extra user first: it outlasts functionalization, a barrier does not.
+        planted = mark_write_back_readers(self.graph, self.case.planted, {n.name for n in self.write_backs})
+        planted = mark_mutations_inside(self.graph, planted)
         label = f"{self.case.label} + {', '.join(self.tags)}" if self.case.label else ", ".join(self.tags)
         return dataclasses.replace(
             self.case,
@@ -418,15 +431,25 @@ def _add_inplace(draw: Any, editor: Editor) -> None:
     editor.tags.append(f"{name}@{placement}({kind if view is None else view[0] + ' of ' + base.op})")
 
 
+def _add_mutation(draw: Any, editor: Editor) -> None:
+    """One mutation of a drawn kind (:data:`MUTATION_KINDS`; a write-back only where a planted
+    instance computes a value to write back)."""
+    kinds = MUTATION_KINDS if write_back_sources(editor) else MUTATION_KINDS[:1]
+    if draw(st.sampled_from(kinds)) == WRITE_BACK:
+        add_write_back(draw, editor)
+    else:
+        _add_inplace(draw, editor)
+
+
 @st.composite
 def _inplace_cases(draw: Any, cases: st.SearchStrategy, max_mutations: int, dynamic: Dynamic | None) -> GraphCase:
     case = draw(cases)
     validate_drawn_case("cases", case)
     editor = Editor(static_source(case), draw(st.integers(0, 2**32 - 1)))
     editor.symbolic = bool(case.symbols) if dynamic is None else bool(dynamic)
-    _add_inplace(draw, editor)
+    _add_mutation(draw, editor)
     while len(editor.mutations) < max_mutations and draw(st.booleans()):
-        _add_inplace(draw, editor)
+        _add_mutation(draw, editor)
     return resymbolize(draw, editor.finish("inplace"), case, dynamic)
 
 
@@ -452,11 +475,20 @@ def with_mutations(
     in ``placements`` of a tensor-parallel case). Every case runs eagerly, lints and re-propagates
     under FakeTensorProp.
 
+    Where a planted instance computes a floating tensor, a mutation may instead be a *write-back*
+    (half the draws), as functionalization writes a mutated input back: ``copy_(input, v)`` of a
+    node ``v`` of the instance (an output first, or an intermediate) into a graph input of ``v``'s
+    shape and dtype that ``v`` does not alias, or into a new input of that shape and dtype; placed
+    at the end of the graph or at a node of the case after ``v``, and maybe read again after it
+    (``neg`` of the input, returned): see :mod:`pmverify.strategies._write_backs`.
+
     Ground truth: ``case.mutations`` gains a :class:`~pmverify.MutationSite` per op (``mutated`` is
     the written input or buffer, not the view); a must-match instance with a mutation inside its
     span becomes ``must_match=False, reason="mutation_inside"`` (see
-    :func:`mark_mutations_inside`). Shrinks toward one ``add_`` of a scalar to a graph input,
-    before the first instance.
+    :func:`mark_mutations_inside`); one whose intermediate (a node read only inside it, not
+    returned) a write-back reads becomes ``must_match=False, reason="extra_user"`` (Inductor's
+    matcher counts an intermediate's users; a write-back of an output leaves it a match). Shrinks
+    toward one ``add_`` of a scalar to a graph input, before the first instance.
 
     - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
       :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`; its instance nodes may be interleaved with context.
