@@ -285,7 +285,13 @@ def with_mutating_custom_ops(
 
     The ops are those of :mod:`pmverify.strategies._custom_ops` (``pmverify_testing::add_into``:
     one mutated arg and a tensor output; ``scale_shift`` / ``mix3``: two / three mutated args and
-    no output; ``tanh_out``: a mutated arg named ``out``). The first mutated arg is a graph input, a
+    no output; ``tanh_out``: a mutated arg named ``out``; ``reverse_into`` / ``roll_into`` /
+    ``cummean_into`` / ``transpose_into``: ``out`` written row by row while ``x`` is still read, so
+    that ``op(x, out=x)`` computes other values; ``transpose_into`` on square 2-d tensors only, a
+    2-d target being sliced square). For the ops of one mutated ``out`` and one operand ``x``, half
+    the calls are ``y = x.clone(); op(x, out=y)`` (``out`` a ``clone`` of the very ``x`` the op reads;
+    ``x`` a buffer no node reads after the op where there is one, the shape where a reinplacing pass
+    may drop the clone, else the drawn target). The first mutated arg is a graph input, a
     buffer (a node outside every planted instance computing a fresh floating tensor) or a view of
     either (``slice``, ``select``, ``view(-1)``; views of instance inputs first); further mutated
     args and read-only operands have its shape and dtype and are new inputs (values in [-2, 2), the
