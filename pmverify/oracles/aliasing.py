@@ -29,11 +29,14 @@ Two different graph inputs are taken not to alias (Inductor's post-grad graphs g
 it: the arguments it does not clone are written in place, and its new values alias them.
 
 **Only what the pass introduced**: the same rule on the graph before the pass; a finding there
-(same op, same two arguments, same storage) is the original program's and is not reported.
+(same op, same two arguments, same storage) is the original program's and is not reported (where
+the pass rebuilt the storage's allocating node, under a new name: as many as the graph before the
+pass had of that op and those arguments).
 """
 
 from __future__ import annotations
 
+import collections
 import operator
 from collections.abc import Iterator
 from typing import Any
@@ -273,10 +276,15 @@ def check(pair: RunPair) -> list[Violation]:
     call (see the module docstring). Returns [] when the pass raised; never raises on a finding."""
     if pair.after is None:
         return []
-    before = {(op, w_name, r_name, root) for _, op, w_name, _, r_name, _, root in aliased_calls(pair.before.graph)}
+    found_before = aliased_calls(pair.before.graph)
+    before = {(op, w_name, r_name, root) for _, op, w_name, _, r_name, _, root in found_before}
+    # A call whose storage the pass rebuilt (a new allocating node) is matched by op and arguments.
+    unmatched = collections.Counter((op, w_name, r_name) for _, op, w_name, _, r_name, _, _ in found_before)
+    names = {node.name for node in pair.before.graph.nodes}
     violations = []
     for node, op, w_name, w, r_name, r, root in aliased_calls(pair.after.graph):
-        if (op, w_name, r_name, root) in before:
+        if (op, w_name, r_name, root) in before or (root not in names and unmatched[(op, w_name, r_name)] > 0):
+            unmatched[(op, w_name, r_name)] -= 1
             continue  # the original program already made this call on aliased arguments
         violations.append(
             Violation(

@@ -88,6 +88,23 @@ def test_an_alias_the_original_graph_had_is_not_the_pass_doing():
 
     assert check_case(neg_to_mul, case, oracles=["aliasing"]).ok
 
+    def rebuild_x(graph):  # the storage's allocation rebuilt under another name
+        (x,) = [node for node in graph.nodes if node.name == "x"]
+        with graph.inserting_after(x):
+            twice = graph.call_function(aten.add.Tensor, (x.args[0], x.args[0]))
+        x.replace_all_uses_with(twice)
+        graph.erase_node(x)
+
+    assert check_case(rebuild_x, case, oracles=["aliasing"]).ok
+
+    def second_alias(graph):  # a second such call, on another storage, is the pass's
+        (call,) = graph.find_nodes(op="call_function", target=op("reverse_into"))
+        with graph.inserting_after(call):
+            y = graph.call_function(aten.mul.Tensor, (call.args[0], 3.0))
+            graph.call_function(op("reverse_into"), (y, y))
+
+    assert [v.oracle for v in check_case(second_alias, case, oracles=["aliasing"]).violations] == ["aliasing"]
+
 
 def _inplace_case(read_view: bool) -> GraphCase:
     g = torch.fx.Graph()
