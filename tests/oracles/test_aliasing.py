@@ -206,3 +206,42 @@ def test_finds_inductors_noop_clone_removal_before_reinplacing(version):
     (message,) = _messages(result)
     assert "pmverify_testing.cummean_into.default) writes argument `out` (`x`) and reads argument `x` (`x`)" in message
     assert _messages(result, "semantics")
+
+
+_LIB = None
+
+
+def _add_flipped(x: torch.Tensor, y: torch.Tensor) -> None:
+    x.add_(y.flip(0))
+
+
+def _alias_ops():
+    """``shared(Tensor(a!) x, Tensor(a) y)`` (the schema allows y to alias x) and ``apart(Tensor(a!)
+    x, Tensor y)``, both ``x += y.flip(0)``; defined once per process."""
+    global _LIB
+    if _LIB is None:
+        _LIB = torch.library.Library("pmverify_alias_test", "FRAGMENT")
+        _LIB.define("shared(Tensor(a!) x, Tensor(a) y) -> ()")
+        _LIB.define("apart(Tensor(a!) x, Tensor y) -> ()")
+        for name in ("shared", "apart"):
+            _LIB.impl(name, _add_flipped, "CompositeExplicitAutograd")
+    return torch.ops.pmverify_alias_test.shared.default, torch.ops.pmverify_alias_test.apart.default
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_a_schema_that_shares_the_alias_set_allows_the_read(allowed):
+    shared, apart = _alias_ops()
+    g = torch.fx.Graph()
+    a = g.placeholder("a")
+    x = _call(g, "x", aten.mul.Tensor, a, 2.0)
+    y = _call(g, "y", aten.mul.Tensor, a, 3.0)
+    _call(g, "call", shared if allowed else apart, x, y)
+    g.output((x,))
+    case = GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.rand(4, 3),)], form="inplace")
+
+    def read_x(graph):
+        (call,) = [node for node in graph.nodes if node.name == "call"]
+        call.args = (call.args[0], call.args[0])
+
+    result = check_case(read_x, case, oracles=["aliasing"])
+    assert result.ok == allowed, result.violations
