@@ -11,7 +11,7 @@ from ._apply import apply_direct
 from ._case import GraphCase
 from ._execution import RunPair
 from .distributed import SPMDTimeoutError
-from .oracles import ORACLES, Violation, semantics
+from .oracles import ORACLES, Violation, aliasing, semantics
 from .oracles.expectations import matched_instances, rewrite_count
 
 __all__ = ["CaseResult", "check_case", "judged_by", "MODES"]
@@ -119,6 +119,7 @@ def _judges_cache_key(pair: RunPair) -> bool:
 _JUDGES: dict[str, Callable[[RunPair], bool]] = {
     "mutation_barriers": _mutates,
     "functionalization": _auto_functionalized,
+    "aliasing": lambda pair: aliasing.writes_in_place(pair.after.graph),
     "tensor_parallel": lambda pair: pair.case.tp_world > 1 and bool(pair.ranks),
     "expectations": _judges_expectations,
     "cache_key": _judges_cache_key,
@@ -132,6 +133,7 @@ def judged_by(pair: RunPair, names: Sequence[str], void_reason: str | None) -> t
     """The oracles of ``names`` that had something to judge on ``pair``: none when the pass raised;
     ``semantics`` when the case is not void; ``mutation_barriers`` when the graph has an in-place op;
     ``functionalization`` when it has an auto_functionalized node (before or after the pass);
+    ``aliasing`` when the graph after the pass writes an argument in place;
     ``tensor_parallel`` on more than one rank; ``expectations`` when an instance is planted with a
     verdict (in compiled mode: and the pass's rewrites can be counted); ``cache_key`` for a pass
     with ``uuid()`` and a configuration; ``compile_ranges`` for a pass with

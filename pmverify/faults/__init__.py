@@ -7,6 +7,7 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.casts`: a replacement's dtype casts (cast order, fp32 upcast, weight dtype);
 - :mod:`.buffers`: an uninitialized buffer;
 - :mod:`.mutations`: mutation regions and ``auto_functionalized`` tuples;
+- :mod:`.aliasing`: a reinplacing that lets an op read what it writes;
 - :mod:`.matching`: what a matcher matches and where it inserts (also a multi-output replacement
   left before its input, a finding only with ``strict_order``);
 - :mod:`.scalars`: dropped scalar kwargs (with :func:`~.scalars.addmm_cases`), an ``alpha`` a
@@ -57,6 +58,7 @@ __all__ = [
     "QKNormFakeImplConcreteRows",
     "QKNormAppliesOutsideRange",
     "HandHeadRMSNormIntViews",
+    "ReinplaceReadsWhatItWrites",
 ]
 
 #: Where each name lives, imported on first use (PEP 562): importing this package imports neither
@@ -94,6 +96,7 @@ _HOMES = {
     "QKNormAppliesOutsideRange": ".dynamic",
     "HandHeadRMSNormIntViews": ".dynamic",
     "HeadRMSNormConfig": ".dynamic",
+    "ReinplaceReadsWhatItWrites": ".aliasing",
     "head_rms_norm_pattern": ".dynamic",
 }
 

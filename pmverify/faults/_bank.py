@@ -12,6 +12,7 @@ from hypothesis.strategies import SearchStrategy
 
 from ..fusions.qk_norm.testing.target import rotation
 from ._common import DtypesConfig
+from .aliasing import ReinplaceReadsWhatItWrites
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
@@ -109,6 +110,15 @@ def _kernel() -> Families:
         min_tokens=257, max_tokens=320, dtypes=(torch.float32, torch.float16), forms=("qk_norm", "qk_norm_split3")
     )
     return [("qk_norm_cases", cases)]
+
+
+def _custom_ops() -> Families:
+    """The QK-norm cases with mutating custom ops (``with_mutating_custom_ops``, v1 and v2): among
+    them ``y = x.clone(); op(x, out=y)``, with the order-dependent ops."""
+    from ..fusions.qk_norm.testing import qk_norm_cases
+    from ..strategies import with_mutating_custom_ops
+
+    return [("with_mutating_custom_ops", with_mutating_custom_ops(qk_norm_cases()))]
 
 
 def _with_config(cases: SearchStrategy, config: Any) -> SearchStrategy:
@@ -229,5 +239,7 @@ BANK: dict[str, Fault] = {
         Fault(QKNormAppliesOutsideRange, "pass applies outside its compile range",
               ("compile_ranges", "semantics"), _dynamic_qk),
         Fault(HandHeadRMSNormIntViews, "hand matcher compares view sizes with ints", ("expectations",), _head_rms),
+        Fault(ReinplaceReadsWhatItWrites, "reinplacing lets an op read what it writes", ("aliasing", "semantics"),
+              _custom_ops),
     )
 }  # fmt: skip

@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from .._execution import MatchRecord, RankResults, Repropagation, RunPair
 from . import (
+    aliasing,
     cache_key,
     compile_ranges,
     expectations,
@@ -54,6 +55,7 @@ ORACLES: dict[str, Oracle] = {
     "semantics": semantics.check,
     "mutation_barriers": mutation_barriers.check,
     "functionalization": functionalization.check,
+    "aliasing": aliasing.check,
     "tensor_parallel": tensor_parallel.check,
     "expectations": expectations.check,
     "cache_key": cache_key.check,
@@ -68,6 +70,7 @@ __all__ = [
     "Repropagation",
     "RunPair",
     "Violation",
+    "aliasing",
     "cache_key",
     "compile_ranges",
     "expectations",

@@ -40,7 +40,7 @@ from .._validation import validate_choices, validate_strategy
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
 from ._drawn import validate_drawn_case
 from ._dynamic import Dynamic, resymbolize, validate_dynamic
-from ._mutations import Editor, apply_view, meta_val
+from ._mutations import Editor, _view_node, apply_view, meta_val
 from ._public import public_call
 
 __all__ = ["with_mutating_custom_ops", "VERSIONS"]
@@ -149,19 +149,60 @@ def _return(editor: Editor, nodes: Sequence[torch.fx.Node]) -> None:
         output.args = ((result, *nodes),)
 
 
+def _squared(kind: str, view: tuple[Any, ...] | None, target: torch.Tensor) -> tuple[str, Any, torch.Tensor] | None:
+    """A 2-d ``target`` (a whole tensor) made square by slicing its longer dim; None when it is not
+    2-d or is already a view."""
+    if target.dim() != 2 or view is not None:
+        return None
+    rows, cols = target.shape
+    square = ("slice", 0 if rows > cols else 1, 0, min(rows, cols))
+    return "view", square, apply_view(target, square)
+
+
+def _cloned_operand(editor: Editor, slot: torch.fx.Node, base: torch.fx.Node, view: Any) -> tuple[Any, Any]:
+    """``(x, clone(x))`` inserted before ``slot``: ``x`` is ``base`` seen through ``view``."""
+    with editor.graph.inserting_before(slot):
+        x = base if view is None else _view_node(editor.graph, base, view)
+        if view is not None:
+            x.meta["val"] = apply_view(meta_val(base), view)
+        clone = editor.graph.call_function(torch.ops.aten.clone.default, (x,))
+    clone.meta["val"] = meta_val(x).clone()
+    return x, clone
+
+
 def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies: list) -> None:
-    spec: CustomOpSpec = draw(st.sampled_from(CUSTOM_OPS))
-    version = draw(st.sampled_from(versions))
     placement, index, slot = editor.draw_slot(draw)
     kind, base, view, target = editor.draw_target(draw, slot, read_later=False, instance=index)
+    squared = _squared(kind, view, target)
+    choices = [s for s in CUSTOM_OPS if s.takes(tuple(target.shape)) or (s.shapes == "square" and squared)]
+    spec: CustomOpSpec = draw(st.sampled_from(choices))
+    if not spec.takes(tuple(target.shape)):
+        kind, view, target = squared
+    version = draw(st.sampled_from(versions))
+    # `y = x.clone(); op(x, out=y)`: the op writes a clone of the very tensor it reads, which a
+    # reinplacing pass may not turn into `op(x, out=x)`.
+    cloned = None
+    if spec.mutated == ("out",) and spec.operands == ("x",) and draw(st.booleans()):
+        # x is, first, a buffer nothing reads after the op: a reinplacing pass may then drop the clone.
+        later = set(editor.buffers_at(slot, read_later=True))
+        dead = [
+            b
+            for b in editor.buffers_at(slot, read_later=False)
+            if b not in later and spec.takes(tuple(meta_val(b).shape))
+        ]
+        choice = draw(st.sampled_from([*dead, None]))
+        if choice is not None:
+            base, view = choice, None
+        cloned, base = _cloned_operand(editor, slot, base, view)
+        kind, view, target = "clone", None, meta_val(base)
     shape, dtype = tuple(target.shape), target.dtype
     bases = [base]
     for _ in spec.mutated[1:]:  # further mutated args: same shape and dtype, whole tensors
         choices = [None, *editor.same_like(slot, target, set(bases))]
         other = draw(st.sampled_from(choices))
         bases.append(editor.new_input("act", shape, dtype) if other is None else other)
-    operands = []
-    for _ in spec.operands:
+    operands = [] if cloned is None else [cloned]
+    for _ in spec.operands[len(operands) :]:
         choices = [None, *editor.same_like(slot, target, set(bases))]
         other = draw(st.sampled_from(choices))
         operands.append(editor.new_input("act", shape, dtype) if other is None else other)
@@ -198,6 +239,8 @@ def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies:
             returned.append(new)
     _return(editor, [n for n in returned if not n.users])
     where = f"{kind if view is None else view[0] + ' of ' + base.op}"
+    if cloned is not None:
+        where = f"out=clone(x) of {cloned.op}"
     editor.tags.append(f"{spec.name}@v{version}:{placement}({where}{', early copy_' if early else ''})")
 
 
@@ -242,7 +285,13 @@ def with_mutating_custom_ops(
 
     The ops are those of :mod:`pmverify.strategies._custom_ops` (``pmverify_testing::add_into``:
     one mutated arg and a tensor output; ``scale_shift`` / ``mix3``: two / three mutated args and
-    no output; ``tanh_out``: a mutated arg named ``out``). The first mutated arg is a graph input, a
+    no output; ``tanh_out``: a mutated arg named ``out``; ``reverse_into`` / ``roll_into`` /
+    ``cummean_into`` / ``transpose_into``: ``out`` written row by row while ``x`` is still read, so
+    that ``op(x, out=x)`` computes other values; ``transpose_into`` on square 2-d tensors only, a
+    2-d target being sliced square). For the ops of one mutated ``out`` and one operand ``x``, half
+    the calls are ``y = x.clone(); op(x, out=y)`` (``out`` a ``clone`` of the very ``x`` the op reads;
+    ``x`` a buffer no node reads after the op where there is one, the shape where a reinplacing pass
+    may drop the clone, else the drawn target). The first mutated arg is a graph input, a
     buffer (a node outside every planted instance computing a fresh floating tensor) or a view of
     either (``slice``, ``select``, ``view(-1)``; views of instance inputs first); further mutated
     args and read-only operands have its shape and dtype and are new inputs (values in [-2, 2), the

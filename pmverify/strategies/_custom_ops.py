@@ -15,12 +15,26 @@ inputs are in [-2, 2]):
   such as a norm still sees it); ``b += scale``. Two mutated args.
 - ``mix3(a!, b!, c!) -> None``: ``a, b, c = a + b, b - c, tanh(a)``. Three mutated args.
 - ``tanh_out(x, out!) -> None``: ``out = tanh(x)``. The mutated arg is named ``out``.
+
+Ops whose writes do not follow their reads (``x`` of any shape with at least one dim, rows along dim
+0; written row by row, in order, straight into ``out``, without a temporary, as a fused kernel
+would): called on aliased arguments, ``op(x, out=x)``, a row is read after it was written, so the
+result differs from that into a fresh ``out``. Their values stay in [-2, 2] for inputs in [-2, 2],
+aliased or not.
+
+- ``reverse_into(x, out!) -> None``: ``out = x.flip(0)`` (row ``i`` from row ``n-1-i``).
+- ``roll_into(x, out!) -> None``: ``out = x.roll(1, 0)`` (row ``i`` from row ``i-1``, row 0 from the last).
+- ``cummean_into(x, out!) -> None``: the running mean ``out[i] = x[:i+1].mean(0)`` (a running sum
+  over the rows, divided by the count).
+- ``transpose_into(x, out!) -> None``: ``out = x.t()`` for a square 2-d ``x`` (row ``i`` from column
+  ``i``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,6 +54,10 @@ class CustomOpSpec:
     - ``scalars``: names of the float args.
     - ``returns_tensor``: whether the op returns a tensor (of the mutated args' shape) or None.
     - ``args``: every arg name in schema order.
+    - ``shapes``: the shapes the op takes: ``"any"`` (every shape the strategies write: at least one
+      dim) or ``"square"`` (2-d with two equal sizes).
+    - ``order_dependent``: whether the op writes ``out`` while still reading ``x`` in another
+      order, so that ``op(x, out=x)`` computes other values than ``op(x, out=fresh)``.
     """
 
     name: str
@@ -48,6 +66,14 @@ class CustomOpSpec:
     scalars: tuple[str, ...]
     returns_tensor: bool
     args: tuple[str, ...]
+    shapes: str = "any"
+    order_dependent: bool = False
+
+    def takes(self, shape: tuple[int, ...]) -> bool:
+        """Whether the op takes tensors of ``shape``."""
+        if self.shapes == "square":
+            return len(shape) == 2 and shape[0] == shape[1]
+        return len(shape) >= 1
 
 
 #: The ops, simplest first (one mutated arg first).
@@ -56,6 +82,10 @@ CUSTOM_OPS = (
     CustomOpSpec("scale_shift", ("a", "b"), (), ("scale",), False, ("a", "b", "scale")),
     CustomOpSpec("mix3", ("a", "b", "c"), (), (), False, ("a", "b", "c")),
     CustomOpSpec("tanh_out", ("out",), ("x",), (), False, ("x", "out")),
+    CustomOpSpec("reverse_into", ("out",), ("x",), (), False, ("x", "out"), order_dependent=True),
+    CustomOpSpec("roll_into", ("out",), ("x",), (), False, ("x", "out"), order_dependent=True),
+    CustomOpSpec("cummean_into", ("out",), ("x",), (), False, ("x", "out"), order_dependent=True),
+    CustomOpSpec("transpose_into", ("out",), ("x",), (), False, ("x", "out"), "square", True),
 )
 
 _LOCK = threading.Lock()
@@ -125,11 +155,39 @@ def _define_tanh_out() -> None:
         _same("tanh_out", x, out)
 
 
+def _rows(name: str, x: Tensor, out: Tensor, square: bool = False) -> int:
+    _same(name, x, out)
+    if x.dim() < 1:
+        raise ValueError(f"{NAMESPACE}::{name}: x must have at least one dim; got a 0-d tensor")
+    if square and (x.dim() != 2 or x.shape[0] != x.shape[1]):
+        raise ValueError(f"{NAMESPACE}::{name}: x must be square 2-d; got {tuple(x.shape)}")
+    return x.shape[0]
+
+
+def _define_rows(name: str, row: Any, square: bool = False) -> None:
+    """Define ``name(x, out!)``: ``out[i] = row(x, i)`` for i = 0, 1, ... in order, each row written
+    into ``out`` before the next is read from ``x``."""
+
+    def impl(x: Tensor, out: Tensor) -> None:
+        for i in range(_rows(name, x, out, square)):
+            out[i].copy_(row(x, i))
+
+    defined = torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=("out",))(impl)
+
+    @defined.register_fake
+    def _(x, out):
+        _rows(name, x, out, square)
+
+
 _DEFINE = {
     "add_into": _define_add_into,
     "scale_shift": _define_scale_shift,
     "mix3": _define_mix3,
     "tanh_out": _define_tanh_out,
+    "reverse_into": lambda: _define_rows("reverse_into", lambda x, i: x[x.shape[0] - 1 - i]),
+    "roll_into": lambda: _define_rows("roll_into", lambda x, i: x[i - 1]),
+    "cummean_into": lambda: _define_rows("cummean_into", lambda x, i: x[: i + 1].mean(0)),
+    "transpose_into": lambda: _define_rows("transpose_into", lambda x, i: x[:, i], square=True),
 }
 
 

@@ -109,6 +109,20 @@ def _trailing_copy(case):
     return nodes[-2].target is aten.copy_.default
 
 
+def _cloned_out(case):
+    """An op writing ``out = clone(x)`` of the very ``x`` it reads (``y = x.clone(); op(x, out=y)``)."""
+    for hop in _hops(case):
+        if hop.target is V1:
+            out = hop.kwargs.get("out")
+        elif "_out_base_index" in hop.kwargs:
+            out = hop.kwargs["_all_bases"][hop.kwargs["_out_base_index"]]
+        else:
+            continue
+        if out is not None and out.target is aten.clone.default and out.args[0] is hop.kwargs.get("x"):
+            return True
+    return False
+
+
 def _swappable(case):
     for hop in _nodes(case, V2):
         vals = [(tuple(u.meta["val"].shape), u.meta["val"].dtype) for u in hop.users]
@@ -144,6 +158,7 @@ _FEATURES = {
         lambda c: any(p.reason == "mutation_inside" for p in c.planted),
     ),
     "v2 elements of one shape (swappable)": (_V2, _swappable),
+    "out=clone(x) of the x the op reads": (_BOTH, _cloned_out),
 }
 
 
@@ -207,6 +222,37 @@ def test_ops_compute_what_they_document():
     torch.testing.assert_close(out, torch.tanh(x))
     with pytest.raises(ValueError, match="every tensor must be"):
         torch.ops.pmverify_testing.add_into(x.clone(), torch.ones(3))
+
+
+_ORDER_DEPENDENT = {
+    "reverse_into": lambda x: x.flip(0),
+    "roll_into": lambda x: x.roll(1, 0),
+    "cummean_into": lambda x: x.cumsum(0) / torch.arange(1, x.shape[0] + 1).view(-1, *[1] * (x.dim() - 1)),
+    "transpose_into": lambda x: x.t(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ORDER_DEPENDENT))
+def test_order_dependent_ops_compute_what_they_document_and_otherwise_in_place(name):
+    """Into a fresh ``out`` the documented values; on aliased arguments ``op(x, out=x)`` others (a row
+    read after it was written), still in [-2, 2]; ``torch.library.opcheck`` passes (schema, fake,
+    autograd registration, AOT dispatch)."""
+    spec = next(s for s in CUSTOM_OPS if s.name == name)
+    assert spec.order_dependent and spec.mutated == ("out",)
+    x = torch.rand(4, 4, generator=torch.Generator().manual_seed(0)) * 4 - 2
+    out = torch.empty_like(x)
+    getattr(torch.ops.pmverify_testing, name)(x, out)
+    torch.testing.assert_close(out, _ORDER_DEPENDENT[name](x))
+    aliased = x.clone()
+    getattr(torch.ops.pmverify_testing, name)(aliased, aliased)
+    assert not torch.allclose(aliased, out) and aliased.abs().max() <= 2
+    torch.library.opcheck(_custom_ops.op(name), (x, torch.empty_like(x)))
+    if spec.shapes == "square":
+        assert spec.takes((3, 3)) and not spec.takes((3, 4)) and not spec.takes((3,))
+        with pytest.raises(ValueError, match="square 2-d"):
+            getattr(torch.ops.pmverify_testing, name)(torch.ones(2, 3), torch.ones(2, 3))
+    else:
+        assert spec.takes((3,)) and spec.takes((2, 3, 4)) and not spec.takes(())
 
 
 def test_registration_is_idempotent(monkeypatch):
