@@ -105,8 +105,12 @@ class _CaseFailed(AssertionError):
 def case_events(result: CaseResult) -> list[str]:
     """Labels of what a case exercised, for Hypothesis' statistics (``event()``)."""
     labels = [f"matches: {result.rewrite_count}"]
-    for instance, matched in zip(result.case.planted, result.planted_matched, strict=True):
-        if instance.must_match is True:
+    notes = getattr(result, "notes", {})
+    for index, (instance, matched) in enumerate(zip(result.case.planted, result.planted_matched, strict=True)):
+        if instance.must_match is True and index in notes:
+            where = "matched" if matched else "left alone"
+            labels.append(f"{instance.pattern}: either is right (the pass put a mutation among its nodes): {where}")
+        elif instance.must_match is True:
             labels.append(f"{instance.pattern}: {'matched' if matched else 'NOT matched'}")
         elif instance.must_match is None:
             labels.append(f"{instance.reason or 'may match'}: {'matched' if matched else 'left alone'}")
