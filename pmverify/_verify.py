@@ -79,6 +79,7 @@ class PassVerificationError(AssertionError):
             f"{_pass_name(result.pair.pass_)} broke {count} propert{'y' if count == 1 else 'ies'} on {self.case!r}"
         ]
         lines += [f"  - {violation}" for violation in self.violations]
+        lines += [f"  note: {instance_note}" for instance_note in getattr(result, "notes", {}).values()]
         lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
         if self.other_failures:
             lines.append("other oracles broken during the search, each on its first failing case (not shrunk):")

@@ -8,10 +8,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from pmverify import GraphCase, MutationSite, PlantedInstance, check_case
+from pmverify import GraphCase, MutationSite, PassVerificationError, PlantedInstance, check_case, verify
 from pmverify._verify import case_events
 from pmverify.faults.stale_regions import (
     HoistedWriteBackRMSNorm,
@@ -122,6 +124,21 @@ def test_an_inserted_mutation_is_noted_too():
     (note,) = result.notes.values()
     inserted = next(n.name for n in result.pair.after.graph.nodes if n.target is aten.copy_.default)
     assert inserted != "copy_" and f"the pass inserted the mutation {inserted} (copy_.default)" in note
+
+
+def _hoist_and_write_abs(graph: torch.fx.Graph) -> None:
+    """Hoists the write-back, and writes ``abs(x)`` back instead of ``-x``: a wrong value."""
+    _hoist_by_reinserting(graph)
+    (neg,) = graph.find_nodes(op="call_function", target=aten.neg.default)
+    neg.target = aten.abs.default
+
+
+def test_a_finding_on_a_case_with_an_either_is_right_instance_shows_the_note(tmp_path):
+    with pytest.raises(PassVerificationError) as info:
+        verify(_hoist_and_write_abs, st.just(_case()), repro_dir=tmp_path, seed=0)
+    assert {v.oracle for v in info.value.violations} == {"semantics"}
+    assert info.value.result.notes.keys() == {0}
+    assert "\n  note: planted rms_norm instance" in str(info.value) and "'either is right'" in str(info.value)
 
 
 def test_an_instance_the_inserted_mutation_does_not_span_is_still_judged():
