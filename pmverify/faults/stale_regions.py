@@ -44,8 +44,10 @@ def _rms_norm_pow(eps: float):
 
 
 def _readers(value: torch.fx.Node, skip: torch.fx.Node) -> list[torch.fx.Node]:
-    """The nodes reading ``value``'s storage: its users and, through views (``is_view``), the
-    users of its views; ``skip`` left out."""
+    """The nodes reading ``value``'s storage: its users and, through views (``is_view``) and
+    in-place ops (which return the tensor they write), the users of those; ``skip`` left out."""
+    from torch._inductor.pattern_matcher import is_mutation_op
+
     readers, stack, seen = [], [value], set()
     while stack:
         node = stack.pop()
@@ -54,7 +56,7 @@ def _readers(value: torch.fx.Node, skip: torch.fx.Node) -> list[torch.fx.Node]:
                 continue
             seen.add(user)
             readers.append(user)
-            if user.op == "call_function" and is_view(user.target):
+            if user.op == "call_function" and (is_view(user.target) or is_mutation_op(user)):
                 stack.append(user)
     return readers
 
