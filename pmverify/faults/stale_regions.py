@@ -108,15 +108,19 @@ def _patterns(eps: float, renumbers: bool):
         if renumbers:
             pm.compute_mutation_region_ids(copy.graph)  # the bug (when False): regions left stale
 
-    def is_float32(match: pm.Match) -> bool:
-        # inputs and every matched node in float32: the pattern does not hold mean's dtype= keyword,
-        # which Inductor's matcher then ignores (a mean in float64 would match)
+    def is_plain_float32(match: pm.Match) -> bool:
+        # inputs and every matched node in float32, and no matched node with keyword arguments:
+        # Inductor's matcher ignores the keywords a pattern does not hold (mean's dtype=, add's
+        # alpha=), which the replacement would drop
         nodes = [*(match.kwargs.get(name) for name in ("x", "w")), *match.nodes]
         values = [node.meta.get("val") if isinstance(node, torch.fx.Node) else None for node in nodes]
-        return all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in values)
+        plain = not any(node.kwargs for node in match.nodes)
+        return plain and all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in values)
 
     example = [torch.empty(8, 16), torch.empty(16)]
-    pm.register_replacement(_rms_norm(eps), _rms_norm_pow(eps), example, pm.fwd_only, patterns, extra_check=is_float32)
+    pm.register_replacement(
+        _rms_norm(eps), _rms_norm_pow(eps), example, pm.fwd_only, patterns, extra_check=is_plain_float32
+    )
     return patterns
 
 
