@@ -244,7 +244,8 @@ def _op_name(node: Any) -> str:
 def _direct_barriers(pair: Any) -> dict[int, str]:
     """Direct mode of :func:`pass_put_barriers`: per must-match instance, the first mutating node
     of the graph after the pass strictly between its first and last node there, inserted by the
-    pass or moved there (outside that span in the graph before)."""
+    pass or moved there (outside that span in the graph before); not one a recorded match of the
+    instance's own nodes inserted (a mutating replacement of a part of it)."""
     before = {node.name: node for node in pair.before.graph.nodes}
     before_at = {name: i for i, name in enumerate(before)}
     after_nodes = list(pair.after.graph.nodes)
@@ -261,9 +262,11 @@ def _direct_barriers(pair: Any) -> dict[int, str]:
             continue
         low, high = after_at[kept[0]], after_at[kept[-1]]
         was_low, was_high = min(before_at[name] for name in kept), max(before_at[name] for name in kept)
+        members = set(instance.nodes)
+        own = {name for record in pair.match_records if members & set(record.nodes) for name in record.replacement}
         for node in mutators:
-            if not low < after_at[node.name] < high:
-                continue
+            if not low < after_at[node.name] < high or node.name in own:
+                continue  # outside, or the replacement of (a part of) this instance: its own rewrite
             how = _put_there(node, before) or ("moved" if not was_low < before_at[node.name] < was_high else None)
             if how is None:
                 continue  # a mutation the graph before had there already: the ground truth knows it

@@ -273,3 +273,13 @@ def test_compiled_mode_does_not_count_a_mutating_replacement_of_matched_computat
     assert expectations.pass_put_barriers(compiled) == {}
     (violation,) = expectations.check(compiled)
     assert "silently never matches under torch.compile" in violation.message
+
+
+def test_a_mutating_replacement_of_the_instance_itself_is_not_a_barrier_to_it():
+    pair = check_case(_hoist_by_reinserting, _case(), oracles=["expectations"]).pair
+    inserted = next(n.name for n in pair.after.graph.nodes if n.target is aten.copy_.default)
+    # as if the inserted copy_ were what a match of the norm's head put in its place
+    record = MatchRecord("ReplacementPatternEntry at mul.Tensor", ("pow_a", "mean_a"), (inserted,))
+    own = dataclasses.replace(pair, match_records=[record])
+    assert expectations.pass_put_barriers(own) == {}
+    assert [v.oracle for v in expectations.check(own)] == ["expectations"]
