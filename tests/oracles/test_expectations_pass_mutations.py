@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from pmverify import GraphCase, MutationSite, PassVerificationError, PlantedInstance, check_case, verify
+from pmverify._summary import EITHER_BY_PASS
 from pmverify._verify import case_events
 from pmverify.faults.stale_regions import (
     HoistedWriteBackRMSNorm,
@@ -283,3 +284,9 @@ def test_a_mutating_replacement_of_the_instance_itself_is_not_a_barrier_to_it():
     own = dataclasses.replace(pair, match_records=[record])
     assert expectations.pass_put_barriers(own) == {}
     assert [v.oracle for v in expectations.check(own)] == ["expectations"]
+
+
+def test_the_search_summary_counts_the_either_is_right_instances():
+    summary = verify(HoistedWriteBackRMSNorm, st.just(_case()), seed=0)
+    assert summary.planted == {EITHER_BY_PASS: 1}
+    assert "either is right (a mutation the pass put there) 1" in summary.describe()
