@@ -12,7 +12,7 @@ from ._case import GraphCase
 from ._execution import RunPair
 from .distributed import SPMDTimeoutError
 from .oracles import ORACLES, Violation, aliasing, semantics
-from .oracles.expectations import matched_instances, rewrite_count
+from .oracles.expectations import matched_instances, pass_put_barriers, rewrite_count
 
 __all__ = ["CaseResult", "check_case", "judged_by", "MODES"]
 
@@ -39,6 +39,11 @@ class CaseResult:
     - ``judged``: the oracles that had something to judge on the case (:func:`judged_by`).
     - ``rewritten``: whether the pass rewrote anything: ``rewrite_count > 0``, or it changed the graph
       (a hand-written pass that reports no count and rewrote nothing planted).
+    - ``notes``: per planted instance (by index into ``case.planted``), why the oracles judged it
+      otherwise than planted: a must-match instance that is "either is right" in this run because
+      the pass itself put a mutation among its nodes
+      (:func:`pmverify.oracles.expectations.pass_put_barriers`); empty otherwise, and when the
+      expectations oracle did not judge the case.
     """
 
     case: GraphCase
@@ -50,6 +55,7 @@ class CaseResult:
     void_reason: str | None = None
     judged: tuple[str, ...] = ()
     rewritten: bool = False
+    notes: dict[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -247,6 +253,12 @@ def check_case(
     rewrites = count if count is not None else sum(matched)
     judged = judged_by(pair, [name for name, _ in checks], void)
     rewritten = pair.error is None and (rewrites > 0 or _changed(pair))
+    notes: dict[int, str] = {}
+    if "expectations" in judged:
+        try:
+            notes = pass_put_barriers(pair)
+        except Exception:  # noqa: BLE001 - the expectations oracle has reported a graph it cannot read
+            notes = {}
     return CaseResult(
-        case, pair, violations, rewrites, matched, time.perf_counter() - start, void, judged, bool(rewritten)
+        case, pair, violations, rewrites, matched, time.perf_counter() - start, void, judged, bool(rewritten), notes
     )

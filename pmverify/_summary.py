@@ -33,6 +33,18 @@ def outcome(instance: Any) -> str:
     return f"{kind} ({instance.reason})" if instance.reason else kind
 
 
+#: The outcome of a must-match instance that is "either is right" in its run because the pass put a
+#: mutation among its nodes (``CaseResult.notes``).
+EITHER_BY_PASS = "must match, either is right (a mutation the pass put there)"
+
+
+def _outcomes(result: Any) -> list[str]:
+    """:func:`outcome` of each planted instance of ``result``'s case, :data:`EITHER_BY_PASS` for
+    those in ``result.notes``."""
+    notes = getattr(result, "notes", {})
+    return [EITHER_BY_PASS if i in notes else outcome(p) for i, p in enumerate(result.case.planted)]
+
+
 @dataclasses.dataclass(frozen=True)
 class VerifySummary:
     """What a search checked: :func:`pmverify.verify` returns it, and its errors carry it
@@ -50,7 +62,8 @@ class VerifySummary:
     - ``failing_cases``: cases with a violation.
     - ``judged``: per oracle, the cases it had something to judge (``CaseResult.judged``).
     - ``planted``: the planted ground truth, per instance: ``{"must match": 12, "near miss (eps)":
-      3, ...}`` (see :func:`outcome`).
+      3, ...}`` (see :func:`outcome`; a must-match instance that was "either is right" in its run
+      because the pass put a mutation among its nodes counts under :data:`EITHER_BY_PASS`).
 
     Summaries add up: ``total = total + summary`` (what ``pmverify fuzz`` does over a target's
     batches). Example::
@@ -80,7 +93,7 @@ class VerifySummary:
             void_cases=int(result.void_reason is not None),
             failing_cases=int(bool(result.violations)),
             judged=dict.fromkeys(getattr(result, "judged", ()), 1),
-            planted=dict(collections.Counter(outcome(instance) for instance in result.case.planted)),
+            planted=dict(collections.Counter(_outcomes(result))),
             first_void=result.void_reason,
             not_comparable_cases=int(getattr(result, "not_comparable", None) is not None),
             first_not_comparable=getattr(result, "not_comparable", None),

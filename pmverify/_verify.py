@@ -79,6 +79,7 @@ class PassVerificationError(AssertionError):
             f"{_pass_name(result.pair.pass_)} broke {count} propert{'y' if count == 1 else 'ies'} on {self.case!r}"
         ]
         lines += [f"  - {violation}" for violation in self.violations]
+        lines += [f"  note: {instance_note}" for instance_note in getattr(result, "notes", {}).values()]
         lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
         if self.other_failures:
             lines.append("other oracles broken during the search, each on its first failing case (not shrunk):")
@@ -105,8 +106,12 @@ class _CaseFailed(AssertionError):
 def case_events(result: CaseResult) -> list[str]:
     """Labels of what a case exercised, for Hypothesis' statistics (``event()``)."""
     labels = [f"matches: {result.rewrite_count}"]
-    for instance, matched in zip(result.case.planted, result.planted_matched, strict=True):
-        if instance.must_match is True:
+    notes = getattr(result, "notes", {})
+    for index, (instance, matched) in enumerate(zip(result.case.planted, result.planted_matched, strict=True)):
+        if instance.must_match is True and index in notes:
+            where = "matched" if matched else "left alone"
+            labels.append(f"{instance.pattern}: either is right (the pass put a mutation among its nodes): {where}")
+        elif instance.must_match is True:
             labels.append(f"{instance.pattern}: {'matched' if matched else 'NOT matched'}")
         elif instance.must_match is None:
             labels.append(f"{instance.reason or 'may match'}: {'matched' if matched else 'left alone'}")

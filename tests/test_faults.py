@@ -92,6 +92,7 @@ _OTHER_CONFIGS = {
     faults.NoOpSliceEndMinusOne: (NoOpConfig(), NoOpConfig(slices=False)),
     faults.NoOpSliceIgnoresStep: (NoOpConfig(), NoOpConfig(views=False)),
     faults.RMSNormHardCodedEps: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
+    faults.WriteBackHoistStaleRegions: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
     faults.HandHeadRMSNormIntViews: (HeadRMSNormConfig(), HeadRMSNormConfig(eps=1e-5)),
     **{
         fault: (DtypesConfig(), DtypesConfig(dtypes=(torch.float32,)))

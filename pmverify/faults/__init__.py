@@ -19,7 +19,9 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.kernels`: the fused op's Triton kernel (grid, column mask, chunk count), with faulty
   launchers that are drop-ins for ``qk_norm_triton``;
 - :mod:`.dynamic`: bugs only a symbolic token count shows (a baked hint, a fake impl's concrete
-  rows, a pass applying past its range, a matcher comparing view sizes with ints).
+  rows, a pass applying past its range, a matcher comparing view sizes with ints);
+- :mod:`.stale_regions`: a pattern entry that moves a mutation, and later entries matching across
+  it on stale mutation regions.
 
 ``__all__`` lists the faults only (``pmverify fuzz --target`` takes their names); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
@@ -59,6 +61,7 @@ __all__ = [
     "QKNormAppliesOutsideRange",
     "HandHeadRMSNormIntViews",
     "ReinplaceReadsWhatItWrites",
+    "WriteBackHoistStaleRegions",
 ]
 
 #: Where each name lives, imported on first use (PEP 562): importing this package imports neither
@@ -98,6 +101,7 @@ _HOMES = {
     "HeadRMSNormConfig": ".dynamic",
     "ReinplaceReadsWhatItWrites": ".aliasing",
     "head_rms_norm_pattern": ".dynamic",
+    "WriteBackHoistStaleRegions": ".stale_regions",
 }
 
 

@@ -48,6 +48,7 @@ from .scalars import (
     addmm_cases,
     rms_norm_pattern,
 )
+from .stale_regions import WriteBackHoistStaleRegions, hoisted_rms_norm_cases
 from .tensor_parallel import QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights, QKNormWrongTPDivisor
 
 __all__ = ["Fault", "BANK"]
@@ -180,6 +181,12 @@ def _head_rms() -> Families:
     return [('planted(head_rms_norm, dynamic="tokens")', cases)]
 
 
+def _hoisted_rms() -> Families:
+    """RMS norms planted (at least one) in post-grad graphs with mutating custom ops, each mutated
+    input copied back at the end or right after its op (:func:`~.stale_regions.hoisted_rms_norm_cases`)."""
+    return [("with_mutating_custom_ops(planted(rms_norm))", hoisted_rms_norm_cases(min_instances=1, max_instances=2))]
+
+
 _T, _H = [(0, 0)], [(0, -1)]
 _softmax = _planted(softmax_pattern, (torch.empty(4, 8), torch.empty(4, 8)), "duck", DtypesConfig(), "softmax")
 _addcmul = _planted(addcmul_pattern, (torch.empty(4, 8),) * 3, "duck", DtypesConfig(), "addcmul")
@@ -241,5 +248,7 @@ BANK: dict[str, Fault] = {
         Fault(HandHeadRMSNormIntViews, "hand matcher compares view sizes with ints", ("expectations",), _head_rms),
         Fault(ReinplaceReadsWhatItWrites, "reinplacing lets an op read what it writes", ("aliasing", "semantics"),
               _custom_ops),
+        Fault(WriteBackHoistStaleRegions, "entry moves a copy_, later entries match across it (stale regions)",
+              ("semantics",), _hoisted_rms),
     )
 }  # fmt: skip

@@ -27,6 +27,17 @@ replacement may leave matched nodes dead, as Inductor's own passes do, relying o
 
 "Silently never matches" is a finding, as is a match on a near miss.
 
+Ground truth is computed on the original graph, so it cannot know what the pass's own earlier
+rewrites did to an instance. When the graph after the pass holds a mutating node (Inductor's
+``is_mutation_op``) strictly between the first and the last of a must-match instance's nodes (in
+graph order) that the pass put there, inserted (a name the graph before did not have) or moved (a
+node of the graph before that did not lie between those nodes there), the instance is "either is
+right" for that run, as if planted with ``must_match=None``: Inductor's matcher rightly refuses a
+match across mutation regions, so a pass whose first entry moves an input's write-back ``copy_``
+into an instance may leave it alone. It is then judged by the semantics and mutation_barriers
+oracles only, and :func:`pass_put_barriers` says why (``CaseResult.notes``). A mutation the pass
+put elsewhere changes nothing for the other instances.
+
 In compiled mode (``pair.mode == "compiled"``) the graphs are Inductor's post-grad graphs,
 re-traced by dynamo and AOT autograd: the planted node names no longer apply, so the oracle judges
 the pass's own match count (``pair.matched_count``) instead. Fewer rewrites than the case's
@@ -40,7 +51,11 @@ put a barrier inside it (the ``copy_`` back into a mutated graph input lands amo
 pattern that reads the input's new value, and Inductor then discards the match). A pass that reports no count
 (``matched_count``) is counted by the matches recorded through Inductor's pattern entries, else as 0
 when it left the post-grad graph unchanged; a pass that changed the graph by hand and reports no
-count is not judged in compiled mode.
+count is not judged in compiled mode. The "either is right" rule above cannot place instances
+there: each mutating node of Inductor's post-grad graph that the pass moved, or inserted other than
+in the replacement of a match of computation (a recorded match whose nodes are not all mutating:
+a fused in-place op replacing what it computes splits no instance), turns one must-match instance
+into a may-match one for the count.
 """
 
 from __future__ import annotations
@@ -51,7 +66,7 @@ from .._execution import RunPair
 from .._fx import is_view
 from ._violation import Violation
 
-__all__ = ["check", "matched_instances", "rewrite_count"]
+__all__ = ["check", "matched_instances", "rewrite_count", "pass_put_barriers"]
 
 
 def _outputs(before: dict[str, Any], instance: Any) -> list[str]:
@@ -209,6 +224,126 @@ def matched_instances(pair: Any) -> list[bool]:
     return matched
 
 
+def _mutating(node: Any) -> bool:
+    """Whether ``node`` is a mutation for Inductor's matcher (``is_mutation_op``)."""
+    from torch._inductor.pattern_matcher import is_mutation_op
+
+    return node.op in ("call_function", "call_method") and is_mutation_op(node)
+
+
+def _put_there(node: Any, before: dict[str, Any]) -> str | None:
+    """``"inserted"`` when the pass made the mutating ``node`` (a name the graph before did not
+    have, or a node that did not mutate there), else None."""
+    return "inserted" if node.name not in before or not _mutating(before[node.name]) else None
+
+
+def _op_name(node: Any) -> str:
+    return str(getattr(node.target, "__name__", node.target))
+
+
+def _direct_barriers(pair: Any) -> dict[int, str]:
+    """Direct mode of :func:`pass_put_barriers`: per must-match instance, the first mutating node
+    of the graph after the pass strictly between its first and last node there, inserted by the
+    pass or moved there (outside that span in the graph before); not one a recorded match of the
+    instance's own nodes inserted (a mutating replacement of a part of it)."""
+    before = {node.name: node for node in pair.before.graph.nodes}
+    before_at = {name: i for i, name in enumerate(before)}
+    after_nodes = list(pair.after.graph.nodes)
+    after_at = {node.name: i for i, node in enumerate(after_nodes)}
+    mutators = [node for node in after_nodes if _mutating(node)]
+    notes: dict[int, str] = {}
+    if not mutators:
+        return notes
+    for index, instance in enumerate(pair.case.planted):
+        if instance.must_match is not True:
+            continue
+        kept = sorted((name for name in instance.nodes if name in after_at and name in before), key=after_at.get)
+        if len(kept) < 2:
+            continue
+        low, high = after_at[kept[0]], after_at[kept[-1]]
+        was_low, was_high = min(before_at[name] for name in kept), max(before_at[name] for name in kept)
+        members = set(instance.nodes)
+        own = {name for record in pair.match_records if members & set(record.nodes) for name in record.replacement}
+        for node in mutators:
+            if not low < after_at[node.name] < high or node.name in own:
+                continue  # outside, or the replacement of (a part of) this instance: its own rewrite
+            how = _put_there(node, before) or ("moved" if not was_low < before_at[node.name] < was_high else None)
+            if how is None:
+                continue  # a mutation the graph before had there already: the ground truth knows it
+            above = max((name for name in kept if after_at[name] < after_at[node.name]), key=after_at.get)
+            below = min((name for name in kept if after_at[name] > after_at[node.name]), key=after_at.get)
+            notes[index] = (
+                f"planted {instance.pattern} instance ({', '.join(instance.nodes)}) is 'either is right' in this run: "
+                f"the pass {how} the mutation {node.name} ({_op_name(node)}) between its nodes {above} and {below}, "
+                "and Inductor's matcher does not match across a mutation; it is judged by the semantics and "
+                "mutation_barriers oracles only"
+            )
+            break
+    return notes
+
+
+def _compiled_put(pair: Any) -> list[str]:
+    """Compiled mode: the mutating nodes of Inductor's post-grad graph after the pass that the
+    pass moved (the nodes of the graph before that precede it are not the same), or inserted other
+    than in the replacement of a recorded match of computation, as ``"name (op, inserted|moved)"``."""
+    before = {node.name: node for node in pair.before.graph.nodes}
+    replacing = {
+        name
+        for record in pair.match_records
+        if any(name in before and not _mutating(before[name]) for name in record.nodes)
+        for name in record.replacement
+    }
+    after_nodes = list(pair.after.graph.nodes)
+    common = [node.name for node in after_nodes if node.name in before]
+    shared = set(common)
+    before_seq = [name for name in before if name in shared]
+    before_at = {name: i for i, name in enumerate(before_seq)}
+    put = []
+    common_at = {name: i for i, name in enumerate(common)}
+    for node in after_nodes:
+        if not _mutating(node):
+            continue
+        how = _put_there(node, before)
+        if how is not None and node.name in replacing:
+            continue  # the replacement of matched computation: where the match was, not inside another
+        if how is None:
+            if set(common[: common_at[node.name]]) != set(before_seq[: before_at[node.name]]):
+                how = "moved"
+        if how is not None:
+            put.append(f"{node.name} ({_op_name(node)}, {how})")
+    return put
+
+
+def pass_put_barriers(pair: RunPair) -> dict[int, str]:
+    """The must-match instances of ``pair.case.planted`` that are "either is right" in this run
+    because the pass itself put a mutation among their nodes (see the module docstring), by index,
+    each with a note saying which mutation, where, and how it got there (inserted or moved).
+
+    In compiled mode node names do not survive re-tracing: when the pass moved a mutating node of
+    the post-grad graph, or inserted one other than in the replacement of matched computation,
+    every must-match instance is listed (its note names those nodes; the count's lower bound drops
+    by one per such node, see the module docstring). Empty when the pass raised (``pair.after`` is
+    None)."""
+    if pair.after is None:
+        return {}
+    if getattr(pair, "mode", "direct") != "compiled":
+        return _direct_barriers(pair)
+    put = _compiled_put(pair)
+    must = [i for i, instance in enumerate(pair.case.planted) if _compiled_expectation(instance, pair.case) is True]
+    if not put or not must:
+        return {}
+    where = ", ".join(put)
+    return {
+        index: (
+            f"planted {pair.case.planted[index].pattern} instance may be 'either is right' under torch.compile: "
+            f"the pass put the mutation(s) {where} in Inductor's post-grad graph, and its matcher does not match "
+            f"across a mutation, so up to {min(len(put), len(must))} of the {len(must)} must-match instance(s) "
+            "count as may-match"
+        )
+        for index in must
+    }
+
+
 def check(pair: RunPair) -> list[Violation]:
     """Return the expectation violations of ``pair`` (a ``RunPair``)."""
     if pair.after is None:
@@ -216,8 +351,9 @@ def check(pair: RunPair) -> list[Violation]:
     if getattr(pair, "mode", "direct") == "compiled":
         return _check_count(pair)
     violations = []
-    for instance in pair.case.planted:
-        if instance.must_match is None:
+    either = _direct_barriers(pair)
+    for index, instance in enumerate(pair.case.planted):
+        if instance.must_match is None or index in either:
             continue
         judged, rewritten = _rewritten_outputs(pair, instance)
         if instance.must_match is True and len(rewritten) != len(judged):
@@ -292,6 +428,8 @@ def _check_count(pair: Any) -> list[Violation]:
     planted = pair.case.planted
     must = sum(_compiled_expectation(instance, pair.case) is True for instance in planted)
     may = sum(_compiled_expectation(instance, pair.case) is None for instance in planted)
+    moved = min(must, len(_compiled_put(pair)))  # "either is right" (module docstring)
+    must, may = must - moved, may + moved
     if count < must:
         patterns = ", ".join(sorted({p.pattern for p in planted if p.must_match is True}))
         return [
