@@ -173,14 +173,16 @@ class _Versions:
                     writes = self.writes[storage]
                     copies.setdefault(source.name, (storage, tuple(writes[: writes.index(node.name) + 1])))
         # An ``auto_functionalized`` element holding the new value of a mutated argument whose
-        # storage nothing writes (a buffer, no ``copy_`` back) is that storage as the in-place op
+        # storage nothing writes afterwards (a buffer, no ``copy_`` back) is that storage as the in-place op
         # replacing the node leaves it: the node counts as a write for its elements' readers (and an
         # inserted write may stand for it), not for the storage's other readers.
         for node in graph.nodes:
             for element, base in _functionalized_elements(node).items():
                 storage = self.storage(base)
-                if element.name not in copies and storage not in self.writes:
-                    copies[element.name] = (storage, (node.name,))
+                writes = self.writes.get(storage, [])
+                prior = tuple(w for w in writes if self.order[w] < self.order[node.name])
+                if element.name not in copies and len(prior) == len(writes):
+                    copies[element.name] = (storage, (*prior, node.name))
                     if node.name not in self.virtual.setdefault(storage, []):
                         self.virtual[storage].append(node.name)
         for node in graph.nodes:
@@ -240,7 +242,7 @@ def _functionalized_elements(node: torch.fx.Node) -> dict[torch.fx.Node, torch.f
         ]
     else:
         mutated = list(node.kwargs.get("_all_bases", ()))
-    outputs = len(schema.returns)
+    outputs = len(schema.returns) or 1  # an op returning nothing has a None element
     elements = {}
     for user in node.users:
         if user.target is operator.getitem and isinstance(user.args[1], int) and user.args[1] >= outputs:
@@ -274,7 +276,10 @@ def _all_reads(graph: _Versions, name: Any) -> dict[tuple[str, str], frozenset[t
     for (reader, storage), seen in graph.reads.items():
         reads.setdefault((reader, storage), set()).add(name(storage, seen))
     for (reader, storage), versions in graph.via.items():
-        reads.setdefault((reader, storage), set()).update(name(storage, seen) for seen in versions)
+        named = {name(storage, seen) for seen in versions}
+        named.discard(None)
+        if named:
+            reads.setdefault((reader, storage), set()).update(named)
     return {key: frozenset(versions) for key, versions in reads.items()}
 
 
@@ -293,7 +298,7 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
 
     def mapped(storage: str, seen: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
         """(the writes ``seen`` of the graph after the pass, named as in the graph before it; as it is said)"""
-        mapping = {w: stand_in[(storage, w)] for w in seen}
+        mapping = {w: stand_in.get((storage, w), w) for w in seen}
         return tuple(mapping[w] for w in seen), _version(seen, mapping)
 
     def seen_after(reader: str, storage: str) -> tuple[tuple[str, ...], str]:
@@ -322,7 +327,15 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
             )
     # the other reads of a storage that both graphs hold: those of nodes the pass removed, inserted
     # or rewired (to or away from the storage, or a value copied into it), compared as a whole
-    before_all = _all_reads(before, lambda storage, seen: seen)
+    # an auto_functionalized node counts as a write only where an in-place op stands for it (it
+    # was reinplaced there); where it was not, what read its elements reads a copy
+    stood_for = set(stand_in.values())
+    before_all = _all_reads(
+        before,
+        lambda storage, seen: (
+            None if any(w in before.virtual.get(storage, ()) and w not in stood_for for w in seen) else seen
+        ),
+    )
     after_all = _all_reads(after, lambda storage, seen: mapped(storage, seen)[0])
     old_reads: dict[str, dict[tuple[str, ...], list[str]]] = {}
     for (reader, storage), versions in before_all.items():
@@ -332,6 +345,7 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
             or storage not in after.nodes
             or ((reader, storage) in before.reads and (reader, storage) in after.reads)  # judged above
             or after_all.get((reader, storage)) == versions
+            or (reader in after.nodes and (reader, storage) not in after_all)  # now reads a copy, or other
         ):
             continue
         for seen in versions:
