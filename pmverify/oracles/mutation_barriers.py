@@ -77,6 +77,17 @@ def _written(node: torch.fx.Node) -> str:
     return ", ".join(w.name for w in _written_nodes(node)) or "?"
 
 
+def _copies(node: torch.fx.Node, base: torch.fx.Node) -> bool:
+    """Whether ``node``, an ``aten.to`` (its schema says it may alias ``base``), returns a copy: its
+    value has another dtype or device than ``base``'s (``to(torch.bool)``)."""
+    if getattr(node.target, "overloadpacket", None) is not torch.ops.aten.to:
+        return False
+    value, source = node.meta.get("val"), base.meta.get("val")
+    if not (isinstance(value, torch.Tensor) and isinstance(source, torch.Tensor)):
+        return False
+    return value.dtype != source.dtype or value.device != source.device
+
+
 def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
     """The node whose storage ``node`` lives in: through views (``is_view``) and in-place ops (which
     return the tensor they write) back to a graph input or to the op that allocated it."""
@@ -91,6 +102,8 @@ def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
             base = written[0] if written else None
         elif is_view(node.target) and node.args and isinstance(node.args[0], torch.fx.Node):
             base = node.args[0]
+            if _copies(node, base):
+                break
         else:
             break
         if base is None:
