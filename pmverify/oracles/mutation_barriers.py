@@ -346,7 +346,9 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     before_all = _all_reads(
         before,
         lambda storage, seen: (
-            None if any(w in before.virtual.get(storage, ()) and w not in stood_for for w in seen) else seen
+            None
+            if any(w in before.virtual.get(storage, ()) and w not in stood_for and w not in after.nodes for w in seen)
+            else seen
         ),
     )
     after_all = _all_reads(after, lambda storage, seen: mapped(storage, seen)[0])
