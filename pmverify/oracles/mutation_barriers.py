@@ -137,8 +137,8 @@ class _Versions:
     except a ``copy_`` of a tensor into itself (it leaves the value as it is: what
     ``reinplace_inplaceable_ops`` leaves of a write-back it made redundant). A read is an input of a
     node that computes from values: views and ``getitem`` read nothing (their users do, at their own
-    place), a ``copy_`` reads its source, not the destination it overwrites, an ``out=`` op does not
-    read ``out``. The output node reads what it returns, and the caller (``_END``) reads the final
+    place), a ``copy_`` reads its source, not the destination it overwrites, an op does not read its
+    ``out`` argument. The output node reads what it returns, and the caller (``_END``) reads the final
     value of every graph input."""
 
     def __init__(self, graph: torch.fx.Graph) -> None:
@@ -163,6 +163,10 @@ class _Versions:
                     skipped.add(node.args[0])
                 if isinstance(node.kwargs.get("out"), torch.fx.Node):
                     skipped.add(node.kwargs["out"])
+                schema = getattr(node.target, "_schema", None)
+                for i, argument in enumerate(schema.arguments if schema is not None else ()):
+                    if argument.name == "out" and i < len(node.args) and isinstance(node.args[i], torch.fx.Node):
+                        skipped.add(node.args[i])  # an ``out`` argument passed by position
                 for value in flat_nodes((node.args, node.kwargs)):
                     if value not in skipped:
                         self._read(node.name, self.storage(value))
