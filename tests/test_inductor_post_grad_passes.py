@@ -75,9 +75,9 @@ def _mutates_a_clone_of_an_input(case) -> bool:
     return False
 
 
-def _cases():
+def _cases(dynamic=None):
     return (
-        with_mutating_custom_ops(fx_graphs())
+        with_mutating_custom_ops(fx_graphs(), dynamic=dynamic)
         .filter(_write_backs_at_the_end)
         .filter(lambda case: not _mutates_a_clone_of_an_input(case))
     )
@@ -104,6 +104,10 @@ def _search(cases, max_examples, tmp_path):
 
 def test_inductor_reinplacing_chain_is_quiet(tmp_path):
     _search(_cases(), 25, tmp_path)
+
+
+def test_inductor_reinplacing_chain_is_quiet_on_symbolic_sizes(tmp_path):
+    _search(_cases(dynamic=True), 10, tmp_path)
 
 
 @pytest.mark.slow
