@@ -23,7 +23,9 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   version, and so must the caller (each input's final value); the reads of the nodes the pass
   removed, inserted or rewired must see the same set of versions. A read moved before or after a
   write to its storage is a finding; reads moved across writes to other tensors, a correct
-  reinplacing and dead code removed are not. (Graph inputs are taken not to alias each other, as
+  reinplacing and dead code removed are not. The nodes of a match found crossing are not judged
+  again; a kept node now reading a copy (the clone a decomposed ``auto_functionalized`` writes) is
+  left to the functionalization oracle. (Graph inputs are taken not to alias each other, as
   Inductor's post-grad graphs guarantee.)
 """
 
