@@ -13,15 +13,20 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
 - matches made through Inductor's pattern entries (``RunPair.match_records``, recorded while the pass
   ran): each match's nodes must lie in one region (this catches stale ``mutation_region_id``
   meta, which Inductor does not recompute when the first node carries one);
-- any other rewrite (a hand-written pass) is seen in the graph difference: a value that erased
-  nodes read (a node kept by the pass) and that the nodes the pass inserted now read must not be
-  read across an in-place op that writes its storage (the same graph input or allocation, through
-  views and in-place results). A replacement placed on the other side of such an op than the nodes
-  it replaces reads the value before (or after) the mutation where the original read it after (or
-  before): a stale or too new value. Rewrites that each stay in their region (say, every ``neg``
-  rewritten in place, on both sides of an ``add_``), reads moved across in-place ops on other
-  tensors, and dead code removed are not findings. (Graph inputs are taken not to alias each
-  other, as Inductor's post-grad graphs guarantee.)
+- every rewrite is judged by the value each read sees, the *version* of its storage (the same
+  graph input or allocation, through views and in-place results): the writes to that storage
+  that precede the read. Writes the pass kept are themselves; the writes it inserted stand, in
+  order, for those it removed (an in-place op replacing a functional op and its write-back
+  ``copy_`` stands for the ``copy_``; for a buffer no ``copy_`` writes, for the
+  ``auto_functionalized`` node). A value a ``copy_`` writes back (or an ``auto_functionalized``
+  element) is read as its storage after that write. A node the pass kept must read the same
+  version, and so must the caller (each input's final value); the reads of the nodes the pass
+  removed, inserted or rewired must see the same set of versions. A read moved before or after a
+  write to its storage is a finding; reads moved across writes to other tensors, a correct
+  reinplacing and dead code removed are not. The nodes of a match found crossing are not judged
+  again; a kept node now reading a copy (the clone a decomposed ``auto_functionalized`` writes) is
+  left to the functionalization oracle. (Graph inputs are taken not to alias each other, as
+  Inductor's post-grad graphs guarantee.)
 """
 
 from __future__ import annotations
@@ -51,22 +56,38 @@ def mutation_regions(graph: torch.fx.Graph) -> tuple[dict[str, int], list[torch.
     return regions, mutators
 
 
-def _written_node(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The tensor a mutating node writes (its first written argument), when it is a node."""
+def _written_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The tensors a mutating node writes: every argument its schema marks written (``Tensor(a!)``,
+    lists of them included), else its ``out=`` keyword, else its first argument (a ``*_`` method)."""
+    from .._fx import flat_nodes
+
     schema = getattr(node.target, "_schema", None)
     if schema is not None:
+        written = []
         for i, argument in enumerate(schema.arguments):
             if argument.alias_info is not None and argument.alias_info.is_write:
                 value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
-                return value if isinstance(value, torch.fx.Node) else None
+                written.extend(flat_nodes(value))
+        if written or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            return written
     value = node.kwargs.get("out", node.args[0] if node.args else None)
-    return value if isinstance(value, torch.fx.Node) else None
+    return flat_nodes(value)
 
 
 def _written(node: torch.fx.Node) -> str:
-    """The name of the tensor a mutating node writes."""
-    written = _written_node(node)
-    return written.name if written is not None else "?"
+    """The names of the tensors a mutating node writes."""
+    return ", ".join(w.name for w in _written_nodes(node)) or "?"
+
+
+def _copies(node: torch.fx.Node, base: torch.fx.Node) -> bool:
+    """Whether ``node``, an ``aten.to`` (its schema says it may alias ``base``), returns a copy: its
+    value has another dtype or device than ``base``'s (``to(torch.bool)``)."""
+    if getattr(node.target, "overloadpacket", None) is not torch.ops.aten.to:
+        return False
+    value, source = node.meta.get("val"), base.meta.get("val")
+    if not (isinstance(value, torch.Tensor) and isinstance(source, torch.Tensor)):
+        return False
+    return value.dtype != source.dtype or value.device != source.device
 
 
 def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
@@ -76,9 +97,15 @@ def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
 
     while node.op == "call_function":
         if node.name in mutating:
-            base = _written_node(node)
+            returns = getattr(getattr(node.target, "_schema", None), "returns", None)
+            if returns is not None and not (returns and returns[0].alias_info is not None):
+                break  # the op's result is a new tensor, not the one it writes
+            written = _written_nodes(node)
+            base = written[0] if written else None
         elif is_view(node.target) and node.args and isinstance(node.args[0], torch.fx.Node):
             base = node.args[0]
+            if _copies(node, base):
+                break
         else:
             break
         if base is None:
@@ -99,73 +126,280 @@ def _crossing(what: str, names: list[str], regions: dict[str, int], mutators: li
     )
 
 
-def _after_regions(after: torch.fx.Graph, mutators: list[torch.fx.Node], before: set[str]) -> dict[str, int]:
-    """Region of each node of the graph after the pass, counting the original mutating nodes (by
-    name) and the mutating nodes the pass inserted (a rebuilt ``add_``) that precede it, so that ids
-    compare with those of the graph before the pass."""
-    from torch._inductor.pattern_matcher import is_mutation_op
-
-    original = {m.name for m in mutators}
-    regions: dict[str, int] = {}
-    region = 0
-    for node in after.nodes:
-        if node.name in original or (
-            node.name not in before and node.op in ("call_function", "call_method") and is_mutation_op(node)
-        ):
-            region += 1
-        regions[node.name] = region
-    return regions
+_COPY = torch.ops.aten.copy_.default
+_END = "the caller"  # the reader of every graph input's final value
 
 
-def _moved_reads(
-    pair: Any, regions: dict[str, int], mutators: list[torch.fx.Node], covered: set[str]
-) -> list[Violation]:
-    """Values read by erased nodes and by inserted nodes in different regions (see the module docstring)."""
-    before_names = set(regions)
-    after_nodes = {node.name: node for node in pair.after.graph.nodes}
-    after_regions = _after_regions(pair.after.graph, mutators, before_names)
-    read_before: dict[str, dict[int, list[str]]] = {}
-    for node in pair.before.graph.nodes:
-        if node.name in after_nodes or node.name in covered or node.op not in ("call_function", "call_method"):
-            continue
-        for arg in node.all_input_nodes:
-            if arg.name in after_nodes:
-                read_before.setdefault(arg.name, {}).setdefault(regions[node.name], []).append(node.name)
-    read_after: dict[str, dict[int, list[str]]] = {}
-    for name, node in after_nodes.items():
-        if name in before_names or node.op not in ("call_function", "call_method"):
-            continue
-        for arg in node.all_input_nodes:
-            if arg.name in read_before:
-                read_after.setdefault(arg.name, {}).setdefault(after_regions[name], []).append(name)
-    mutating = {m.name for m in mutators}
-    before_nodes = {node.name: node for node in pair.before.graph.nodes}
-    violations = []
-    for value, new in read_after.items():
-        old = read_before[value]
-        if set(old) == set(new):
-            continue  # read in the same regions as before
-        spanned = [*old, *new]
-        low, high = min(spanned), max(spanned)
-        storage = _storage(before_nodes[value], mutating)
-        crossed = [
-            m
-            for m in mutators
-            if low < regions[m.name] <= high
-            and (written := _written_node(m)) is not None
-            and _storage(written, mutating) is storage
+class _Versions:
+    """Which writes to which storage each read of a graph sees.
+
+    ``writes[storage]``: the names of the nodes writing it, in graph order; ``reads[(reader,
+    storage)]``: the writes to ``storage`` that precede the reader, in order (the version of the
+    storage it reads). A write is a mutating node (``is_mutation_op``, as Inductor numbers regions),
+    except a ``copy_`` of a tensor into itself (it leaves the value as it is: what
+    ``reinplace_inplaceable_ops`` leaves of a write-back it made redundant). A read is an input of a
+    node that computes from values: views and ``getitem`` read nothing (their users do, at their own
+    place), a ``copy_`` reads its source, not the destination it overwrites, an op does not read its
+    ``out`` argument. The output node reads what it returns, and the caller (``_END``) reads the final
+    value of every graph input."""
+
+    def __init__(self, graph: torch.fx.Graph) -> None:
+        from torch._inductor.pattern_matcher import is_mutation_op
+
+        from .._fx import flat_nodes, is_view
+
+        calls = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
+        self.mutating = {n.name for n in calls if is_mutation_op(n)}
+        self.nodes = {n.name: n for n in graph.nodes}
+        self.order = {name: i for i, name in enumerate(self.nodes)}
+        self.writes: dict[str, list[str]] = {}
+        self.reads: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.via: dict[tuple[str, str], set[tuple[str, ...]]] = {}  # reads of copies, see below
+        self.written: set[str] = set()  # names of the nodes that write
+        for node in graph.nodes:
+            if node.op not in ("call_function", "call_method", "output"):
+                continue
+            if not (node.op == "call_function" and is_view(node.target)):
+                skipped = set()
+                if node.target is _COPY and node.args:
+                    skipped.add(node.args[0])
+                if isinstance(node.kwargs.get("out"), torch.fx.Node):
+                    skipped.add(node.kwargs["out"])
+                schema = getattr(node.target, "_schema", None)
+                for i, argument in enumerate(schema.arguments if schema is not None else ()):
+                    if argument.name == "out" and i < len(node.args) and isinstance(node.args[i], torch.fx.Node):
+                        skipped.add(node.args[i])  # an ``out`` argument passed by position
+                for value in flat_nodes((node.args, node.kwargs)):
+                    if value not in skipped:
+                        self._read(node.name, self.storage(value))
+            for storage in self._writes(node):
+                self.writes.setdefault(storage, []).append(node.name)
+                self.written.add(node.name)
+        for node in graph.nodes:
+            if node.op in ("placeholder", "get_attr"):
+                self._read(_END, node.name)
+        # A value that a ``copy_`` writes into a storage (a write-back) is that storage's version
+        # after the copy, as long as nothing writes the value's own storage: its readers read that
+        # version too (the functional graph's reader of ``slice_scatter`` reads what the in-place
+        # graph's reader of the input reads after the write).
+        copies: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self.virtual: dict[str, list[str]] = {}  # storage -> auto_functionalized nodes "writing" it
+        for node in graph.find_nodes(op="call_function", target=_COPY):
+            if len(node.args) > 1 and isinstance(node.args[1], torch.fx.Node) and node.name in self.written:
+                source = node.args[1]
+                if self.storage(source) not in self.writes:
+                    storage = self.storage(node.args[0])
+                    writes = self.writes[storage]
+                    copies.setdefault(source.name, (storage, tuple(writes[: writes.index(node.name) + 1])))
+        # An ``auto_functionalized`` element holding the new value of a mutated argument whose
+        # storage nothing writes afterwards (a buffer, no ``copy_`` back) is that storage as the in-place op
+        # replacing the node leaves it: the node counts as a write for its elements' readers (and an
+        # inserted write may stand for it), not for the storage's other readers.
+        for node in graph.nodes:
+            for element, base in _functionalized_elements(node).items():
+                storage = self.storage(base)
+                writes = self.writes.get(storage, [])
+                prior = tuple(w for w in writes if self.order[w] < self.order[node.name])
+                if element.name not in copies and len(prior) == len(writes):
+                    copies[element.name] = (storage, (*prior, node.name))
+                    if node.name not in self.virtual.setdefault(storage, []):
+                        self.virtual[storage].append(node.name)
+        for node in graph.nodes:
+            if node.op in ("call_function", "call_method", "output") and not (
+                node.op == "call_function" and is_view(node.target)
+            ):
+                for value in flat_nodes((node.args, node.kwargs)):
+                    while value.name not in copies and value.op == "call_function" and is_view(value.target):
+                        if not (value.args and isinstance(value.args[0], torch.fx.Node)):
+                            break
+                        value = value.args[0]  # a view of a copied value reads it too
+                    if value.name in copies and node.target is not _COPY:
+                        storage, version = copies[value.name]
+                        self.via.setdefault((node.name, storage), set()).add(version)
+
+    def _read(self, reader: str, storage: str) -> None:
+        self.reads.setdefault((reader, storage), tuple(self.writes.get(storage, ())))
+
+    def storage(self, node: torch.fx.Node) -> str:
+        return _storage(node, self.mutating).name
+
+    def _writes(self, node: torch.fx.Node) -> list[str]:
+        """The storages ``node`` writes (none when it is no write)."""
+        if node.name not in self.mutating:
+            return []
+        if node.target is _COPY and len(node.args) > 1 and node.args[0] is node.args[1]:
+            return []
+        return list(dict.fromkeys(self.storage(w) for w in _written_nodes(node)))
+
+    def describe(self, names: list[str] | tuple[str, ...]) -> str:
+        """The writes ``names`` as ``name (op writes tensors)``."""
+        shown = []
+        for name in names:
+            node = self.nodes.get(name)
+            shown.append(
+                f"{name} ({getattr(node.target, '__name__', node.target)} writes {_written(node)})" if node else name
+            )
+        return ", ".join(shown)
+
+
+def _functionalized_elements(node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
+    """``getitem`` user -> the mutated argument (the base, for ``auto_functionalized_v2``) whose new
+    value it holds, for an ``auto_functionalized`` / ``_v2`` node (empty for any other node). The
+    elements are ``(op outputs..., new values of the mutated args / bases...)``
+    (``torch/_higher_order_ops/auto_functionalize.py``)."""
+    import operator
+
+    v1, v2 = torch.ops.higher_order.auto_functionalized, torch.ops.higher_order.auto_functionalized_v2
+    if node.op != "call_function" or node.target not in (v1, v2) or not node.args:
+        return {}
+    schema = getattr(node.args[0], "_schema", None)
+    if schema is None:
+        return {}
+    if node.target is v1:
+        mutated = [
+            node.kwargs.get(a.name) for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
         ]
-        if not crossed:
-            continue  # the in-place ops between write other tensors: the value read is the same
-        shown = ", ".join(f"{m.name} ({getattr(m.target, '__name__', m.target)} writes {_written(m)})" for m in crossed)
-        replaced = [name for region in sorted(old) for name in old[region]]
-        inserted = [name for region in sorted(new) for name in new[region]]
+    else:
+        mutated = list(node.kwargs.get("_all_bases", ()))
+    outputs = len(schema.returns) or 1  # an op returning nothing has a None element
+    elements = {}
+    for user in node.users:
+        if user.target is operator.getitem and isinstance(user.args[1], int) and user.args[1] >= outputs:
+            index = user.args[1] - outputs
+            if index < len(mutated) and isinstance(mutated[index], torch.fx.Node):
+                elements[user] = mutated[index]
+    return elements
+
+
+def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str]:
+    """``(storage, write in the graph after the pass) -> the write of the graph before it stands for``:
+    a write kept by the pass stands for itself; per storage, the writes the pass inserted stand, in
+    order, for the writes it removed (an in-place op that replaces a functional op and its write-back
+    ``copy_`` stands for the ``copy_``). An inserted write with nothing to stand for stays itself."""
+    mapping: dict[tuple[str, str], str] = {}
+    for storage, writes in after.writes.items():
+        removed = [w for w in before.writes.get(storage, ()) if w not in after.written]
+        inserted = [w for w in writes if w not in before.written]
+        pairs = dict(zip(inserted, removed, strict=False))
+        unpaired = [w for w in inserted if w not in pairs]
+        pairs.update(zip(unpaired, [w for w in before.virtual.get(storage, ()) if w not in after.nodes], strict=False))
+        for write in writes:
+            mapping[(storage, write)] = pairs.get(write, write)
+    return mapping
+
+
+def _all_reads(graph: _Versions, name: Any) -> dict[tuple[str, str], frozenset[tuple[str, ...]]]:
+    """Every version each node reads of each storage, directly or through a value copied into it,
+    its writes renamed by ``name(storage, version)``."""
+    reads: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+    for (reader, storage), seen in graph.reads.items():
+        reads.setdefault((reader, storage), set()).add(name(storage, seen))
+    for (reader, storage), versions in graph.via.items():
+        named = {name(storage, seen) for seen in versions}
+        named.discard(None)
+        if named:
+            reads.setdefault((reader, storage), set()).update(named)
+    return {key: frozenset(versions) for key, versions in reads.items()}
+
+
+def _version(seen: tuple[str, ...], stand_in: dict[str, str] | None = None) -> str:
+    """``before any write`` or ``after w1, w2`` (an inserted write named with the write it stands for)."""
+    if not seen:
+        return "before any write"
+    stand_in = stand_in or {}
+    return "after " + ", ".join(w + (f" (standing for {stand_in[w]})" if stand_in.get(w, w) != w else "") for w in seen)
+
+
+def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
+    """Reads that see another version of their storage after the pass (see the module docstring)."""
+    before, after = _Versions(pair.before.graph), _Versions(pair.after.graph)
+    stand_in = _stand_ins(before, after)
+
+    def mapped(storage: str, seen: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+        """(the writes ``seen`` of the graph after the pass, named as in the graph before it; as it is said)"""
+        mapping = {w: stand_in.get((storage, w), w) for w in seen}
+        return tuple(mapping[w] for w in seen), _version(seen, mapping)
+
+    def seen_after(reader: str, storage: str) -> tuple[tuple[str, ...], str]:
+        return mapped(storage, after.reads[(reader, storage)])
+
+    violations = []
+    # a node the pass kept, reading the same storage, and the caller: they must see the same writes
+    for (reader, storage), old in before.reads.items():
+        if (reader, storage) not in after.reads or reader in covered:
+            continue
+        new, said = seen_after(reader, storage)
+        if old != new:
+            who = (
+                f"the final value of `{storage}`"
+                if reader == _END
+                else f"the read of `{storage}` by the kept node `{reader}`"
+            )
+            moved = [w for w in old if w not in new] + [w for w in new if w not in old] or list(old)
+            violations.append(
+                Violation(
+                    "mutation_barriers",
+                    f"the pass moved {who} across {before.describe(moved) or 'a write to it'}: in the "
+                    f"original graph it is read {_version(old)}, after the pass {said} (a stale or too new value)",
+                    (reader,) if reader != _END else (),
+                )
+            )
+    # the other reads of a storage that both graphs hold: those of nodes the pass removed, inserted
+    # or rewired (to or away from the storage, or a value copied into it), compared as a whole
+    # an auto_functionalized node counts as a write only where an in-place op stands for it (it
+    # was reinplaced there); where it was not, what read its elements reads a copy
+    stood_for = set(stand_in.values())
+    before_all = _all_reads(
+        before,
+        lambda storage, seen: (
+            None
+            if any(w in before.virtual.get(storage, ()) and w not in stood_for and w not in after.nodes for w in seen)
+            else seen
+        ),
+    )
+    after_all = _all_reads(after, lambda storage, seen: mapped(storage, seen)[0])
+    old_reads: dict[str, dict[tuple[str, ...], list[str]]] = {}
+    for (reader, storage), versions in before_all.items():
+        if (
+            reader == _END
+            or reader in covered
+            or storage not in after.nodes
+            or ((reader, storage) in before.reads and (reader, storage) in after.reads)  # judged above
+            or after_all.get((reader, storage)) == versions
+            or (reader in after.nodes and (reader, storage) not in after_all)  # now reads a copy, or other
+        ):
+            continue
+        for seen in versions:
+            old_reads.setdefault(storage, {}).setdefault(seen, []).append(reader)
+    new_reads: dict[str, dict[tuple[str, ...], list[str]]] = {}
+    said: dict[tuple[str, ...], str] = {}
+    for (reader, storage), versions in after_all.items():
+        if (
+            reader == _END
+            or storage not in old_reads
+            or ((reader, storage) in before.reads and (reader, storage) in after.reads)
+            or before_all.get((reader, storage)) == versions
+        ):
+            continue
+        for seen in sorted(versions):
+            said[seen] = _version(seen)
+            new_reads.setdefault(storage, {}).setdefault(seen, []).append(reader)
+    for storage, new in new_reads.items():
+        old = old_reads[storage]
+        if set(old) == set(new):
+            continue  # the inserted nodes read the versions the replaced nodes read
+        every = [set(v) for v in (*old, *new)]
+        crossed = sorted(set.union(*every) - set.intersection(*every), key=lambda w: before.order.get(w, -1))
+        replaced = [name for names in old.values() for name in names]
+        inserted = [name for names in new.values() for name in names]
+        old_said = "; ".join(f"{', '.join(old[v])} {_version(v)}" for v in sorted(old, key=len))
+        new_said = "; ".join(f"{', '.join(new[v])} {said[v]}" for v in sorted(new, key=len))
         violations.append(
             Violation(
                 "mutation_barriers",
-                f"the pass moved the read of `{value}` across {shown}: the replaced node(s) "
-                f"{', '.join(replaced)} read it in mutation region(s) {', '.join(map(str, sorted(old)))} of the "
-                f"original graph, the inserted node(s) {', '.join(inserted)} in {', '.join(map(str, sorted(new)))}",
+                f"the pass moved the read of `{storage}` across {before.describe(crossed) or 'a write to it'}: "
+                f"the replaced node(s) read it ({old_said}), the inserted node(s) ({new_said}) "
+                "(a stale or too new value)",
                 (*replaced, *inserted),
             )
         )
@@ -177,13 +411,11 @@ def check(pair: RunPair) -> list[Violation]:
     if pair.after is None:
         return []
     regions, mutators = mutation_regions(pair.before.graph)
-    if not mutators:
-        return []
     violations = []
-    covered: set[str] = set()
+    covered: set[str] = set()  # the nodes of matches found crossing (the reads they moved go unsaid)
     for record in pair.match_records:
-        covered.update(record.nodes)
         names = [name for name in record.nodes if name in regions]
         if len({regions[name] for name in names}) > 1:
+            covered.update(record.nodes)
             violations.append(_crossing(f"match ({record.entry})", names, regions, mutators))
-    return violations + _moved_reads(pair, regions, mutators, covered)
+    return violations + _moved_reads(pair, covered)
