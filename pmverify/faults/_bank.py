@@ -249,6 +249,6 @@ BANK: dict[str, Fault] = {
         Fault(ReinplaceReadsWhatItWrites, "reinplacing lets an op read what it writes", ("aliasing", "semantics"),
               _custom_ops),
         Fault(WriteBackHoistStaleRegions, "entry moves a copy_, later entries match across it (stale regions)",
-              ("semantics",), _hoisted_rms),
+              ("mutation_barriers", "semantics"), _hoisted_rms),
     )
 }  # fmt: skip

@@ -169,6 +169,7 @@ class _Versions:
                 for i, argument in enumerate(schema.arguments if schema is not None else ()):
                     if argument.name == "out" and i < len(node.args) and isinstance(node.args[i], torch.fx.Node):
                         skipped.add(node.args[i])  # an ``out`` argument passed by position
+                skipped.update(_v2_out_bases(node))
                 for value in flat_nodes((node.args, node.kwargs)):
                     if value not in skipped:
                         self._read(node.name, self.storage(value))
@@ -240,6 +241,20 @@ class _Versions:
                 f"{name} ({getattr(node.target, '__name__', node.target)} writes {_written(node)})" if node else name
             )
         return ", ".join(shown)
+
+
+def _v2_out_bases(node: torch.fx.Node) -> set[torch.fx.Node]:
+    """The bases an ``auto_functionalized_v2`` node passes only as its op's ``out`` argument
+    (``_out_base_index``, no other ``_*_base_index`` on the same base): the op does not read them,
+    as ``auto_functionalized`` does not read its ``out=`` keyword (empty for any other node)."""
+    if node.op != "call_function" or node.target is not torch.ops.higher_order.auto_functionalized_v2:
+        return set()
+    bases = node.kwargs.get("_all_bases", ())
+    indices = {k: v for k, v in node.kwargs.items() if k.startswith("_") and k.endswith("_base_index")}
+    out = indices.pop("_out_base_index", None)
+    if not isinstance(out, int) or not 0 <= out < len(bases) or out in indices.values():
+        return set()
+    return {bases[out]} if isinstance(bases[out], torch.fx.Node) else set()
 
 
 def _functionalized_elements(node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
