@@ -60,3 +60,64 @@ def test_a_write_back_moved_after_the_last_reader_is_quiet():
 
     result = check_case(move_copy, _case(), oracles=["mutation_barriers", "semantics"])
     assert result.ok, result.violations
+
+
+def _v2_out_case():
+    """``b = full([6], 1); s = b.sum(); roll_into(x, out=b[2:3])`` as functionalization gives it
+    (``auto_functionalized_v2``, the base ``b`` passed only as the op's ``out``), returning ``s`` and
+    the new ``b`` through a no-op ``convert_element_type`` (as ``remove_noop_ops`` finds it)."""
+    import operator
+
+    from pmverify.strategies._custom_ops import register
+
+    register()
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    b = g.call_function(aten.full.default, ([6], 1.0), {"dtype": torch.float32})
+    s = g.call_function(aten.sum.default, (b,))
+    node = g.call_function(
+        torch.ops.higher_order.auto_functionalized_v2,
+        (torch.ops.pmverify_testing.roll_into.default,),
+        {
+            "x": x,
+            "_out_base_index": 0,
+            "_out_slice_dim": 0,
+            "_out_slice_start": 2,
+            "_out_slice_end": 3,
+            "_all_bases": [b],
+        },
+    )
+    new_b = g.call_function(operator.getitem, (node, 1))
+    g.output((s, g.call_function(torch.ops.prims.convert_element_type.default, (new_b, torch.float32))))
+    return GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.randn(1),)])
+
+
+def _reinplace_v2(before_sum: bool):
+    """The ``auto_functionalized_v2`` node replaced by ``roll_into(x, out=b[2:3])`` writing ``b`` in
+    place, at the node (correct, as ``remove_noop_ops`` and ``reinplace_inplaceable_ops`` do) or
+    before the ``sum`` still reading the old ``b`` (wrong)."""
+
+    def pass_(graph):
+        node = next(n for n in graph.nodes if n.target is torch.ops.higher_order.auto_functionalized_v2)
+        (base,) = node.kwargs["_all_bases"]
+        (element,) = node.users
+        (convert,) = element.users
+        at = next(n for n in graph.nodes if n.target is aten.sum.default) if before_sum else node
+        with graph.inserting_before(at):
+            view = graph.call_function(aten.slice.Tensor, (base, 0, 2, 3))
+            graph.call_function(torch.ops.pmverify_testing.roll_into.default, (node.kwargs["x"], view))
+        convert.replace_all_uses_with(base)
+        graph.erase_node(convert)
+        graph.erase_node(element)
+        graph.erase_node(node)
+
+    return pass_
+
+
+def test_a_reinplaced_v2_node_writing_its_out_base_is_quiet_and_a_misplaced_one_caught():
+    """The base an ``auto_functionalized_v2`` node passes only as ``out`` is not read by the node, as
+    ``auto_functionalized``'s ``out=`` keyword is not (a correct reinplacing drew a finding)."""
+    result = check_case(_reinplace_v2(False), _v2_out_case(), oracles=["mutation_barriers", "semantics"])
+    assert result.ok, result.violations
+    result = check_case(_reinplace_v2(True), _v2_out_case(), oracles=["mutation_barriers"])
+    assert any("`sum" in v.message for v in result.violations), result.violations
