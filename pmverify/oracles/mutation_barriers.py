@@ -18,7 +18,8 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   that precede the read. Writes the pass kept are themselves; the writes it inserted stand, in
   order, for those it removed (an in-place op replacing a functional op and its write-back
   ``copy_`` stands for the ``copy_``; for a buffer no ``copy_`` writes, for the
-  ``auto_functionalized`` node). A value a ``copy_`` writes back (or an ``auto_functionalized``
+  ``auto_functionalized`` node, or for the functional op it reinplaces: a view scatter,
+  ``index_put``). A value a ``copy_`` writes back (or an ``auto_functionalized``
   element) is read as its storage after that write. A node the pass kept must read the same
   version, and so must the caller (each input's final value); the reads of the nodes the pass
   removed, inserted or rewired must see the same set of versions. A read moved before or after a
@@ -141,9 +142,11 @@ class _Versions:
     node that computes from values: views and ``getitem`` read nothing (their users do, at their own
     place), a ``copy_`` reads its source, not the destination it overwrites, an op does not read its
     ``out`` argument. The output node reads what it returns, and the caller (``_END``) reads the final
-    value of every graph input."""
+    value of every graph input. ``before``: whether this is the graph before the pass, whose
+    functional ops that Inductor's reinplacing turns into writes then count as ``auto_functionalized``
+    nodes do."""
 
-    def __init__(self, graph: torch.fx.Graph) -> None:
+    def __init__(self, graph: torch.fx.Graph, before: bool = False) -> None:
         from torch._inductor.pattern_matcher import is_mutation_op
 
         from .._fx import flat_nodes, is_view
@@ -195,14 +198,30 @@ class _Versions:
         # An ``auto_functionalized`` element holding the new value of a mutated argument whose
         # storage nothing writes afterwards (a buffer, no ``copy_`` back) is that storage as the in-place op
         # replacing the node leaves it: the node counts as a write for its elements' readers (and an
-        # inserted write may stand for it), not for the storage's other readers.
+        # inserted write may stand for it), not for the storage's other readers. So is the result of
+        # a functional op that reinplacing turns into a write of its first argument (a view scatter,
+        # ``index_put``: ``select_scatter(x, v)`` -> ``x[i].copy_(v)``). Such a node whose argument is
+        # an element of an earlier one writes that element's storage after it (a chain of functional
+        # writes to one buffer).
+        elements_of: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self.scatters: set[str] = set()  # the reinplaceable functional ops among them
         for node in graph.nodes:
-            for element, base in _functionalized_elements(node).items():
-                storage = self.storage(base)
-                writes = self.writes.get(storage, [])
-                prior = tuple(w for w in writes if self.order[w] < self.order[node.name])
-                if element.name not in copies and len(prior) == len(writes):
-                    copies[element.name] = (storage, (*prior, node.name))
+            elements = _functionalized_elements(node)
+            if before:  # the graph before the pass: what a reinplacing may have written
+                elements = elements or _reinplaceable(node, self.mutating)
+            for element, base in elements.items():
+                if element is node:
+                    self.scatters.add(node.name)
+                if base.name in elements_of:
+                    storage, prior = elements_of[base.name]
+                    latest = all(w in prior for w in self.writes.get(storage, ()))
+                else:
+                    storage = self.storage(base)
+                    writes = self.writes.get(storage, [])
+                    prior = tuple(w for w in writes if self.order[w] < self.order[node.name])
+                    latest = len(prior) == len(writes)
+                if element.name not in copies and latest:
+                    copies[element.name] = elements_of[element.name] = (storage, (*prior, node.name))
                     if node.name not in self.virtual.setdefault(storage, []):
                         self.virtual[storage].append(node.name)
         for node in graph.nodes:
@@ -255,6 +274,32 @@ def _v2_out_bases(node: torch.fx.Node) -> set[torch.fx.Node]:
     if not isinstance(out, int) or not 0 <= out < len(bases) or out in indices.values():
         return set()
     return {bases[out]} if isinstance(bases[out], torch.fx.Node) else set()
+
+
+#: Functional ops that Inductor's reinplacing turns into a write of their first argument
+#: (``inplaceable_ops`` and the view scatters of ``torch/_inductor/fx_passes/reinplace.py``); their
+#: result is laid out as that argument.
+_REINPLACEABLE = frozenset(
+    f"aten::{name}"
+    for name in (
+        "select_scatter",
+        "slice_scatter",
+        "diagonal_scatter",
+        "as_strided_scatter",
+        "index_put",
+        "_unsafe_index_put",
+    )
+)
+
+
+def _reinplaceable(node: torch.fx.Node, mutating: set[str]) -> dict[torch.fx.Node, torch.fx.Node]:
+    """``{node: its first argument}`` when ``node`` is a functional op that Inductor's reinplacing
+    turns into a write of that argument (a view scatter, ``index_put``); empty otherwise."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or node.name in mutating or not node.args:
+        return {}
+    base = node.args[0]
+    return {node: base} if schema.name in _REINPLACEABLE and isinstance(base, torch.fx.Node) else {}
 
 
 def _functionalized_elements(node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
@@ -327,8 +372,14 @@ def _version(seen: tuple[str, ...], stand_in: dict[str, str] | None = None) -> s
 
 def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     """Reads that see another version of their storage after the pass (see the module docstring)."""
-    before, after = _Versions(pair.before.graph), _Versions(pair.after.graph)
+    before, after = _Versions(pair.before.graph, before=True), _Versions(pair.after.graph)
     stand_in = _stand_ins(before, after)
+    # an in-place write standing for a functional scatter reads what the scatter read: its storage as
+    # it is before the write (the elements it leaves as they were)
+    for (storage, write), stood_for in stand_in.items():
+        if stood_for in before.scatters and stood_for != write:
+            writes = after.writes[storage]
+            after.reads.setdefault((write, storage), tuple(writes[: writes.index(write)]))
 
     def mapped(storage: str, seen: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
         """(the writes ``seen`` of the graph after the pass, named as in the graph before it; as it is said)"""

@@ -121,3 +121,39 @@ def test_a_reinplaced_v2_node_writing_its_out_base_is_quiet_and_a_misplaced_one_
     assert result.ok, result.violations
     result = check_case(_reinplace_v2(True), _v2_out_case(), oracles=["mutation_barriers"])
     assert any("`sum" in v.message for v in result.violations), result.violations
+
+
+def _scatter_case():
+    """``n = -x; s = n.sum(); y = select_scatter(n, v, 0, 0)``, returning ``s`` and ``y``: a
+    functional scatter into a value nothing reads after it."""
+    g = torch.fx.Graph()
+    x, v = g.placeholder("x"), g.placeholder("v")
+    n = g.call_function(aten.neg.default, (x,))
+    s = g.call_function(aten.sum.default, (n,))
+    y = g.call_function(aten.select_scatter.default, (n, v, 0, 0))
+    g.output((s, y))
+    return GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.randn(3, 4), torch.randn(4))])
+
+
+def _reinplace_scatter(before_sum: bool):
+    """``select_scatter`` replaced by ``n[0].copy_(v)``, as ``reinplace_inplaceable_ops`` does, at
+    its place (correct) or before the ``sum`` reading the old ``n`` (wrong)."""
+
+    def pass_(graph):
+        scatter = next(n for n in graph.nodes if n.target is aten.select_scatter.default)
+        base, src, dim, index = scatter.args
+        at = next(n for n in graph.nodes if n.target is aten.sum.default) if before_sum else scatter
+        with graph.inserting_before(at):
+            view = graph.call_function(aten.select.int, (base, dim, index))
+            graph.call_function(aten.copy_.default, (view, src))
+        scatter.replace_all_uses_with(base)
+        graph.erase_node(scatter)
+
+    return pass_
+
+
+def test_a_reinplaced_view_scatter_is_quiet_and_one_before_a_reader_of_the_old_value_caught():
+    result = check_case(_reinplace_scatter(False), _scatter_case(), oracles=["mutation_barriers", "semantics"])
+    assert result.ok, result.violations
+    result = check_case(_reinplace_scatter(True), _scatter_case(), oracles=["mutation_barriers"])
+    assert any("`sum" in v.message for v in result.violations), result.violations
