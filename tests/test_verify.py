@@ -21,16 +21,17 @@ CONFIG_F32 = QKNormConfig(q_size=8, kv_size=4, eps=1e-6, dtype=torch.float32, ma
 
 def test_shipped_pass_preserves_semantics():
     # The property test of semantic preservation (plus structure and expectations) on random cases.
+    count = 15  # as the ci profile draws; the nightly run draws thousands
     results = []
-    summary = verify(QKNormFusionPass, qk_norm_cases(), max_examples=30, on_result=results.append)
-    assert len(results) == 30
+    summary = verify(QKNormFusionPass, qk_norm_cases(), max_examples=count, on_result=results.append)
+    assert len(results) == count
     assert sum(r.rewrite_count for r in results) > 0
     assert isinstance(summary, pmverify.VerifySummary)
-    assert summary.cases == 30 and summary.rewrites == sum(r.rewrite_count for r in results)
+    assert summary.cases == count and summary.rewrites == sum(r.rewrite_count for r in results)
     assert summary.rewritten_cases == sum(r.rewritten for r in results) > 0 and summary.failing_cases == 0
-    assert summary.judged["structure"] == 30 and summary.judged["semantics"] == 30 - summary.void_cases
+    assert summary.judged["structure"] == count and summary.judged["semantics"] == count - summary.void_cases
     assert summary.planted["must match"] >= summary.rewritten_cases
-    assert summary.describe().startswith(f"30 cases, {summary.rewritten_cases} rewritten")
+    assert summary.describe().startswith(f"{count} cases, {summary.rewritten_cases} rewritten")
 
 
 def test_shipped_pass_with_fixed_config():
@@ -132,33 +133,37 @@ def test_a_class_is_built_with_no_argument_when_the_case_carries_no_config():
 
 
 def test_failure_is_saved_and_replayed_first(tmp_path):
-    from hypothesis import settings
+    from hypothesis import Phase, settings
     from hypothesis.database import InMemoryExampleDatabase
 
     db = InMemoryExampleDatabase()
-    previous = settings.get_current_profile_name()
-    settings.register_profile("pmverify-test-db", settings.get_profile(previous), database=db)
-    settings.load_profile("pmverify-test-db")
-    try:
-        config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
-        with pytest.raises(PassVerificationError):
-            # seeded, as pmverify fuzz runs it: the database must stay in use all the same
-            verify(QKNormWrongRoundingOrder, qk_norm_cases(config), max_examples=50, seed=3, repro_dir=tmp_path)
-        assert any(db.data.values()), "the failing case was not saved"
-        checked = []
-        with pytest.raises(PassVerificationError):
-            # one example only: it can only fail this fast because the saved case is replayed first
-            verify(
-                QKNormWrongRoundingOrder,
-                qk_norm_cases(config),
-                max_examples=1,
-                seed=4,
-                repro_dir=tmp_path,
-                on_result=checked.append,
-            )
-        assert not checked[0].ok
-    finally:
-        settings.load_profile(previous)
+    # saved as found: shrinking (what makes this search long) is not what this test is about
+    unshrunk = settings(settings.default, database=db, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
+    with pytest.raises(PassVerificationError):
+        # seeded, as pmverify fuzz runs it: the database must stay in use all the same
+        verify(
+            QKNormWrongRoundingOrder,
+            qk_norm_cases(config),
+            max_examples=50,
+            seed=3,
+            repro_dir=tmp_path,
+            settings=unshrunk,
+        )
+    assert any(db.data.values()), "the failing case was not saved"
+    checked = []
+    with pytest.raises(PassVerificationError):
+        # one example only: it can only fail this fast because the saved case is replayed first
+        verify(
+            QKNormWrongRoundingOrder,
+            qk_norm_cases(config),
+            max_examples=1,
+            seed=4,
+            repro_dir=tmp_path,
+            on_result=checked.append,
+            settings=unshrunk,
+        )
+    assert not checked[0].ok
 
 
 class _WrongOnFirstCalls(QKNormFusionPass):

@@ -20,6 +20,20 @@ def recorded():
     return {INDUCTOR: record_source(INDUCTOR)}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _short_shrinking():
+    """Shrinking bounded as ``pmverify audit``'s workers bound it (``shrink_s``): a finding's
+    outcome is what these tests look at, not how small its case gets."""
+    from hypothesis.internal.conjecture import engine
+
+    from pmverify._compat import set_max_shrinking_seconds
+
+    before = engine.MAX_SHRINKING_SECONDS
+    set_max_shrinking_seconds(2)
+    yield
+    engine.MAX_SHRINKING_SECONDS = before
+
+
 def _audit(recorded, module, name, tmp_path):
     return worker._check(
         recorded, CheckRequest("inductor", module, name, 0), {"max_examples": 10, "repro_dir": str(tmp_path)}

@@ -67,6 +67,7 @@ def _shards(rank):
 
 
 @pytest.mark.multiproc
+@pytest.mark.slow  # two processes compiling the model: the longest default test (18 s)
 def test_gloo_world_of_2_compiled_with_the_pass():
     args = [_shards(rank)[0] for rank in range(WORLD)]
     results = run_spmd(compiled_rank, WORLD, args, backend="gloo", timeout_s=300)

@@ -296,24 +296,36 @@ def test_without_the_interpreter_the_kernel_faults_are_errors_not_detections(tmp
     )
 
 
-@pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"PMVERIFY_QK_NORM_IMPL": "cuda"}, "PMVERIFY_QK_NORM_IMPL='cuda': expected one of auto, triton, torch"),
-        pytest.param(
-            {"PMVERIFY_QK_NORM_IMPL": "triton", "TRITON_INTERPRET": "0"},
-            "PMVERIFY_QK_NORM_IMPL=triton runs the Triton",
-            marks=pytest.mark.slow,
-        ),
-    ],
-)
-def test_the_cli_refuses_a_fused_op_setting_it_cannot_run(env, message):
-    """Not a semantics finding on every case: one line, exit 2, for fuzz and selfcheck alike."""
-    for command in (["fuzz", "--budget", "5"], ["selfcheck", "--fault", "QKNormWrongRoundingOrder"]):
-        done = _python(f"import sys, pmverify.cli; sys.exit(pmverify.cli.main({command!r}))", **{**os.environ, **env})
+_REFUSING_COMMANDS = (["fuzz", "--budget", "5"], ["selfcheck", "--fault", "QKNormWrongRoundingOrder"])
+
+
+def test_the_cli_refuses_an_unknown_fused_op_setting(monkeypatch, capsys):
+    """Not a semantics finding on every case: one line, exit 2, for fuzz and selfcheck alike (in the
+    test's process; the next test runs the CLI in fresh ones)."""
+    from pmverify.cli import main
+
+    monkeypatch.setenv("PMVERIFY_QK_NORM_IMPL", "cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ["TRITON_INTERPRET"])  # restored: the fuzz job sets it
+    for command in _REFUSING_COMMANDS:
+        code = main(command)
+        out, err = capsys.readouterr()
+        assert code == 2, out + err
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"pmverify {command[0]}: ") and not out
+        assert "PMVERIFY_QK_NORM_IMPL='cuda': expected one of auto, triton, torch" in line
+
+
+@pytest.mark.slow  # two fresh processes, each importing the fault bank
+def test_the_cli_refuses_forced_triton_without_the_interpreter():
+    """As above, for a setting only a fresh process can have (Triton imported without its
+    interpreter on a machine without a GPU)."""
+    env = {**os.environ, "PMVERIFY_QK_NORM_IMPL": "triton", "TRITON_INTERPRET": "0"}
+    for command in _REFUSING_COMMANDS:
+        done = _python(f"import sys, pmverify.cli; sys.exit(pmverify.cli.main({command!r}))", **env)
         assert done.returncode == 2, done.stdout + done.stderr
         (line,) = done.stderr.strip().splitlines()
-        assert line.startswith(f"pmverify {command[0]}: ") and message in line and not done.stdout
+        assert line.startswith(f"pmverify {command[0]}: ") and not done.stdout
+        assert "PMVERIFY_QK_NORM_IMPL=triton runs the Triton" in line
 
 
 @pytest.mark.parametrize("launcher", [qk_norm_grid_capped, qk_norm_unmasked_loads, qk_norm_k_out_floor_chunks])

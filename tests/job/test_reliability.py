@@ -218,13 +218,30 @@ def test_redis_database_shares_findings_between_runs(tmp_path, redis_url):
         (["fuzz", "--db", "redis://:s3cret@127.0.0.1:1/0"], "redis://:***@127.0.0.1:1/0"),
     ],
 )
-def test_bad_usage_is_one_line_and_exit_2(argv, message):
+def test_bad_usage_is_one_line_and_exit_2(argv, message, capsys):
+    """In the test's process (``pmverify.cli.main``, as ``python -m pmverify`` calls it: the next
+    test runs that once)."""
+    try:
+        code = main([*argv, "--no-real-model"])
+    except SystemExit as exit:  # argparse's own usage errors
+        code = exit.code
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+    assert out == ""
+
+
+def test_bad_usage_from_the_command_line_is_one_line_and_exit_2():
     run = subprocess.run(
-        [sys.executable, "-m", "pmverify", *argv, "--no-real-model"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "pmverify", "fuzz", "--budget", "0s", "--no-real-model"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], run.stderr
+    assert len(lines) == 1 and "--budget='0s' must be a positive" in lines[0], run.stderr
     assert run.stdout == ""
 
 

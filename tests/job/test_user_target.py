@@ -44,7 +44,8 @@ def _fuzz(tmp_path: pathlib.Path, *target: str, real_model: bool = False) -> tup
 @pytest.mark.parametrize(
     "target",
     [
-        ("--target", "_user_target:untouched", "--cases", "_user_target:CASES"),
+        # the same job with a plain pass: in the slow step (each run is a fresh job and worker, ~10 s)
+        pytest.param(("--target", "_user_target:untouched", "--cases", "_user_target:CASES"), marks=pytest.mark.slow),
         ("--target", "_user_target:target"),
     ],
     ids=["pass", "fuzz_target"],
