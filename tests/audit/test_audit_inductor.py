@@ -57,7 +57,8 @@ def test_rewrites_of_each_kind_are_compared(recorded, tmp_path, name, kind):
         assert outcome["matched"] > 0 and outcome["planted"]["cases"] > 0
     else:
         assert outcome["status"] == "finding", (kind, outcome)
-        assert [v["reason"] for v in outcome["variants"]] in (["reduction_dim"], ["dim"]), (kind, outcome)
+        reasons = [v["reason"] for v in outcome["variants"]]  # one or both: shrinking is bounded
+        assert reasons and set(reasons) <= {"reduction_dim", "dim"}, (kind, outcome)
         assert outcome["violations"][0]["oracle"] == "semantics"
 
 
