@@ -5,8 +5,9 @@ Reinplacing turns ``auto_functionalized`` + its write-back ``copy_`` into the in
 correct rewrite that every oracle must leave quiet (it drew a mutation_barriers false alarm).
 The default run searches a few dozen cases; ``-m slow`` searches 300.
 
-Only graphs whose write-backs end the graph are searched: AOT functionalization writes each mutated
-input back once, in the graph's epilogue, and ``reinplace_inplaceable_ops`` relies on it (it takes
+Only graphs whose write-backs end the graph are searched (``write_backs="end"``): AOT
+functionalization writes each mutated input back once, in the graph's epilogue, and
+``reinplace_inplaceable_ops`` relies on it (it takes
 the first ``copy_`` into an input for that epilogue and ignores uses after it). On a write-back
 drawn right after its op, or with aten in-place ops between an ``auto_functionalized`` node and
 its write-back (``with_mutations`` on top), the chain changes values, as the semantics oracle and
@@ -43,16 +44,6 @@ def _post_grad_chain():
     namespace: dict = {}
     exec(PASS_SOURCE, namespace)  # noqa: S102 - the reproducer's own definition, run as it will be
     return namespace["PASS"]
-
-
-def _write_backs_at_the_end(case) -> bool:
-    """Whether the ``copy_`` nodes into graph inputs close the graph (Inductor's epilogue)."""
-    nodes = [n for n in case.gm.graph.nodes if n.op != "output"]
-    first = next(
-        (i for i, n in enumerate(nodes) if n.target is torch.ops.aten.copy_.default and n.args[0].op == "placeholder"),
-        len(nodes),
-    )
-    return all(n.target is torch.ops.aten.copy_.default for n in nodes[first:])
 
 
 def _mutates_a_clone_of_an_input(case) -> bool:
@@ -95,8 +86,7 @@ def _unsafe_view_of_a_same_layout_clone(case) -> bool:
 
 def _cases(dynamic=None):
     return (
-        with_mutating_custom_ops(fx_graphs(), dynamic=dynamic)
-        .filter(_write_backs_at_the_end)
+        with_mutating_custom_ops(fx_graphs(), dynamic=dynamic, write_backs="end")
         .filter(lambda case: not _mutates_a_clone_of_an_input(case))
         .filter(lambda case: not _unsafe_view_of_a_same_layout_clone(case))
     )

@@ -43,10 +43,12 @@ from ._dynamic import Dynamic, resymbolize, validate_dynamic
 from ._mutations import Editor, _view_node, apply_view, meta_val
 from ._public import public_call
 
-__all__ = ["with_mutating_custom_ops", "VERSIONS"]
+__all__ = ["with_mutating_custom_ops", "VERSIONS", "WRITE_BACKS"]
 
 #: auto_functionalized versions: 1 (``auto_functionalized``) and 2 (``auto_functionalized_v2``).
 VERSIONS = (1, 2)
+#: Where ``with_mutating_custom_ops`` may copy a mutated graph input back (``write_backs=``).
+WRITE_BACKS = ("anywhere", "end")
 _MAX_OPS = 2
 _SCALES = (0.5, -1.0, 2.0)
 _SPECS = {spec.name: spec for spec in CUSTOM_OPS}
@@ -170,7 +172,7 @@ def _cloned_operand(editor: Editor, slot: torch.fx.Node, base: torch.fx.Node, vi
     return x, clone
 
 
-def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies: list) -> None:
+def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies: list, early_ok: bool) -> None:
     placement, index, slot = editor.draw_slot(draw)
     kind, base, view, target = editor.draw_target(draw, slot, read_later=False, instance=index)
     squared = _squared(kind, view, target)
@@ -217,7 +219,8 @@ def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies:
     # An early copy_ (right after the op) is only drawn where no view of the input is read later:
     # AOTAutograd puts copy_ last, so no view read after it exists in real post-grad graphs.
     early = (
-        any(b.op == "placeholder" for b in bases)
+        early_ok
+        and any(b.op == "placeholder" for b in bases)
         and not any(editor.views_read_from(b, slot) for b in bases if b.op == "placeholder")
         and draw(st.booleans())
     )
@@ -246,7 +249,7 @@ def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies:
 
 @st.composite
 def _functional_cases(
-    draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...], dynamic: Dynamic | None
+    draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...], dynamic: Dynamic | None, write_backs: str
 ) -> GraphCase:
     case = draw(cases)
     validate_drawn_case("cases", case)
@@ -260,10 +263,11 @@ def _functional_cases(
     # copy_ at the end of the graph, which a correct rewrite of the view (e.g. into a copy) need not.
     editor.protected = editor.aliased_inputs()
     copies: list[tuple[torch.fx.Node, torch.fx.Node]] = []
-    _add_custom_op(draw, editor, versions, copies)
+    early_ok = write_backs == "anywhere"
+    _add_custom_op(draw, editor, versions, copies, early_ok)
     count = 1
     while count < _MAX_OPS and draw(st.booleans()):
-        _add_custom_op(draw, editor, versions, copies)
+        _add_custom_op(draw, editor, versions, copies, early_ok)
         count += 1
     order = editor.order()
     with editor.graph.inserting_before(editor.graph.output_node()):
@@ -278,6 +282,7 @@ def with_mutating_custom_ops(
     *,
     versions: Sequence[int] = VERSIONS,
     dynamic: bool | str | Sequence[str] | None = None,
+    write_backs: str = "anywhere",
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for cases drawn from ``cases`` with 1..2 mutating custom ops inserted in
     the functional form of Inductor's post-grad graphs (``auto_functionalized`` /
@@ -298,7 +303,7 @@ def with_mutating_custom_ops(
     same on every rank: ``Replicate()`` in a tensor-parallel case's ``placements``) or other inputs
     and buffers. Each op goes before, inside (strictly between the first
     and last node) or after a planted instance; a mutated input is copied back at the end of the
-    graph or right after the op. Readers of a mutated tensor after the op read its new value,
+    graph or right after the op (``write_backs``). Readers of a mutated tensor after the op read its new value,
     except planted-instance nodes, which are never changed. Every case runs eagerly, lints and
     re-propagates under FakeTensorProp; ``form`` stays the drawn case's.
 
@@ -317,10 +322,15 @@ def with_mutating_custom_ops(
       and symbolized again with its symbols: the ``auto_functionalized`` nodes, their view
       arguments and the ``copy_`` nodes then hold ``SymInt`` sizes), ``False`` static, ``True``
       every hint an input size holds, ``"tokens"`` 11 only.
+    - ``write_backs``: where a mutated graph input is copied back: ``"anywhere"`` (default: at the
+      end of the graph or right after the op) or ``"end"`` (only in the graph's epilogue, in input
+      order, as AOTAutograd writes post-grad graphs: the form Inductor's own post-grad passes, such
+      as ``reinplace_inplaceable_ops``, rely on).
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy,
-    ``versions`` that is not a non-empty sequence of 1 and 2, or a ``dynamic`` that is not None, a
-    bool, ``"tokens"`` or a non-empty list of it.
+    ``versions`` that is not a non-empty sequence of 1 and 2, a ``dynamic`` that is not None, a
+    bool, ``"tokens"`` or a non-empty list of it, or a ``write_backs`` other than ``"anywhere"`` and
+    ``"end"``.
 
     Example::
 
@@ -337,10 +347,13 @@ def with_mutating_custom_ops(
     given = versions
     versions = validate_choices("versions", versions, VERSIONS)
     canonical = validate_dynamic("dynamic", dynamic, follow=True)
+    if write_backs not in WRITE_BACKS:
+        raise InvalidArgument(f"write_backs={write_backs!r} must be one of {WRITE_BACKS}")
     return public_call(
         with_mutating_custom_ops,
-        _functional_cases(cases, tuple(versions), canonical),
+        _functional_cases(cases, tuple(versions), canonical, write_backs),
         cases,
         versions=given,
         dynamic=dynamic,
+        write_backs=write_backs,
     )

@@ -168,6 +168,18 @@ def test_each_feature_is_drawn(feature):
     _check_functional(first(with_mutating_custom_ops(base_cases(), versions=versions), condition))
 
 
+@settings(max_examples=10)
+@given(with_mutating_custom_ops(base_cases(), write_backs="end"))
+def test_write_backs_at_the_end_only_when_asked(case):
+    """AOTAutograd's form: every ``copy_`` into an input in the graph's epilogue, in input order."""
+    nodes = [n for n in case.gm.graph.nodes if n.op != "output"]
+    copies = [i for i, n in enumerate(nodes) if n.target is aten.copy_.default]
+    assert not _early_copy(case) and copies == list(range(len(nodes) - len(copies), len(nodes)))
+    order = {n: i for i, n in enumerate(case.gm.graph.find_nodes(op="placeholder"))}
+    assert [order[nodes[i].args[0]] for i in copies] == sorted(order[nodes[i].args[0]] for i in copies)
+    assert "write_backs='end'" in repr(with_mutating_custom_ops(base_cases(), write_backs="end"))
+
+
 @given(with_mutating_custom_ops(qk_norm_cases(max_instances=3)))
 def test_shipped_pass_meets_the_ground_truth(case):
     result = pmverify.check_case(QKNormFusionPass, case)
@@ -294,6 +306,8 @@ def test_reproducer_rebuilds_auto_functionalized_graphs():
         ({"versions": (True,)}, "holds True"),
         ({"versions": (1.0,)}, "holds 1.0"),
         ({"versions": None}, "versions=None"),
+        ({"write_backs": "early"}, "write_backs='early' must be one of"),
+        ({"write_backs": None}, "write_backs=None must be one of"),
     ],
 )
 def test_bad_arguments(kwargs, message):
