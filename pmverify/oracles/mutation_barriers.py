@@ -24,7 +24,8 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   version, and so must the caller (each input's final value); the reads of the nodes the pass
   removed, inserted or rewired must see the same set of versions. A read moved before or after a
   write to its storage is a finding; reads moved across writes to other tensors, a correct
-  reinplacing and dead code removed are not. The nodes of a match found crossing are not judged
+  reinplacing, dead code removed and the read of a value overwritten whole before anything reads it
+  (a clone passed as ``out``) are not. The nodes of a match found crossing are not judged
   again; a kept node now reading a copy (the clone a decomposed ``auto_functionalized`` writes) is
   left to the functionalization oracle. (Graph inputs are taken not to alias each other, as
   Inductor's post-grad graphs guarantee.)
@@ -159,8 +160,11 @@ class _Versions:
         self.reads: dict[tuple[str, str], tuple[str, ...]] = {}
         self.via: dict[tuple[str, str], set[tuple[str, ...]]] = {}  # reads of copies, see below
         self.written: set[str] = set()  # names of the nodes that write
+        # a value overwritten whole before anything reads it (a clone passed as ``out``): what it
+        # read is dead, and a pass may move that read freely
+        dead = {n for n in calls if n.name not in self.mutating and not is_view(n.target) and _dead(n, self.order)}
         for node in graph.nodes:
-            if node.op not in ("call_function", "call_method", "output"):
+            if node.op not in ("call_function", "call_method", "output") or node in dead:
                 continue
             if not (node.op == "call_function" and is_view(node.target)):
                 skipped = set()
@@ -300,6 +304,39 @@ def _reinplaceable(node: torch.fx.Node, mutating: set[str]) -> dict[torch.fx.Nod
         return {}
     base = node.args[0]
     return {node: base} if schema.name in _REINPLACEABLE and isinstance(base, torch.fx.Node) else {}
+
+
+def _dead(node: torch.fx.Node, order: dict[str, int]) -> bool:
+    """Whether ``node``'s value is overwritten whole (:func:`_overwritten`) by a user that passes it
+    once, before any other user touches it."""
+    from .._fx import flat_nodes
+
+    overwriting = [
+        u.name for u in node.users if node in _overwritten(u) and flat_nodes((u.args, u.kwargs)).count(node) == 1
+    ]
+    if not overwriting:
+        return False
+    first = min(order[name] for name in overwriting)
+    return all(order[u.name] >= first for u in node.users)
+
+
+def _overwritten(node: torch.fx.Node) -> set[torch.fx.Node]:
+    """The arguments ``node`` writes whole without reading them: a ``copy_``'s destination, an
+    ``out`` argument (by keyword, by position, or an ``auto_functionalized_v2`` base passed whole as
+    ``out``)."""
+    if node.op != "call_function":
+        return set()
+    if node.target is _COPY:
+        return {node.args[0]} if node.args and isinstance(node.args[0], torch.fx.Node) else set()
+    found = {node.kwargs["out"]} if isinstance(node.kwargs.get("out"), torch.fx.Node) else set()
+    schema = getattr(node.target, "_schema", None)
+    for i, argument in enumerate(schema.arguments if schema is not None else ()):
+        if argument.name == "out" and i < len(node.args) and isinstance(node.args[i], torch.fx.Node):
+            found.add(node.args[i])
+    view_keys = [k for k in node.kwargs if k.startswith("_out_") and k != "_out_base_index"]
+    if not view_keys:  # the base itself, not a view of it
+        found.update(_v2_out_bases(node))
+    return found
 
 
 def _functionalized_elements(node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:

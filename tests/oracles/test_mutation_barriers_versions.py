@@ -157,3 +157,30 @@ def test_a_reinplaced_view_scatter_is_quiet_and_one_before_a_reader_of_the_old_v
     assert result.ok, result.violations
     result = check_case(_reinplace_scatter(True), _scatter_case(), oracles=["mutation_barriers"])
     assert any("`sum" in v.message for v in result.violations), result.violations
+
+
+def _out_case(read_too: bool):
+    """``y = v.clone(); v.mul_(2); torch.tanh(x, out=y)``, returning ``y`` (and ``y.sum()`` taken
+    before the ``tanh``, when ``read_too``): the clone's value is overwritten whole unless read."""
+    g = torch.fx.Graph()
+    x, v = g.placeholder("x"), g.placeholder("v")
+    y = g.call_function(aten.clone.default, (v,))
+    returned = [y]
+    if read_too:
+        returned.append(g.call_function(aten.sum.default, (y,)))
+    g.call_function(aten.mul_.Tensor, (v, 2.0))
+    g.call_function(aten.tanh.out, (x,), {"out": y})
+    g.output(tuple(returned))
+    return GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.randn(4), torch.randn(4))], form="inplace")
+
+
+def _clone_after_the_write(graph):
+    clone = next(n for n in graph.nodes if n.target is aten.clone.default)
+    next(n for n in graph.nodes if n.target is aten.mul_.Tensor).append(clone)
+
+
+def test_a_read_whose_value_is_overwritten_whole_may_move_across_a_write():
+    result = check_case(_clone_after_the_write, _out_case(False), oracles=["mutation_barriers", "semantics"])
+    assert result.ok, result.violations
+    result = check_case(_clone_after_the_write, _out_case(True), oracles=["mutation_barriers"])
+    assert any("kept node `clone_default`" in v.message for v in result.violations), result.violations
