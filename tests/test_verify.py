@@ -140,29 +140,16 @@ def test_failure_is_saved_and_replayed_first(tmp_path):
     # saved as found: shrinking (what makes this search long) is not what this test is about
     unshrunk = settings(settings.default, database=db, phases=[Phase.explicit, Phase.reuse, Phase.generate])
     config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
+    search = functools.partial(
+        verify, QKNormWrongRoundingOrder, qk_norm_cases(config), repro_dir=tmp_path, settings=unshrunk
+    )
     with pytest.raises(PassVerificationError):
-        # seeded, as pmverify fuzz runs it: the database must stay in use all the same
-        verify(
-            QKNormWrongRoundingOrder,
-            qk_norm_cases(config),
-            max_examples=50,
-            seed=3,
-            repro_dir=tmp_path,
-            settings=unshrunk,
-        )
+        search(max_examples=50, seed=3)  # seeded, as pmverify fuzz runs it: the database stays in use
     assert any(db.data.values()), "the failing case was not saved"
     checked = []
     with pytest.raises(PassVerificationError):
         # one example only: it can only fail this fast because the saved case is replayed first
-        verify(
-            QKNormWrongRoundingOrder,
-            qk_norm_cases(config),
-            max_examples=1,
-            seed=4,
-            repro_dir=tmp_path,
-            on_result=checked.append,
-            settings=unshrunk,
-        )
+        search(max_examples=1, seed=4, on_result=checked.append)
     assert not checked[0].ok
 
 
