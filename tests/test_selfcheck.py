@@ -62,7 +62,9 @@ def test_selfcheck_shrinks_the_reproducer(tmp_path):
 def test_an_escaping_fault_exits_1(tmp_path, capsys, monkeypatch):
     # The shipped pass, filed as a fault: nothing to find.
     monkeypatch.setitem(BANK, "QKNormFusionPass", Fault(QKNormFusionPass, "none", ("semantics",)))
-    code, data = _run(tmp_path, "--fault", "QKNormFusionPass", "--fault", "AddmmDropsScalars", "--max-examples", "5")
+    code, data = _run(
+        tmp_path, "--fault", "QKNormFusionPass", "--fault", "AddmmDropsScalars", "--max-examples", "5", "--no-shrink"
+    )
     assert code == 1
     assert data["escaped"] == ["QKNormFusionPass"] and data["detected"] == ["AddmmDropsScalars"]
     row = data["faults"][0]
