@@ -30,7 +30,7 @@ from torch._inductor.virtualized import V
 
 
 def PASS(graph):
-    fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.find_nodes(op="placeholder")])
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes])  # a graph may have no input
     with V.set_fake_mode(fake_mode):
         remove_noop_ops(graph)
         reinplace_inplaceable_ops(FakeTensorUpdater(graph.owning_module), graph)

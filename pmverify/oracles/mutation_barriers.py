@@ -192,13 +192,19 @@ class _Versions:
         # graph's reader of the input reads after the write).
         copies: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.virtual: dict[str, list[str]] = {}  # storage -> auto_functionalized nodes "writing" it
+        # The value's own storage may have been written before the copy (computed in place, as a
+        # reinplaced op computes it): then only its readers that see every one of those writes
+        # read the copy's version (``final``).
+        final: dict[str, tuple[str, tuple[str, ...]]] = {}
         for node in graph.find_nodes(op="call_function", target=_COPY):
             if len(node.args) > 1 and isinstance(node.args[1], torch.fx.Node) and node.name in self.written:
                 source = node.args[1]
-                if self.storage(source) not in self.writes:
+                own = self.writes.get(self.storage(source), [])
+                if all(self.order[w] < self.order[node.name] for w in own) and source.name not in copies:
                     storage = self.storage(node.args[0])
                     writes = self.writes[storage]
-                    copies.setdefault(source.name, (storage, tuple(writes[: writes.index(node.name) + 1])))
+                    copies[source.name] = (storage, tuple(writes[: writes.index(node.name) + 1]))
+                    final[source.name] = (self.storage(source), tuple(own))
         # An ``auto_functionalized`` element holding the new value of a mutated argument whose
         # storage nothing writes afterwards (a buffer, no ``copy_`` back) is that storage as the in-place op
         # replacing the node leaves it: the node counts as a write for its elements' readers (and an
@@ -238,6 +244,9 @@ class _Versions:
                             break
                         value = value.args[0]  # a view of a copied value reads it too
                     if value.name in copies and node.target is not _COPY:
+                        own, seen = final.get(value.name, ("", ()))
+                        if seen and self.reads.get((node.name, own)) != seen:
+                            continue  # reads the value before it was finished
                         storage, version = copies[value.name]
                         self.via.setdefault((node.name, storage), set()).add(version)
 
@@ -308,16 +317,27 @@ def _reinplaceable(node: torch.fx.Node, mutating: set[str]) -> dict[torch.fx.Nod
 
 def _dead(node: torch.fx.Node, order: dict[str, int]) -> bool:
     """Whether ``node``'s value is overwritten whole (:func:`_overwritten`) by a user that passes it
-    once, before any other user touches it."""
-    from .._fx import flat_nodes
+    once, or through a view covering all of it, before any other user touches it."""
+    from .._fx import flat_nodes, is_view
 
     overwriting = [
-        u.name for u in node.users if node in _overwritten(u) and flat_nodes((u.args, u.kwargs)).count(node) == 1
+        u.name
+        for u in node.users
+        if (node in _overwritten(u) and flat_nodes((u.args, u.kwargs)).count(node) == 1)
+        or (u.op == "call_function" and is_view(u.target) and _whole(u, node) and _dead(u, order))
     ]
     if not overwriting:
         return False
     first = min(order[name] for name in overwriting)
     return all(order[u.name] >= first for u in node.users)
+
+
+def _whole(view: torch.fx.Node, base: torch.fx.Node) -> bool:
+    """Whether ``view`` covers every element of ``base`` (by their ``meta["val"]``; False unknown)."""
+    new, old = view.meta.get("val"), base.meta.get("val")
+    if not (isinstance(new, torch.Tensor) and isinstance(old, torch.Tensor)):
+        return False
+    return new.numel() == old.numel() and old.is_contiguous() and new.is_contiguous()
 
 
 def _overwritten(node: torch.fx.Node) -> set[torch.fx.Node]:

@@ -184,3 +184,46 @@ def test_a_read_whose_value_is_overwritten_whole_may_move_across_a_write():
     assert result.ok, result.violations
     result = check_case(_clone_after_the_write, _out_case(True), oracles=["mutation_barriers"])
     assert any("kept node `clone_default`" in v.message for v in result.violations), result.violations
+
+
+def _in_place_value(read_early: bool):
+    """The ``add`` of :func:`_case` computed in place into a clone of ``x`` (``c = x.clone();
+    c.add_(1)``), still copied back, with ``mul`` re-created to read ``c``: after the ``add_``
+    (correct: it reads the value the ``copy_`` writes back) or before it (wrong)."""
+
+    def pass_(graph):
+        add = next(n for n in graph.nodes if n.target is aten.add.Tensor)
+        mul = next(n for n in graph.nodes if n.target is aten.mul.Tensor)
+        with graph.inserting_before(add):
+            c = graph.call_function(aten.clone.default, (add.args[0],))
+            if read_early:
+                new_mul = graph.call_function(aten.mul.Tensor, (c, 2.0))
+            graph.call_function(aten.add_.Tensor, (c, *add.args[1:]))
+            if not read_early:
+                new_mul = graph.call_function(aten.mul.Tensor, (c, 2.0))
+        add.replace_all_uses_with(c)
+        graph.erase_node(add)
+        mul.replace_all_uses_with(new_mul)
+        graph.erase_node(mul)
+
+    return pass_
+
+
+def _case_reading_the_new_value():
+    """``a = x + 1; y = a * 2; x.copy_(a); return y``: ``y`` reads ``x``'s value after the copy."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(aten.add.Tensor, (x, 1.0))
+    y = g.call_function(aten.mul.Tensor, (a, 2.0))
+    g.call_function(aten.copy_.default, (x, a))
+    g.output((y,))
+    return GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.randn(5),)], form="inplace")
+
+
+def test_a_value_copied_back_may_be_computed_in_place_before_the_copy():
+    result = check_case(
+        _in_place_value(False), _case_reading_the_new_value(), oracles=["mutation_barriers", "semantics"]
+    )
+    assert result.ok, result.violations
+    result = check_case(_in_place_value(True), _case_reading_the_new_value(), oracles=["mutation_barriers"])
+    assert [v.oracle for v in result.violations] == ["mutation_barriers"], result.violations
