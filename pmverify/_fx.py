@@ -38,6 +38,33 @@ def is_view(target: Any) -> bool:
     return target is operator.getitem or (isinstance(target, torch._ops.OpOverload) and target.is_view)
 
 
+def _reshapes() -> frozenset:
+    aten = torch.ops.aten
+    return frozenset(
+        {
+            aten.view.default,
+            aten.reshape.default,
+            aten.flatten.using_ints,
+            aten.unflatten.int,
+            aten.unsqueeze.default,
+            aten.squeeze.default,
+            aten.squeeze.dim,
+            aten.squeeze.dims,
+            aten.alias.default,
+        }
+    )
+
+
+def unreshaped(node: Any) -> Any:
+    """``node`` with the views that only change its shape stripped (``view``, ``reshape``,
+    ``flatten``, ``unflatten``, ``unsqueeze``, ``squeeze``, ``alias``): the same elements, in the
+    same order and memory. Anything else is returned as it is."""
+    reshapes = _reshapes()
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in reshapes and node.args:
+        node = node.args[0]
+    return node
+
+
 def flat_nodes(value: Any) -> list[torch.fx.Node]:
     """The nodes in an FX argument (a node, or nested lists, tuples and dicts of them), in order."""
     return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.fx.Node)]

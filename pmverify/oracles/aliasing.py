@@ -18,7 +18,8 @@ returns an alias of an argument, ``Tensor(a)``), unless
 - the schema puts ``w`` and ``r`` in one alias set (``Tensor(a!) w, Tensor(a) r``): the op declares
   it may read what it writes; or
 - the op is an ATen/prims elementwise op (tagged ``pointwise``, and ``copy_``) and ``r`` is the very
-  tensor ``w`` (the same node, up to in-place results, or the same view of it): element ``i`` then
+  tensor ``w`` (the same node, up to in-place results and views that only change its shape, or the
+  same view of it): element ``i`` then
   reads element ``i`` before writing it, the *full overlap* TensorIterator allows
   (``assert_no_partial_overlap`` in ATen's ``MemoryOverlap.cpp`` rejects only partial overlap). So
   ``add_(x, x)`` holds and ``add_(x[1:], x[:-1])`` does not.
@@ -44,6 +45,7 @@ from typing import Any
 import torch
 
 from .._execution import RunPair
+from .._fx import unreshaped
 from ._violation import Violation
 
 __all__ = ["check", "aliased_calls", "writes_in_place"]
@@ -176,6 +178,8 @@ class _Storage:
         parent = self._parent(node, views=False)
         if parent is not None:
             return self.exact(parent)
+        if unreshaped(node) is not node:  # another shape of the same elements, in the same order
+            return self.exact(unreshaped(node))
         if self._parent(node, views=True) is not None:  # a view: equal views of the same tensor
             rest = torch.fx.node.map_arg((node.args[1:], node.kwargs), lambda n: self.exact(n))
             return ("view", node.target, self.exact(node.args[0]), repr(rest))

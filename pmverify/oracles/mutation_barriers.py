@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from .._execution import RunPair
+from .._fx import unreshaped
 from ._violation import Violation
 
 __all__ = ["check", "mutation_regions"]
@@ -138,7 +139,8 @@ class _Versions:
     ``writes[storage]``: the names of the nodes writing it, in graph order; ``reads[(reader,
     storage)]``: the writes to ``storage`` that precede the reader, in order (the version of the
     storage it reads). A write is a mutating node (``is_mutation_op``, as Inductor numbers regions),
-    except a ``copy_`` of a tensor into itself (it leaves the value as it is: what
+    except a ``copy_`` of a tensor into itself, maybe through views of another shape (it reads
+    nothing and leaves the value as it is: what
     ``reinplace_inplaceable_ops`` leaves of a write-back it made redundant). A read is an input of a
     node that computes from values: views and ``getitem`` read nothing (their users do, at their own
     place), a ``copy_`` reads its source, not the destination it overwrites, an op does not read its
@@ -164,7 +166,7 @@ class _Versions:
         # read is dead, and a pass may move that read freely
         dead = {n for n in calls if n.name not in self.mutating and not is_view(n.target) and _dead(n, self.order)}
         for node in graph.nodes:
-            if node.op not in ("call_function", "call_method", "output") or node in dead:
+            if node.op not in ("call_function", "call_method", "output") or node in dead or _identity_copy(node):
                 continue
             if not (node.op == "call_function" and is_view(node.target)):
                 skipped = set()
@@ -260,7 +262,7 @@ class _Versions:
         """The storages ``node`` writes (none when it is no write)."""
         if node.name not in self.mutating:
             return []
-        if node.target is _COPY and len(node.args) > 1 and node.args[0] is node.args[1]:
+        if _identity_copy(node):
             return []
         return list(dict.fromkeys(self.storage(w) for w in _written_nodes(node)))
 
@@ -332,6 +334,12 @@ def _dead(node: torch.fx.Node, order: dict[str, int]) -> bool:
     return all(order[u.name] >= first for u in node.users)
 
 
+def _identity_copy(node: torch.fx.Node) -> bool:
+    """Whether ``node`` copies a tensor into itself (maybe through views of another shape): it
+    reads and writes nothing that matters (what reinplacing leaves of a write-back)."""
+    return node.target is _COPY and len(node.args) > 1 and unreshaped(node.args[0]) is unreshaped(node.args[1])
+
+
 def _whole(view: torch.fx.Node, base: torch.fx.Node) -> bool:
     """Whether ``view`` covers every element of ``base`` (by their ``meta["val"]``; False unknown)."""
     new, old = view.meta.get("val"), base.meta.get("val")
@@ -398,11 +406,29 @@ def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str
         removed = [w for w in before.writes.get(storage, ()) if w not in after.written]
         inserted = [w for w in writes if w not in before.written]
         pairs = dict(zip(inserted, removed, strict=False))
-        unpaired = [w for w in inserted if w not in pairs]
-        pairs.update(zip(unpaired, [w for w in before.virtual.get(storage, ()) if w not in after.nodes], strict=False))
+        # the others stand for a functional node the pass removed ("virtual" writes), the one of
+        # their kind first (an op for the auto_functionalized node of that op, a copy_ for a scatter)
+        virtual = [w for w in before.virtual.get(storage, ()) if w not in after.nodes]
+        for write in (w for w in inserted if w not in pairs):
+            kind = [v for v in virtual if _stands_for(after.nodes[write], before.nodes[v])]
+            if kind or virtual:
+                pairs[write] = (kind or virtual)[0]
+                virtual.remove(pairs[write])
         for write in writes:
             mapping[(storage, write)] = pairs.get(write, write)
     return mapping
+
+
+def _stands_for(write: torch.fx.Node, functional: torch.fx.Node) -> bool:
+    """Whether the in-place ``write`` is of the kind that replaces ``functional``: the op an
+    ``auto_functionalized`` node wraps, the in-place variant of a functional op (``index_put_``
+    for ``index_put``), or a ``copy_`` (into a view) for a view scatter."""
+    if functional.target in (torch.ops.higher_order.auto_functionalized, torch.ops.higher_order.auto_functionalized_v2):
+        return bool(functional.args) and write.target is functional.args[0]
+    name = getattr(getattr(functional.target, "_schema", None), "name", "")
+    if name.endswith("_scatter"):
+        return write.target is _COPY
+    return getattr(getattr(write.target, "_schema", None), "name", None) == name + "_"
 
 
 def _all_reads(graph: _Versions, name: Any) -> dict[tuple[str, str], frozenset[tuple[str, ...]]]:

@@ -227,3 +227,59 @@ def test_a_value_copied_back_may_be_computed_in_place_before_the_copy():
     assert result.ok, result.violations
     result = check_case(_in_place_value(True), _case_reading_the_new_value(), oracles=["mutation_barriers"])
     assert [v.oracle for v in result.violations] == ["mutation_barriers"], result.violations
+
+
+def test_a_write_back_left_as_a_copy_of_the_input_into_itself_is_quiet():
+    """Reinplacing leaves ``x.copy_(view(x))`` of a write-back it made redundant: it reads and
+    writes nothing that matters (mutation_barriers), and reads only what it writes, in the same
+    order (aliasing: full overlap)."""
+
+    def pass_(graph):
+        add = next(n for n in graph.nodes if n.target is aten.add.Tensor)
+        copy = next(n for n in graph.nodes if n.target is aten.copy_.default)
+        x = copy.args[0]
+        with graph.inserting_before(copy):
+            graph.call_function(aten.add_.Tensor, add.args)
+            same = graph.call_function(aten.view.default, (graph.call_function(aten.view.default, (x, [-1])), [5]))
+        copy.args = (x, same)
+        graph.erase_node(add)
+
+    result = check_case(pass_, _case(), oracles=["mutation_barriers", "aliasing", "semantics"])
+    assert result.ok, result.violations
+
+
+def test_an_in_place_op_stands_for_the_functional_node_of_its_kind():
+    """``n = -x; s = slice_scatter(n, v); add_into(n, y)`` functionalized, then reinplaced as
+    Inductor does: ``add_into`` writes ``n`` in place after the re-created scatter read it. The write
+    stands for the ``auto_functionalized`` node of ``add_into``, not for the scatter before it."""
+    import operator
+
+    from pmverify.strategies._custom_ops import register
+
+    register()
+    g = torch.fx.Graph()
+    x, v, y = g.placeholder("x"), g.placeholder("v"), g.placeholder("y")
+    n = g.call_function(aten.neg.default, (x,))
+    s = g.call_function(aten.slice_scatter.default, (n, v, 0, 0, 1))
+    node = g.call_function(
+        torch.ops.higher_order.auto_functionalized, (torch.ops.pmverify_testing.add_into.default,), {"x": n, "y": y}
+    )
+    out, new_n = (g.call_function(operator.getitem, (node, i)) for i in (0, 1))
+    g.output((g.call_function(aten.neg.default, (s,)), out, new_n))
+    case = GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.randn(3), torch.randn(1), torch.randn(3))])
+
+    def pass_(graph):
+        hop = next(n for n in graph.nodes if n.target is torch.ops.higher_order.auto_functionalized)
+        scatter = next(n for n in graph.nodes if n.target is aten.slice_scatter.default)
+        out, new_n = sorted(hop.users, key=lambda n: n.args[1])
+        with graph.inserting_before(hop):
+            again = graph.call_function(aten.slice_scatter.default, scatter.args)
+            op = graph.call_function(torch.ops.pmverify_testing.add_into.default, (hop.kwargs["x"], hop.kwargs["y"]))
+        scatter.replace_all_uses_with(again)
+        out.replace_all_uses_with(op)
+        new_n.replace_all_uses_with(hop.kwargs["x"])
+        for dead in (out, new_n, hop, scatter):
+            graph.erase_node(dead)
+
+    result = check_case(pass_, case, oracles=["mutation_barriers", "semantics"])
+    assert result.ok, result.violations
