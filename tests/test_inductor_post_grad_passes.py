@@ -51,9 +51,8 @@ def _mutates_a_clone_of_an_input(case) -> bool:
     drops the clone (``remove_noop_ops``) and reinplaces the op on the cloned value itself. Where the
     op also reads that value it is an Inductor bug (``test_finds_inductors_noop_clone_removal_
     before_reinplacing`` in tests/oracles/test_aliasing.py, with the eager program torch.compile gets
-    wrong). Where it does not, the rewrite is correct, but mutation_barriers still reports a read
-    moved across the op's write (the writes move from the clone's storage to the value's, which its
-    versions do not follow): a known false alarm, left out here with the bug."""
+    wrong). Where it does not, the rewrite is correct and every oracle is quiet on it (tests/oracles/
+    test_mutation_barriers_versions.py), but the draw cannot tell the two apart."""
     from pmverify._fx import is_view
 
     v1, v2 = torch.ops.higher_order.auto_functionalized, torch.ops.higher_order.auto_functionalized_v2

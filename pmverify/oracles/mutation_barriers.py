@@ -25,7 +25,8 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   removed, inserted or rewired must see the same set of versions. A read moved before or after a
   write to its storage is a finding; reads moved across writes to other tensors, a correct
   reinplacing, dead code removed and the read of a value overwritten whole before anything reads it
-  (a clone passed as ``out``) are not. The nodes of a match found crossing are not judged
+  (a clone passed as ``out``) are not. A clone the pass dropped for its source (``remove_noop_ops``)
+  is taken for that source when nothing writes the source after the clone. The nodes of a match found crossing are not judged
   again; a kept node now reading a copy (the clone a decomposed ``auto_functionalized`` writes) is
   left to the functionalization oracle. (Graph inputs are taken not to alias each other, as
   Inductor's post-grad graphs guarantee.)
@@ -149,13 +150,14 @@ class _Versions:
     functional ops that Inductor's reinplacing turns into writes then count as ``auto_functionalized``
     nodes do."""
 
-    def __init__(self, graph: torch.fx.Graph, before: bool = False) -> None:
+    def __init__(self, graph: torch.fx.Graph, before: bool = False, merged: dict[str, str] | None = None) -> None:
         from torch._inductor.pattern_matcher import is_mutation_op
 
         from .._fx import flat_nodes, is_view
 
         calls = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
         self.mutating = {n.name for n in calls if is_mutation_op(n)}
+        self.merged = merged or {}  # storage -> the storage it is taken for (see _merged_clones)
         self.nodes = {n.name: n for n in graph.nodes}
         self.order = {name: i for i, name in enumerate(self.nodes)}
         self.writes: dict[str, list[str]] = {}
@@ -256,7 +258,10 @@ class _Versions:
         self.reads.setdefault((reader, storage), tuple(self.writes.get(storage, ())))
 
     def storage(self, node: torch.fx.Node) -> str:
-        return _storage(node, self.mutating).name
+        name = _storage(node, self.mutating).name
+        while name in self.merged:
+            name = self.merged[name]
+        return name
 
     def _writes(self, node: torch.fx.Node) -> list[str]:
         """The storages ``node`` writes (none when it is no write)."""
@@ -419,6 +424,41 @@ def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str
     return mapping
 
 
+def _scatter_behind(before: _Versions, write: str) -> bool:
+    """Whether ``write`` (of the graph before the pass) is a functional scatter, or the ``copy_``
+    writing one back: the in-place write standing for it reads its storage as the scatter did."""
+    from .._fx import is_view
+
+    if write in before.scatters:
+        return True
+    node = before.nodes.get(write)
+    if node is None or node.target is not _COPY or len(node.args) < 2:
+        return False
+    source = node.args[1]
+    while isinstance(source, torch.fx.Node) and source.op == "call_function" and is_view(source.target):
+        source = source.args[0]
+    return isinstance(source, torch.fx.Node) and source.name in before.scatters
+
+
+def _merged_clones(before: _Versions, after: _Versions) -> dict[str, str]:
+    """``{clone: its source's storage}`` for each ``clone`` of the graph before the pass that the
+    pass dropped, keeping its source (``remove_noop_ops`` replaces a clone by what it copies), when
+    nothing writes the source's storage after the clone: the writes to the clone then stand for
+    writes to the source, and its readers read the source (kept readers of the source that now see
+    those writes are findings as before)."""
+    merged = {}
+    for name, node in before.nodes.items():
+        if node.op != "call_function" or node.target is not torch.ops.aten.clone.default or name in after.nodes:
+            continue
+        source = node.args[0] if node.args else None
+        if not isinstance(source, torch.fx.Node) or source.name not in after.nodes:
+            continue
+        storage = before.storage(source)
+        if all(before.order[w] < before.order[name] for w in before.writes.get(storage, ())):
+            merged[name] = storage
+    return merged
+
+
 def _stands_for(write: torch.fx.Node, functional: torch.fx.Node) -> bool:
     """Whether the in-place ``write`` is of the kind that replaces ``functional``: the op an
     ``auto_functionalized`` node wraps, the in-place variant of a functional op (``index_put_``
@@ -456,11 +496,14 @@ def _version(seen: tuple[str, ...], stand_in: dict[str, str] | None = None) -> s
 def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     """Reads that see another version of their storage after the pass (see the module docstring)."""
     before, after = _Versions(pair.before.graph, before=True), _Versions(pair.after.graph)
+    merged = _merged_clones(before, after)
+    if merged:
+        before = _Versions(pair.before.graph, before=True, merged=merged)
     stand_in = _stand_ins(before, after)
     # an in-place write standing for a functional scatter reads what the scatter read: its storage as
     # it is before the write (the elements it leaves as they were)
     for (storage, write), stood_for in stand_in.items():
-        if stood_for in before.scatters and stood_for != write:
+        if stood_for != write and _scatter_behind(before, stood_for):
             writes = after.writes[storage]
             after.reads.setdefault((write, storage), tuple(writes[: writes.index(write)]))
 

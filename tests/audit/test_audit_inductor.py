@@ -43,7 +43,13 @@ def _audit(recorded, module, name, tmp_path):
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
-        ("_sfdp_pattern_3_training", "training (joint graph, gradients compared; dropout seeded alike)"),
+        # the longest of the three (a joint graph); tests/test_check_rewrite_training.py keeps a
+        # training rewrite of Inductor's in the default suite
+        pytest.param(
+            "_sfdp_pattern_3_training",
+            "training (joint graph, gradients compared; dropout seeded alike)",
+            marks=pytest.mark.slow,
+        ),
         ("_sfdp_pattern_3_inference", "scalars: a 0-d inv_scale_factor and dropout_p drawn as numbers"),
         ("_sfdp_pattern_28_inference", "strided: permuted example inputs keep their layout"),
     ],

@@ -206,6 +206,7 @@ def _python(script, **env):
 _KERNEL_MODULES = ("pmverify.fusions.qk_norm.kernels", "pmverify.faults._triton_kernels")
 
 
+@pytest.mark.slow  # a fresh process importing the whole bank
 def test_importing_the_faults_decorates_no_kernel():
     """The faults, their bank rows and their pattern passes (which trace the replacements with
     fake tensors) import neither the shipped kernels nor the faulty ones."""

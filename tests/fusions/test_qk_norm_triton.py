@@ -282,7 +282,9 @@ def test_op_dispatches_on_the_environment_variable(monkeypatch):
     "prelude",
     [
         "",  # never turned on
-        "import triton\nos.environ['TRITON_INTERPRET'] = '1'\n",  # turned on after triton's own jit functions
+        pytest.param(  # turned on after triton's own jit functions; a fresh process each: the slow step
+            "import triton\nos.environ['TRITON_INTERPRET'] = '1'\n", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_forced_triton_without_the_interpreter_is_a_clear_error(prelude):

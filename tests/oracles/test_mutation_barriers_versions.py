@@ -283,3 +283,48 @@ def test_an_in_place_op_stands_for_the_functional_node_of_its_kind():
 
     result = check_case(pass_, case, oracles=["mutation_barriers", "semantics"])
     assert result.ok, result.violations
+
+
+def _clone_case(reader_after: bool):
+    """``s = -x; c = s.clone(); add_into(c, y)`` functionalized, returning the new ``c`` and
+    ``s * 2`` taken before the op or after it."""
+    import operator
+
+    from pmverify.strategies._custom_ops import register
+
+    register()
+    g = torch.fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    s = g.call_function(aten.neg.default, (x,))
+    c = g.call_function(aten.clone.default, (s,))
+    if not reader_after:
+        m = g.call_function(aten.mul.Tensor, (s, 2.0))
+    node = g.call_function(
+        torch.ops.higher_order.auto_functionalized, (torch.ops.pmverify_testing.add_into.default,), {"x": c, "y": y}
+    )
+    new_c = g.call_function(operator.getitem, (node, 1))
+    if reader_after:
+        m = g.call_function(aten.mul.Tensor, (s, 2.0))
+    g.output((new_c, m))
+    return GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.randn(3), torch.randn(3))])
+
+
+def _drop_the_clone_and_reinplace(graph):
+    """What ``remove_noop_ops`` and ``reinplace_inplaceable_ops`` do: the clone replaced by its
+    source, the op then called in place on it."""
+    clone = next(n for n in graph.nodes if n.target is aten.clone.default)
+    hop = next(n for n in graph.nodes if n.target is torch.ops.higher_order.auto_functionalized)
+    source = clone.args[0]
+    with graph.inserting_before(hop):
+        graph.call_function(torch.ops.pmverify_testing.add_into.default, (source, hop.kwargs["y"]))
+    (element,) = hop.users
+    element.replace_all_uses_with(source)
+    for dead in (element, hop, clone):
+        graph.erase_node(dead)
+
+
+def test_a_dropped_clone_whose_source_nothing_reads_later_is_quiet_and_one_read_later_caught():
+    result = check_case(_drop_the_clone_and_reinplace, _clone_case(False), oracles=["mutation_barriers", "semantics"])
+    assert result.ok, result.violations
+    result = check_case(_drop_the_clone_and_reinplace, _clone_case(True), oracles=["mutation_barriers"])
+    assert any("kept node `mul_tensor`" in v.message for v in result.violations), result.violations
