@@ -78,6 +78,9 @@ def test_sizes_are_equal_as_expressions_or_at_every_point_of_a_small_range():
     pinned = _symbolic(13, 12, "s0", pinned=True)
     assert _same_size(s0 - 1, sympy.Integer(12), pinned) and not _same_size(s0, sympy.Integer(12), pinned)
     assert not _same_size(s1, sympy.Integer(12), pinned)  # a symbol the case does not have
+    from torch.utils._sympy.functions import FloorDiv
+
+    assert _same_size(FloorDiv(s0, 2), sympy.Integer(6), pinned) and not _same_size(FloorDiv(s0, 2), s0 - 7, case)
     wide = dataclasses.replace(case, symbols=(dataclasses.replace(case.symbols[0], min=2, max=MAX_POINTS + 2),))
     from torch.utils._sympy.functions import Max
 
