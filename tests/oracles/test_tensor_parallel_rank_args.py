@@ -98,8 +98,8 @@ class FusesOnRankZeroOnly(AllReduceBiasFusion):
 
 
 class PassesTheNextRank(AllReduceBiasFusion):
-    """Passes ``(rank + 1) % world``: one rank still adds the bias, so the values hold on this op,
-    but the argument is neither the rank nor one value: the graphs differ across ranks."""
+    """Passes ``(rank + 1) % world``: one rank still adds the bias, so the values hold on this op:
+    ranks are judged by their results, and an int argument may differ across ranks."""
 
     def rank_argument(self) -> int:
         return (self.config.tp_rank + 1) % self.config.tp_world
@@ -193,10 +193,10 @@ def test_rewriting_on_rank_zero_only_is_found():
     ]
 
 
-def test_an_argument_neither_the_rank_nor_one_value_is_a_difference():
-    result = pmverify.check_case(PassesTheNextRank, build_case(*MIXED), oracles=["tensor_parallel"])
-    (violation,) = result.violations
-    assert "an int argument is [1, 2, 3, 0] on ranks 0..3 (neither one value nor the rank)" in violation.message
+def test_an_int_argument_computed_from_the_rank_is_judged_by_the_results():
+    result = pmverify.check_case(PassesTheNextRank, build_case(*MIXED))
+    assert result.ok, result.violations
+    assert result.rewrite_count == 2
 
 
 def _graph(*args):
@@ -206,11 +206,12 @@ def _graph(*args):
     return types.SimpleNamespace(after=torch.fx.GraphModule(torch.nn.Module(), g))
 
 
-def test_ints_equal_on_every_rank_or_equal_to_the_rank_are_one_argument():
+def test_graphs_are_compared_up_to_int_values():
     assert _graph_difference([_graph([r]) for r in range(3)]) is None  # the rank
     assert _graph_difference([_graph([1]) for r in range(3)]) is None  # 1: rank 1's, but on every rank
     assert _graph_difference([_graph([0], True) for r in range(2)]) is None
-    assert "[0, 1, 0]" in _graph_difference([_graph([r % 2]) for r in range(3)])
+    assert _graph_difference([_graph([r % 2]) for r in range(3)]) is None  # computed from the rank
+    assert "differs between rank 1 and rank 0" in _graph_difference([_graph([r], r == 1) for r in range(2)])
     assert "differs between rank 1 and rank 0" in _graph_difference([_graph([0], r == 1) for r in range(2)])
     assert "2 nodes on rank 1, 3 on rank 0" in _graph_difference(
         [_graph([0]), types.SimpleNamespace(after=torch.fx.symbolic_trace(lambda x: x))]
