@@ -11,7 +11,10 @@ symbolic sizes (:func:`pmverify._sizes.symbolic_inputs`):
   hold at every size of each symbol's range;
 - the guards a fresh symbolic propagation through the rewritten graph records allow every size the
   same propagation through the graph before the pass allows;
-- every output keeps the symbolic sizes it had (``s0``, not ``11``).
+- every output keeps the symbolic sizes it had (``s0``, not ``11``): a size is lost only where the
+  two differ somewhere in the symbols' ranges (``12`` and ``s1 - 1`` are one size while ``s1``'s
+  range is [13, 13]). Equal means equal as expressions, or at every point of ranges of at most
+  :data:`MAX_POINTS` size assignments; a wider range where they differ as expressions is a loss.
 
 Each finding names the symbol and the sizes it loses.
 """
@@ -19,6 +22,7 @@ Each finding names the symbol and the sizes it loses.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,7 +34,11 @@ from .._fx import output_vals
 from .._sizes import allowed_sizes, written_size
 from ._violation import Violation
 
-__all__ = ["violations"]
+__all__ = ["violations", "MAX_POINTS"]
+
+#: The most size assignments (the product of the free symbols' range widths) two different size
+#: expressions are compared at; past it they are taken as different.
+MAX_POINTS = 64
 
 
 def _names(shape_env: Any) -> dict[sympy.Symbol, str]:
@@ -71,6 +79,47 @@ def _written(value: Any, names: Mapping[sympy.Symbol, str]) -> Any:
     if isinstance(value, torch.SymInt):
         return written_size(value, names)
     return None
+
+
+def _exprs(value: Any, names: Mapping[sympy.Symbol, str]) -> tuple[Any, ...] | None:
+    """A tensor's sizes, or a ``SymInt``, as sympy expressions over the case's names (the symbols
+    :func:`~pmverify._sizes.written_size` writes), ints as ``sympy.Integer``; None otherwise."""
+    renamed = {sym: sympy.Symbol(name, integer=True, positive=True) for sym, name in names.items()}
+
+    def expr(size: Any) -> Any:
+        return size.node.expr.xreplace(renamed) if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
+
+    if isinstance(value, torch.Tensor):
+        return tuple(expr(s) for s in value.shape)
+    if isinstance(value, torch.SymInt):
+        return (expr(value),)
+    return None
+
+
+def _same_size(before: Any, after: Any, case: Any) -> bool:
+    """Whether sizes ``before`` and ``after`` (sympy expressions over the case's names) are equal at
+    every size of the case's ranges: equal as expressions, or at each point of ranges of at most
+    :data:`MAX_POINTS` assignments of their free symbols."""
+    try:
+        if sympy.expand(before - after) == 0:
+            return True
+    except Exception:  # noqa: BLE001 - an expression sympy cannot subtract: compare the points
+        pass
+    ranges = {s.name: range(s.min, s.max + 1) for s in case.symbols}
+    free = sorted(before.free_symbols | after.free_symbols, key=str)
+    if any(sym.name not in ranges for sym in free):
+        return False
+    points = 1
+    for sym in free:
+        points *= len(ranges[sym.name])
+    if points > MAX_POINTS:
+        return False
+    for values in itertools.product(*(ranges[sym.name] for sym in free)):
+        at = {sym: sympy.Integer(v) for sym, v in zip(free, values, strict=True)}
+        b, a = before.xreplace(at), after.xreplace(at)
+        if not (b.is_number and a.is_number and b == a):
+            return False
+    return True
 
 
 def _renamed(guards: Iterable[Any], shape_env: Any) -> set[str]:
@@ -137,7 +186,10 @@ def violations(pair: RunPair) -> list[Violation]:
     names_before, names_after = _names(before_env), _names(after_env)
     for i, (b, a) in enumerate(zip(before_out, after_out, strict=False)):
         wb, wa = _written(b, names_before), _written(a, names_after)
-        if wb is not None and wa is not None and wb != wa and len(wb) == len(wa):
+        if wb is None or wa is None or wb == wa or len(wb) != len(wa):
+            continue
+        eb, ea = _exprs(b, names_before), _exprs(a, names_after)
+        if not all(_same_size(x, y, case) for x, y in zip(eb, ea, strict=True)):
             found.append(
                 Violation(
                     "structure",
