@@ -15,16 +15,22 @@ by hand; this oracle checks that it did, on the rewritten graph:
     graph's ancestors of auto_functionalized nodes only).
 (b) **Inductor still lowers it**: ``decompose_auto_functionalized`` (what ``post_grad_passes``
     runs once custom passes are done) applies to a copy of the rewritten graph (fake values
-    re-propagated first), the result lints and computes exactly what the rewritten graph computes
-    (outputs and final input values) on the case's rank-0 inputs. A pass that marks
+    re-propagated first), the result lints and computes what the rewritten graph computes (outputs
+    and final input values) on the case's rank-0 inputs, by the one numeric rule
+    (:func:`pmverify._execution.compare`: undecomposed as "before", decomposed as "after", against
+    the float64 run of the graph before the pass, with its region reference and noise floor). A
+    pass that marks
     ``only_clone_these_tensors`` wrongly, or leaves a node the decomposition cannot trace, fails here.
 (c) **A stand-in carries the new value**: every node present (same name, op and target) in both
     graphs that, before the pass, read an element of an auto_functionalized node must read the
-    same value after it, at the same argument position, within the semantics oracle's fallback
-    tolerance (``torch.testing`` defaults, no reference). Values are captured, cloned, at the moment
-    the node runs (an ``torch.fx.Interpreter`` run of each graph on clones of the rank-0 inputs), so a
-    later ``copy_`` into an input does not change what was read. A swapped ``getitem`` that keeps
-    shapes right is caught here, naming the element read now and the one read before.
+    same value after it, at the same argument position, by the one numeric rule: as accurate against
+    the float64 value that node reads in a float64 run of the graph before the pass (a fused bf16 /
+    fp8 stand-in an ulp off the unfused chain but as accurate holds). Values are captured, cloned,
+    at the moment the node runs, on clones of the rank-0 inputs: after the pass by an
+    ``torch.fx.Interpreter`` run; before it, and its float64 reference, region reference and noise
+    floor, through a copy of the graph whose outputs are the values read (:func:`_reads_module`),
+    so a later ``copy_`` into an input does not change what was read. A swapped ``getitem`` that
+    keeps shapes right is caught here, naming the element read now and the one read before.
 
 A graph with no auto_functionalized node before or after the pass is not looked at beyond that
 test. An index out of range, or one that reads the ``None`` slot, stops (b) and (c) (the graph

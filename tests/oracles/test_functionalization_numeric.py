@@ -134,7 +134,7 @@ def test_fp8_example_of_the_issue_holds_against_its_reference():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, FP8])
-@pytest.mark.parametrize("wrong", [{"element": 0}, {"scale": SCALE * 1.25}], ids=["wrong element", "wrong value"])
+@pytest.mark.parametrize("wrong", [{"element": 0}, {"scale": -SCALE}], ids=["wrong element", "wrong value"])
 def test_fused_stand_in_routed_or_computed_wrong_is_caught(dtype, wrong):
     result = check_case(_fuse(**wrong), _case(dtype), oracles=["functionalization"])
     assert result.violations and all(v.oracle == "functionalization" for v in result.violations)
@@ -148,7 +148,9 @@ def _quiet_and_caught(dtype: torch.dtype, n: int, seed: int) -> None:
     case = _case(dtype, n, seed)
     result = check_case(_fuse(), case)
     assert result.ok, result.violations
-    for wrong in ({"element": 0}, {"scale": SCALE * 1.25}):
+    if not _the_value_read(case)[0].float().any():
+        return  # every element 0: the wrong twins read the same zeros
+    for wrong in ({"element": 0}, {"scale": -SCALE}):
         assert check_case(_fuse(**wrong), case, oracles=["functionalization"]).violations, wrong
 
 
