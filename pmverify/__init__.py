@@ -42,6 +42,8 @@ _WHERE = {
     "PassVerificationError": "_verify",
     "verify": "_verify",
     "Violation": "oracles",
+    "InternalError": "oracles",
+    "PmverifyInternalError": "oracles",
 }
 
 if TYPE_CHECKING:
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
     )
     from ._symbolic import symbolize
     from ._verify import PassVerificationError, verify
-    from .oracles import Violation
+    from .oracles import InternalError, PmverifyInternalError, Violation
 
 __all__ = [
     "AllCasesVoid",
@@ -71,9 +73,11 @@ __all__ = [
     "ExtraCheck",
     "FuzzTarget",
     "GraphCase",
+    "InternalError",
     "MutationSite",
     "PassVerificationError",
     "PlantedInstance",
+    "PmverifyInternalError",
     "RecordedRewrite",
     "RewriteNeverMatched",
     "RewriteNotComparable",

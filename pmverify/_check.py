@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,15 +12,17 @@ from ._apply import apply_direct
 from ._case import GraphCase
 from ._execution import RunPair
 from .distributed import SPMDTimeoutError
-from .oracles import ORACLES, Violation, aliasing, semantics
+from .oracles import ORACLES, InternalError, PmverifyInternalError, Violation, aliasing, semantics
 from .oracles.expectations import matched_instances, pass_put_barriers, rewrite_count
 
-__all__ = ["CaseResult", "check_case", "judged_by", "MODES"]
+__all__ = ["CaseResult", "check_case", "judged_by", "graph_failure", "MODES"]
 
 #: Apply modes: ``"direct"`` (no compile, the fast path) and ``"compiled"`` (``torch.compile``).
 MODES = ("direct", "compiled")
 
 OracleSpec = str | Callable[[RunPair], list[Violation]]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -44,6 +47,9 @@ class CaseResult:
       the pass itself put a mutation among its nodes
       (:func:`pmverify.oracles.expectations.pass_put_barriers`); empty otherwise, and when the
       expectations oracle did not judge the case.
+    - ``internal_errors``: the oracles that failed themselves on the case (:class:`InternalError`,
+      each with its traceback): an error of pmverify, not of the pass; those oracles are not in
+      ``judged``, and ``ok`` does not count them.
     """
 
     case: GraphCase
@@ -56,6 +62,7 @@ class CaseResult:
     judged: tuple[str, ...] = ()
     rewritten: bool = False
     notes: dict[int, str] = dataclasses.field(default_factory=dict)
+    internal_errors: list[InternalError] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -161,6 +168,44 @@ def judged_by(pair: RunPair, names: Sequence[str], void_reason: str | None) -> t
     return tuple(judged)
 
 
+def graph_failure(pair: RunPair) -> str | None:
+    """How the rewritten graph itself fails, in words (``"raises RuntimeError(...)"``, ``"does not
+    propagate fake tensors: ..."``), or None when it runs on every rank and propagates: what tells a
+    finding of the pass from an error of an oracle that raised on the case."""
+    try:
+        pair.repropagated()
+    except Exception as exc:  # noqa: BLE001 - the graph after the pass fails: what is asked
+        return f"does not propagate fake tensors: {exc!r}"
+    for rank in range(pair.case.tp_world):
+        try:
+            after = pair.results(rank).after
+        except SPMDTimeoutError:
+            raise
+        except Exception:  # noqa: BLE001 - the case's own graph fails: not the pass's
+            return None
+        if isinstance(after, BaseException):
+            return f"raises {after!r}"
+    return None
+
+
+def _oracle_raised(
+    name: str, exc: Exception, pair: RunPair, violations: list[Violation], internal: list[InternalError]
+) -> None:
+    """An oracle ``name`` raised ``exc``: a finding of the pass when the rewritten graph itself fails
+    (:func:`graph_failure`), else an :class:`InternalError` of pmverify, logged with its traceback."""
+    failure = None if isinstance(exc, PmverifyInternalError) else graph_failure(pair)
+    if failure is not None:
+        violations.append(Violation(name, f"could not check the rewritten graph, which {failure}: {exc!r}"))
+        return
+    internal.append(InternalError.of(name, exc))
+    logger.error(
+        "pmverify internal error in %s on case %s (not a finding of the pass; the case counts as not judged by it)",
+        name,
+        pair.case.label or "(unlabelled)",
+        exc_info=exc,
+    )
+
+
 def _changed(pair: RunPair) -> bool:
     """Whether the pass changed the graph (a node inserted, erased or given other arguments)."""
     if pair.after is None:
@@ -232,6 +277,7 @@ def check_case(
     else:
         pair = apply_direct(pass_, case, strict_order=strict_order)
     violations: list[Violation] = []
+    internal: list[InternalError] = []
     if pair.error is not None:
         violations.append(Violation("crash", f"the pass raised {pair.error_summary}"))
     else:
@@ -240,18 +286,23 @@ def check_case(
                 violations.extend(oracle(pair))
             except SPMDTimeoutError:
                 raise  # a tensor-parallel world past its timeout: an error of the run, not a finding
-            except Exception as exc:  # noqa: BLE001 - a graph the oracle cannot even read is a finding
-                violations.append(Violation(name, f"could not check the rewritten graph: {exc!r}"))
+            except Exception as exc:  # noqa: BLE001 - the pass's graph failing is a finding, else pmverify's error
+                _oracle_raised(name, exc, pair, violations, internal)
     void = None
     if pair.error is None and any(oracle is ORACLES["semantics"] for _, oracle in checks):
         try:
             void = semantics.void_reason(pair)
-        except Exception:  # noqa: BLE001 - the semantics oracle has reported why it cannot run
+        except SPMDTimeoutError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the semantics oracle has reported a graph that fails
             void = None
+            if graph_failure(pair) is None and not any(error.oracle == "semantics" for error in internal):
+                _oracle_raised("semantics (void_reason)", exc, pair, violations, internal)
     matched = matched_instances(pair)
     count = rewrite_count(pair)
     rewrites = count if count is not None else sum(matched)
-    judged = judged_by(pair, [name for name, _ in checks], void)
+    failed = {error.oracle for error in internal}
+    judged = tuple(name for name in judged_by(pair, [name for name, _ in checks], void) if name not in failed)
     rewritten = pair.error is None and (rewrites > 0 or _changed(pair))
     notes: dict[int, str] = {}
     if "expectations" in judged:
@@ -260,5 +311,15 @@ def check_case(
         except Exception:  # noqa: BLE001 - the expectations oracle has reported a graph it cannot read
             notes = {}
     return CaseResult(
-        case, pair, violations, rewrites, matched, time.perf_counter() - start, void, judged, bool(rewritten), notes
+        case,
+        pair,
+        violations,
+        rewrites,
+        matched,
+        time.perf_counter() - start,
+        void,
+        judged,
+        bool(rewritten),
+        notes,
+        internal,
     )

@@ -64,6 +64,9 @@ class VerifySummary:
     - ``planted``: the planted ground truth, per instance: ``{"must match": 12, "near miss (eps)":
       3, ...}`` (see :func:`outcome`; a must-match instance that was "either is right" in its run
       because the pass put a mutation among its nodes counts under :data:`EITHER_BY_PASS`).
+    - ``internal_errors``: errors of pmverify itself, summed over the cases (``CaseResult.internal_errors``:
+      an oracle that raised while the rewritten graph runs; never a finding of the pass);
+      ``first_internal_error``: the first of them, its oracle, exception and traceback.
 
     Summaries add up: ``total = total + summary`` (what ``pmverify fuzz`` does over a target's
     batches). Example::
@@ -82,10 +85,13 @@ class VerifySummary:
     first_void: str | None = None
     not_comparable_cases: int = 0
     first_not_comparable: str | None = None
+    internal_errors: int = 0
+    first_internal_error: str | None = None
 
     @classmethod
     def of(cls, result: Any) -> VerifySummary:
         """The summary of one :class:`~pmverify.CaseResult`."""
+        errors = getattr(result, "internal_errors", ())
         return cls(
             cases=1,
             rewrites=int(result.rewrite_count),
@@ -97,6 +103,8 @@ class VerifySummary:
             first_void=result.void_reason,
             not_comparable_cases=int(getattr(result, "not_comparable", None) is not None),
             first_not_comparable=getattr(result, "not_comparable", None),
+            internal_errors=len(errors),
+            first_internal_error=f"{errors[0]}\n{errors[0].traceback}" if errors else None,
         )
 
     def __add__(self, other: VerifySummary) -> VerifySummary:
@@ -113,6 +121,8 @@ class VerifySummary:
             first_void=self.first_void if self.first_void is not None else other.first_void,
             not_comparable_cases=self.not_comparable_cases + other.not_comparable_cases,
             first_not_comparable=self.first_not_comparable or other.first_not_comparable,
+            internal_errors=self.internal_errors + other.internal_errors,
+            first_internal_error=self.first_internal_error or other.first_internal_error,
         )
 
     def describe(self) -> str:
@@ -123,9 +133,13 @@ class VerifySummary:
         judged = ", ".join(f"{name} {count}" for name, count in self.judged.items()) or "nothing"
         counted = f" ({self.rewrites} rewrites)" if self.rewrites else ""  # a hand pass may report no count
         incomparable = f" ({self.not_comparable_cases} not comparable)" if self.not_comparable_cases else ""
+        internal = ""
+        if self.internal_errors:
+            first = (self.first_internal_error or "").splitlines()[0]
+            internal = f"; {self.internal_errors} pmverify internal error{'s' if self.internal_errors != 1 else ''} (first: {first})"
         return (
             f"{self.cases} cases, {self.rewritten_cases} rewritten{counted}, {self.void_cases} void{incomparable}; "
-            f"planted: {planted}; judged: {judged}"
+            f"planted: {planted}; judged: {judged}{internal}"
         )
 
 

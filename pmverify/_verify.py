@@ -129,6 +129,7 @@ def case_events(result: CaseResult) -> list[str]:
             "void: not comparable (rng)" if incomparable else "void: non-finite reference (semantics not judged)"
         )
     labels += [f"violation: {v.oracle}" for v in result.violations]
+    labels += [f"pmverify internal error: {error.oracle}" for error in getattr(result, "internal_errors", ())]
     return labels
 
 

@@ -18,6 +18,9 @@ dtype turned into float64). Random numbers: a graph that draws (``randperm``, dr
 :data:`RNG_SEED`; its float64 twin draws what it drew (:func:`run_recording`,
 :func:`run_replaying`; see :mod:`pmverify.oracles._rng` for how the semantics oracle judges such
 cases). They live in ``_fake`` (propagation), ``_runs`` (graph runs, float64) and ``_random``.
+
+:func:`compare` (in ``_rule``) is the one numeric rule: whether a value after a pass is as
+accurate as before it against a float64 reference; every oracle that compares values calls it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ._fake import (
     repropagate,
 )
 from ._random import RNG_SEED, Replayer, draws, random_calls, run_recording, run_replaying, seeded
+from ._rule import FAR_ULPS, FP32_SLACK, ILL_CONDITIONED, NOISE_FACTOR, SAMPLING, ULPS, K, compare
 from ._runs import (
     Results,
     clone_inputs,
@@ -81,6 +85,14 @@ __all__ = [
     "run_recording",
     "run_replaying",
     "Replayer",
+    "compare",
+    "K",
+    "SAMPLING",
+    "ULPS",
+    "FAR_ULPS",
+    "FP32_SLACK",
+    "NOISE_FACTOR",
+    "ILL_CONDITIONED",
 ]
 
 
@@ -182,6 +194,15 @@ class RunPair:
     _results: dict[int, RankResults] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _repropagation: Repropagation | BaseException | None = dataclasses.field(default=None, init=False, repr=False)
     _live: dict[str, torch.fx.Node] | None = dataclasses.field(default=None, init=False, repr=False)
+    _cache: dict[Any, Any] = dataclasses.field(default_factory=dict, init=False, repr=False)
+
+    def cached(self, key: Any, compute: Any) -> Any:
+        """``compute()``, computed once per pair and ``key`` (a hashable naming what it is, such as
+        ``("noise", rank)``): what several oracles ask of one pair (the noise floor, the region
+        reference) is computed by the first and shared."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
 
     def results(self, rank: int) -> RankResults:
         """What rank ``rank`` computes (:class:`RankResults`), run once per pair. In compiled mode,

@@ -121,6 +121,12 @@ def junit_xml(report: dict) -> str:
             case = ET.SubElement(suite, "testcase", classname=f"pmverify.fuzz.{target['name']}", name="worker")
             text = xml_text(error["message"])
             ET.SubElement(case, "error", message=text.splitlines()[0] if text else "").text = text
+        if target.get("internal_errors"):  # pmverify's own errors: not failures of the pass, shown
+            err = ET.SubElement(suite, "system-err")
+            err.text = xml_text(
+                f"{target['internal_errors']} pmverify internal error(s), not findings of the pass; "
+                f"first:\n{target.get('first_internal_error') or ''}"
+            )
         suite.set("tests", str(len(suite.findall("testcase"))))
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))

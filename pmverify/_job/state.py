@@ -173,6 +173,8 @@ class TargetRun:
             "matches": self.matches,
             "rewritten_cases": self.summary.rewritten_cases,
             "void_cases": self.summary.void_cases,
+            "internal_errors": self.summary.internal_errors,
+            "first_internal_error": self.summary.first_internal_error,
             "judged": dict(self.summary.judged),
             "planted": dict(sorted(self.summary.planted.items())),
             "elapsed_s": round(self.searching_s(), 3),

@@ -363,6 +363,11 @@ class _Job:
             family = run.families[worker.job.family]
             run.cases += 1
             run.matches += message.matches
+            if message.summary.internal_errors and not run.summary.internal_errors:  # the first: shown once
+                first = (message.summary.first_internal_error or "").splitlines()[0]
+                self.display.line(
+                    f"PMVERIFY INTERNAL ERROR in {run.name} ({family}), not a finding of the pass: {first}"
+                )
             run.summary = run.summary + message.summary
             run.family_stats[family]["cases"] += 1
             run.tp_worlds[message.tp_world].update(cases=1, matches=message.matches)

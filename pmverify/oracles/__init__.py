@@ -20,8 +20,12 @@ Read from it, do not modify it:
   and ``pair.live_after()`` (the nodes dead-code elimination keeps), computed once.
 
 Return one :class:`Violation` per finding (``Violation("my_oracle", "what is wrong", nodes)``). An
-exception an oracle raises is reported as a finding of that oracle ("could not check the rewritten
-graph"). Example::
+exception an oracle raises is not a finding of the pass: where the rewritten graph itself runs (and
+its fake values propagate), it is an error of the oracle, an :class:`InternalError` in
+``CaseResult.internal_errors`` with its traceback, and the case counts as not judged by that oracle;
+only where the rewritten graph itself fails is it reported as a finding of that oracle ("could not
+check the rewritten graph, which ..."). Raise :class:`PmverifyInternalError` to make it an internal
+error either way. Example::
 
     def no_new_nodes(pair: RunPair) -> list[Violation]:
         if pair.after is None or len(pair.after.graph.nodes) <= len(pair.before.graph.nodes):
@@ -45,7 +49,7 @@ from . import (
     structure,
     tensor_parallel,
 )
-from ._violation import Violation
+from ._violation import InternalError, PmverifyInternalError, Violation
 
 #: The type of an oracle: a check of one :class:`RunPair`.
 Oracle = Callable[[RunPair], list[Violation]]
@@ -64,6 +68,8 @@ ORACLES: dict[str, Oracle] = {
 
 __all__ = [
     "ORACLES",
+    "InternalError",
+    "PmverifyInternalError",
     "MatchRecord",
     "Oracle",
     "RankResults",

@@ -1,10 +1,40 @@
-"""``Violation``: one finding of one oracle."""
+"""``Violation``: one finding of one oracle; ``InternalError``: an oracle that failed itself."""
 
 from __future__ import annotations
 
 import dataclasses
+import traceback as _traceback
 
-__all__ = ["Violation"]
+__all__ = ["Violation", "InternalError", "PmverifyInternalError"]
+
+
+class PmverifyInternalError(Exception):
+    """An error of pmverify itself while judging a case (an oracle's bookkeeping, the noise floor,
+    the region reference...), never a finding of the pass. An oracle may raise it to say so even
+    when the rewritten graph does not run (see :class:`InternalError`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InternalError:
+    """An oracle that raised while judging a case, for a reason of its own (``CaseResult.internal_errors``):
+    the case counts as not judged by that oracle, the search goes on, and nothing is held against
+    the pass.
+
+    - ``oracle``: the oracle's name (or the step of ``check_case``: ``"semantics (void_reason)"``).
+    - ``error``: the exception in one line (``IndexError('list index out of range')``).
+    - ``traceback``: the formatted traceback.
+    """
+
+    oracle: str
+    error: str
+    traceback: str
+
+    @classmethod
+    def of(cls, oracle: str, exc: BaseException) -> InternalError:
+        return cls(oracle, repr(exc), "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+    def __str__(self) -> str:
+        return f"pmverify internal error in {self.oracle}: {self.error}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,16 +15,22 @@ by hand; this oracle checks that it did, on the rewritten graph:
     graph's ancestors of auto_functionalized nodes only).
 (b) **Inductor still lowers it**: ``decompose_auto_functionalized`` (what ``post_grad_passes``
     runs once custom passes are done) applies to a copy of the rewritten graph (fake values
-    re-propagated first), the result lints and computes exactly what the rewritten graph computes
-    (outputs and final input values) on the case's rank-0 inputs. A pass that marks
+    re-propagated first), the result lints and computes what the rewritten graph computes (outputs
+    and final input values) on the case's rank-0 inputs, by the one numeric rule
+    (:func:`pmverify._execution.compare`: undecomposed as "before", decomposed as "after", against
+    the float64 run of the graph before the pass, with its region reference and noise floor). A
+    pass that marks
     ``only_clone_these_tensors`` wrongly, or leaves a node the decomposition cannot trace, fails here.
 (c) **A stand-in carries the new value**: every node present (same name, op and target) in both
     graphs that, before the pass, read an element of an auto_functionalized node must read the
-    same value after it, at the same argument position, within the semantics oracle's fallback
-    tolerance (``torch.testing`` defaults, no reference). Values are captured, cloned, at the moment
-    the node runs (an ``torch.fx.Interpreter`` run of each graph on clones of the rank-0 inputs), so a
-    later ``copy_`` into an input does not change what was read. A swapped ``getitem`` that keeps
-    shapes right is caught here, naming the element read now and the one read before.
+    same value after it, at the same argument position, by the one numeric rule: as accurate against
+    the float64 value that node reads in a float64 run of the graph before the pass (a fused bf16 /
+    fp8 stand-in an ulp off the unfused chain but as accurate holds). Values are captured, cloned,
+    at the moment the node runs, on clones of the rank-0 inputs: after the pass by an
+    ``torch.fx.Interpreter`` run; before it, and its float64 reference, region reference and noise
+    floor, through a copy of the graph whose outputs are the values read (:func:`_reads_module`),
+    so a later ``copy_`` into an input does not change what was read. A swapped ``getitem`` that
+    keeps shapes right is caught here, naming the element read now and the one read before.
 
 A graph with no auto_functionalized node before or after the pass is not looked at beyond that
 test. An index out of range, or one that reads the ``None`` slot, stops (b) and (c) (the graph
@@ -41,9 +47,19 @@ from typing import Any
 
 import torch
 
-from .._execution import RunPair, clone_inputs, propagate_fake, run_graph
+from .._execution import (
+    RunPair,
+    clone_inputs,
+    compare,
+    deterministic_fill,
+    float64_module,
+    float64_reference,
+    propagate_fake,
+    random_calls,
+    run_graph,
+)
 from ._violation import Violation
-from .semantics import compare, named_results
+from .semantics import lined_up, named_results, noise_results, region_results
 
 __all__ = ["check", "AUTO_FUNCTIONALIZED", "element_descriptions"]
 
@@ -246,28 +262,14 @@ def _check_getitems(pair: Any, afs: list[torch.fx.Node]) -> tuple[list[Violation
 # --- (b) Inductor's decomposition -----------------------------------------------------------
 
 
-def _exact_difference(name: str, before: Any, after: Any) -> str | None:
-    """None when ``after`` is ``before`` bit for bit (NaN equal to NaN), else what differs."""
-    if isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor):
-        if before.shape != after.shape or before.dtype != after.dtype:
-            return f"{name}: {_describe_value(before)} undecomposed, {_describe_value(after)} decomposed"
-        if torch.equal(before, after) or (before.is_floating_point() and torch.allclose(before, after, 0, 0, True)):
-            return None
-        bad = before != after
-        if before.is_floating_point():
-            bad &= ~(torch.isnan(before) & torch.isnan(after))
-        idx = tuple(bad.nonzero()[0].tolist())
-        worst = ""
-        if before.is_floating_point() or before.is_complex():
-            diff = (after.double() - before.double()).abs()
-            worst = f"; max |decomposed - undecomposed| = {diff.nan_to_num(float('inf')).max().item():.3g}"
-        return (
-            f"{name}: {int(bad.sum())} of {before.numel()} elements differ; first at {list(idx)}: "
-            f"{before[idx].item()!r} undecomposed, {after[idx].item()!r} decomposed{worst}"
-        )
-    if type(before) is type(after) and before == after:
-        return None
-    return f"{name}: {before!r} undecomposed, {after!r} decomposed"
+def _reference_results(pair: Any) -> Any:
+    """The float64 reference of the graph before the pass on rank 0's inputs, lined up with the
+    outputs and inputs of the graph after it: the semantics oracle's (computed once per pair) in
+    direct mode, else a float64 run of ``pair.before`` (Inductor's post-grad graph); None where
+    there is none."""
+    if pair.compiled is None and pair.case.tp_world == 1:
+        return pair.results(0).reference
+    return float64_reference(pair.before, pair.case.inputs[0])
 
 
 def _check_decomposition(pair: Any) -> list[Violation]:
@@ -301,12 +303,23 @@ def _check_decomposition(pair: Any) -> list[Violation]:
         return [Violation("functionalization", f"the rewritten graph runs, but raises after {what}: {exc!r}")]
     if len(expected) != len(got):
         return [Violation("functionalization", f"{what} changed the number of outputs")]
+    reference = _reference_results(pair)
+    references = lined_up(reference, reference) if reference is not None else [None] * len(expected)
     violations = []
-    for (name, b), (_, a) in zip(expected, got, strict=True):
-        message = _exact_difference(name, b, a)
+    for i, ((name, b), (_, a)) in enumerate(zip(expected, got, strict=True)):
+        r = references[i] if i < len(references) else None
+        message = compare(name, b, a, r)
+        if message and r is not None and pair.compiled is None and pair.case.tp_world == 1:
+            noise, region = noise_results(pair, 0), region_results(pair, 0)  # the graph before the pass's
+            noise_i = tuple(lined_up(level, reference)[i] for level in noise) if noise else None
+            local_i = lined_up(region, reference)[i] if region else None
+            message = compare(name, b, a, r, region_reference=local_i, noise=noise_i)
         if message:
             violations.append(
-                Violation("functionalization", f"after {what} the rewritten graph computes otherwise: {message}")
+                Violation(
+                    "functionalization",
+                    f'after {what} the rewritten graph computes otherwise ("before": as the pass left it, "after": decomposed): {message}',
+                )
             )
     return violations
 
@@ -382,43 +395,122 @@ def _reads(node: Any) -> str:
     return f"the constant {node!r}"
 
 
+def _snapshot(value: Any) -> Any:
+    """What a node reads, as it is when the node runs (a later in-place op does not change it)."""
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def _reads_module(gm: torch.fx.GraphModule, keys: list[tuple[str, tuple]]) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose outputs are what each ``(node name, path)`` of ``keys`` reads, taken
+    just before that node runs, in that order; every node still runs. Its float64 reference, region
+    reference and noise floor (the semantics oracle's machinery) are then those of the values read."""
+    module = copy.deepcopy(gm)
+    graph = module.graph
+    nodes = {node.name: node for node in graph.nodes}
+    snapshots = []
+    for name, path in keys:
+        reader = nodes[name]
+        with graph.inserting_before(reader):
+            snapshots.append(graph.call_function(_snapshot, (_lookup((reader.args, reader.kwargs), path),)))
+    graph.output_node().args = (tuple(snapshots),)
+    module.recompile()
+    return module
+
+
+class _Read:
+    """What the graph before the pass read at each key (by position in ``keys``), its float64
+    reference, and, asked for only when a value is flagged, the region reference and noise floor
+    of those values (:func:`_reads_module`), each computed once."""
+
+    def __init__(self, pair: Any, keys: list[tuple[str, tuple]]) -> None:
+        self.pair, self.keys = pair, keys
+        self.module = _reads_module(pair.before, keys)
+        self.inputs = pair.case.inputs[0]
+        self.drawn: dict[str, Any] = {}
+        self.values = run_graph(self.module, self.inputs, drawn=self.drawn)[0]
+        reference = float64_reference(self.module, self.inputs, drawn=self.drawn)
+        self.reference = reference[0] if reference is not None else None
+        self._reference_results = reference
+        self._slack: tuple[Any, Any] | None = None
+
+    def slack(self) -> tuple[Any, Any]:
+        """(region reference outputs or None, (float32-level, own-dtype-level) noise outputs or None)."""
+        if self._slack is None:
+            from ._noise import noise_floor
+            from ._region_reference import region_reference, rewritten_region
+
+            pair, region, noise = self.pair, None, None
+            with deterministic_fill():
+                if pair.compiled is None and not random_calls(self.module):
+                    region_run = region_reference(
+                        self.module,
+                        float64_module(self.module),
+                        rewritten_region(pair.before, pair.after),
+                        self.inputs,
+                    )
+                    region = region_run[0] if region_run is not None else None
+                if self._reference_results is not None:
+                    levels = noise_floor(self.module, self.inputs, self._reference_results, self.drawn)
+                    noise = (levels[0][0], levels[1][0]) if levels is not None else None
+            self._slack = (region, noise)
+        return self._slack
+
+    def difference(self, i: int, after: Any) -> str | None:
+        """How ``after`` breaks the semantics rule against the value read before at key ``i``."""
+        before = self.values[i]
+        reference = self.reference[i] if self.reference is not None else None
+        message = compare("the value", before, after, reference)
+        if message is None or reference is None:
+            return message
+        region, noise = self.slack()
+        return compare(
+            "the value",
+            before,
+            after,
+            reference,
+            region_reference=region[i] if region is not None else None,
+            noise=(noise[0][i], noise[1][i]) if noise is not None else None,
+        )
+
+
 def _check_stand_ins(pair: Any) -> list[Violation]:
     after_nodes = {node.name: node for node in pair.after.graph.nodes}
-    wanted_before: dict[torch.fx.Node, list[tuple]] = {}
     wanted_after: dict[torch.fx.Node, list[tuple]] = {}
+    keys: list[tuple[str, tuple]] = []
     for node in pair.before.graph.nodes:
         paths = [path for path, leaf in _paths((node.args, node.kwargs)) if _af_getitem(leaf) is not None]
         twin = after_nodes.get(node.name)
         if not paths or twin is None or twin.op != node.op or twin.target != node.target:
             continue
-        wanted_before[node] = paths
         wanted_after[twin] = paths
-    if not wanted_before:
+        keys += [(node.name, path) for path in paths]
+    if not keys:
         return []
-    inputs = pair.case.inputs[0]
-    before, after = _capture(pair.before, inputs, wanted_before), _capture(pair.after, inputs, wanted_after)
+    after = _capture(pair.after, pair.case.inputs[0], wanted_after)
+    read = None
+    before_nodes = {node.name: node for node in pair.before.graph.nodes}
     violations = []
-    for node, paths in wanted_before.items():
-        twin = after_nodes[node.name]
-        for path in paths:
-            key = (node.name, path)
-            if key not in before or key not in after:
-                continue
-            difference = compare("the value", before[key], after[key])
-            if difference is None:
-                continue
-            then = _lookup((node.args, node.kwargs), path)
-            try:
-                now = _lookup((twin.args, twin.kwargs), path)
-            except (IndexError, KeyError, TypeError):
-                continue
-            violations.append(
-                Violation(
-                    "functionalization",
-                    f"{_label(node, path)} now reads {_reads(now)}, where it read {_reads(then)}; {difference}",
-                    tuple(dict.fromkeys(n.name for n in (node, now, then) if isinstance(n, torch.fx.Node))),
-                )
+    for i, key in enumerate(keys):
+        if key not in after:
+            continue
+        read = _Read(pair, keys) if read is None else read
+        difference = read.difference(i, after[key])
+        if difference is None:
+            continue
+        name, path = key
+        node, twin = before_nodes[name], after_nodes[name]
+        then = _lookup((node.args, node.kwargs), path)
+        try:
+            now = _lookup((twin.args, twin.kwargs), path)
+        except (IndexError, KeyError, TypeError):
+            continue
+        violations.append(
+            Violation(
+                "functionalization",
+                f"{_label(node, path)} now reads {_reads(now)}, where it read {_reads(then)}; {difference}",
+                tuple(dict.fromkeys(n.name for n in (node, now, then) if isinstance(n, torch.fx.Node))),
             )
+        )
     return violations
 
 

@@ -86,6 +86,18 @@ def test_junit_has_a_testcase_per_family_with_findings_and_errors():
     assert root.find("testsuite[@name='real_models']/testcase/skipped") is not None
 
 
+def test_junit_shows_internal_errors_apart_from_failures():
+    report = _report()
+    report["targets"][0].update(
+        internal_errors=2, first_internal_error="pmverify internal error in semantics: E\nTraceback"
+    )
+    suite = ET.fromstring(junit_xml(report)).find("testsuite[@name='t']")
+    assert suite.get("failures") == "1" and suite.get("errors") == "1"  # not counted as either
+    assert suite.find("system-err").text.startswith("2 pmverify internal error(s), not findings of the pass; first:")
+    assert suite.find("system-err").text.endswith("Traceback")
+    assert ET.fromstring(junit_xml(_report())).find("testsuite[@name='t']/system-err") is None
+
+
 def test_write_json_replaces_atomically(tmp_path):
     path = tmp_path / "sub" / "report.json"
     write_json(path, {"a": float("nan"), "b": b"\x01"})

@@ -5,7 +5,10 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from pmverify import GraphCase, check_case
 from pmverify.oracles.semantics import compare, float64_reference
+
+aten = torch.ops.aten
 
 
 def _bf16_norm(x, w, weight_after_cast):
@@ -209,3 +212,21 @@ def test_the_sampling_allowance_counts_the_elements_that_carry_the_errors():
             assert message is None
         else:
             assert "less accurate in aggregate" in message
+
+
+def test_noise_floor_lines_up_past_an_integer_input():
+    """An integer input before a float input the graph writes: the noise floor holds None for the
+    integer one, and the flagged float input's noise must be looked up at its own position (it
+    raised IndexError, reported as "could not check the rewritten graph" instead of the finding)."""
+    g = torch.fx.Graph()
+    idx, x = g.placeholder("idx"), g.placeholder("x")
+    g.call_function(aten.copy_.default, (x, g.call_function(aten.mul.Tensor, (x, 2.0))))
+    g.output((g.call_function(aten.add.Tensor, (idx, 1)),))
+    case = GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.arange(4), torch.randn(4))])
+
+    def wrong_scale(graph: torch.fx.Graph) -> None:
+        for node in graph.find_nodes(op="call_function", target=aten.mul.Tensor):
+            node.args = (node.args[0], 2.5)
+
+    violations = check_case(wrong_scale, case, oracles=["semantics"]).violations
+    assert len(violations) == 1 and violations[0].message.startswith("input x (final value): 4 of 4 elements far off")
