@@ -16,8 +16,10 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
   no setting turns off the constants Hypothesis draws from the source of the modules imported so
   far; a seeded search must depend on its seed only. Does nothing when it is gone.
 - ``hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS``
-  (:func:`set_max_shrinking_seconds`): Hypothesis' shrinking time limit has no setting; the jobs
-  bound a shrink by their budget.
+  (:func:`set_max_shrinking_seconds`, :func:`max_shrinking_seconds`): Hypothesis' shrinking time
+  limit has no setting; the jobs bound a shrink by their budget, ``verify`` by its ``shrink_budget_s``.
+- ``hypothesis.statistics.collector`` (:func:`stopped_because`): why the engine stopped (its
+  shrinking cut by the time limit, or done), read from the statistics Hypothesis reports.
 - ``hypothesis.internal.conjecture.engine.ExitReason`` (:func:`finished_exit_reason`): whether a
   shrink reached its fixed point, read from the statistics Hypothesis reports.
 - ``hypothesis.control.current_build_context().data.choices`` (:func:`current_choices`): the
@@ -60,12 +62,15 @@ __all__ = [
     "finished_exit_reason",
     "internal",
     "keyed",
+    "max_shrinking_seconds",
     "no_local_constants",
     "outside_dispatch_modes",
     "pin_seed",
     "python_dispatcher",
     "set_max_shrinking_seconds",
+    "stopped_because",
     "threaded_process_group",
+    "very_slow_shrinking_reason",
 ]
 
 #: The versions the internals below were read at.
@@ -146,6 +151,56 @@ def set_max_shrinking_seconds(seconds: float) -> None:
             AttributeError("no MAX_SHRINKING_SECONDS"),
         )
     engine.MAX_SHRINKING_SECONDS = max(1, int(seconds))
+
+
+@contextlib.contextmanager
+def max_shrinking_seconds(seconds: float | None) -> Iterator[None]:
+    """Within the block, Hypothesis' shrinking of a search's failures stops after ``seconds`` (a
+    float > 0; None: leave Hypothesis' own limit, 300 s), timed from when shrinking starts; restored
+    after. Raises :class:`InternalMoved` when the limit moved."""
+    if seconds is None:
+        yield
+        return
+    engine = internal("hypothesis.internal.conjecture", "engine", "verify bounds shrinking by shrink_budget_s")
+    if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        raise InternalMoved(
+            "hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS",
+            "verify bounds shrinking by shrink_budget_s",
+            AttributeError("no MAX_SHRINKING_SECONDS"),
+        )
+    before = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = seconds  # read once, as a number, when shrinking starts
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = before
+
+
+@contextlib.contextmanager
+def stopped_because() -> Iterator[list[str]]:
+    """Yield a list that holds, once the block's Hypothesis test has run, the engine's
+    ``"stopped-because"`` statistic (see :func:`finished_exit_reason`,
+    :func:`very_slow_shrinking_reason`); empty when Hypothesis reported none. A collector already
+    set (a job's, the pytest plugin's) still gets the statistics."""
+    from hypothesis.statistics import collector
+
+    reasons: list[str] = []
+    outer = collector.value
+
+    def note(statistics: dict[str, Any]) -> None:
+        reasons[:] = [statistics.get("stopped-because", "")]
+        if outer is not None:
+            outer(statistics)
+
+    with collector.with_value(note):
+        yield reasons
+
+
+def very_slow_shrinking_reason() -> str:
+    """The ``"stopped-because"`` value of Hypothesis' statistics when its shrinking time limit cut
+    the shrinking. Raises :class:`InternalMoved`."""
+    reason = internal("hypothesis.internal.conjecture.engine", "ExitReason", "verify tells a cut shrink")
+    return reason.very_slow_shrinking.value
 
 
 def finished_exit_reason() -> str:
