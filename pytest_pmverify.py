@@ -275,6 +275,15 @@ def _finding(error: Any, nodeid: str) -> dict[str, Any]:
         "pass": name,
         "violations": [{"oracle": str(v.oracle), "message": str(v.message)} for v in getattr(error, "violations", ())],
         "reproducer": os.path.abspath(reproducer) if reproducer else None,
+        # every distinct failure, most severe first (the first is the one above), each its reproducer
+        "failures": [
+            {
+                "failure": str(failure.label),
+                "shrunk": bool(failure.shrunk),
+                "reproducer": os.path.abspath(failure.reproducer) if failure.reproducer else None,
+            }
+            for failure in getattr(error, "failures", ())
+        ],
     }
 
 

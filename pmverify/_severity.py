@@ -12,19 +12,21 @@ across a barrier or a wrongly routed alias (mutation_barriers, aliasing, functio
 compiled program reused or applied where it should not be (cache_key, compile_ranges); a graph
 not well formed (structure: lint, order, an erased input used, fake tensors do not propagate,
 stale meta); a planted instance matched or left wrongly (expectations); an oracle of the user's;
-an output's strides (structure); the pass raising (crash), or an oracle that could not read the
-rewritten graph.
+an output's strides (structure); the pass raising (crash; a case that killed or hung ``pmverify
+fuzz``'s worker), or an oracle that could not read the rewritten graph; last, a fuzz target whose
+whole run rewrote nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["TIERS", "failure_key", "key_label", "most_severe", "severity"]
 
 #: ``(oracle, kind)`` keys by tier, most severe first; ``kind`` None: every kind of that oracle.
-TIERS: tuple[tuple[tuple[str, str | None], ...], ...] = (
+TIERS: tuple[tuple[tuple[str | None, str | None], ...], ...] = (
     (("semantics", None), ("tensor_parallel", None)),
     (("structure", "dtype/shape"), ("structure", "specialisation")),
     (("mutation_barriers", None), ("aliasing", None), ("functionalization", None)),
@@ -33,7 +35,8 @@ TIERS: tuple[tuple[tuple[str, str | None], ...], ...] = (
     (("expectations", None),),
     ((None, None),),  # an oracle of the user's
     (("structure", "strides"),),
-    (("crash", None), (None, "unreadable")),
+    (("crash", None), ("timeout", None)),  # then any oracle that could not read the graph (UNREADABLE)
+    (("never_matched", None),),  # pmverify fuzz: a target whose whole run rewrote nothing
 )
 
 #: The kind of a violation whose oracle raised instead of judging (``check_case`` reports "could not
@@ -44,19 +47,26 @@ UNREADABLE = "unreadable"
 def failure_key(violation: Any) -> tuple[str, str]:
     """``(oracle, kind)`` of ``violation`` (a :class:`~pmverify.oracles.Violation`, or anything with
     ``oracle`` and ``message``, ``kind`` optional): what tells distinct failures apart. Not the message,
-    which names nodes and values and would split one bug into many."""
-    kind = getattr(violation, "kind", "") or ""
-    if not kind and str(getattr(violation, "message", "")).startswith("could not check the rewritten graph"):
+    which names nodes and values and would split one bug into many. A mapping (a violation as a
+    job's report holds it) is read by those keys, ``kind`` under ``"oracle_kind"``."""
+    if isinstance(violation, Mapping):
+        read: Any = violation.get
+        kind = violation.get("oracle_kind", "") or ""
+    else:
+        read = functools.partial(getattr, violation)
+        kind = getattr(violation, "kind", "") or ""
+    if not kind and str(read("message", "")).startswith("could not check the rewritten graph"):
         kind = UNREADABLE
-    return (violation.oracle, kind)
+    return (str(read("oracle", "")), kind)
 
 
 def _rank(key: tuple[str, str]) -> tuple[int, int]:
     oracle, kind = key
-    for tier, members in enumerate(TIERS):
-        for position, (o, k) in enumerate(members):
-            if (o is None or o == oracle) and (k is None or k == kind) and (o is not None or k is not None):
-                return tier, position
+    for exact in (True, False):  # ("structure", "strides") before ("structure", None)
+        for tier, members in enumerate(TIERS):
+            for position, (o, k) in enumerate(members):
+                if o == oracle and (k == kind if exact else k is None):
+                    return tier, position
     user = next(tier for tier, members in enumerate(TIERS) if members == ((None, None),))
     return user, 0
 
@@ -65,7 +75,8 @@ def severity(key: tuple[str, str]) -> tuple[int, int, str, str]:
     """A sort key of a :func:`failure_key`: lower is more severe (its tier, its place in the tier,
     then its name, so that the order is total)."""
     if key[1] == UNREADABLE:
-        return (len(TIERS) - 1, 1, *key)
+        tier = _rank(("crash", ""))[0]
+        return (tier, len(TIERS[tier]), *key)
     return (*_rank(key), *key)
 
 

@@ -52,11 +52,13 @@ class Failure:
     - ``key``: that ``(oracle, kind)``; ``label``: it in words (``"structure (strides)"``);
     - ``result``: the :class:`CaseResult` of its case; ``case``: the case;
     - ``reproducer``: the path of its reproducer script (None if it could not be written);
-    - ``shrunk``: Hypothesis shrank it as a failure of its own (a case on which this key is the most
-      severe violation); False for a key that fired during the search only beside a more severe one
-      (its first case, not shrunk), and for every failure when the shrink budget ran out (``note``
-      then says how far shrinking got).
-    - ``note``: how far its shrinking got when the budget cut it (``"at 12 nodes (from 40)"``), else "".
+    - ``shrunk``: Hypothesis shrank it to the end as a failure of its own (on a case where this key
+      is the most severe violation); False when the shrink budget ran out (``note`` then says how
+      far shrinking got), and for a ``first_only`` failure.
+    - ``first_only``: the key fired during the search only beside a more severe one (or Hypothesis
+      reported one failure only: ``report_multiple_bugs=False``): its first case, not shrunk.
+    - ``note``: how far its shrinking got when the budget cut it (``"at 12 nodes (from 40)"``), or
+      why it was not shrunk; else "".
     """
 
     key: tuple[str, str]
@@ -64,6 +66,7 @@ class Failure:
     reproducer: pathlib.Path | None
     shrunk: bool = True
     note: str = ""
+    first_only: bool = False
 
     @property
     def label(self) -> str:
@@ -115,7 +118,7 @@ class PassVerificationError(AssertionError):
             for label, other in (other_failures or {}).items():
                 key = next((failure_key(v) for v in other.violations if key_label(failure_key(v)) == label), None)
                 path = (other_reproducers or {}).get(label)
-                failures.append(Failure(key or (label, ""), other, path, shrunk=False))
+                failures.append(Failure(key or (label, ""), other, path, shrunk=False, first_only=True))
         self.failures = list(failures)
         self.result = result
         self.case = result.case
@@ -141,7 +144,11 @@ class PassVerificationError(AssertionError):
         lines += [f"  note: {instance_note}" for instance_note in getattr(result, "notes", {}).values()]
         lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
         for index, failure in enumerate(self.failures[1:], 2):
-            how = "shrunk" if failure.shrunk else "not shrunk: " + (failure.note or "its first case")
+            how = (
+                "shrunk"
+                if failure.shrunk
+                else f"{'not shrunk' if failure.first_only else 'shrinking stopped'}: {failure.note}"
+            )
             lines.append(f"failure {index}, {failure.label} ({how}), on {failure.case!r}:")
             lines += [f"  - {violation}" for violation in failure.violations]
             lines.append(f"  reproducer: {failure.reproducer if failure.reproducer else 'not written'}")
@@ -508,8 +515,8 @@ def _failures(
     shown = {failure_key(v) for failure in found.values() for v in failure.result.violations}
     for key, result in first.items():
         if key not in shown:
-            note = "it fired only beside a more severe failure: its first case"
-            found[key] = Failure(key, result, None, shrunk=False, note=note)
+            note = "its first case: it fired only beside another failure, or Hypothesis reported one failure"
+            found[key] = Failure(key, result, None, shrunk=False, note=note, first_only=True)
     return sorted(found.values(), key=lambda failure: severity(failure.key))
 
 
