@@ -154,24 +154,25 @@ def set_max_shrinking_seconds(seconds: float) -> None:
 
 
 @contextlib.contextmanager
-def max_shrinking_seconds(seconds: float | None) -> Iterator[None]:
+def max_shrinking_seconds(seconds: float | None) -> Iterator[float]:
     """Within the block, Hypothesis' shrinking of a search's failures stops after ``seconds`` (a
-    float > 0; None: leave Hypothesis' own limit, 300 s), timed from when shrinking starts; restored
-    after. Raises :class:`InternalMoved` when the limit moved."""
-    if seconds is None:
-        yield
-        return
-    engine = internal("hypothesis.internal.conjecture", "engine", "verify bounds shrinking by shrink_budget_s")
+    float > 0) at most, timed from when shrinking starts: the limit in force (Hypothesis' own, 300 s,
+    or a lower one a job set with :func:`set_max_shrinking_seconds`) holds where it is lower, and is
+    restored after; None leaves it. Yields the limit in force within the block. Raises
+    :class:`InternalMoved` when the limit moved."""
+    why = "verify bounds shrinking by shrink_budget_s"
+    engine = internal("hypothesis.internal.conjecture", "engine", why)
     if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
         raise InternalMoved(
             "hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS",
-            "verify bounds shrinking by shrink_budget_s",
+            why,
             AttributeError("no MAX_SHRINKING_SECONDS"),
         )
     before = engine.MAX_SHRINKING_SECONDS
-    engine.MAX_SHRINKING_SECONDS = seconds  # read once, as a number, when shrinking starts
+    if seconds is not None:
+        engine.MAX_SHRINKING_SECONDS = min(before, seconds)  # read once, as a number, when shrinking starts
     try:
-        yield
+        yield engine.MAX_SHRINKING_SECONDS
     finally:
         engine.MAX_SHRINKING_SECONDS = before
 

@@ -323,7 +323,8 @@ def verify(
       ``hypothesis.settings.default`` (the active profile, e.g. the pytest plugin's). Nothing global
       is changed: ``settings.default`` is the same after the call.
     - ``shrink_budget_s``: seconds the shrinking of the search's failures may take, all together
-      (default :data:`DEFAULT_SHRINK_BUDGET_S`; None: Hypothesis' own limit, 300 s); when it runs out,
+      (default :data:`DEFAULT_SHRINK_BUDGET_S`; None: Hypothesis' own limit, 300 s, which also caps
+      a larger one, as does a lower one a job set in the process); when it runs out,
       each failure is reported as far as it was shrunk, ``shrink_note`` and the message say how far
       (``"semantics at 12 nodes (from 40)"``) and each still gets its reproducer.
 
@@ -411,7 +412,7 @@ def verify(
     test = search_settings(run_case if seed is None else hypothesis.seed(seed)(run_case))
     try:
         # the draws depend on the seed only, not on what was imported
-        with no_local_constants(), max_shrinking_seconds(shrink_budget_s), stopped_because() as stopped:
+        with no_local_constants(), max_shrinking_seconds(shrink_budget_s) as limit, stopped_because() as stopped:
             test()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
         raised = _case_failures(error)
@@ -464,7 +465,7 @@ def verify(
             "; ".join(notes),
             pictures,
             failures=[main, *written],
-            shrink_note=_shrink_note(found, progress, shrink_budget_s) if cut else "",
+            shrink_note=_shrink_note(found, progress, limit) if cut else "",
             summary=tally[0],
         ) from None
     summary = tally[0]
@@ -520,12 +521,11 @@ def _failures(
     return sorted(found.values(), key=lambda failure: severity(failure.key))
 
 
-def _shrink_note(found: list[Failure], progress: _Shrinking, budget: float | None) -> str:
-    """How far shrinking got when its budget cut it."""
-    limit = f"its budget of {budget:g} s" if budget is not None else "Hypothesis' own time limit"
+def _shrink_note(found: list[Failure], progress: _Shrinking, limit: float) -> str:
+    """How far shrinking got when its time ``limit`` (seconds) cut it."""
     since = time.monotonic() - progress.first_failure_at if progress.first_failure_at is not None else 0.0
     where = "; ".join(f"{failure.label} {failure.note}" for failure in found if failure.note.startswith("at "))
-    return f"shrinking stopped at {limit} ({since:.1f} s after the first failure): {where}"
+    return f"shrinking stopped at its time limit of {limit:g} s ({since:.1f} s after the first failure): {where}"
 
 
 def batch_seed(seed: int, index: int) -> int:

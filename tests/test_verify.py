@@ -493,7 +493,7 @@ def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path):
     assert not failure.shrunk and failure.case is error.case
     nodes, first = map(int, re.fullmatch(r"at (\d+) nodes \(from (\d+)\)", failure.note).groups())
     assert nodes == len(error.case.gm.graph.nodes) and 22 <= nodes <= first <= 32
-    assert error.shrink_note.startswith("shrinking stopped at its budget of 0.5 s (")
+    assert error.shrink_note.startswith("shrinking stopped at its time limit of 0.5 s (")
     assert error.shrink_note.endswith(f": semantics {failure.note}")
     assert f"shrinking: {error.shrink_note}" in str(error)
     assert error.reproducer is not None and error.reproducer.exists()
