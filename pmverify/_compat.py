@@ -19,7 +19,9 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
   (:func:`set_max_shrinking_seconds`, :func:`max_shrinking_seconds`): Hypothesis' shrinking time
   limit has no setting; the jobs bound a shrink by their budget, ``verify`` by its ``shrink_budget_s``.
 - ``hypothesis.statistics.collector`` (:func:`stopped_because`): why the engine stopped (its
-  shrinking cut by the time limit, or done), read from the statistics Hypothesis reports.
+  shrinking cut by the time limit, or done), read from the statistics Hypothesis reports; and
+  ``hypothesis.reporting`` (:func:`without_slow_shrinking_warning`): its "more than five minutes"
+  warning, untrue under a shrink budget.
 - ``hypothesis.internal.conjecture.engine.ExitReason`` (:func:`finished_exit_reason`): whether a
   shrink reached its fixed point, read from the statistics Hypothesis reports.
 - ``hypothesis.control.current_build_context().data.choices`` (:func:`current_choices`): the
@@ -71,6 +73,7 @@ __all__ = [
     "stopped_because",
     "threaded_process_group",
     "very_slow_shrinking_reason",
+    "without_slow_shrinking_warning",
 ]
 
 #: The versions the internals below were read at.
@@ -175,6 +178,27 @@ def max_shrinking_seconds(seconds: float | None) -> Iterator[float]:
         yield engine.MAX_SHRINKING_SECONDS
     finally:
         engine.MAX_SHRINKING_SECONDS = before
+
+
+#: The start of the warning Hypothesis prints when its shrinking time limit cuts a shrink.
+_SLOW_SHRINKING_WARNING = "WARNING: Hypothesis has spent more than five minutes working to shrink"
+
+
+@contextlib.contextmanager
+def without_slow_shrinking_warning() -> Iterator[None]:
+    """Within the block, Hypothesis' warning that shrinking stopped after "more than five minutes"
+    is not printed (``hypothesis.reporting``): under a lower limit (``verify``'s shrink budget) it is
+    untrue, and the error says how far shrinking got instead. Everything else is reported as before."""
+    from hypothesis.reporting import current_reporter, with_reporter
+
+    outer = current_reporter()
+
+    def filtered(text: Any) -> None:
+        if not str(text).startswith(_SLOW_SHRINKING_WARNING):
+            outer(text)
+
+    with with_reporter(filtered):
+        yield
 
 
 @contextlib.contextmanager

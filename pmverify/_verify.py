@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -26,7 +27,14 @@ from hypothesis.strategies import SearchStrategy
 from . import _reproducer
 from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
-from ._compat import keyed, max_shrinking_seconds, no_local_constants, stopped_because, very_slow_shrinking_reason
+from ._compat import (
+    keyed,
+    max_shrinking_seconds,
+    no_local_constants,
+    stopped_because,
+    very_slow_shrinking_reason,
+    without_slow_shrinking_warning,
+)
 from ._settings import SUPPRESSED_HEALTH_CHECKS
 from ._severity import failure_key, key_label, most_severe, severity
 from ._summary import VerifySummary, vacuous_error
@@ -412,7 +420,12 @@ def verify(
     test = search_settings(run_case if seed is None else hypothesis.seed(seed)(run_case))
     try:
         # the draws depend on the seed only, not on what was imported
-        with no_local_constants(), max_shrinking_seconds(shrink_budget_s) as limit, stopped_because() as stopped:
+        with (
+            no_local_constants(),
+            max_shrinking_seconds(shrink_budget_s) as limit,
+            stopped_because() as stopped,
+            without_slow_shrinking_warning() if shrink_budget_s is not None else contextlib.nullcontext(),
+        ):
             test()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
         raised = _case_failures(error)

@@ -443,8 +443,8 @@ def test_a_stride_change_on_every_case_does_not_hide_a_wrong_dtype(tmp_path, see
 
 
 class _SlowToShrink:
-    """Wrong values (doubled) when ``config`` (a list of ints) holds a non-zero, and 0.1 s a case:
-    its failures take many slow steps to shrink."""
+    """Wrong values (doubled) when ``config`` (a list of ints) holds a non-zero, and slow (0.05 s a
+    case, a quarter of a second with its checks): its failures take many slow steps to shrink."""
 
     def __init__(self, config):
         self.config = config
@@ -452,7 +452,7 @@ class _SlowToShrink:
     def __call__(self, graph):
         import time
 
-        time.sleep(0.1)
+        time.sleep(0.05)
         if any(self.config):
             (output,) = graph.find_nodes(op="output")
             with graph.inserting_before(output):
@@ -468,14 +468,12 @@ def _chain_case(config):
     return pmverify.GraphCase(_traced(fn), [(_X,)], pass_config=list(config))
 
 
-def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path):
+def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path, capsys):
     import re
-    import time
 
     from pmverify._verify import fresh_settings
 
-    cases = st.lists(st.integers(0, 3), min_size=20, max_size=30).filter(any).map(_chain_case)
-    start = time.monotonic()
+    cases = st.lists(st.integers(0, 3), min_size=10, max_size=16).filter(any).map(_chain_case)
     with pytest.raises(PassVerificationError) as info:
         verify(
             _SlowToShrink,
@@ -487,16 +485,16 @@ def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path):
             oracles=["semantics"],
             shrink_budget_s=0.5,
         )
-    assert time.monotonic() - start < 10  # (shrinking it to the end took 12 s here)
-    error = info.value
+    error = info.value  # (shrinking it to the end takes 25 cases, 6 s here)
     (failure,) = error.failures
     assert not failure.shrunk and failure.case is error.case
     nodes, first = map(int, re.fullmatch(r"at (\d+) nodes \(from (\d+)\)", failure.note).groups())
-    assert nodes == len(error.case.gm.graph.nodes) and 22 <= nodes <= first <= 32
+    assert nodes == len(error.case.gm.graph.nodes) and 12 <= nodes <= first <= 18
     assert error.shrink_note.startswith("shrinking stopped at its time limit of 0.5 s (")
     assert error.shrink_note.endswith(f": semantics {failure.note}")
     assert f"shrinking: {error.shrink_note}" in str(error)
     assert error.reproducer is not None and error.reproducer.exists()
+    assert "five minutes" not in capsys.readouterr().out  # Hypothesis' warning, untrue here
 
 
 def _scaled_case(scales):
