@@ -332,7 +332,8 @@ def verify(
       is changed: ``settings.default`` is the same after the call.
     - ``shrink_budget_s``: seconds the shrinking of the search's failures may take, all together
       (default :data:`DEFAULT_SHRINK_BUDGET_S`; None: Hypothesis' own limit, 300 s, which also caps
-      a larger one, as does a lower one a job set in the process); when it runs out,
+      a larger one, as do ``$PMVERIFY_SHRINK_BUDGET`` (seconds; the pytest plugin's
+      ``--pmverify-shrink-budget``) and a lower limit a job set in the process); when it runs out,
       each failure is reported as far as it was shrunk, ``shrink_note`` and the message say how far
       (``"semantics at 12 nodes (from 40)"``) and each still gets its reproducer.
 
@@ -350,7 +351,8 @@ def verify(
     drawn, and the planted ground truth). ``InvalidArgument`` for a ``cases`` that is not a
     strategy, a ``max_examples`` below 1, a ``seed`` that is not an int or a
     ``strict_order`` / ``allow_no_rewrites`` that is not a bool, a ``settings`` that is not a
-    ``hypothesis.settings``, an empty ``oracles``, a ``shrink_budget_s`` that is not a positive number or None, ``ValueError`` for an unknown ``mode`` or a
+    ``hypothesis.settings``, an empty ``oracles``, a ``shrink_budget_s`` that is not a positive number or None,
+    ``ValueError`` for a ``$PMVERIFY_SHRINK_BUDGET`` that is not a positive number, ``ValueError`` for an unknown ``mode`` or a
     ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass.
 
     Example::
@@ -384,6 +386,11 @@ def verify(
 
         seed = env_seed()
     check_pass(pass_)
+    from ._settings import env_shrink_budget
+
+    cap = env_shrink_budget()
+    if cap is not None:
+        shrink_budget_s = cap if shrink_budget_s is None else min(shrink_budget_s, cap)
     parent = hypothesis.settings.default if settings is None else settings
     search_settings = hypothesis.settings(
         parent,

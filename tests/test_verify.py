@@ -497,6 +497,30 @@ def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path, capsy
     assert "five minutes" not in capsys.readouterr().out  # Hypothesis' warning, untrue here
 
 
+def test_verifys_shrink_budget_is_capped_by_the_environment(monkeypatch):
+    import hypothesis
+    from hypothesis.internal.conjecture import engine
+
+    from pmverify._verify import fresh_settings
+
+    limits = []
+    cases = st.just(pmverify.GraphCase(_traced(lambda x: x.sin()), [(_X,)]))
+    search = dict(
+        settings=fresh_settings(hypothesis.settings(max_examples=1)),
+        allow_no_rewrites=True,
+        on_case=lambda case: limits.append(engine.MAX_SHRINKING_SECONDS),
+    )
+    monkeypatch.setenv("PMVERIFY_SHRINK_BUDGET", "7")
+    verify(_identity, cases, **search)
+    verify(_identity, cases, shrink_budget_s=5, **search)
+    verify(_identity, cases, shrink_budget_s=None, **search)
+    assert limits == [7, 5, 7]
+    for text in ("soon", "-1", "inf"):
+        monkeypatch.setenv("PMVERIFY_SHRINK_BUDGET", text)
+        with pytest.raises(ValueError, match=rf"PMVERIFY_SHRINK_BUDGET='{text}' is not a positive number of seconds"):
+            verify(_identity, cases, **search)
+
+
 def _scaled_case(scales):
     x = torch.randn(4)
     from torch._inductor.pattern_matcher import fwd_only
