@@ -198,8 +198,8 @@ def _failure_class(key: tuple[str, str]) -> type[_CaseFailed]:
 
 
 class _Shrinking:
-    """How far shrinking got, per failure key: the node count of its first failing case and of its
-    smallest (by nodes) seen since."""
+    """What shrinking started from: per failure key, the node count of its first failing case; and
+    when the search's first failure was seen."""
 
     def __init__(self) -> None:
         self.first: dict[tuple[str, str], int] = {}
