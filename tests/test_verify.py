@@ -471,6 +471,8 @@ def _chain_case(config):
 def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path, capsys):
     import re
 
+    import hypothesis
+
     from pmverify._verify import fresh_settings
 
     cases = st.lists(st.integers(0, 3), min_size=10, max_size=16).filter(any).map(_chain_case)
@@ -481,7 +483,8 @@ def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path, capsy
             max_examples=1,
             seed=0,
             repro_dir=tmp_path,
-            settings=fresh_settings(),
+            # one failure: no more generation after it (Hypothesis' ten calls at least), shrinking at once
+            settings=fresh_settings(hypothesis.settings(report_multiple_bugs=False)),
             oracles=["semantics"],
             shrink_budget_s=0.5,
         )
