@@ -442,6 +442,43 @@ def test_a_stride_change_on_every_case_does_not_hide_a_wrong_dtype(tmp_path, see
     assert "float64 after" in str(dtype.violations[0])
 
 
+class CrashesOnSmallValuesOnLarge:
+    """Raises for ``config`` below 2 (a form real graphs never hold, say) and doubles the output
+    from 4 up: the crash shrinks smaller, the wrong values are the bug."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def __call__(self, graph):
+        if self.config < 2:
+            raise NotImplementedError("a form this pass never meets")
+        if self.config >= 4:
+            (output,) = graph.find_nodes(op="output")
+            with graph.inserting_before(output):
+                output.args = (graph.call_function(torch.ops.aten.mul.Tensor, (output.args[0], 2)),)
+
+
+def test_a_crash_that_shrinks_smaller_does_not_hide_wrong_values(tmp_path):
+    from pmverify._verify import fresh_settings
+
+    gm = _traced(lambda x: x.sin() + 1)
+    cases = st.integers(0, 9).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
+    with pytest.raises(PassVerificationError) as info:
+        verify(
+            CrashesOnSmallValuesOnLarge,
+            cases,
+            max_examples=40,
+            seed=0,
+            repro_dir=tmp_path,
+            settings=fresh_settings(),
+            oracles=["semantics"],
+        )
+    error = info.value
+    assert [failure.label for failure in error.failures] == ["semantics", "crash"]
+    assert error.case.pass_config == 4 and error.failures[1].case.pass_config == 0
+    assert all(failure.shrunk and failure.reproducer.exists() for failure in error.failures)
+
+
 class _SlowToShrink:
     """Wrong values (doubled) when ``config`` (a list of ints) holds a non-zero, and slow (0.05 s a
     case, a quarter of a second with its checks): its failures take many slow steps to shrink."""
