@@ -15,9 +15,12 @@ Options (group ``pmverify``):
 - ``--pmverify-seed N`` (default 0): under ``ci``, every Hypothesis test without its own ``@seed``
   runs from seed N, with the example database still on, and ``$PMVERIFY_SEED`` is N, so that
   ``pmverify.verify(..., seed=None)`` searches from it too. ``--hypothesis-seed`` turns this off.
+- ``--pmverify-shrink-budget SECONDS``: ``$PMVERIFY_SHRINK_BUDGET`` for the session: each
+  ``pmverify.verify`` search shrinks its failures for that long at most.
 - ``--pmverify-db DIR|redis://HOST:PORT[/N]``: the example database of the loaded profile.
 - ``--pmverify-report PATH``: a JSON report of the session, written at its end by the controller
-  (under xdist too), with every ``PassVerificationError`` as a finding: a file replaced atomically
+  (under xdist too), with every ``PassVerificationError`` as a finding (each of its distinct
+  failures, most severe first, with its reproducer, under ``failures``): a file replaced atomically
   (a symlink's target), or ``-`` / ``/dev/stdout`` written after the terminal summary; a device,
   FIFO, socket or directory is a usage error.
 
@@ -44,7 +47,7 @@ from hypothesis import Phase, Verbosity, is_hypothesis_test, settings
 
 from pmverify._compat import pin_seed
 from pmverify._io import check_writable, output_stream, write_output
-from pmverify._settings import PROFILES, env_seed, example_database, load_profile, redacted
+from pmverify._settings import PROFILES, env_seed, env_shrink_budget, example_database, load_profile, redacted
 
 __all__: list[str] = []  # hooks only; the helpers it shares live in pmverify._settings and pmverify._io
 
@@ -79,6 +82,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         help="the seed the ci profile pins on every Hypothesis test without its own @seed, and sets as "
         "$PMVERIFY_SEED for pmverify.verify (default 0)",
+    )
+    group.addoption(
+        "--pmverify-shrink-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="bound the shrinking of each pmverify.verify search to SECONDS at most (sets "
+        "$PMVERIFY_SHRINK_BUDGET; default verify's own, 180 s)",
     )
     group.addoption(
         "--pmverify-db",
@@ -117,8 +128,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     try:  # the user's: refused now, not inside every verify() (under ci it is replaced below)
         env_seed()
+        env_shrink_budget()
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    budget = config.getoption("pmverify_shrink_budget")
+    if budget is not None and not 0 < budget < float("inf"):
+        raise pytest.UsageError(f"--pmverify-shrink-budget={budget:g} is not a positive number of seconds")
     profile, source = _resolve_profile(config)
     database = None
     spec = config.getoption("pmverify_db")
@@ -144,6 +159,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if seed is not None:
         state["env"]["PMVERIFY_SEED"] = os.environ.get("PMVERIFY_SEED")
         os.environ["PMVERIFY_SEED"] = str(seed)
+    if budget is not None:
+        state["env"]["PMVERIFY_SHRINK_BUDGET"] = os.environ.get("PMVERIFY_SHRINK_BUDGET")
+        os.environ["PMVERIFY_SHRINK_BUDGET"] = repr(budget)
     config.stash[_STATE] = state
     report = config.getoption("pmverify_report")
     if report and not hasattr(config, "workerinput"):  # the xdist controller, or no xdist
@@ -275,6 +293,15 @@ def _finding(error: Any, nodeid: str) -> dict[str, Any]:
         "pass": name,
         "violations": [{"oracle": str(v.oracle), "message": str(v.message)} for v in getattr(error, "violations", ())],
         "reproducer": os.path.abspath(reproducer) if reproducer else None,
+        # every distinct failure, most severe first (the first is the one above), each its reproducer
+        "failures": [
+            {
+                "failure": str(failure.label),
+                "shrunk": bool(failure.shrunk),
+                "reproducer": os.path.abspath(failure.reproducer) if failure.reproducer else None,
+            }
+            for failure in getattr(error, "failures", ())
+        ],
     }
 
 

@@ -39,6 +39,7 @@ _WHERE = {
     "VerifySummary": "_summary",
     "ExtraCheck": "_job.targets",
     "FuzzTarget": "_job.targets",
+    "Failure": "_verify",
     "PassVerificationError": "_verify",
     "verify": "_verify",
     "Violation": "oracles",
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
         VerifySummary,
     )
     from ._symbolic import symbolize
-    from ._verify import PassVerificationError, verify
+    from ._verify import Failure, PassVerificationError, verify
     from .oracles import InternalError, PmverifyInternalError, Violation
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "CaseResult",
     "CompileRange",
     "ExtraCheck",
+    "Failure",
     "FuzzTarget",
     "GraphCase",
     "InternalError",

@@ -16,8 +16,12 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
   no setting turns off the constants Hypothesis draws from the source of the modules imported so
   far; a seeded search must depend on its seed only. Does nothing when it is gone.
 - ``hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS``
-  (:func:`set_max_shrinking_seconds`): Hypothesis' shrinking time limit has no setting; the jobs
-  bound a shrink by their budget.
+  (:func:`set_max_shrinking_seconds`, :func:`max_shrinking_seconds`): Hypothesis' shrinking time
+  limit has no setting; the jobs bound a shrink by their budget, ``verify`` by its ``shrink_budget_s``.
+- ``hypothesis.statistics.collector`` (:func:`stopped_because`): why the engine stopped (its
+  shrinking cut by the time limit, or done), read from the statistics Hypothesis reports; and
+  ``hypothesis.reporting`` (:func:`without_slow_shrinking_warning`): its "more than five minutes"
+  warning, untrue under a shrink budget.
 - ``hypothesis.internal.conjecture.engine.ExitReason`` (:func:`finished_exit_reason`): whether a
   shrink reached its fixed point, read from the statistics Hypothesis reports.
 - ``hypothesis.control.current_build_context().data.choices`` (:func:`current_choices`): the
@@ -60,12 +64,16 @@ __all__ = [
     "finished_exit_reason",
     "internal",
     "keyed",
+    "max_shrinking_seconds",
     "no_local_constants",
     "outside_dispatch_modes",
     "pin_seed",
     "python_dispatcher",
     "set_max_shrinking_seconds",
+    "stopped_because",
     "threaded_process_group",
+    "very_slow_shrinking_reason",
+    "without_slow_shrinking_warning",
 ]
 
 #: The versions the internals below were read at.
@@ -146,6 +154,78 @@ def set_max_shrinking_seconds(seconds: float) -> None:
             AttributeError("no MAX_SHRINKING_SECONDS"),
         )
     engine.MAX_SHRINKING_SECONDS = max(1, int(seconds))
+
+
+@contextlib.contextmanager
+def max_shrinking_seconds(seconds: float | None) -> Iterator[float]:
+    """Within the block, Hypothesis' shrinking of a search's failures stops after ``seconds`` (a
+    float > 0) at most, timed from when shrinking starts: the limit in force (Hypothesis' own, 300 s,
+    or a lower one a job set with :func:`set_max_shrinking_seconds`) holds where it is lower, and is
+    restored after; None leaves it. Yields the limit in force within the block. Raises
+    :class:`InternalMoved` when the limit moved."""
+    why = "verify bounds shrinking by shrink_budget_s"
+    engine = internal("hypothesis.internal.conjecture", "engine", why)
+    if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        raise InternalMoved(
+            "hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS",
+            why,
+            AttributeError("no MAX_SHRINKING_SECONDS"),
+        )
+    before = engine.MAX_SHRINKING_SECONDS
+    if seconds is not None:
+        engine.MAX_SHRINKING_SECONDS = min(before, seconds)  # read once, as a number, when shrinking starts
+    try:
+        yield engine.MAX_SHRINKING_SECONDS
+    finally:
+        engine.MAX_SHRINKING_SECONDS = before
+
+
+#: The start of the warning Hypothesis prints when its shrinking time limit cuts a shrink.
+_SLOW_SHRINKING_WARNING = "WARNING: Hypothesis has spent more than five minutes working to shrink"
+
+
+@contextlib.contextmanager
+def without_slow_shrinking_warning() -> Iterator[None]:
+    """Within the block, Hypothesis' warning that shrinking stopped after "more than five minutes"
+    is not printed (``hypothesis.reporting``): under a lower limit (``verify``'s shrink budget) it is
+    untrue, and the error says how far shrinking got instead. Everything else is reported as before."""
+    from hypothesis.reporting import current_reporter, with_reporter
+
+    outer = current_reporter()
+
+    def filtered(text: Any) -> None:
+        if not str(text).startswith(_SLOW_SHRINKING_WARNING):
+            outer(text)
+
+    with with_reporter(filtered):
+        yield
+
+
+@contextlib.contextmanager
+def stopped_because() -> Iterator[list[str]]:
+    """Yield a list that holds, once the block's Hypothesis test has run, the engine's
+    ``"stopped-because"`` statistic (see :func:`finished_exit_reason`,
+    :func:`very_slow_shrinking_reason`); empty when Hypothesis reported none. A collector already
+    set (a job's, the pytest plugin's) still gets the statistics."""
+    from hypothesis.statistics import collector
+
+    reasons: list[str] = []
+    outer = collector.value
+
+    def note(statistics: dict[str, Any]) -> None:
+        reasons[:] = [statistics.get("stopped-because", "")]
+        if outer is not None:
+            outer(statistics)
+
+    with collector.with_value(note):
+        yield reasons
+
+
+def very_slow_shrinking_reason() -> str:
+    """The ``"stopped-because"`` value of Hypothesis' statistics when its shrinking time limit cut
+    the shrinking. Raises :class:`InternalMoved`."""
+    reason = internal("hypothesis.internal.conjecture.engine", "ExitReason", "verify tells a cut shrink")
+    return reason.very_slow_shrinking.value
 
 
 def finished_exit_reason() -> str:

@@ -253,8 +253,8 @@ def render(
 
     ``pass_source``, when given, is Python code that defines ``PASS``; it replaces the recipe
     pmverify derives (see :func:`pass_recipe`). ``mode`` and ``strict_order`` are those of the
-    script's ``check_case`` call. ``others``: ``(oracle, reproducer path)`` of the other oracles
-    that fired during the search on cases of their own (``PassVerificationError.other_failures``),
+    script's ``check_case`` call. ``others``: ``(failure, reproducer path)`` of the search's other,
+    less severe failures on cases of their own (``PassVerificationError.failures[1:]``),
     listed in the script's header and printed when it runs. For a case on which the pass hung
     (a ``pmverify fuzz`` timeout finding), ``hang_s`` is its per-case timeout: the script prints
     where the pass is and exits 1 when the case is still running after that many seconds. For a
@@ -301,7 +301,7 @@ def render(
         ),
         *(
             [
-                "# Other oracles broke during the search, each on a case of its own (its first, not shrunk):",
+                "# Other failures of the search, less severe, each on a case of its own:",
                 *(f"#   {oracle}: {path}" for oracle, path in others),
             ]
             if others
@@ -389,7 +389,7 @@ def render(
         *(
             [
                 f"    others = {list(others)!r}",
-                '    print("other oracles broke during the search on cases of their own:", file=sys.stderr)',
+                '    print("other failures of the search, less severe, on cases of their own:", file=sys.stderr)',
                 "    for oracle, path in others:",
                 '        print(f"  {oracle}: {path}", file=sys.stderr)',
             ]

@@ -324,8 +324,8 @@ def _search(
             error.reproducer,
             "; ".join([*notes, *([note] if note else [])]),
             error.pictures,
-            other_failures=error.other_failures,
-            other_reproducers=error.other_reproducers,
+            failures=error.failures,
+            shrink_note=error.shrink_note,
             summary=error.summary,
         ) from None
     sizes = {} if example is None else dict(example.capped_sizes)

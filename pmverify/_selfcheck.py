@@ -61,7 +61,8 @@ class FaultResult:
     - ``seconds``: wall time of the search, shrinking and reproducer included.
     - ``nodes``: ``call_function`` nodes in the shrunk case's graph (the reproducer's size);
       ``first_nodes``: in the first failing case's.
-    - ``oracles``: oracles that fired on the shrunk case; ``first_oracles``: on the first failing case.
+    - ``oracles``: oracles that fired on the shrunk cases (of every distinct failure of the search,
+      ``PassVerificationError.failures``); ``first_oracles``: on the first failing case.
     - ``family``: the case family the failure came from; ``case``: the shrunk case's repr;
       ``reproducer``: the reproducer script's path; ``error``: why the search failed.
     """
@@ -160,7 +161,7 @@ def run_fault(
         ):
             if error is not None:
                 result.family = family
-                result.oracles = tuple(sorted({v.oracle for v in error.violations}))
+                result.oracles = tuple(sorted({v.oracle for f in error.failures for v in f.result.violations}))
                 result.case = repr(error.case)
                 result.nodes = _call_nodes(error.case)
                 result.reproducer = str(error.reproducer) if error.reproducer else None

@@ -130,6 +130,24 @@ def env_seed() -> int | None:
         raise ValueError(f"PMVERIFY_SEED={text!r} is not an int (the seed of pmverify.verify(seed=None))") from None
 
 
+def env_shrink_budget() -> float | None:
+    """``$PMVERIFY_SHRINK_BUDGET`` as seconds (a positive number: what ``pmverify.verify`` bounds its
+    shrinking by at most, whatever its ``shrink_budget_s``), None when it is unset or empty; raises
+    ``ValueError`` for anything else. The pytest plugin's ``--pmverify-shrink-budget`` sets it."""
+    text = os.environ.get("PMVERIFY_SHRINK_BUDGET", "").strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(
+            f"PMVERIFY_SHRINK_BUDGET={text!r} is not a positive number of seconds (verify's shrink budget)"
+        )
+    return seconds
+
+
 def example_database(spec: str) -> ExampleDatabase:
     """The Hypothesis example database ``spec`` names: a directory (``DirectoryBasedExampleDatabase``)
     or ``redis://HOST:PORT[/N]`` (``RedisExampleDatabase``, after a ping: 2 s to connect, 5 s a

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import hashlib
 import inspect
 import os
 import pathlib
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -24,11 +27,21 @@ from hypothesis.strategies import SearchStrategy
 from . import _reproducer
 from ._apply import check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case
-from ._compat import keyed, no_local_constants
+from ._compat import (
+    keyed,
+    max_shrinking_seconds,
+    no_local_constants,
+    stopped_because,
+    very_slow_shrinking_reason,
+    without_slow_shrinking_warning,
+)
 from ._settings import SUPPRESSED_HEALTH_CHECKS
+from ._severity import failure_key, key_label, most_severe, severity
 from ._summary import VerifySummary, vacuous_error
 
 __all__ = [
+    "DEFAULT_SHRINK_BUDGET_S",
+    "Failure",
     "PassVerificationError",
     "batch_seed",
     "case_events",
@@ -39,18 +52,58 @@ __all__ = [
 ]
 
 
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """One distinct failure of a search: the failures of one ``(oracle, kind)``
+    (:func:`pmverify._severity.failure_key`: ``("semantics", "")``, ``("structure", "strides")``...).
+
+    - ``key``: that ``(oracle, kind)``; ``label``: it in words (``"structure (strides)"``);
+    - ``result``: the :class:`CaseResult` of its case; ``case``: the case;
+    - ``reproducer``: the path of its reproducer script (None if it could not be written);
+    - ``shrunk``: Hypothesis shrank it to the end as a failure of its own (on a case where this key
+      is the most severe violation); False when the shrink budget ran out (``note`` then says how
+      far shrinking got), and for a ``first_only`` failure.
+    - ``first_only``: the key fired during the search only beside a more severe one (or Hypothesis
+      reported one failure only: ``report_multiple_bugs=False``): its first case, not shrunk.
+    - ``note``: how far its shrinking got when the budget cut it (``"at 12 nodes (from 40)"``), or
+      why it was not shrunk; else "".
+    """
+
+    key: tuple[str, str]
+    result: CaseResult
+    reproducer: pathlib.Path | None
+    shrunk: bool = True
+    note: str = ""
+    first_only: bool = False
+
+    @property
+    def label(self) -> str:
+        return key_label(self.key)
+
+    @property
+    def case(self) -> Any:
+        return self.result.case
+
+    @property
+    def violations(self) -> list[Any]:
+        """The violations of its case, those of its key first."""
+        return sorted(self.result.violations, key=lambda violation: failure_key(violation) != self.key)
+
+
 class PassVerificationError(AssertionError):
     """A pass broke a property on some case.
 
-    - ``case``: the shrunk :class:`GraphCase`; ``violations``: every violation of it;
-    - ``result``: the full :class:`CaseResult`; ``reproducer``: path of a standalone script that
-      shows the violation when run (None if it could not be written).
+    - ``failures``: every distinct failure of the search (:class:`Failure`: one per ``(oracle,
+      kind)``, each shrunk to a case of its own and with its own reproducer), most severe first
+      (:mod:`pmverify._severity`: wrong values, dtype/shape, mutation/aliasing, ..., strides, crash).
+    - ``case``, ``violations``, ``result``, ``reproducer``: those of ``failures[0]``, the most severe:
+      the shrunk :class:`GraphCase`, every violation of it, the full :class:`CaseResult`, the path of
+      a standalone script that shows the violation when run (None if it could not be written).
     - ``pictures``: the before/after picture of the graph next to the reproducer, replaced and
       inserted nodes marked: a Graphviz ``.dot`` file, and an ``.svg`` when Graphviz is installed.
-    - ``other_failures``: for each oracle that fired during the search but not on the shrunk case,
-      the first case it fired on (a :class:`CaseResult`, not shrunk): shrinking follows one failure
-      and may leave another behind (a stride finding must not hide a semantic one).
-      ``other_reproducers``: a reproducer script of each (None where it could not be written).
+    - ``other_failures`` / ``other_reproducers``: ``failures[1:]`` by label (``"semantics"``,
+      ``"structure (strides)"``): their :class:`CaseResult` / reproducer paths.
+    - ``shrink_note``: when the shrink budget cut shrinking, how far it got; else "".
     - ``summary``: the :class:`VerifySummary` of the search up to here, shrinking included.
     """
 
@@ -61,33 +114,54 @@ class PassVerificationError(AssertionError):
         note: str = "",
         pictures: Sequence[pathlib.Path] = (),
         *,
+        failures: Sequence[Failure] | None = None,
         other_failures: dict[str, CaseResult] | None = None,
         other_reproducers: dict[str, pathlib.Path | None] | None = None,
+        shrink_note: str = "",
         summary: VerifySummary | None = None,
     ) -> None:
+        if failures is None:
+            main_key = most_severe(result.violations) or ("crash", "")
+            failures = [Failure(main_key, result, reproducer)]
+            for label, other in (other_failures or {}).items():
+                key = next((failure_key(v) for v in other.violations if key_label(failure_key(v)) == label), None)
+                path = (other_reproducers or {}).get(label)
+                failures.append(Failure(key or (label, ""), other, path, shrunk=False, first_only=True))
+        self.failures = list(failures)
         self.result = result
         self.case = result.case
         self.violations = list(result.violations)
         self.reproducer = reproducer
         self.pictures = list(pictures)
-        self.other_failures = dict(other_failures or {})
-        self.other_reproducers = dict(other_reproducers or {})
+        self.other_failures = {failure.label: failure.result for failure in self.failures[1:]}
+        self.other_reproducers = {failure.label: failure.reproducer for failure in self.failures[1:]}
+        self.shrink_note = shrink_note
         self.summary = summary
         self.note = note
         count = len(self.violations)
-        lines = [
+        lines = []
+        if len(self.failures) > 1:
+            lines.append(
+                f"{len(self.failures)} distinct failures, most severe first: "
+                + ", ".join(failure.label for failure in self.failures)
+            )
+        lines.append(
             f"{_pass_name(result.pair.pass_)} broke {count} propert{'y' if count == 1 else 'ies'} on {self.case!r}"
-        ]
+        )
         lines += [f"  - {violation}" for violation in self.violations]
         lines += [f"  note: {instance_note}" for instance_note in getattr(result, "notes", {}).values()]
         lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
-        if self.other_failures:
-            lines.append("other oracles broken during the search, each on its first failing case (not shrunk):")
-            for oracle, other in self.other_failures.items():
-                lines.append(f"  - {oracle} on {other.case!r}:")
-                lines += [f"      {violation}" for violation in other.violations if violation.oracle == oracle]
-                path = self.other_reproducers.get(oracle)
-                lines.append(f"    reproducer: {path if path else 'not written'}")
+        for index, failure in enumerate(self.failures[1:], 2):
+            how = (
+                "shrunk"
+                if failure.shrunk
+                else f"{'not shrunk' if failure.first_only else 'shrinking stopped'}: {failure.note}"
+            )
+            lines.append(f"failure {index}, {failure.label} ({how}), on {failure.case!r}:")
+            lines += [f"  - {violation}" for violation in failure.violations]
+            lines.append(f"  reproducer: {failure.reproducer if failure.reproducer else 'not written'}")
+        if shrink_note:
+            lines.append(f"shrinking: {shrink_note}")
         if self.pictures:
             lines.append(f"picture: {', '.join(str(path) for path in self.pictures)}")
         if note:
@@ -95,12 +169,50 @@ class PassVerificationError(AssertionError):
         super().__init__("\n".join(lines))
 
 
+#: The default of ``verify(..., shrink_budget_s=)``: seconds of shrinking a search's failures.
+DEFAULT_SHRINK_BUDGET_S = 180.0
+
+
 class _CaseFailed(AssertionError):
-    """Raised inside the Hypothesis test so that Hypothesis shrinks the case."""
+    """Raised inside the Hypothesis test so that Hypothesis shrinks the case: one subclass per
+    ``(oracle, kind)`` (:func:`_failure_class`), so that Hypothesis, which tells failures apart by
+    their exception's type and origin, shrinks each distinct failure to a case of its own."""
+
+    key: tuple[str, str] = ("", "")
 
     def __init__(self, result: CaseResult) -> None:
         self.result = result
         super().__init__("; ".join(str(v) for v in result.violations))
+
+
+_FAILURE_CLASSES: dict[tuple[str, str], type[_CaseFailed]] = {}
+
+
+def _failure_class(key: tuple[str, str]) -> type[_CaseFailed]:
+    """The :class:`_CaseFailed` subclass raised for a case whose most severe violation has ``key``."""
+    cls = _FAILURE_CLASSES.get(key)
+    if cls is None:
+        name = "CaseFailed_" + re.sub(r"\W+", "_", "_".join(part for part in key if part))
+        cls = _FAILURE_CLASSES[key] = type(name, (_CaseFailed,), {"key": key, "__module__": __name__})
+    return cls
+
+
+class _Shrinking:
+    """What shrinking started from: per failure key, the node count of its first failing case; and
+    when the search's first failure was seen."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[str, str], int] = {}
+        self.first_failure_at: float | None = None
+
+    def saw(self, key: tuple[str, str], case: Any) -> None:
+        if self.first_failure_at is None:
+            self.first_failure_at = time.monotonic()
+        self.first.setdefault(key, _node_count(case))
+
+
+def _node_count(case: Any) -> int:
+    return len(case.gm.graph.nodes)
 
 
 def case_events(result: CaseResult) -> list[str]:
@@ -182,6 +294,7 @@ def verify(
     strict_order: bool = False,
     allow_no_rewrites: bool = False,
     settings: hypothesis.settings | None = None,
+    shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S,
 ) -> VerifySummary:
     """Search ``cases`` for a case on which ``pass_`` breaks a property; return a
     :class:`VerifySummary` of what was checked when none is found, else raise
@@ -218,11 +331,20 @@ def verify(
       its suppressed health checks, and ``max_examples`` gives way to the argument. Default
       ``hypothesis.settings.default`` (the active profile, e.g. the pytest plugin's). Nothing global
       is changed: ``settings.default`` is the same after the call.
+    - ``shrink_budget_s``: seconds the shrinking of the search's failures may take, all together
+      (default :data:`DEFAULT_SHRINK_BUDGET_S`; None: Hypothesis' own limit, 300 s, which also caps
+      a larger one, as do ``$PMVERIFY_SHRINK_BUDGET`` (seconds; the pytest plugin's
+      ``--pmverify-shrink-budget``) and a lower limit a job set in the process); when it runs out,
+      each failure is reported as far as it was shrunk, ``shrink_note`` and the message say how far
+      (``"semantics at 12 nodes (from 40)"``) and each still gets its reproducer.
 
-    The failing case is saved to the Hypothesis example database before this
-    raises, and replayed first on the next run. When a case breaks several oracles, Hypothesis
-    shrinks toward one of them: the error also names, for each other oracle that fired, its own
-    first failing case and reproducer (``other_failures``), at no extra search.
+    The failing cases are saved to the Hypothesis example database before this
+    raises, and replayed first on the next run. Each distinct failure, an ``(oracle, kind)``
+    (:func:`pmverify._severity.failure_key`: a stride change and a wrong dtype are two) is shrunk to
+    a case of its own on which it is the most severe violation, and gets its own reproducer; the
+    error's ``failures`` list them most severe first, the first being the error's ``case``. An
+    ``(oracle, kind)`` that fired only beside a more severe one is listed too, on its first case
+    (not shrunk).
 
     Raises :class:`PassVerificationError` as said; unless ``allow_no_rewrites``, when no property
     broke, :class:`~pmverify.RewriteNeverMatched` if no case was rewritten and
@@ -230,7 +352,8 @@ def verify(
     drawn, and the planted ground truth). ``InvalidArgument`` for a ``cases`` that is not a
     strategy, a ``max_examples`` below 1, a ``seed`` that is not an int or a
     ``strict_order`` / ``allow_no_rewrites`` that is not a bool, a ``settings`` that is not a
-    ``hypothesis.settings``, an empty ``oracles``, ``ValueError`` for an unknown ``mode`` or a
+    ``hypothesis.settings``, an empty ``oracles``, a ``shrink_budget_s`` that is not a positive number or None,
+    ``ValueError`` for a ``$PMVERIFY_SHRINK_BUDGET`` that is not a positive number, ``ValueError`` for an unknown ``mode`` or a
     ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass.
 
     Example::
@@ -251,6 +374,10 @@ def verify(
     for name, flag in (("strict_order", strict_order), ("allow_no_rewrites", allow_no_rewrites)):
         if not isinstance(flag, bool):
             raise InvalidArgument(f"{name}={flag!r} must be a bool")
+    if shrink_budget_s is not None and (
+        not isinstance(shrink_budget_s, (int, float)) or isinstance(shrink_budget_s, bool) or not shrink_budget_s > 0
+    ):
+        raise InvalidArgument(f"shrink_budget_s={shrink_budget_s!r} must be a positive number of seconds or None")
     if settings is not None and not isinstance(settings, hypothesis.settings):
         raise InvalidArgument(f"settings={settings!r} must be a hypothesis.settings or None")
     if oracles is not None and not isinstance(oracles, str) and not oracles:
@@ -260,6 +387,11 @@ def verify(
 
         seed = env_seed()
     check_pass(pass_)
+    from ._settings import env_shrink_budget
+
+    cap = env_shrink_budget()
+    if cap is not None:
+        shrink_budget_s = cap if shrink_budget_s is None else min(shrink_budget_s, cap)
     parent = hypothesis.settings.default if settings is None else settings
     search_settings = hypothesis.settings(
         parent,
@@ -271,7 +403,8 @@ def verify(
     )
 
     tally = [VerifySummary()]
-    first: dict[str, CaseResult] = {}  # each oracle's first failing case
+    first: dict[tuple[str, str], CaseResult] = {}  # each (oracle, kind)'s first failing case
+    progress = _Shrinking()
 
     @given(cases)
     def run_case(case: Any) -> None:
@@ -280,30 +413,39 @@ def verify(
         result = check_case(pass_, case, oracles=oracles, mode=mode, strict_order=strict_order)
         tally[0] = tally[0] + VerifySummary.of(result)
         for violation in result.violations:
-            first.setdefault(violation.oracle, result)
+            first.setdefault(failure_key(violation), result)
         for label in case_events(result):
             event(label)
         if on_result is not None:
             on_result(result)
-        if result.violations:
-            raise _CaseFailed(result)
+        key = most_severe(result.violations)
+        if key is not None:
+            progress.saw(key, case)
+            raise _failure_class(key)(result)
 
     # The settings go on last: ``hypothesis.seed`` sets ``database=None`` (a seeded search must still
     # save its failures: tests/test_verify.py checks this against Hypothesis), and they replace it.
     test = search_settings(run_case if seed is None else hypothesis.seed(seed)(run_case))
     try:
-        with no_local_constants():  # the draws depend on the seed only, not on what was imported
+        # the draws depend on the seed only, not on what was imported
+        with (
+            no_local_constants(),
+            max_shrinking_seconds(shrink_budget_s) as limit,
+            stopped_because() as stopped,
+            without_slow_shrinking_warning() if shrink_budget_s is not None else contextlib.nullcontext(),
+        ):
             test()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
-        failure = _case_failure(error)
-        if failure is None:
+        raised = _case_failures(error)
+        if not raised:
             raise
-        result = failure.result
         notes = []
         if pass_source is None and _reproducer.pass_recipe(pass_) is None:
             notes.append("it cannot rebuild the pass: edit PASS in it, or give verify() pass_source='PASS = ...'")
         if isinstance(error, FlakyFailure):
             notes.append("Hypothesis found the failure flaky: the pass did not fail every time on this case")
+        cut = bool(stopped) and stopped[0] == very_slow_shrinking_reason()
+        found = _failures(raised, first, progress, cut)
         write = functools.partial(
             _reproducer.write,
             pass_=pass_,
@@ -313,35 +455,38 @@ def verify(
             mode=mode,
             strict_order=strict_order,
         )
-        shown = {violation.oracle for violation in result.violations}
-        others = {oracle: other for oracle, other in first.items() if oracle not in shown}
-        other_paths: dict[str, pathlib.Path | None] = {}
-        for oracle, other in others.items():  # its violations first: the file is named after the first
-            ordered = sorted(other.violations, key=lambda violation: violation.oracle != oracle)
+        written = []
+        for failure in found[1:]:  # its violations first: the file is named after the first
             try:
-                other_paths[oracle] = write(other.case, violations=ordered)
+                path = write(failure.case, violations=failure.violations)
             except (OSError, ValueError) as exc:
-                other_paths[oracle] = None
-                notes.append(f"the reproducer of the {oracle} failure was not written: {exc}")
-        listed = [(oracle, str(path) if path else "not written") for oracle, path in other_paths.items()]
+                path = None
+                notes.append(f"the reproducer of the {failure.label} failure was not written: {exc}")
+            written.append(dataclasses.replace(failure, reproducer=path))
+        main = found[0]
+        listed = [
+            (f"{failure.label}{'' if failure.shrunk else ' (not shrunk)'}", str(failure.reproducer or "not written"))
+            for failure in written
+        ]
         try:
-            path = write(result.case, violations=result.violations, others=listed)
+            path = write(main.case, violations=main.violations, others=listed)
         except (OSError, ValueError) as exc:
             path = None
             notes.insert(0, str(exc))
+        main = dataclasses.replace(main, reproducer=path)
         pictures: list[pathlib.Path] = []
         if path is not None:
             try:
-                pictures = _reproducer.write_picture(result.pair, path)
+                pictures = _reproducer.write_picture(main.result.pair, path)
             except OSError as exc:
                 notes.append(f"the picture was not written: {exc}")
         raise PassVerificationError(
-            result,
+            main.result,
             path,
             "; ".join(notes),
             pictures,
-            other_failures=others,
-            other_reproducers=other_paths,
+            failures=[main, *written],
+            shrink_note=_shrink_note(found, progress, limit) if cut else "",
             summary=tally[0],
         ) from None
     summary = tally[0]
@@ -366,16 +511,42 @@ def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct", strict
     return hashlib.sha256(key.encode()).digest()
 
 
-def _case_failure(error: BaseException) -> _CaseFailed | None:
+def _case_failures(error: BaseException) -> list[_CaseFailed]:
     """The ``_CaseFailed`` in ``error`` (itself, or inside Hypothesis' flaky/multiple-failure groups)."""
     if isinstance(error, _CaseFailed):
-        return error
+        return [error]
     if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            found = _case_failure(inner)
-            if found is not None:
-                return found
-    return None
+        return [found for inner in error.exceptions for found in _case_failures(inner)]
+    return []
+
+
+def _failures(
+    raised: list[_CaseFailed], first: dict[tuple[str, str], CaseResult], progress: _Shrinking, cut: bool
+) -> list[Failure]:
+    """The distinct failures of a search, most severe first: one per key Hypothesis reported (shrunk,
+    unless the budget ``cut`` shrinking), then each key that fired during the search but is among
+    the violations of none of those (beside a more severe one only), on its first case."""
+    found: dict[tuple[str, str], Failure] = {}
+    for failure in raised:
+        key = failure.key if failure.key != ("", "") else most_severe(failure.result.violations)
+        if key is not None and key not in found:
+            note = ""
+            if cut:
+                note = f"at {_node_count(failure.result.case)} nodes (from {progress.first.get(key, '?')})"
+            found[key] = Failure(key, failure.result, None, shrunk=not cut, note=note)
+    shown = {failure_key(v) for failure in found.values() for v in failure.result.violations}
+    for key, result in first.items():
+        if key not in shown:
+            note = "its first case: it fired only beside another failure, or Hypothesis reported one failure"
+            found[key] = Failure(key, result, None, shrunk=False, note=note, first_only=True)
+    return sorted(found.values(), key=lambda failure: severity(failure.key))
+
+
+def _shrink_note(found: list[Failure], progress: _Shrinking, limit: float) -> str:
+    """How far shrinking got when its time ``limit`` (seconds) cut it."""
+    since = time.monotonic() - progress.first_failure_at if progress.first_failure_at is not None else 0.0
+    where = "; ".join(f"{failure.label} {failure.note}" for failure in found if failure.note.startswith("at "))
+    return f"shrinking stopped at its time limit of {limit:g} s ({since:.1f} s after the first failure): {where}"
 
 
 def batch_seed(seed: int, index: int) -> int:

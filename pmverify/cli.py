@@ -43,7 +43,7 @@ MIN_CASE_TIMEOUT_S = 30.0
 #: About what a worker takes to start (torch, pmverify, Inductor's pattern matcher) on 2 cores.
 WORKER_START_S = 10.0
 #: The options that take a DURATION: ``--budget -5s`` is read as ``--budget=-5s`` (see :func:`_joined`).
-DURATION_OPTIONS = ("--budget", "--case-timeout", "--checkpoint-every", "--timeout")
+DURATION_OPTIONS = ("--budget", "--case-timeout", "--checkpoint-every", "--timeout", "--shrink-budget")
 _DURATION_HELP = "a duration such as 90s, 30m, 8h, 1h30m or 1d, or a number of seconds"
 _OUTPUT_HELP = (
     "PATH is a file (a symlink's target), replaced whole, or - or /dev/stdout, written once at the end "
@@ -175,6 +175,14 @@ def _parser() -> argparse.ArgumentParser:
         help="targets searched at once, each in its worker process (default %(default)s; one core or more each)",
     )
     fuzz.add_argument("--no-shrink", action="store_true", help="report the first failing case unshrunk (faster)")
+    fuzz.add_argument(
+        "--shrink-budget",
+        type=_duration("--shrink-budget"),
+        default=180.0,
+        metavar="DURATION",
+        help=f"time the shrinking of a failure may take (within --budget), {_DURATION_HELP} (default 3m); the "
+        "report then says how far it got",
+    )
     fuzz.add_argument(
         "--strict-order",
         action="store_true",
@@ -321,9 +329,8 @@ def _summary(report: dict[str, Any], out: Any) -> None:
                 file=out,
             )
             for other in finding.get("other_failures") or ():
-                print(
-                    f"    also {other['oracle']}, on another case: {other['reproducer'] or 'no reproducer'}", file=out
-                )
+                label = f"{other['oracle']} ({other['oracle_kind']})" if other.get("oracle_kind") else other["oracle"]
+                print(f"    also {label}, on another case: {other['reproducer'] or 'no reproducer'}", file=out)
         for error in target["errors"]:
             print(f"  error in {error['family'] or 'the worker'}: {error['message'].splitlines()[0]}", file=out)
     for model in report["real_models"]:
@@ -393,6 +400,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         batch=args.batch or defaults["batch"],
         checkpoint_s=args.checkpoint_every,
         shrink=not args.no_shrink,
+        shrink_budget_s=args.shrink_budget,
         real_model=not args.no_real_model,
         progress=args.progress,
         jobs=args.jobs,

@@ -110,7 +110,7 @@ def test_unwritable_report_exits_2_before_running(tmp_path, capsys):
     assert "cannot be written" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("option", ["--budget", "--case-timeout", "--checkpoint-every"])
+@pytest.mark.parametrize("option", ["--budget", "--case-timeout", "--checkpoint-every", "--shrink-budget"])
 @pytest.mark.parametrize("value", ["-5s", "-1h30m"])
 def test_a_negative_duration_reaches_the_options_own_check(option, value, capsys):
     with pytest.raises(SystemExit) as info:
@@ -132,6 +132,20 @@ def test_strict_order_reaches_the_job(monkeypatch):
     assert [options.strict_order for options in seen] == [True, False]
 
 
+def test_the_shrink_budget_reaches_the_job_and_its_workers(monkeypatch):
+    from pmverify import cli
+    from pmverify._job.worker import serve_options
+
+    seen = []
+    monkeypatch.setattr("pmverify._job.run_job", lambda options, out: seen.append(options) or ({}, 0))
+    monkeypatch.setattr("pmverify._job.targets.check", lambda names, cases: None)
+    monkeypatch.setattr(cli, "_summary", lambda report, out: None)
+    assert main(["fuzz", "--shrink-budget", "90s", "--no-real-model", "--budget", "5m"]) == 0
+    assert main(["fuzz", "--no-real-model", "--budget", "5m"]) == 0
+    assert [options.shrink_budget_s for options in seen] == [90.0, 180.0]
+    assert serve_options(seen[0], None)["shrink_budget_s"] == 90.0
+
+
 def test_only_a_duration_options_value_is_joined_to_it():
     from pmverify.cli import _joined
 
@@ -144,7 +158,7 @@ def test_every_duration_option_documents_days(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["fuzz", "--help"])
     lines = capsys.readouterr().out.splitlines()
-    for option in ("--budget", "--case-timeout", "--checkpoint-every"):
+    for option in ("--budget", "--case-timeout", "--checkpoint-every", "--shrink-budget"):
         (at,) = [i for i, line in enumerate(lines) if line.strip().startswith(f"{option} DURATION")]
         help_text = " ".join(lines[at : at + 2])  # (a long option's help starts on the next line)
         assert "90s, 30m, 8h, 1h30m or 1d" in help_text, help_text

@@ -70,3 +70,36 @@ def test_an_internal_that_moved_says_which_why_and_where_it_was_read():
     assert info.value.internal == "hypothesis.internal.conjecture.engine.NoSuchThing"
     with pytest.raises(InternalMoved, match="no_such_module"):
         internal("torch.no_such_module", "x", "why")
+
+
+def test_a_shrink_budget_lowers_hypothesis_limit_within_its_block_and_never_raises_it():
+    from hypothesis.internal.conjecture import engine
+
+    from pmverify._compat import max_shrinking_seconds
+
+    before = engine.MAX_SHRINKING_SECONDS
+    with max_shrinking_seconds(0.5) as limit:
+        assert limit == engine.MAX_SHRINKING_SECONDS == 0.5
+        with max_shrinking_seconds(100.0) as inner:  # a lower limit already set (a job's) holds
+            assert inner == 0.5
+        with max_shrinking_seconds(None) as inner:
+            assert inner == 0.5
+    assert engine.MAX_SHRINKING_SECONDS == before
+
+
+def test_the_engines_stop_reason_is_read_and_an_outer_collector_still_gets_the_statistics():
+    from hypothesis import given, settings
+    from hypothesis.statistics import collector
+
+    from pmverify._compat import finished_exit_reason, stopped_because
+
+    outer = []
+
+    @settings(max_examples=3, database=None)
+    @given(st.integers())
+    def passes(_):
+        pass
+
+    with collector.with_value(outer.append), stopped_because() as reasons:
+        passes()
+    assert reasons == [outer[0]["stopped-because"]] and reasons[0] != finished_exit_reason()

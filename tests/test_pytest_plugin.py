@@ -33,7 +33,13 @@ def restored_profile():
 @pytest.fixture
 def clean_env(monkeypatch):
     """The subprocess projects must not inherit this session's profile or seed."""
-    for name in ("PMVERIFY_PROFILE", "PMVERIFY_SEED", "HYPOTHESIS_PROFILE", "PYTEST_XDIST_AUTO_NUM_WORKERS"):
+    for name in (
+        "PMVERIFY_PROFILE",
+        "PMVERIFY_SEED",
+        "PMVERIFY_SHRINK_BUDGET",
+        "HYPOTHESIS_PROFILE",
+        "PYTEST_XDIST_AUTO_NUM_WORKERS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
@@ -276,6 +282,14 @@ def test_a_bad_pmverify_seed_is_a_usage_error(pytester, clean_env, monkeypatch, 
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*PMVERIFY_SEED='abc' is not an int (the seed of pmverify.verify(seed=None))"])
+
+
+def test_the_shrink_budget_option_sets_verifys_cap_for_the_session(pytester, clean_env):
+    pytester.makepyfile(
+        test_one="import os\n\ndef test_one():\n    assert os.environ['PMVERIFY_SHRINK_BUDGET'] == '2.5'\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pmverify-shrink-budget", "2.5")
+    assert result.ret == pytest.ExitCode.OK
 
 
 def test_a_verification_error_is_found_in_groups_and_causes():

@@ -84,6 +84,8 @@ def test_reproducer_exits_zero_once_the_pass_is_fixed(tmp_path):
         (dict(strict_order="yes"), "strict_order='yes' must be a bool"),
         (dict(allow_no_rewrites=1), "allow_no_rewrites=1 must be a bool"),
         (dict(oracles=[]), "oracles=\\[\\] asks no oracle"),
+        (dict(shrink_budget_s=0), "shrink_budget_s=0 must be a positive number of seconds or None"),
+        (dict(shrink_budget_s="1"), "shrink_budget_s='1' must be a positive number"),
     ],
 )
 def test_bad_arguments(kwargs, message):
@@ -367,7 +369,7 @@ class StridesThenValues:
         output.args = (new,)
 
 
-def test_an_oracle_the_shrunk_case_no_longer_breaks_keeps_its_first_failing_case(tmp_path, monkeypatch):
+def test_each_distinct_failure_is_shrunk_to_its_own_case_most_severe_first(tmp_path, monkeypatch):
     from pmverify._verify import fresh_settings
 
     gm = _traced(lambda x: x.sin() + 1)
@@ -375,19 +377,188 @@ def test_an_oracle_the_shrunk_case_no_longer_breaks_keeps_its_first_failing_case
     with pytest.raises(PassVerificationError) as info:  # (fresh: no saved failure replayed first)
         verify(StridesThenValues, cases, max_examples=30, seed=0, repro_dir=tmp_path, settings=fresh_settings())
     error = info.value
-    assert error.case.pass_config == 3 and [v.oracle for v in error.violations] == ["structure"]
-    (other,) = error.other_failures.values()
-    assert list(error.other_failures) == ["semantics"] and other.case.pass_config >= 4
-    assert [v.oracle for v in other.violations] == ["structure", "semantics"]
-    path = error.other_reproducers["semantics"]
-    assert path.name.startswith("repro_semantics_") and path.parent == tmp_path
+    # the semantic failure first, shrunk to its own smallest case (4), then the stride one (3)
+    assert [failure.label for failure in error.failures] == ["semantics", "structure (strides)"]
+    assert error.case.pass_config == 4 and [v.oracle for v in error.violations] == ["structure", "semantics"]
+    assert error.failures[0].violations[0].oracle == "semantics"
+    strides = error.failures[1]
+    assert strides.shrunk and strides.case.pass_config == 3 and strides.key == ("structure", "strides")
+    assert list(error.other_failures) == ["structure (strides)"]
+    path = error.other_reproducers["structure (strides)"]
+    assert path == strides.reproducer and path.name.startswith("repro_structure_") and path.parent == tmp_path
+    assert error.reproducer.name.startswith("repro_semantics_")
     message = str(error)
-    assert "other oracles broken during the search, each on its first failing case (not shrunk):" in message
-    assert f"  - semantics on {other.case!r}:\n      semantics: " in message and f"reproducer: {path}" in message
+    assert message.startswith("2 distinct failures, most severe first: semantics, structure (strides)\n")
+    assert f"failure 2, structure (strides) (shrunk), on {strides.case!r}:\n  - structure: " in message
+    assert f"  reproducer: {path}" in message and "shrinking:" not in message
     assert error.summary.failing_cases >= 2
     script = error.reproducer.read_text()
-    assert f"#   semantics: {path}" in script
+    assert f"#   structure (strides): {path}" in script
     assert _run_reproducer(path, monkeypatch) == 1
+
+
+class StridesAlwaysDtypeSometimes:
+    """Always transposes the output (its strides change); from ``config`` 5 up also casts it to
+    float64 (its dtype changes): the stride finding fires on every case."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def __call__(self, graph):
+        aten = torch.ops.aten
+        (output,) = graph.find_nodes(op="output")
+        value = output.args[0]
+        with graph.inserting_before(output):
+            new = graph.call_function(aten.t.default, (value,))
+            new = graph.call_function(aten.clone.default, (new,), {"memory_format": torch.contiguous_format})
+            new = graph.call_function(aten.t.default, (new,))
+            if self.config >= 5:
+                new = graph.call_function(torch.ops.prims.convert_element_type.default, (new, torch.float64))
+        output.args = (new,)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_stride_change_on_every_case_does_not_hide_a_wrong_dtype(tmp_path, seed):
+    from pmverify._verify import fresh_settings
+
+    gm = _traced(lambda x: x.sin() + 1)
+    cases = st.integers(0, 9).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
+    with pytest.raises(PassVerificationError) as info:
+        verify(
+            StridesAlwaysDtypeSometimes,
+            cases,
+            max_examples=40,
+            seed=seed,
+            repro_dir=tmp_path,
+            settings=fresh_settings(),
+            oracles=["structure"],
+        )
+    error = info.value
+    assert [failure.key for failure in error.failures] == [("structure", "dtype/shape"), ("structure", "strides")]
+    dtype, strides = error.failures
+    assert error.case is dtype.case and dtype.case.pass_config == 5 and strides.case.pass_config == 0
+    assert dtype.shrunk and strides.shrunk
+    assert all(failure.reproducer is not None and failure.reproducer.exists() for failure in error.failures)
+    assert "float64 after" in str(dtype.violations[0])
+
+
+class CrashesOnSmallValuesOnLarge:
+    """Raises for ``config`` below 2 (a form real graphs never hold, say) and doubles the output
+    from 4 up: the crash shrinks smaller, the wrong values are the bug."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def __call__(self, graph):
+        if self.config < 2:
+            raise NotImplementedError("a form this pass never meets")
+        if self.config >= 4:
+            (output,) = graph.find_nodes(op="output")
+            with graph.inserting_before(output):
+                output.args = (graph.call_function(torch.ops.aten.mul.Tensor, (output.args[0], 2)),)
+
+
+def test_a_crash_that_shrinks_smaller_does_not_hide_wrong_values(tmp_path):
+    from pmverify._verify import fresh_settings
+
+    gm = _traced(lambda x: x.sin() + 1)
+    cases = st.integers(0, 9).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
+    with pytest.raises(PassVerificationError) as info:
+        verify(
+            CrashesOnSmallValuesOnLarge,
+            cases,
+            max_examples=40,
+            seed=0,
+            repro_dir=tmp_path,
+            settings=fresh_settings(),
+            oracles=["semantics"],
+        )
+    error = info.value
+    assert [failure.label for failure in error.failures] == ["semantics", "crash"]
+    assert error.case.pass_config == 4 and error.failures[1].case.pass_config == 0
+    assert all(failure.shrunk and failure.reproducer.exists() for failure in error.failures)
+
+
+class _SlowToShrink:
+    """Wrong values (doubled) when ``config`` (a list of ints) holds a non-zero, and slow (0.05 s a
+    case, a quarter of a second with its checks): its failures take many slow steps to shrink."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def __call__(self, graph):
+        import time
+
+        time.sleep(0.05)
+        if any(self.config):
+            (output,) = graph.find_nodes(op="output")
+            with graph.inserting_before(output):
+                output.args = (graph.call_function(torch.ops.aten.mul.Tensor, (output.args[0], 2)),)
+
+
+def _chain_case(config):
+    def fn(x):
+        for _ in config:
+            x = x + 1
+        return x
+
+    return pmverify.GraphCase(_traced(fn), [(_X,)], pass_config=list(config))
+
+
+def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path, capsys):
+    import re
+
+    import hypothesis
+
+    from pmverify._verify import fresh_settings
+
+    cases = st.lists(st.integers(0, 3), min_size=10, max_size=16).filter(any).map(_chain_case)
+    with pytest.raises(PassVerificationError) as info:
+        verify(
+            _SlowToShrink,
+            cases,
+            max_examples=1,
+            seed=0,
+            repro_dir=tmp_path,
+            # one failure: no more generation after it (Hypothesis' ten calls at least), shrinking at once
+            settings=fresh_settings(hypothesis.settings(report_multiple_bugs=False)),
+            oracles=["semantics"],
+            shrink_budget_s=0.5,
+        )
+    error = info.value  # (shrinking it to the end takes 25 cases, 6 s here)
+    (failure,) = error.failures
+    assert not failure.shrunk and failure.case is error.case
+    nodes, first = map(int, re.fullmatch(r"at (\d+) nodes \(from (\d+)\)", failure.note).groups())
+    assert nodes == len(error.case.gm.graph.nodes) and 12 <= nodes <= first <= 18
+    assert error.shrink_note.startswith("shrinking stopped at its time limit of 0.5 s (")
+    assert error.shrink_note.endswith(f": semantics {failure.note}")
+    assert f"shrinking: {error.shrink_note}" in str(error)
+    assert error.reproducer is not None and error.reproducer.exists()
+    assert "five minutes" not in capsys.readouterr().out  # Hypothesis' warning, untrue here
+
+
+def test_verifys_shrink_budget_is_capped_by_the_environment(monkeypatch):
+    import hypothesis
+    from hypothesis.internal.conjecture import engine
+
+    from pmverify._verify import fresh_settings
+
+    limits = []
+    cases = st.just(pmverify.GraphCase(_traced(lambda x: x.sin()), [(_X,)]))
+    search = dict(
+        settings=fresh_settings(hypothesis.settings(max_examples=1)),
+        allow_no_rewrites=True,
+        on_case=lambda case: limits.append(engine.MAX_SHRINKING_SECONDS),
+    )
+    monkeypatch.setenv("PMVERIFY_SHRINK_BUDGET", "7")
+    verify(_identity, cases, **search)
+    verify(_identity, cases, shrink_budget_s=5, **search)
+    verify(_identity, cases, shrink_budget_s=None, **search)
+    assert limits == [7, 5, 7]
+    for text in ("soon", "-1", "inf"):
+        monkeypatch.setenv("PMVERIFY_SHRINK_BUDGET", text)
+        with pytest.raises(ValueError, match=rf"PMVERIFY_SHRINK_BUDGET='{text}' is not a positive number of seconds"):
+            verify(_identity, cases, **search)
 
 
 def _scaled_case(scales):

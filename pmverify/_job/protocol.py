@@ -59,37 +59,46 @@ _frozen = dataclasses.dataclass(frozen=True)
 @_frozen
 class ViolationRecord:
     """A :class:`pmverify.oracles.Violation` as a worker sends it: the oracle's name, its message,
-    the names of the nodes it points at."""
+    the names of the nodes it points at, its kind (``Violation.kind``)."""
 
     oracle: str
     message: str
     nodes: tuple[str, ...] = ()
+    kind: str = ""
 
     @classmethod
     def of(cls, violation: Any) -> ViolationRecord:
         """The record of a :class:`pmverify.oracles.Violation` (or anything with ``oracle``,
-        ``message`` and ``nodes``)."""
-        return cls(violation.oracle, violation.message, tuple(violation.nodes))
+        ``message`` and ``nodes``; ``kind`` optional)."""
+        return cls(violation.oracle, violation.message, tuple(violation.nodes), getattr(violation, "kind", ""))
 
     def as_json(self) -> dict[str, Any]:
-        return {"oracle": self.oracle, "message": self.message, "nodes": list(self.nodes)}
+        found = {"oracle": self.oracle, "message": self.message, "nodes": list(self.nodes)}
+        return {**found, "oracle_kind": self.kind} if self.kind else found  # ("kind": the finding's, in a report)
 
 
 @_frozen
 class OtherFailure:
-    """Another oracle that fired during the same search, on a first failing case of its own."""
+    """Another distinct failure of the same search (``PassVerificationError.failures``), on a case of
+    its own: ``oracle`` and ``kind`` (``Violation.kind``) tell it apart; ``shrunk``: Hypothesis
+    shrank it to the end (the job's searches report one failure, so the others are their first
+    cases, not shrunk)."""
 
     oracle: str
     violations: tuple[ViolationRecord, ...]
     case: str
     reproducer: str | None
+    kind: str = ""
+    shrunk: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
             "oracle": self.oracle,
+            "oracle_kind": self.kind,
             "violations": [v.as_json() for v in self.violations],
             "case": self.case,
             "reproducer": self.reproducer,
+            "shrunk": self.shrunk,
         }
 
 
@@ -101,7 +110,7 @@ class Finding:
     - ``shrunk``: shrunk to the end (minimal); ``replayed``: found by replaying the example database;
     - ``choices``: the bytes of the Hypothesis choice sequence that draws the case (None where this
       Hypothesis does not expose them);
-    - ``other_failures``: the other oracles that fired during the search on cases of their own.
+    - ``other_failures``: the search's other distinct failures, on cases of their own, most severe first.
     """
 
     target: str

@@ -72,7 +72,9 @@ def _finding_text(finding: dict) -> str:
     lines.append(f"case: {finding.get('case') or 'unknown'}")
     lines.append(f"reproducer: {finding.get('reproducer') or 'not written'}")
     for other in finding.get("other_failures") or ():
-        lines.append(f"also broken during the search, {other['oracle']} on its first failing case: {other['case']}")
+        label = f"{other['oracle']} ({other['oracle_kind']})" if other.get("oracle_kind") else other["oracle"]
+        how = "shrunk" if other.get("shrunk") else "its first failing case, not shrunk"
+        lines.append(f"also broken during the search, {label} ({how}): {other['case']}")
         lines += [f"  {v['oracle']}: {v['message']}" for v in other["violations"]]
         lines.append(f"  reproducer: {other.get('reproducer') or 'not written'}")
     return xml_text("\n".join(lines))

@@ -35,6 +35,8 @@ class JobOptions:
     batch: int = 25
     checkpoint_s: float = 60.0
     shrink: bool = True
+    #: seconds the shrinking of one failure may take (within the job's budget); None: no bound but that
+    shrink_budget_s: float | None = 180.0
     real_model: bool = True
     progress: str = "auto"
     jobs: int = 1
@@ -161,10 +163,21 @@ class TargetRun:
             "replayed": False,
         }
 
+    def ordered_findings(self) -> list[dict[str, Any]]:
+        """Its findings, most severe first (:mod:`pmverify._severity`: by the most severe violation
+        of each), in the order found among equals."""
+        from .._severity import failure_key, severity
+
+        def rank(finding: dict[str, Any]) -> Any:
+            return min((severity(failure_key(v)) for v in finding["violations"]), default=(len(self.findings),))
+
+        return sorted(self.findings, key=rank)
+
     def as_json(self) -> dict[str, Any]:
+        findings = self.ordered_findings()
         violations = [
             {**v, "reproducer": finding["reproducer"], "kind": finding["kind"], "family": finding["family"]}
-            for finding in self.findings
+            for finding in findings
             for v in finding["violations"]
         ]
         return {
@@ -182,7 +195,7 @@ class TargetRun:
             "families": {name: dict(stats) for name, stats in self.family_stats.items()},
             "tp_worlds": {str(world): dict(counts) for world, counts in sorted(self.tp_worlds.items())},
             "events": dict(sorted(self.events.items())),
-            "findings": self.findings,
+            "findings": findings,
             "violations": violations,
             "errors": self.errors,
             "worker_restarts": self.restarts,

@@ -288,7 +288,8 @@ class _Job:
             shrink = shrink and (finding["kind"] == "timeout" or exit_code is not None)
             timeout = self.options.case_timeout_s
             violations = tuple(
-                ViolationRecord(v["oracle"], v["message"], tuple(v["nodes"])) for v in finding["violations"]
+                ViolationRecord(v["oracle"], v["message"], tuple(v["nodes"]), v.get("oracle_kind", ""))
+                for v in finding["violations"]
             )
             return RenderRequest(family, choices, violations, exit_code, timeout, stop_at if shrink else None)
         if run.finished:

@@ -13,6 +13,7 @@ import traceback
 import unittest
 from typing import Any
 
+from .._severity import failure_key
 from .._summary import VerifySummary
 from . import protocol
 from .shrink import current_choices, known_minimal, search_outcome, shrink_in_forks, shrinking_from, warm_up
@@ -36,9 +37,10 @@ def _finding(
     choices: bytes | None,
     error: Any = None,
 ) -> protocol.Finding:
-    """A violation finding; with ``error`` (the search's ``PassVerificationError``), the other
-    oracles that fired during the search on cases of their own (``other_failures``)."""
-    others = error.other_failures if error is not None else {}
+    """A violation finding; with ``error`` (the search's ``PassVerificationError``), its other
+    distinct failures (``other_failures``, most severe first): all but the one Hypothesis shrank,
+    whose case ``result`` is."""
+    others = [failure for failure in error.failures if failure.result is not result] if error is not None else []
     return protocol.Finding(
         target=target.name,
         family=target.families[family][0],
@@ -50,12 +52,14 @@ def _finding(
         choices=choices,
         other_failures=tuple(
             protocol.OtherFailure(
-                oracle=oracle,
-                violations=_violations(v for v in other.violations if v.oracle == oracle),
+                oracle=other.key[0],
+                kind=other.key[1],
+                violations=_violations(v for v in other.violations if failure_key(v) == other.key),
                 case=repr(other.case),
-                reproducer=str(error.other_reproducers[oracle]) if error.other_reproducers.get(oracle) else None,
+                reproducer=str(other.reproducer) if other.reproducer else None,
+                shrunk=other.shrunk,
             )
-            for oracle, other in others.items()
+            for other in others
         ),
     )
 
@@ -78,6 +82,8 @@ class _Worker:
 
         self.conn = conn
         self.options = options
+        #: seconds a failure's shrinking may take (``--shrink-budget``; inf: the job's budget only)
+        self.shrink_budget_s = float(options.get("shrink_budget_s") or float("inf"))
         database = _settings.example_database(options["db"]) if options.get("db") else None
         self.settings = _settings.profile_settings(options["profile"], database=database)
         self.target = load(name, cases)
@@ -143,7 +149,7 @@ class _Worker:
                 first.append(finding)
                 self.conn.send(protocol.Found(finding))
                 # Hypothesis times its shrinking from when it starts, which is about now
-                set_max_shrinking_seconds(stop_at - time.time())
+                set_max_shrinking_seconds(min(stop_at - time.time(), self.shrink_budget_s))
 
         def search(search_settings: settings) -> None:
             verify(
@@ -158,6 +164,8 @@ class _Worker:
                 strict_order=self.strict_order,
                 allow_no_rewrites=True,  # the job judges a target's whole run (never_matched), not a batch
                 settings=search_settings,
+                # by the job's end too (the batch's first failure sets it again, when shrinking starts)
+                shrink_budget_s=max(1.0, min(stop_at - time.time(), self.shrink_budget_s)),
             )
 
         shrink = self.options["shrink"]
@@ -182,6 +190,7 @@ class _Worker:
         choices = last[0]
         if failure is not None and replay:
             minimal = known_minimal(self.settings.database, self.keys[family], choices)
+            stop_at = min(stop_at, time.time() + self.shrink_budget_s)
             if not minimal and shrink and choices is not None and stop_at - time.time() >= 1:
                 # a failure saved unshrunk (a job stopped while shrinking it, --no-shrink): shrink it now
                 try:
@@ -193,11 +202,13 @@ class _Worker:
                     pass
         found = None
         if failure is not None:
+            # the failure Hypothesis reported (its choices are the last run), not one seen beside it
+            reported = next((f for f in failure.failures if not f.first_only), failure.failures[0])
             found = _finding(
                 target,
                 family,
-                failure.result,
-                failure.reproducer,
+                reported.result,
+                reported.reproducer,
                 shrunk=minimal,
                 replayed=replay,
                 choices=choices,
@@ -219,6 +230,8 @@ class _Worker:
         from ..oracles import Violation
 
         family, exit_code, timeout_s, stop_at = request.family, request.exit_code, request.timeout_s, request.stop_at
+        if stop_at is not None:
+            stop_at = min(stop_at, time.time() + self.shrink_budget_s)
         database = InMemoryExampleDatabase()
         database.save(b"pmverify-render", request.choices)
         drawn: list[Any] = []
@@ -311,6 +324,7 @@ def serve_options(options: Any, log: pathlib.Path | None) -> dict[str, Any]:
         "db": options.db,
         "repro_dir": str(options.repro_dir) if options.repro_dir else None,
         "shrink": options.shrink,
+        "shrink_budget_s": options.shrink_budget_s,
         "log": str(log) if log else None,
         "strict_order": options.strict_order,
     }
@@ -319,7 +333,7 @@ def serve_options(options: Any, log: pathlib.Path | None) -> dict[str, Any]:
 def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
     """The worker process's main: build the target, say :class:`~.protocol.Ready`, then serve
     requests until :class:`~.protocol.Stop` or the pipe closes. ``options``: ``profile``, ``db``
-    (spec or None), ``repro_dir``, ``shrink``, ``log`` (a file for its output, or None),
+    (spec or None), ``repro_dir``, ``shrink``, ``shrink_budget_s`` (None: none but the job's), ``log`` (a file for its output, or None),
     ``strict_order``."""
     if options.get("log"):
         log_to(options["log"])

@@ -32,7 +32,7 @@ import torch
 from .._execution import RunPair, propagate_symbolic
 from .._fx import output_vals
 from .._sizes import allowed_sizes, written_size
-from ._violation import Violation
+from ._violation import SPECIALISATION, Violation
 
 __all__ = ["violations", "MAX_POINTS"]
 
@@ -151,6 +151,7 @@ def violations(pair: RunPair) -> list[Violation]:
                     "structure",
                     f"the pass added guards {guards} while it ran: the rewrite holds only where they do, and "
                     f"{name} loses {_spans(sizes)} of its range [{_range(case, name)}] (a symbolic size read as an int)",
+                    kind=SPECIALISATION,
                 )
             )
     try:
@@ -164,7 +165,9 @@ def violations(pair: RunPair) -> list[Violation]:
         return [
             *found,
             Violation(
-                "structure", f"fake tensors of symbolic sizes do not propagate through the rewritten graph: {first}"
+                "structure",
+                f"fake tensors of symbolic sizes do not propagate through the rewritten graph: {first}",
+                kind=SPECIALISATION,
             ),
         ]
     before_lost, after_lost = _lost(pair, before_env), _lost(pair, after_env)
@@ -181,6 +184,7 @@ def violations(pair: RunPair) -> list[Violation]:
                     f"the rewritten graph specialises {symbol.name}: its symbolic trace holds for "
                     f"{symbol.name} in [{_range(case, symbol.name)}] before the pass, not at {_spans(extra)} after "
                     f"(new guards: {', '.join(guards) or 'none'})",
+                    kind=SPECIALISATION,
                 )
             )
     names_before, names_after = _names(before_env), _names(after_env)
@@ -194,6 +198,7 @@ def violations(pair: RunPair) -> list[Violation]:
                 Violation(
                     "structure",
                     f"output {i} has sizes {_show(wb)} before the pass, {_show(wa)} after (symbolic sizes lost)",
+                    kind=SPECIALISATION,
                 )
             )
     return found

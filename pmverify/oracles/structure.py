@@ -35,9 +35,9 @@ import torch.utils._pytree as pytree
 from .._execution import Repropagation, RunPair
 from .._fx import GRADIENT_OUTPUTS
 from . import _specialisation
-from ._violation import Violation
+from ._violation import DTYPE_SHAPE, META, ORDER, SPECIALISATION, STRIDES, Violation
 
-__all__ = ["check", "MAX_STALE_REPORTED"]
+__all__ = ["DTYPE_SHAPE", "META", "ORDER", "SPECIALISATION", "STRIDES", "check", "MAX_STALE_REPORTED"]
 
 #: Stale-meta nodes reported one by one; more are summed up in one violation.
 MAX_STALE_REPORTED = 8
@@ -60,7 +60,9 @@ def _unsorted(pair: RunPair) -> tuple[list[Violation], list[Violation]]:
     later, erased = [], []
     for node, arg in pair.unsorted:
         if arg not in names:
-            erased.append(Violation("structure", f"the pass left `{node}` using `{arg}`, which it erased", (node, arg)))
+            erased.append(
+                Violation("structure", f"the pass left `{node}` using `{arg}`, which it erased", (node, arg), ORDER)
+            )
         elif node in entries:  # only with strict_order (see pass_made_unsorted)
             message = (
                 f"an Inductor pattern entry ({entries[node]}) inserted `{node}` before its input `{arg}` is defined; "
@@ -68,14 +70,14 @@ def _unsorted(pair: RunPair) -> tuple[list[Violation], list[Violation]]:
                 "judges the graph as the pass left it: a pass manager that runs the next pass before any sort "
                 "(vLLM's) hands it a graph that does not lint"
             )
-            later.append(Violation("structure", message, (node, arg)))
+            later.append(Violation("structure", message, (node, arg), ORDER))
         else:
             message = (
                 f"the pass inserted `{node}` before its input `{arg}` is defined; Inductor's stable_topological_sort "
                 "hides it after post_grad_custom_post_pass but a pass running before others (vLLM's pass manager, "
                 "post_grad_custom_pre_pass) hands them a graph that does not lint"
             )
-            later.append(Violation("structure", message, (node, arg)))
+            later.append(Violation("structure", message, (node, arg), ORDER))
     return later, erased
 
 
@@ -113,12 +115,13 @@ def _stale_meta(left: dict[str, Any], after: torch.fx.GraphModule, checked: Repr
             f"`{name}` carries meta['val'] {_describe(value)} left by the pass, but re-propagation gives "
             f"{_describe(true)}; stale meta misleads later passes",
             (name,),
+            META,
         )
         for name, value, true in stale[:MAX_STALE_REPORTED]
     ]
     if len(stale) > MAX_STALE_REPORTED:
         rest = tuple(name for name, _, _ in stale[MAX_STALE_REPORTED:])
-        violations.append(Violation("structure", f"{len(rest)} more nodes carry stale meta['val']", rest))
+        violations.append(Violation("structure", f"{len(rest)} more nodes carry stale meta['val']", rest, META))
     return violations
 
 
@@ -136,7 +139,7 @@ def _static_strides(value: torch.Tensor) -> tuple[int, ...] | None:
 def _outputs(before: list[Any], checked: Repropagation, gradients: tuple[int, ...] = ()) -> list[Violation]:
     after = checked.outputs
     if len(before) != len(after):
-        return [Violation("structure", f"{len(before)} outputs before the pass, {len(after)} after")]
+        return [Violation("structure", f"{len(before)} outputs before the pass, {len(after)} after", kind=DTYPE_SHAPE)]
     violations = []
     for i, (b, a) in enumerate(zip(before, after, strict=True)):
         if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor):
@@ -145,7 +148,11 @@ def _outputs(before: list[Any], checked: Repropagation, gradients: tuple[int, ..
             same = type(b) is type(a)
         if not same:
             violations.append(
-                Violation("structure", f"output {i} was {_describe(b)} before the pass, {_describe(a)} after")
+                Violation(
+                    "structure",
+                    f"output {i} was {_describe(b)} before the pass, {_describe(a)} after",
+                    kind=DTYPE_SHAPE,
+                )
             )
         elif isinstance(b, torch.Tensor) and b.numel() > 0 and i not in gradients:
             sb, sa = _static_strides(b), _static_strides(a)
@@ -155,6 +162,7 @@ def _outputs(before: list[Any], checked: Repropagation, gradients: tuple[int, ..
                         "structure",
                         f"output {i} ({_describe(b)}) had strides {tuple(b.stride())} before the pass, "
                         f"{tuple(a.stride())} after",
+                        kind=STRIDES,
                     )
                 )
     return violations
@@ -168,12 +176,12 @@ def check(pair: RunPair) -> list[Violation]:
         return []
     outputs = pair.after.graph.find_nodes(op="output")
     if len(outputs) != 1:
-        return [Violation("structure", f"the rewritten graph has {len(outputs)} output nodes; expected 1")]
+        return [Violation("structure", f"the rewritten graph has {len(outputs)} output nodes; expected 1", kind=ORDER)]
     later, erased = _unsorted(pair)
     try:
         pair.after.graph.lint()
     except Exception as exc:  # noqa: BLE001 - lint failures are findings (a cycle, an erased input...)
-        return [Violation("structure", f"graph lint failed after the pass: {exc}"), *erased]
+        return [Violation("structure", f"graph lint failed after the pass: {exc}", kind=ORDER), *erased]
     unsorted = later + erased
     left = {node.name: node.meta.get("val") for node in pair.after.graph.nodes}
     try:
@@ -181,7 +189,7 @@ def check(pair: RunPair) -> list[Violation]:
     except Exception as exc:  # noqa: BLE001
         return [
             *unsorted,
-            Violation("structure", f"fake tensors do not propagate through the rewritten graph: {exc!r}"),
+            Violation("structure", f"fake tensors do not propagate through the rewritten graph: {exc!r}", kind=ORDER),
         ]
     (output,) = pair.before.graph.find_nodes(op="output")
     gradients = output.meta.get(GRADIENT_OUTPUTS, ())

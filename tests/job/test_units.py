@@ -79,7 +79,7 @@ def test_junit_has_a_testcase_per_family_with_findings_and_errors():
     assert failure.get("type") == "crash" and "SIGSEGV" in failure.text and "/tmp/r.py" in failure.text
     # what shrinking left behind: another oracle's first failing case, under the finding
     assert failure.text.endswith(
-        "also broken during the search, semantics on its first failing case: GraphCase(first)\n"
+        "also broken during the search, semantics (its first failing case, not shrunk): GraphCase(first)\n"
         "  semantics: out: 3 elements differ\n  reproducer: /tmp/s.py"
     )
     assert suite.find("testcase[@name='other']/error").get("message") == "ValueError: bad strategy"
@@ -233,29 +233,70 @@ def test_database_keys_do_not_hold_memory_addresses():
     )
 
 
-def test_a_finding_lists_the_other_oracles_first_failing_cases():
+def test_a_finding_is_the_failure_hypothesis_shrank_and_lists_the_others_most_severe_first():
     import types
 
     from pmverify import Violation
     from pmverify._job.worker import _finding
+    from pmverify._verify import Failure
 
-    structure, semantics = Violation("structure", "strides"), Violation("semantics", "values")
-    shrunk = types.SimpleNamespace(violations=[structure], case="shrunk")
-    first = types.SimpleNamespace(violations=[structure, semantics], case="first")
-    error = types.SimpleNamespace(
-        other_failures={"semantics": first}, other_reproducers={"semantics": pathlib.Path("/tmp/s.py")}
-    )
+    strides = Violation("structure", "strides", kind="strides")
+    dtype, semantics = Violation("structure", "dtype", kind="dtype/shape"), Violation("semantics", "values")
+    shrunk = types.SimpleNamespace(violations=[strides], case="shrunk")
+    first = types.SimpleNamespace(violations=[strides, semantics], case="first")
+    other = types.SimpleNamespace(violations=[strides, dtype], case="other")
+    # verify's order: most severe first; the job's search reported (shrank) the strides failure
+    failures = [
+        Failure(("semantics", ""), first, pathlib.Path("/tmp/s.py"), shrunk=False, first_only=True),
+        Failure(("structure", "dtype/shape"), other, None, shrunk=False, first_only=True),
+        Failure(("structure", "strides"), shrunk, pathlib.Path("/tmp/r.py")),
+    ]
+    error = types.SimpleNamespace(failures=failures)
     target = types.SimpleNamespace(name="t", families=[("cases", None)])
     finding = _finding(target, 0, shrunk, "/tmp/r.py", shrunk=True, replayed=False, choices=None, error=error).as_row()
-    assert finding["violations"] == [{"oracle": "structure", "message": "strides", "nodes": []}]
+    assert finding["violations"] == [
+        {"oracle": "structure", "message": "strides", "nodes": [], "oracle_kind": "strides"}
+    ]
     assert finding["other_failures"] == [
         {
             "oracle": "semantics",
+            "oracle_kind": "",
             "violations": [{"oracle": "semantics", "message": "values", "nodes": []}],
             "case": "'first'",
             "reproducer": "/tmp/s.py",
-        }
+            "shrunk": False,
+        },
+        {
+            "oracle": "structure",
+            "oracle_kind": "dtype/shape",
+            "violations": [{"oracle": "structure", "message": "dtype", "nodes": [], "oracle_kind": "dtype/shape"}],
+            "case": "'other'",
+            "reproducer": None,
+            "shrunk": False,
+        },
     ]
+
+
+def test_a_targets_findings_are_reported_most_severe_first():
+    from pmverify._job.state import TargetRun
+
+    run = TargetRun.__new__(TargetRun)
+    rows = [
+        ("crash", [{"oracle": "crash", "message": "killed", "nodes": []}]),
+        ("violation", [{"oracle": "structure", "message": "s", "nodes": [], "oracle_kind": "strides"}]),
+        ("violation", [{"oracle": "structure", "message": "d", "nodes": [], "oracle_kind": "dtype/shape"}]),
+        ("violation", [{"oracle": "aliasing", "message": "a", "nodes": []}]),
+        (
+            "violation",
+            [
+                {"oracle": "structure", "message": "s", "nodes": [], "oracle_kind": "strides"},
+                {"oracle": "semantics", "message": "v", "nodes": []},
+            ],
+        ),
+    ]
+    run.findings = [{"kind": kind, "violations": violations, "family": "f"} for kind, violations in rows]
+    order = [finding["violations"][-1]["message"] for finding in run.ordered_findings()]
+    assert order == ["v", "d", "a", "s", "killed"]
 
 
 def test_a_fault_whose_bank_row_asks_for_strict_order_is_fuzzed_with_it(monkeypatch):
