@@ -1,0 +1,186 @@
+"""mutation_barriers on ``auto_functionalized`` nodes (issue 28): an ``auto_functionalized`` node
+writes the arguments its op's schema marks mutable only in the tuple it returns, so correct passes
+of vLLM's shapes are quiet: fusing two of them into one fused node writing the same buffers (a norm
+and a quant; a pattern ending in a node that only reads the residual), the defunctionalization
+of ``FixFunctionalizationPass`` (each node replaced by its op called in place on the buffers, over
+``empty`` and ``clone`` buffers, a chain of ``fused_add_rms_norm`` on a residual graph input), and
+both in turn. Their wrong twins are caught: a fused node placed after a write to a tensor it reads,
+a defunctionalization before a later reader of the old value. The ops and graphs are in
+``tests/_fused_norm_ops.py``."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from _fused_norm_ops import (
+    EPS,
+    HOPS,
+    SCALE,
+    defunctionalize,
+    fuse,
+    layer_cases,
+    layer_program,
+    ops,
+    post_grad,
+    write_backs_early,
+)
+
+import pmverify
+from pmverify import GraphCase, check_case
+
+ORACLES = ["mutation_barriers", "semantics", "functionalization", "aliasing"]
+
+
+def _fuse_then_defunctionalize(graph):
+    fuse(graph)
+    defunctionalize(graph)
+
+
+PASSES = {
+    "fusion": fuse,
+    "defunctionalization": defunctionalize,
+    "fusion then defunctionalization": _fuse_then_defunctionalize,
+}
+
+
+def _case(program, shapes, mutated, version, early=False):
+    gm = post_grad(program, [torch.empty(s) for s in shapes], mutated, version)
+    if early:
+        write_backs_early(gm)
+    generator = torch.Generator().manual_seed(0)
+    return GraphCase(gm, [tuple(torch.rand(s, generator=generator) * 4 - 2 for s in shapes)])
+
+
+def _hops(graph):
+    return [n for n in graph.nodes if n.target in HOPS]
+
+
+def _residual_read_by_the_last_node(x, r, w):
+    """``rms_norm`` into a buffer, ``add_quant`` of it reading the graph input ``r``, which an
+    output reads before and another after the pattern and the program then writes in place."""
+    o = ops()
+    before = r * 3.0
+    normed = torch.empty_like(x)
+    o.rms_norm(normed, x, w, EPS)
+    result = torch.empty_like(x)
+    o.add_quant(result, normed, r, SCALE)
+    after = r + 1.0
+    r.mul_(2.0)
+    return result * 1.0, before, after
+
+
+def _residual_chain(x, r, w):
+    """Two ``fused_add_rms_norm`` on the graph input ``r`` (a chain: the second writes the first's
+    element), each activation quantized into a buffer, ``r`` read between them."""
+    o = ops()
+    h = x * 2.0
+    o.fused_add_rms_norm(h, r, w, EPS)
+    first = torch.empty_like(x)
+    o.quant(first, h, SCALE)
+    y = first * 0.5 + r
+    o.fused_add_rms_norm(y, r, w, EPS)
+    second = torch.empty_like(x)
+    o.quant(second, y, SCALE)
+    return (second * 1.0,)
+
+
+SHAPES = [(4, 8), (4, 8), (8,)]
+PROGRAMS = {  # (x, r, w) -> outputs; x and r written back when the program writes them
+    "residual read by the pattern's last node": _residual_read_by_the_last_node,
+    "a chain of fused_add_rms_norm on the residual": _residual_chain,
+    "norm and quant into empty buffers": layer_program(("norm_quant", "norm_add_quant", "add_norm_quant"), "empty"),
+    "norm and quant into clone buffers": layer_program(("norm_quant", "add_norm_quant", "read_residual"), "clone"),
+}
+
+
+@pytest.mark.parametrize(("version", "early"), [(1, False), (2, True)], ids=["v1 write-backs last", "v2 early"])
+@pytest.mark.parametrize("program", list(PROGRAMS))
+@pytest.mark.parametrize("name", list(PASSES))
+def test_a_correct_pass_over_auto_functionalized_nodes_is_quiet(name, program, version, early):
+    case = _case(PROGRAMS[program], SHAPES, 2, version, early)
+    result = check_case(PASSES[name], case, oracles=ORACLES)
+    assert result.rewritten, "the pass rewrote nothing"
+    assert result.ok, result.violations
+
+
+def _written_between_case(version):
+    """``rms_norm(x)`` into a buffer, then ``x += 1`` written back at once (an early ``copy_``),
+    then ``add_quant`` of the norm: the fused node must read the old ``x``."""
+
+    def program(x, r, w):
+        o = ops()
+        normed = torch.empty_like(x)
+        o.rms_norm(normed, x, w, EPS)
+        x.add_(1.0)
+        result = torch.empty_like(x)
+        o.add_quant(result, normed, r, SCALE)
+        return (result * 1.0,)
+
+    return _case(program, SHAPES, 2, version, early=True)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_fused_node_placed_after_a_write_to_a_tensor_it_reads_is_caught(version):
+    careful = check_case(fuse, _written_between_case(version), oracles=ORACLES)
+    assert careful.ok and len(_hops(careful.pair.after.graph)) == 2, careful.violations  # declined
+    result = check_case(functools.partial(fuse, careful=False), _written_between_case(version), oracles=ORACLES)
+    assert len(_hops(result.pair.after.graph)) == 1
+    messages = [v.message for v in result.violations if v.oracle == "mutation_barriers"]
+    assert any("the read of `arg0_1` across copy_" in m for m in messages), result.violations
+
+
+def _old_value_read_later_case(version, residual):
+    """``fused_add_rms_norm(h, r)`` with the old value of ``h`` (or of the graph input ``r``,
+    ``residual``) read by a node the test moves after the ``auto_functionalized`` node: the functional
+    graph is right, defunctionalizing it makes that node read the new value."""
+
+    def program(x, r, w):
+        o = ops()
+        h = x * 2.0
+        old = (r if residual else h).sum()
+        o.fused_add_rms_norm(h, r, w, EPS)
+        result = torch.empty_like(x)
+        o.quant(result, h, SCALE)
+        return result * 1.0, old
+
+    case = _case(program, SHAPES, 2, version)
+    graph = case.gm.graph
+    (hop,) = [n for n in _hops(graph) if n.args[0]._opname == "fused_add_rms_norm"]
+    (read,) = graph.find_nodes(op="call_function", target=torch.ops.aten.sum.default)
+    hop.append(read)
+    case.gm.recompile()
+    return case
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["activation", "residual"])
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_defunctionalization_before_a_reader_of_the_old_value_is_caught(version, residual):
+    result = check_case(defunctionalize, _old_value_read_later_case(version, residual), oracles=ORACLES)
+    messages = [v.message for v in result.violations if v.oracle == "mutation_barriers"]
+    assert any("the kept node `sum_1`" in m and "fused_add_rms_norm" in m for m in messages), result.violations
+
+
+@pytest.mark.parametrize("name", list(PASSES))
+def test_a_correct_pass_is_quiet_on_layer_cases(name, tmp_path):
+    summary = pmverify.verify(PASSES[name], layer_cases(max_steps=3), seed=0, repro_dir=tmp_path)
+    assert summary.rewritten_cases > 0, summary.describe()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PASSES))
+def test_a_correct_pass_is_quiet_on_layer_cases_over_300_cases(name, tmp_path):
+    summary = pmverify.verify(PASSES[name], layer_cases(), max_examples=300, seed=1, repro_dir=tmp_path)
+    assert summary.rewritten_cases > 100, summary.describe()
+
+
+@pytest.mark.slow
+def test_a_correct_hoist_plus_rewrite_is_quiet_over_300_cases(tmp_path):
+    """The write-back hoist and RMS-norm rewrite of ``HoistedWriteBackRMSNorm`` on
+    ``with_mutating_custom_ops`` cases (v1 and v2, write-backs anywhere)."""
+    from pmverify.faults.stale_regions import HoistedWriteBackRMSNorm, hoisted_rms_norm_cases
+
+    cases = hoisted_rms_norm_cases(min_instances=1, max_instances=2)
+    summary = pmverify.verify(HoistedWriteBackRMSNorm, cases, max_examples=300, seed=1, repro_dir=tmp_path)
+    assert summary.rewritten_cases > 100, summary.describe()
