@@ -200,13 +200,95 @@ def defunctionalize(graph: torch.fx.Graph) -> None:
     for node in [n for n in graph.nodes if n.target in HOPS]:
         if node.args[0].namespace != NAMESPACE or not whole(node):
             continue
-        written = list(mutated_args(node).values())
-        with graph.inserting_before(node):
-            graph.call_function(node.args[0], (), call_args(node))
-        for index, user in elements(node).items():
-            user.replace_all_uses_with(written[index - 1])  # element 0: the op's None output
-            graph.erase_node(user)
-        graph.erase_node(node)
+        _call_in_place(graph, node)
+
+
+def _call_in_place(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """Replace ``node`` by a call of its op on the tensors it writes, inserted at ``node``; its
+    elements' users read the call's output (element 0 of an op returning one tensor) or the tensor
+    written (the other elements: v1 in schema order, v2 in ``_all_bases`` order)."""
+    schema = node.args[0]._schema
+    outputs = len(schema.returns) or 1
+    written = list(node.kwargs["_all_bases"]) if node.target is AF2 else list(mutated_args(node).values())
+    with graph.inserting_before(node):
+        call = graph.call_function(node.args[0], (), call_args(node))
+    for index, user in elements(node).items():
+        user.replace_all_uses_with(call if index < outputs else written[index - outputs])
+        graph.erase_node(user)
+    graph.erase_node(node)
+
+
+def _readers(tensor: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes reading ``tensor``: its users and, through views, theirs."""
+    from pmverify._fx import is_view
+
+    found, stack = [], [tensor]
+    while stack:
+        for user in stack.pop().users:
+            found.append(user)
+            if user.op == "call_function" and (
+                is_view(user.target) or user.target is torch.ops.aten._unsafe_view.default
+            ):
+                stack.append(user)  # _unsafe_view: a view its schema does not declare
+    return found
+
+
+def reinplace(graph: torch.fx.Graph) -> int:
+    """A safe defunctionalization of every ``auto_functionalized`` / ``_v2`` node of any op (what
+    Inductor's reinplacing does with its copies, without them): the node becomes its op called in
+    place (:func:`defunctionalize`) when each tensor it writes is a whole tensor passed once, no
+    node reads it after the node (through views), and, for a graph input, the value written back
+    into it (``copy_``) is this node's element or the end of a chain of such nodes from it (the
+    ``copy_`` then copies the input into itself). Returns the number of nodes replaced."""
+    from pmverify._fx import flat_nodes
+
+    count = 0
+    for node in [n for n in graph.nodes if n.target in HOPS]:
+        if not whole(node):
+            continue
+        schema = node.args[0]._schema
+        outputs = len(schema.returns) or 1
+        written = list(node.kwargs["_all_bases"]) if node.target is AF2 else list(mutated_args(node).values())
+        taken = flat_nodes((node.args, node.kwargs))
+        if any(taken.count(t) != 1 for t in written):
+            continue
+        ok = True
+        for index, tensor in enumerate(written):
+            element = elements(node).get(index + outputs)
+            allowed = {node}
+            if tensor.op == "placeholder":
+                end = element  # follow the chain of nodes writing this element in turn
+                while end is not None:
+                    nxt = [
+                        u
+                        for u in end.users
+                        if u.target in HOPS
+                        and end
+                        in (list(u.kwargs.get("_all_bases", ())) if u.target is AF2 else list(mutated_args(u).values()))
+                    ]
+                    if len(nxt) != 1:
+                        break
+                    later = nxt[0]
+                    bases = (
+                        list(later.kwargs["_all_bases"]) if later.target is AF2 else list(mutated_args(later).values())
+                    )
+                    end = elements(later).get(bases.index(end) + (len(later.args[0]._schema.returns) or 1))
+                copies = [
+                    u
+                    for u in tensor.users
+                    if u.target is torch.ops.aten.copy_.default and len(u.args) > 1 and u.args[1] is end
+                ]
+                if end is None or not copies:
+                    ok = False
+                    break
+                allowed.update(copies)
+            if any(reader > node and reader not in allowed for reader in _readers(tensor)):
+                ok = False
+                break
+        if ok:
+            _call_in_place(graph, node)
+            count += 1
+    return count
 
 
 #: (first op, second op reading the first's element 1) -> the fused op, as vLLM's norm-quant fusions
@@ -369,3 +451,26 @@ def layer_cases(max_steps: int = 4) -> Any:
         return GraphCase(gm, [inputs])
 
     return cases()
+
+
+def hoist(graph: torch.fx.Graph) -> int:
+    """Move each ``auto_functionalized`` / ``_v2`` node up to right after the last node it takes
+    (a functional node: it may go anywhere its inputs are computed), but not above a mutating node
+    that writes a tensor it reads (compared through views). Returns the number of nodes moved."""
+    from torch._inductor.pattern_matcher import is_mutation_op
+
+    from pmverify._fx import flat_nodes
+
+    moved = 0
+    for node in [n for n in graph.nodes if n.target in HOPS]:
+        inputs = flat_nodes((node.args, node.kwargs))
+        bases = {_base(n) for n in inputs}
+        point = node.prev
+        while point.op != "root" and point not in inputs:
+            if point.op == "call_function" and is_mutation_op(point) and point.args and _base(point.args[0]) in bases:
+                break
+            point = point.prev
+        if point.next is not node and point.op != "root":
+            point.append(node)
+            moved += 1
+    return moved

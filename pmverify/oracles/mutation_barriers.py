@@ -67,6 +67,15 @@ def mutation_regions(graph: torch.fx.Graph) -> tuple[dict[str, int], list[torch.
     return regions, mutators
 
 
+def _is_view(target: Any) -> bool:
+    """Whether a node with this target returns a view of its first input (``is_view``), counting
+    ``aten._unsafe_view``: its schema declares a new tensor, but it returns a view (of the ``mm``
+    that a ``matmul`` decomposes into), so a write to one is a write to the other."""
+    from .._fx import is_view
+
+    return is_view(target) or target is torch.ops.aten._unsafe_view.default
+
+
 def _written_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The tensors a mutating node writes: every argument its schema marks written (``Tensor(a!)``,
     lists of them included), else its ``out=`` keyword, else its first argument (a ``*_`` method)."""
@@ -86,7 +95,10 @@ def _written_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 
 def _written(node: torch.fx.Node) -> str:
-    """The names of the tensors a mutating node writes."""
+    """The names of the tensors a mutating node writes (an ``auto_functionalized`` node: in its tuple)."""
+    if node.target in _HOPS:
+        bases = dict.fromkeys(_functionalized_elements(node).values())
+        return f"{', '.join(b.name for b in bases) or '?'} in its tuple"
     return ", ".join(w.name for w in _written_nodes(node)) or "?"
 
 
@@ -104,8 +116,6 @@ def _copies(node: torch.fx.Node, base: torch.fx.Node) -> bool:
 def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
     """The node whose storage ``node`` lives in: through views (``is_view``) and in-place ops (which
     return the tensor they write) back to a graph input or to the op that allocated it."""
-    from .._fx import is_view
-
     while node.op == "call_function":
         if node.name in mutating:
             returns = getattr(getattr(node.target, "_schema", None), "returns", None)
@@ -113,7 +123,7 @@ def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
                 break  # the op's result is a new tensor, not the one it writes
             written = _written_nodes(node)
             base = written[0] if written else None
-        elif is_view(node.target) and node.args and isinstance(node.args[0], torch.fx.Node):
+        elif _is_view(node.target) and node.args and isinstance(node.args[0], torch.fx.Node):
             base = node.args[0]
             if _copies(node, base):
                 break
@@ -161,7 +171,7 @@ class _Versions:
     def __init__(self, graph: torch.fx.Graph, before: bool = False, merged: dict[str, str] | None = None) -> None:
         from torch._inductor.pattern_matcher import is_mutation_op
 
-        from .._fx import flat_nodes, is_view
+        from .._fx import flat_nodes
 
         calls = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
         self.mutating = {n.name for n in calls if is_mutation_op(n)}
@@ -174,11 +184,11 @@ class _Versions:
         self.written: set[str] = set()  # names of the nodes that write
         # a value overwritten whole before anything reads it (a clone passed as ``out``): what it
         # read is dead, and a pass may move that read freely
-        dead = {n for n in calls if n.name not in self.mutating and not is_view(n.target) and _dead(n, self.order)}
+        dead = {n for n in calls if n.name not in self.mutating and not _is_view(n.target) and _dead(n, self.order)}
         for node in graph.nodes:
             if node.op not in ("call_function", "call_method", "output") or node in dead or _identity_copy(node):
                 continue
-            if not (node.op == "call_function" and is_view(node.target)):
+            if not (node.op == "call_function" and _is_view(node.target)):
                 skipped = set()
                 if node.target is _COPY and node.args:
                     skipped.add(node.args[0])
@@ -268,10 +278,10 @@ class _Versions:
                         self.virtual[storage].append(node.name)
         for node in graph.nodes:
             if node.op in ("call_function", "call_method", "output") and not (
-                node.op == "call_function" and is_view(node.target)
+                node.op == "call_function" and _is_view(node.target)
             ):
                 for value in flat_nodes((node.args, node.kwargs)):
-                    while value.name not in copies and value.op == "call_function" and is_view(value.target):
+                    while value.name not in copies and value.op == "call_function" and _is_view(value.target):
                         if not (value.args and isinstance(value.args[0], torch.fx.Node)):
                             break
                         value = value.args[0]  # a view of a copied value reads it too
@@ -372,13 +382,13 @@ def _reinplaceable(node: torch.fx.Node, mutating: set[str]) -> dict[torch.fx.Nod
 def _dead(node: torch.fx.Node, order: dict[str, int]) -> bool:
     """Whether ``node``'s value is overwritten whole (:func:`_overwritten`) by a user that passes it
     once, or through a view covering all of it, before any other user touches it."""
-    from .._fx import flat_nodes, is_view
+    from .._fx import flat_nodes
 
     overwriting = [
         u.name
         for u in node.users
         if (node in _overwritten(u) and flat_nodes((u.args, u.kwargs)).count(node) == 1)
-        or (u.op == "call_function" and is_view(u.target) and _whole(u, node) and _dead(u, order))
+        or (u.op == "call_function" and _is_view(u.target) and _whole(u, node) and _dead(u, order))
     ]
     if not overwriting:
         return False
@@ -492,15 +502,13 @@ def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str
 def _scatter_behind(before: _Versions, write: str) -> bool:
     """Whether ``write`` (of the graph before the pass) is a functional scatter, or the ``copy_``
     writing one back: the in-place write standing for it reads its storage as the scatter did."""
-    from .._fx import is_view
-
     if write in before.scatters:
         return True
     node = before.nodes.get(write)
     if node is None or node.target is not _COPY or len(node.args) < 2:
         return False
     source = node.args[1]
-    while isinstance(source, torch.fx.Node) and source.op == "call_function" and is_view(source.target):
+    while isinstance(source, torch.fx.Node) and source.op == "call_function" and _is_view(source.target):
         source = source.args[0]
     return isinstance(source, torch.fx.Node) and source.name in before.scatters
 

@@ -20,10 +20,12 @@ from _fused_norm_ops import (
     SCALE,
     defunctionalize,
     fuse,
+    hoist,
     layer_cases,
     layer_program,
     ops,
     post_grad,
+    reinplace,
     write_backs_early,
 )
 
@@ -175,12 +177,73 @@ def test_a_correct_pass_is_quiet_on_layer_cases_over_300_cases(name, tmp_path):
     assert summary.rewritten_cases > 100, summary.describe()
 
 
-@pytest.mark.slow
-def test_a_correct_hoist_plus_rewrite_is_quiet_over_300_cases(tmp_path):
-    """The write-back hoist and RMS-norm rewrite of ``HoistedWriteBackRMSNorm`` on
-    ``with_mutating_custom_ops`` cases (v1 and v2, write-backs anywhere)."""
-    from pmverify.faults.stale_regions import HoistedWriteBackRMSNorm, hoisted_rms_norm_cases
+def _hoist_then_rewrite(graph):
+    """Each ``auto_functionalized`` node hoisted (:func:`hoist`), then ``HoistedWriteBackRMSNorm``
+    (write-backs hoisted, RMS norms rewritten)."""
+    from pmverify.faults.scalars import RMSNormEpsConfig
+    from pmverify.faults.stale_regions import HoistedWriteBackRMSNorm
+
+    hoist(graph)
+    HoistedWriteBackRMSNorm(RMSNormEpsConfig())(graph)
+
+
+#: Correct passes on ``with_mutating_custom_ops`` cases (planted RMS norms, v1 and v2, write-backs
+#: anywhere): the safe defunctionalization of any op, and a hoist plus rewrite.
+CUSTOM_OP_PASSES = {"reinplacing": reinplace, "hoist plus rewrite": _hoist_then_rewrite}
+#: every oracle for the rewrite; the reinplacing leaves the planted norms alone (no expectations)
+CUSTOM_OP_ORACLES = {"reinplacing": [*ORACLES, "structure"], "hoist plus rewrite": None}
+
+
+@pytest.mark.parametrize("name", list(CUSTOM_OP_PASSES))
+def test_a_correct_pass_is_quiet_on_mutating_custom_op_cases(name, tmp_path):
+    from pmverify.faults.stale_regions import hoisted_rms_norm_cases
 
     cases = hoisted_rms_norm_cases(min_instances=1, max_instances=2)
-    summary = pmverify.verify(HoistedWriteBackRMSNorm, cases, max_examples=300, seed=1, repro_dir=tmp_path)
+    oracles = CUSTOM_OP_ORACLES[name]
+    summary = pmverify.verify(CUSTOM_OP_PASSES[name], cases, seed=0, oracles=oracles, repro_dir=tmp_path)
+    assert summary.rewritten_cases > 0, summary.describe()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CUSTOM_OP_PASSES))
+def test_a_correct_pass_is_quiet_on_mutating_custom_op_cases_over_300_cases(name, tmp_path):
+    from pmverify.faults.stale_regions import hoisted_rms_norm_cases
+
+    cases = hoisted_rms_norm_cases(min_instances=1, max_instances=2)
+    oracles = CUSTOM_OP_ORACLES[name]
+    summary = pmverify.verify(
+        CUSTOM_OP_PASSES[name], cases, max_examples=300, seed=1, oracles=oracles, repro_dir=tmp_path
+    )
     assert summary.rewritten_cases > 100, summary.describe()
+
+
+def test_a_reinplacing_before_a_reader_through_unsafe_view_is_caught():
+    """``m = a @ b; v = _unsafe_view(m); add_into(m, y)`` functionalized, ``v`` returned: ``v``
+    is a view of ``m`` that its schema does not declare, so calling ``add_into`` in place on ``m``
+    changes what ``v`` reads (the semantics oracle sees it; mutation_barriers must too)."""
+    import operator
+
+    from pmverify.strategies._custom_ops import op
+
+    g = torch.fx.Graph()
+    a, b, y = g.placeholder("a"), g.placeholder("b"), g.placeholder("y")
+    m = g.call_function(torch.ops.aten.mm.default, (a, b))
+    v = g.call_function(torch.ops.aten._unsafe_view.default, (m, [2, 1, 3]))
+    node = g.call_function(torch.ops.higher_order.auto_functionalized, (op("add_into"),), {"x": m, "y": y})
+    g.output((v, g.call_function(operator.getitem, (node, 1))))
+    inputs = (torch.randn(2, 4), torch.randn(4, 3), torch.randn(2, 3))
+    case = GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [inputs])
+
+    def blind(graph):  # defunctionalize without looking at views
+        hop = next(n for n in graph.nodes if n.target is torch.ops.higher_order.auto_functionalized)
+        with graph.inserting_before(hop):
+            graph.call_function(op("add_into"), (), dict(hop.kwargs))
+        (element,) = hop.users
+        element.replace_all_uses_with(hop.kwargs["x"])
+        graph.erase_node(element)
+        graph.erase_node(hop)
+
+    result = check_case(blind, case, oracles=["mutation_barriers", "semantics"])
+    assert {v.oracle for v in result.violations} == {"mutation_barriers", "semantics"}, result.violations
+    assert any("`mm_default` by the kept node `output`" in v.message for v in result.violations), result.violations
+    assert check_case(reinplace, case, oracles=["mutation_barriers", "semantics"]).ok  # declines
