@@ -572,6 +572,11 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     merged = _merged_clones(before, after)
     if merged:
         before = _Versions(pair.before.graph, before=True, merged=merged)
+    # a write-back copy_ the pass kept is itself in both graphs: what it copies is the
+    # functionalization oracle's (a chain is read as its nodes only where the pass replaced the copy_)
+    kept = before.written & after.written
+    for graph in (before, after):
+        graph.chains = {copy: chain for copy, chain in graph.chains.items() if copy not in kept}
     stand_in = _stand_ins(before, after)
     # an in-place write standing for a functional scatter reads what the scatter read: its storage as
     # it is before the write (the elements it leaves as they were)
