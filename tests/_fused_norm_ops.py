@@ -453,10 +453,11 @@ def layer_cases(max_steps: int = 4) -> Any:
     return cases()
 
 
-def hoist(graph: torch.fx.Graph) -> int:
+def hoist(graph: torch.fx.Graph, careful: bool = True) -> int:
     """Move each ``auto_functionalized`` / ``_v2`` node up to right after the last node it takes
     (a functional node: it may go anywhere its inputs are computed), but not above a mutating node
-    that writes a tensor it reads (compared through views). Returns the number of nodes moved."""
+    that writes a tensor it reads (compared through views; ``careful=False``: above it too, wrong:
+    the node then reads the tensor before the write). Returns the number of nodes moved."""
     from torch._inductor.pattern_matcher import is_mutation_op
 
     from pmverify._fx import flat_nodes
@@ -467,7 +468,8 @@ def hoist(graph: torch.fx.Graph) -> int:
         bases = {_base(n) for n in inputs}
         point = node.prev
         while point.op != "root" and point not in inputs:
-            if point.op == "call_function" and is_mutation_op(point) and point.args and _base(point.args[0]) in bases:
+            written = point.op == "call_function" and is_mutation_op(point) and point.args
+            if careful and written and _base(point.args[0]) in bases:
                 break
             point = point.prev
         if point.next is not node and point.op != "root":

@@ -217,6 +217,29 @@ def test_a_correct_pass_is_quiet_on_mutating_custom_op_cases_over_300_cases(name
     assert summary.rewritten_cases > 100, summary.describe()
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_hoist_above_a_write_to_a_tensor_the_node_reads_is_caught(version):
+    """``x += 1`` written back at once, then ``rms_norm(x)`` into a buffer, the node reading the
+    graph input ``x`` after the ``copy_`` (not the ``add`` that functionalization hands it: the
+    same value): hoisting the node above the ``copy_`` makes it read the old ``x``."""
+
+    def program(x, r, w):
+        normed = torch.empty_like(r)
+        x.add_(1.0)
+        ops().rms_norm(normed, x, w, EPS)
+        return (normed * 1.0,)
+
+    case = _case(program, SHAPES, 2, version, early=True)
+    (node,) = _hops(case.gm.graph)
+    x = next(iter(case.gm.graph.find_nodes(op="placeholder")))
+    node.replace_input_with(next(n for n in node.all_input_nodes if n.target is torch.ops.aten.add.Tensor), x)
+    case.gm.recompile()
+    assert check_case(hoist, case, oracles=ORACLES).ok
+    result = check_case(functools.partial(hoist, careful=False), case, oracles=ORACLES)
+    messages = [v.message for v in result.violations if v.oracle == "mutation_barriers"]
+    assert any("`arg0_1`" in m and "copy_" in m for m in messages), result.violations
+
+
 def test_a_reinplacing_before_a_reader_through_unsafe_view_is_caught():
     """``m = a @ b; v = _unsafe_view(m); add_into(m, y)`` functionalized, ``v`` returned: ``v``
     is a view of ``m`` that its schema does not declare, so calling ``add_into`` in place on ``m``
