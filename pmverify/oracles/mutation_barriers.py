@@ -33,7 +33,9 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   removed that wrote the same tensor (two fused into one), and a write-back ``copy_`` of the end
   of a chain of them on one tensor (each writing the element of the one before) is read as the
   chain, each in-place op replacing a node of it standing for that node (vLLM's
-  defunctionalization of ``fused_add_rms_norm`` layer after layer). The nodes of a match found crossing are not judged
+  defunctionalization of ``fused_add_rms_norm`` layer after layer), where the pass replaced the
+  ``copy_`` (a ``copy_`` it kept is itself: what it copies is the functionalization oracle's).
+  ``aten._unsafe_view`` counts as the view it returns. The nodes of a match found crossing are not judged
   again; a kept node now reading a copy (the clone a decomposed ``auto_functionalized`` writes) is
   left to the functionalization oracle. (Graph inputs are taken not to alias each other, as
   Inductor's post-grad graphs guarantee.)
