@@ -26,7 +26,16 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   write to its storage is a finding; reads moved across writes to other tensors, a correct
   reinplacing, dead code removed and the read of a value overwritten whole before anything reads it
   (a clone passed as ``out``) are not. A clone the pass dropped for its source (``remove_noop_ops``)
-  is taken for that source when nothing writes the source after the clone. The nodes of a match found crossing are not judged
+  is taken for that source when nothing writes the source after the clone. An
+  ``auto_functionalized`` node is no write (as for Inductor's ``is_mutation_op``): it writes the
+  arguments its op's schema marks mutable only in the tuple it returns, so only its elements'
+  readers see that write; an ``auto_functionalized`` node the pass inserted stands for one it
+  removed that wrote the same tensor (two fused into one), and a write-back ``copy_`` of the end
+  of a chain of them on one tensor (each writing the element of the one before) is read as the
+  chain, each in-place op replacing a node of it standing for that node (vLLM's
+  defunctionalization of ``fused_add_rms_norm`` layer after layer), where the pass replaced the
+  ``copy_`` (a ``copy_`` it kept is itself: what it copies is the functionalization oracle's).
+  ``aten._unsafe_view`` counts as the view it returns. The nodes of a match found crossing are not judged
   again; a kept node now reading a copy (the clone a decomposed ``auto_functionalized`` writes) is
   left to the functionalization oracle. (Graph inputs are taken not to alias each other, as
   Inductor's post-grad graphs guarantee.)
@@ -60,6 +69,15 @@ def mutation_regions(graph: torch.fx.Graph) -> tuple[dict[str, int], list[torch.
     return regions, mutators
 
 
+def _is_view(target: Any) -> bool:
+    """Whether a node with this target returns a view of its first input (``is_view``), counting
+    ``aten._unsafe_view``: its schema declares a new tensor, but it returns a view (of the ``mm``
+    that a ``matmul`` decomposes into), so a write to one is a write to the other."""
+    from .._fx import is_view
+
+    return is_view(target) or target is torch.ops.aten._unsafe_view.default
+
+
 def _written_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The tensors a mutating node writes: every argument its schema marks written (``Tensor(a!)``,
     lists of them included), else its ``out=`` keyword, else its first argument (a ``*_`` method)."""
@@ -79,7 +97,10 @@ def _written_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 
 def _written(node: torch.fx.Node) -> str:
-    """The names of the tensors a mutating node writes."""
+    """The names of the tensors a mutating node writes (an ``auto_functionalized`` node: in its tuple)."""
+    if node.target in _HOPS:
+        bases = dict.fromkeys(_functionalized_elements(node).values())
+        return f"{', '.join(b.name for b in bases) or '?'} in its tuple"
     return ", ".join(w.name for w in _written_nodes(node)) or "?"
 
 
@@ -97,8 +118,6 @@ def _copies(node: torch.fx.Node, base: torch.fx.Node) -> bool:
 def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
     """The node whose storage ``node`` lives in: through views (``is_view``) and in-place ops (which
     return the tensor they write) back to a graph input or to the op that allocated it."""
-    from .._fx import is_view
-
     while node.op == "call_function":
         if node.name in mutating:
             returns = getattr(getattr(node.target, "_schema", None), "returns", None)
@@ -106,7 +125,7 @@ def _storage(node: torch.fx.Node, mutating: set[str]) -> torch.fx.Node:
                 break  # the op's result is a new tensor, not the one it writes
             written = _written_nodes(node)
             base = written[0] if written else None
-        elif is_view(node.target) and node.args and isinstance(node.args[0], torch.fx.Node):
+        elif _is_view(node.target) and node.args and isinstance(node.args[0], torch.fx.Node):
             base = node.args[0]
             if _copies(node, base):
                 break
@@ -131,6 +150,7 @@ def _crossing(what: str, names: list[str], regions: dict[str, int], mutators: li
 
 
 _COPY = torch.ops.aten.copy_.default
+_HOPS = (torch.ops.higher_order.auto_functionalized, torch.ops.higher_order.auto_functionalized_v2)
 _END = "the caller"  # the reader of every graph input's final value
 
 
@@ -153,7 +173,7 @@ class _Versions:
     def __init__(self, graph: torch.fx.Graph, before: bool = False, merged: dict[str, str] | None = None) -> None:
         from torch._inductor.pattern_matcher import is_mutation_op
 
-        from .._fx import flat_nodes, is_view
+        from .._fx import flat_nodes
 
         calls = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
         self.mutating = {n.name for n in calls if is_mutation_op(n)}
@@ -166,11 +186,11 @@ class _Versions:
         self.written: set[str] = set()  # names of the nodes that write
         # a value overwritten whole before anything reads it (a clone passed as ``out``): what it
         # read is dead, and a pass may move that read freely
-        dead = {n for n in calls if n.name not in self.mutating and not is_view(n.target) and _dead(n, self.order)}
+        dead = {n for n in calls if n.name not in self.mutating and not _is_view(n.target) and _dead(n, self.order)}
         for node in graph.nodes:
             if node.op not in ("call_function", "call_method", "output") or node in dead or _identity_copy(node):
                 continue
-            if not (node.op == "call_function" and is_view(node.target)):
+            if not (node.op == "call_function" and _is_view(node.target)):
                 skipped = set()
                 if node.target is _COPY and node.args:
                     skipped.add(node.args[0])
@@ -217,33 +237,53 @@ class _Versions:
         # ``index_put``: ``select_scatter(x, v)`` -> ``x[i].copy_(v)``). Such a node whose argument is
         # an element of an earlier one writes that element's storage after it (a chain of functional
         # writes to one buffer).
+        # A write-back ``copy_`` of the last element of a chain of auto_functionalized nodes on its
+        # own storage (see _chain; nothing else writes the storage from the chain's first node to
+        # the copy_) writes what the chain computed: its version is the chain's nodes (``expand``),
+        # each a write seen by its elements' readers, and in-place ops replacing them stand for them.
+        self.chains: dict[str, tuple[str, ...]] = {}
+        written_back: dict[str, str] = {}  # chain node -> its copy_
+        for node in graph.find_nodes(op="call_function", target=_COPY):
+            chain, base = _chain(node)
+            if not chain or node.name not in self.written:
+                continue
+            storage = self.storage(node.args[0])
+            first, last = self.order[chain[0].name], self.order[node.name]
+            if self.storage(base) == storage and not any(
+                first < self.order[w] < last for w in self.writes.get(storage, ())
+            ):
+                self.chains[node.name] = tuple(n.name for n in chain)
+                written_back.update((n.name, node.name) for n in chain)
         elements_of: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.scatters: set[str] = set()  # the reinplaceable functional ops among them
         for node in graph.nodes:
             elements = _functionalized_elements(node)
             if before:  # the graph before the pass: what a reinplacing may have written
                 elements = elements or _reinplaceable(node, self.mutating)
+            back = written_back.get(node.name)
             for element, base in elements.items():
                 if element is node:
                     self.scatters.add(node.name)
                 if base.name in elements_of:
                     storage, prior = elements_of[base.name]
-                    latest = all(w in prior for w in self.writes.get(storage, ()))
+                    latest = all(w in prior or w == back for w in self.writes.get(storage, ()))
                 else:
                     storage = self.storage(base)
-                    writes = self.writes.get(storage, [])
+                    writes = [w for w in self.writes.get(storage, []) if w != back]
                     prior = tuple(w for w in writes if self.order[w] < self.order[node.name])
                     latest = len(prior) == len(writes)
+                if back is not None and latest and node.name not in self.virtual.setdefault(storage, []):
+                    self.virtual[storage].append(node.name)
                 if element.name not in copies and latest:
                     copies[element.name] = elements_of[element.name] = (storage, (*prior, node.name))
                     if node.name not in self.virtual.setdefault(storage, []):
                         self.virtual[storage].append(node.name)
         for node in graph.nodes:
             if node.op in ("call_function", "call_method", "output") and not (
-                node.op == "call_function" and is_view(node.target)
+                node.op == "call_function" and _is_view(node.target)
             ):
                 for value in flat_nodes((node.args, node.kwargs)):
-                    while value.name not in copies and value.op == "call_function" and is_view(value.target):
+                    while value.name not in copies and value.op == "call_function" and _is_view(value.target):
                         if not (value.args and isinstance(value.args[0], torch.fx.Node)):
                             break
                         value = value.args[0]  # a view of a copied value reads it too
@@ -253,6 +293,10 @@ class _Versions:
                             continue  # reads the value before it was finished
                         storage, version = copies[value.name]
                         self.via.setdefault((node.name, storage), set()).add(version)
+
+    def expand(self, seen: tuple[str, ...]) -> tuple[str, ...]:
+        """``seen`` with each write-back ``copy_`` of a chain replaced by the chain's nodes."""
+        return tuple(w for write in seen for w in self.chains.get(write, (write,)))
 
     def _read(self, reader: str, storage: str) -> None:
         self.reads.setdefault((reader, storage), tuple(self.writes.get(storage, ())))
@@ -280,6 +324,21 @@ class _Versions:
                 f"{name} ({getattr(node.target, '__name__', node.target)} writes {_written(node)})" if node else name
             )
         return ", ".join(shown)
+
+
+def _chain(copy: torch.fx.Node) -> tuple[list[torch.fx.Node], Any]:
+    """``([A1, ..., An], the tensor A1 writes)`` when ``copy`` (a ``copy_``) writes back an element
+    of an ``auto_functionalized`` node ``An`` whose mutated argument is an element of ``An-1``, and
+    so on back to ``A1``, whose mutated argument is a tensor of the graph; ``([], None)`` otherwise."""
+    chain: list[torch.fx.Node] = []
+    value = copy.args[1] if len(copy.args) > 1 else None
+    while isinstance(value, torch.fx.Node) and value.args and isinstance(value.args[0], torch.fx.Node):
+        base = _functionalized_elements(value.args[0]).get(value)
+        if base is None:
+            break
+        chain.insert(0, value.args[0])
+        value = base
+    return chain, value
 
 
 def _v2_out_bases(node: torch.fx.Node) -> set[torch.fx.Node]:
@@ -325,13 +384,13 @@ def _reinplaceable(node: torch.fx.Node, mutating: set[str]) -> dict[torch.fx.Nod
 def _dead(node: torch.fx.Node, order: dict[str, int]) -> bool:
     """Whether ``node``'s value is overwritten whole (:func:`_overwritten`) by a user that passes it
     once, or through a view covering all of it, before any other user touches it."""
-    from .._fx import flat_nodes, is_view
+    from .._fx import flat_nodes
 
     overwriting = [
         u.name
         for u in node.users
         if (node in _overwritten(u) and flat_nodes((u.args, u.kwargs)).count(node) == 1)
-        or (u.op == "call_function" and is_view(u.target) and _whole(u, node) and _dead(u, order))
+        or (u.op == "call_function" and _is_view(u.target) and _whole(u, node) and _dead(u, order))
     ]
     if not overwriting:
         return False
@@ -408,7 +467,13 @@ def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str
     ``copy_`` stands for the ``copy_``). An inserted write with nothing to stand for stays itself."""
     mapping: dict[tuple[str, str], str] = {}
     for storage, writes in after.writes.items():
-        removed = [w for w in before.writes.get(storage, ()) if w not in after.written]
+        removed = [
+            w
+            for write in before.writes.get(storage, ())
+            if write not in after.written
+            for w in before.chains.get(write, (write,))
+            if w == write or w not in after.nodes
+        ]
         inserted = [w for w in writes if w not in before.written]
         pairs = dict(zip(inserted, removed, strict=False))
         # the others stand for a functional node the pass removed ("virtual" writes), the one of
@@ -421,21 +486,31 @@ def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str
                 virtual.remove(pairs[write])
         for write in writes:
             mapping[(storage, write)] = pairs.get(write, write)
+    # an auto_functionalized node the pass inserted (two fused into one) writes, in the tuple it
+    # returns, what one it removed wrote there and no inserted write stands for: it stands for it
+    for storage, nodes in after.virtual.items():
+        taken = {mapping[(storage, w)] for w in after.writes.get(storage, ())}
+        removed = [
+            w
+            for w in before.virtual.get(storage, ())
+            if w not in after.nodes and w not in taken and before.nodes[w].target in _HOPS
+        ]
+        inserted = [w for w in nodes if w not in before.nodes]
+        for write, old in zip(inserted, removed, strict=False):
+            mapping[(storage, write)] = old
     return mapping
 
 
 def _scatter_behind(before: _Versions, write: str) -> bool:
     """Whether ``write`` (of the graph before the pass) is a functional scatter, or the ``copy_``
     writing one back: the in-place write standing for it reads its storage as the scatter did."""
-    from .._fx import is_view
-
     if write in before.scatters:
         return True
     node = before.nodes.get(write)
     if node is None or node.target is not _COPY or len(node.args) < 2:
         return False
     source = node.args[1]
-    while isinstance(source, torch.fx.Node) and source.op == "call_function" and is_view(source.target):
+    while isinstance(source, torch.fx.Node) and source.op == "call_function" and _is_view(source.target):
         source = source.args[0]
     return isinstance(source, torch.fx.Node) and source.name in before.scatters
 
@@ -476,9 +551,9 @@ def _all_reads(graph: _Versions, name: Any) -> dict[tuple[str, str], frozenset[t
     its writes renamed by ``name(storage, version)``."""
     reads: dict[tuple[str, str], set[tuple[str, ...]]] = {}
     for (reader, storage), seen in graph.reads.items():
-        reads.setdefault((reader, storage), set()).add(name(storage, seen))
+        reads.setdefault((reader, storage), set()).add(name(storage, graph.expand(seen)))
     for (reader, storage), versions in graph.via.items():
-        named = {name(storage, seen) for seen in versions}
+        named = {name(storage, graph.expand(seen)) for seen in versions}
         named.discard(None)
         if named:
             reads.setdefault((reader, storage), set()).update(named)
@@ -499,6 +574,11 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     merged = _merged_clones(before, after)
     if merged:
         before = _Versions(pair.before.graph, before=True, merged=merged)
+    # a write-back copy_ the pass kept is itself in both graphs: what it copies is the
+    # functionalization oracle's (a chain is read as its nodes only where the pass replaced the copy_)
+    kept = before.written & after.written
+    for graph in (before, after):
+        graph.chains = {copy: chain for copy, chain in graph.chains.items() if copy not in kept}
     stand_in = _stand_ins(before, after)
     # an in-place write standing for a functional scatter reads what the scatter read: its storage as
     # it is before the write (the elements it leaves as they were)
@@ -509,6 +589,7 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
 
     def mapped(storage: str, seen: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
         """(the writes ``seen`` of the graph after the pass, named as in the graph before it; as it is said)"""
+        seen = after.expand(seen)
         mapping = {w: stand_in.get((storage, w), w) for w in seen}
         return tuple(mapping[w] for w in seen), _version(seen, mapping)
 
@@ -520,6 +601,7 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     for (reader, storage), old in before.reads.items():
         if (reader, storage) not in after.reads or reader in covered:
             continue
+        old = before.expand(old)
         new, said = seen_after(reader, storage)
         if old != new:
             who = (
@@ -540,12 +622,15 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     # or rewired (to or away from the storage, or a value copied into it), compared as a whole
     # an auto_functionalized node counts as a write only where an in-place op stands for it (it
     # was reinplaced there); where it was not, what read its elements reads a copy
-    stood_for = set(stand_in.values())
+    stood_for = {(storage, old) for (storage, _), old in stand_in.items()}
     before_all = _all_reads(
         before,
         lambda storage, seen: (
             None
-            if any(w in before.virtual.get(storage, ()) and w not in stood_for and w not in after.nodes for w in seen)
+            if any(
+                w in before.virtual.get(storage, ()) and (storage, w) not in stood_for and w not in after.nodes
+                for w in seen
+            )
             else seen
         ),
     )
