@@ -217,7 +217,7 @@ def _splice(
         records += [dataclasses.replace(p, nodes=tuple(rename[n] for n in p.nodes)) for p in context.planted]
     for i, inst in enumerate(instances):
         names = tuple(env[i][n].name for n in inst.gm.graph.nodes if n.op == "call_function")
-        records.append(PlantedInstance(name, names, inst.must_match, inst.reason, inst.detail))
+        records.append(PlantedInstance(name, names, inst.must_match, inst.reason, inst.detail, inst.truth_from))
     return gm, tuple(values), tuple(records)
 
 
@@ -502,6 +502,9 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
             chosen = dataclasses.replace(chosen, matcher=spec["rewrite"].rewrite)
         else:
             chosen = dataclasses.replace(chosen, matcher=_matcher(spec["wildcards"], args, signature(gm, loose=True)))
+    if chosen.reason is not None:  # a near miss: whose matcher its ground truth came from
+        own = "rewrite" in spec or spec["wildcards"].given
+        chosen = dataclasses.replace(chosen, truth_from="matcher" if own else "pattern")
     return chosen
 
 
