@@ -25,7 +25,32 @@ replacement may leave matched nodes dead, as Inductor's own passes do, relying o
   not hold what makes it a near miss: not a finding here; if that part did hold it, the values
   tell (semantics oracle).
 
-"Silently never matches" is a finding, as is a match on a near miss.
+"Silently never matches" is a finding, as is a match on a near miss where the pass's own matcher
+says it should not match. A near miss rewritten as a whole is *not* a finding, and
+:func:`near_miss_notes` says why (``CaseResult.notes``), when:
+
+- its reason is ``"extra_user"``: fusing anyway and keeping the intermediate for its other reader is
+  duplicated work, not a wrong rewrite; a rewrite that loses or miscomputes that value is the
+  semantics oracle's (or structure's, when the graph's outputs change);
+- its reason is ``"tokens"``, the case is static and the pass has vLLM's
+  ``is_applicable_for_range``: the pass itself answers for ``Range(T, T)`` (T the leading size of the
+  instance's first input of rank >= 2): False, vLLM never runs it on such a graph; True, it claims
+  those rows. Either is right, judged by the semantics oracle;
+- the pattern entries of the pass that matched its nodes (``pair.match_records``, each recorded with
+  its anchor and entry) match them on the graph before the pass too: the entry's pattern at the
+  anchor, one mutation region (Inductor's numbering of the original graph) and the entry's
+  ``extra_check``, run on a copy of that graph carrying the fake values the pass was given. The
+  pass's own matcher, not the planted function, decides: a pattern covering part of the planted
+  function, or taking one of its constants as a wildcard (``scalar_workaround``), rightly rewrites
+  such a near miss. An entry that cannot be asked there (nodes the pass made itself, a symbolic
+  case, an entry that raises) leaves the match it made standing; an entry that does not match
+  there (it matched only what the pass changed first, or across a mutation) is a finding naming it;
+- no pattern entry of the pass made the rewrite and its ground truth comes from the planted
+  function (``PlantedInstance.truth_from == "pattern"``: ``planted()`` derived it from Inductor's
+  matcher for that function, not the pass's): the pass's matcher is unknown, either is right,
+  judged by the semantics oracle. A near miss declared by whoever built the case
+  (``truth_from=None``) or derived from the pass's own registration (``"matcher"``: a recorded
+  rewrite, or ``scalar_workaround`` / ``exclusive_arg_names`` given to ``planted``) stays a finding.
 
 Ground truth is computed on the original graph, so it cannot know what the pass's own earlier
 rewrites did to an instance. When the graph after the pass holds a mutating node (Inductor's
@@ -45,7 +70,9 @@ must-match instances is a violation (the pass silently never matches under torch
 than its must-match plus may-match (``must_match=None``) instances is one too (it matched a near
 miss, or matched twice). A near miss whose reason is ``"mutation_inside"`` counts as may-match
 there: functionalization turns the in-place op into a functional one plus a trailing ``copy_``,
-so the mutation barrier that made it a near miss is gone. For the same reason a must-match
+so the mutation barrier that made it a near miss is gone; so does a near miss that is not a
+finding when rewritten (above: ``extra_user``, ``truth_from == "pattern"``, ``tokens`` for a pass with
+``is_applicable_for_range``), which the count cannot tell apart. For the same reason a must-match
 instance of an in-place case (``form="inplace"``) counts as may-match: functionalization may also
 put a barrier inside it (the ``copy_`` back into a mutated graph input lands among the nodes of a
 pattern that reads the input's new value, and Inductor then discards the match). A pass that reports no count
@@ -555,9 +582,6 @@ _REMEDIES = {
     "planted(near_misses=...)",
     "split_sizes": "the pass must check the split sizes; if it is meant to match any split, leave 'split_sizes' "
     "out of planted(near_misses=...)",
-    "extra_user": "a value computed inside the instance is read outside it, so rewriting the instance computes it "
-    "twice or loses it (Inductor's matcher refuses such a match); leave 'extra_user' out of "
-    "planted(near_misses=...) only if the pass keeps that value on purpose",
     "mutation_inside": "an in-place op between the instance's nodes changes what its later nodes read "
     "(Inductor's matcher refuses a match across mutation regions)",
     "extra_check": "the pattern's extra_check rejects these inputs",

@@ -752,8 +752,10 @@ def planted(
       as a wildcard and matches it at any value, so each such argument is drawn, not fixed (see
       below), and an edited near miss of it is judged by Inductor's own matcher for ``pattern``
       registered with these arguments: one it matches is ``must_match=None`` (the semantics oracle
-      judges its rewrite). Without it, a pass that registers ``eps`` this way is flagged for
-      rewriting the ``"constant"`` near miss of ``eps``. Default none.
+      judges its rewrite). Without it, the ``"constant"`` near miss of ``eps`` is
+      ``must_match=False`` with ``truth_from="pattern"``: a pass whose own pattern entry matches it
+      (``eps`` a wildcard there) or whose matcher is unknown rewrites it without a finding (see
+      :mod:`pmverify.oracles.expectations`). Default none.
     - ``exclusive_arg_names``: as given to ``register_replacement`` (arguments that must be
       distinct nodes); given to that matcher. Default none.
     - ``dynamic``: ``False`` (default: concrete sizes), ``True`` or ``"tokens"`` (a name or a list
