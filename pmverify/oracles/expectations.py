@@ -88,6 +88,7 @@ into a may-match one for the count.
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Any
 
 import torch
@@ -471,16 +472,24 @@ def _entry_matches(pair: Any, record: Any, regions: dict[str, int], before: dict
         return None
 
 
+#: Per pair, each match record's :func:`_entry_matches` verdict, by its index in
+#: ``pair.match_records``: asked once (a re-trace, 25-50 ms) for the oracle and for the notes.
+_VERDICTS: weakref.WeakKeyDictionary[Any, dict[int, bool | None]] = weakref.WeakKeyDictionary()
+
+
 def _own_entries(pair: Any, instance: Any) -> list[tuple[Any, bool | None]]:
     """The rewrites of ``pair.match_records`` that matched nodes of ``instance``, each with whether
     its entry matches them on the graph before the pass (:func:`_entry_matches`)."""
     members = set(instance.nodes)
-    records = [record for record in pair.match_records if members & set(record.nodes)]
-    if not records:
+    indices = [i for i, record in enumerate(pair.match_records) if members & set(record.nodes)]
+    if not indices:
         return []
-    regions = _mutation_regions(pair.before.graph)
-    before = _before_as_the_pass_saw_it(pair)
-    return [(record, _entry_matches(pair, record, regions, before)) for record in records]
+    verdicts = _VERDICTS.setdefault(pair, {})
+    missing = [i for i in indices if i not in verdicts]
+    if missing:
+        regions, before = _mutation_regions(pair.before.graph), _before_as_the_pass_saw_it(pair)
+        verdicts.update({i: _entry_matches(pair, pair.match_records[i], regions, before) for i in missing})
+    return [(pair.match_records[i], verdicts[i]) for i in indices]
 
 
 def _token_count(pair: Any, instance: Any) -> int | None:
