@@ -76,7 +76,14 @@ def _masked_add_hard_coded(x, mask, y, value):
 
 
 def _a_number(match) -> bool:
-    return not isinstance(match.kwargs.get("value"), torch.fx.Node)
+    """A number for the fill value, no keyword argument the pattern does not hold (``alpha=`` on the
+    add: Inductor's matcher ignores it), and the fill tensor in the result's dtype."""
+    fills = [node for node in match.nodes if node.target is aten.scalar_tensor.default]
+    return (
+        not isinstance(match.kwargs.get("value"), torch.fx.Node)
+        and not any(node.kwargs for node in match.nodes if node not in fills)
+        and all(fill.kwargs.get("dtype") == match.output_node().meta["val"].dtype for fill in fills)
+    )
 
 
 def masked_add_wildcard(hard_coded: bool = False) -> PatternMatcherPass:
