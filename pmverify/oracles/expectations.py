@@ -234,7 +234,7 @@ def _compiled_guess(pair: Any) -> list[bool]:
     matched = [False] * len(planted)
     for group in (True, None, False):
         for i, instance in enumerate(planted):
-            if _compiled_expectation(instance, pair.case, pair.pass_) is group and left > 0:
+            if _compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is group and left > 0:
                 matched[i], left = True, left - 1
     return matched
 
@@ -370,7 +370,7 @@ def pass_put_barriers(pair: RunPair) -> dict[int, str]:
     must = [
         i
         for i, instance in enumerate(pair.case.planted)
-        if _compiled_expectation(instance, pair.case, pair.pass_) is True
+        if _compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is True
     ]
     if not put or not must:
         return {}
@@ -627,8 +627,8 @@ def _check_count(pair: Any) -> list[Violation]:
     if count is None:
         return []
     planted = pair.case.planted
-    must = sum(_compiled_expectation(instance, pair.case, pair.pass_) is True for instance in planted)
-    may = sum(_compiled_expectation(instance, pair.case, pair.pass_) is None for instance in planted)
+    must = sum(_compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is True for instance in planted)
+    may = sum(_compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is None for instance in planted)
     moved = min(must, len(_compiled_put(pair)))  # "either is right" (module docstring)
     must, may = must - moved, may + moved
     if count < must:
@@ -641,7 +641,13 @@ def _check_count(pair: Any) -> list[Violation]:
             )
         ]
     if count > must + may:
-        misses = sorted({p.reason or "?" for p in planted if _compiled_expectation(p, pair.case, pair.pass_) is False})
+        misses = sorted(
+            {
+                p.reason or "?"
+                for p in planted
+                if _compiled_expectation(p, pair.case, getattr(pair, "pass_", None)) is False
+            }
+        )
         near = f"; near misses: {', '.join(misses)}" if misses else ""
         return [
             Violation(
