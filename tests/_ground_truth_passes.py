@@ -103,6 +103,35 @@ def masked_add_wildcard(hard_coded: bool = False) -> PatternMatcherPass:
     return patterns
 
 
+def _fill_input_search(x, mask, y, fill):
+    return torch.where(mask, fill, x) + y
+
+
+def _fill_input_replacement(x, mask, y, fill):
+    return torch.where(mask, y + fill, x + y)
+
+
+def masked_add_fill_input() -> PatternMatcherPass:
+    """A ``register_replacement`` pass for ``where(mask, fill, x) + y`` with the fill value a 0-d
+    tensor input of its pattern: it matches the ``scalar_tensor`` a traced ``masked_fill`` fills
+    with, at any value, and its replacement adds the one it matched."""
+
+    def same_dtype(match) -> bool:
+        fill, out = match.kwargs["fill"].meta.get("val"), match.output_node().meta["val"]
+        return _refuse_keywords(match) and isinstance(fill, torch.Tensor) and fill.dtype == out.dtype
+
+    patterns = PatternMatcherPass(pass_name="masked_add_fill_input")
+    register_replacement(
+        _fill_input_search,
+        _fill_input_replacement,
+        [torch.empty(4, 8), torch.empty(4, 8, dtype=torch.bool), torch.empty(4, 8), torch.empty(())],
+        fwd_only,
+        patterns,
+        extra_check=same_dtype,
+    )
+    return patterns
+
+
 def _only(node: Any, target: Any, arity: int) -> bool:
     return (
         isinstance(node, torch.fx.Node)
