@@ -511,8 +511,9 @@ def _excuse(pair: Any, instance: Any, own: list[tuple[Any, bool | None]]) -> str
     what = f"{_outcome_words(instance)} of {instance.pattern} ({', '.join(instance.nodes)})"
     if instance.reason == "extra_user":
         return (
-            f"{what} was rewritten and its intermediate kept for its other reader: duplicated work, not a wrong "
-            "rewrite; the semantics oracle judges the values"
+            f"{what} was rewritten despite an intermediate read outside it: duplicated work where that "
+            "intermediate is kept for its reader, not a wrong rewrite; the semantics and structure oracles judge "
+            "what the reader gets"
         )
     method = getattr(pair.pass_, "is_applicable_for_range", None)
     if instance.reason == "tokens" and callable(method) and not pair.case.symbols:
