@@ -92,11 +92,12 @@ def recording_matches():
     def wrap(original: Any) -> Any:
         def apply(self: Any, match: Any, graph: torch.fx.Graph, node: torch.fx.Node) -> None:
             matched = tuple(n.name for n in match.nodes)
+            anchor = node.name
             present = set(graph.nodes)
             target = getattr(node.target, "__name__", str(node.target))
             original(self, match, graph, node)
             inserted = tuple(n.name for n in graph.nodes if n not in present)
-            records.append(MatchRecord(f"{type(self).__name__} at {target}", matched, inserted))
+            records.append(MatchRecord(f"{type(self).__name__} at {target}", matched, inserted, anchor, self))
 
         return apply
 

@@ -27,6 +27,13 @@ class PlantedInstance:
       ``"dtype"``, ``"mutation_inside"``, ``"unused"``...); None when it must match.
     - ``detail``: what the near miss changed, in words (``"aten.add.Tensor's other (argument 1):
       1e-06 -> 2e-06"``), for the findings' messages; None when not recorded.
+    - ``truth_from``: where ``must_match`` comes from: ``"pattern"`` when ``planted`` derived it from
+      the planted function (Inductor's matcher for that function, which need not be the pass's
+      own: a pass may register a part of it, or take one of its constants as a wildcard);
+      ``"matcher"`` when from the pass's own registration (a recorded rewrite, or the
+      ``scalar_workaround`` / ``exclusive_arg_names`` given); None when whoever built the case
+      declared it. The expectations oracle holds a rewritten ``"pattern"`` near miss against a pass
+      only where the pass's own matcher says it should not match.
     """
 
     pattern: str
@@ -34,6 +41,7 @@ class PlantedInstance:
     must_match: bool | None
     reason: str | None = None
     detail: str | None = None
+    truth_from: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

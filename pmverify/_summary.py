@@ -38,11 +38,20 @@ def outcome(instance: Any) -> str:
 EITHER_BY_PASS = "must match, either is right (a mutation the pass put there)"
 
 
+#: Appended to the outcome of a near miss the pass rewrote that is not a finding (``CaseResult.notes``:
+#: duplicated work on an ``extra_user`` one, the pass's own matcher matching it...).
+REWRITTEN_NOT_A_FINDING = ", rewritten: either is right (see the case's note)"
+
+
 def _outcomes(result: Any) -> list[str]:
-    """:func:`outcome` of each planted instance of ``result``'s case, :data:`EITHER_BY_PASS` for
-    those in ``result.notes``."""
+    """:func:`outcome` of each planted instance of ``result``'s case; for those in ``result.notes``,
+    :data:`EITHER_BY_PASS` (a must-match instance) or the outcome and
+    :data:`REWRITTEN_NOT_A_FINDING` (a near miss)."""
     notes = getattr(result, "notes", {})
-    return [EITHER_BY_PASS if i in notes else outcome(p) for i, p in enumerate(result.case.planted)]
+    return [
+        (EITHER_BY_PASS if p.must_match is True else outcome(p) + REWRITTEN_NOT_A_FINDING) if i in notes else outcome(p)
+        for i, p in enumerate(result.case.planted)
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +72,9 @@ class VerifySummary:
     - ``judged``: per oracle, the cases it had something to judge (``CaseResult.judged``).
     - ``planted``: the planted ground truth, per instance: ``{"must match": 12, "near miss (eps)":
       3, ...}`` (see :func:`outcome`; a must-match instance that was "either is right" in its run
-      because the pass put a mutation among its nodes counts under :data:`EITHER_BY_PASS`).
+      because the pass put a mutation among its nodes counts under :data:`EITHER_BY_PASS`; a near miss
+      it rewrote that is not a finding, such as an ``extra_user`` one rewritten with its intermediate
+      kept, under ``"near miss (extra_user), rewritten: either is right (see the case's note)"``).
     - ``internal_errors``: errors of pmverify itself, summed over the cases (``CaseResult.internal_errors``:
       an oracle that raised while the rewritten graph runs; never a finding of the pass);
       ``first_internal_error``: the first of them, its oracle, exception and traceback.

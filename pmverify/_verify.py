@@ -227,6 +227,8 @@ def case_events(result: CaseResult) -> list[str]:
             labels.append(f"{instance.pattern}: {'matched' if matched else 'NOT matched'}")
         elif instance.must_match is None:
             labels.append(f"{instance.reason or 'may match'}: {'matched' if matched else 'left alone'}")
+        elif index in notes:
+            labels.append(f"near miss {instance.reason}: rewritten, either is right (see the note)")
         else:
             labels.append(f"near miss {instance.reason}: {'wrongly matched' if matched else 'rejected'}")
     if not result.rewritten:

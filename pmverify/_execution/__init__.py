@@ -104,11 +104,17 @@ class MatchRecord:
       the target of the node it was anchored at.
     - ``nodes``: names of the matched nodes (``Match.nodes``), as in the graph before the rewrite.
     - ``replacement``: names of the nodes the entry inserted.
+    - ``anchor``: name of the node the entry was matched at (the last node of its pattern), or None
+      when not recorded.
+    - ``pattern_entry``: the entry object itself (its ``pattern`` and ``extra_check``), so that an
+      oracle can ask it again on the graph before the pass; None when not recorded. Not compared.
     """
 
     entry: str
     nodes: tuple[str, ...]
     replacement: tuple[str, ...]
+    anchor: str | None = None
+    pattern_entry: Any = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

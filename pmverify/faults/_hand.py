@@ -45,6 +45,8 @@ class HandRMSNorm(HandWrittenFault):
     respects_mutations = True
     #: Fuse a chain even when an intermediate has a user outside it.
     allows_extra_users = False
+    #: Hand such a user the fused result in place of the intermediate (else it keeps the intermediate).
+    rewires_extra_users = False
 
     def __init__(self, config: QKNormConfig | None = None) -> None:
         check_config(config)
@@ -130,6 +132,10 @@ class HandRMSNorm(HandWrittenFault):
                 fused = graph.call_function(torch.ops.pmverify.rms_norm.default, (x, weight, eps, True))
             fused.meta["val"] = node.meta["val"]  # same shape, dtype and strides as the chain's result
             node.replace_all_uses_with(fused)
+            if self.rewires_extra_users:
+                for inner in chain[:-1]:
+                    for user in [user for user in inner.users if user not in chain]:
+                        user.replace_input_with(inner, fused)
             for dead in reversed(chain):
                 if not dead.users:
                     graph.erase_node(dead)

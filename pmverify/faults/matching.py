@@ -19,21 +19,24 @@ __all__ = [
 
 
 class HandRMSNormIgnoresExtraUsers(HandRMSNorm):
-    """Bug kind: a match despite an extra user of an intermediate.
+    """Bug kind: a match despite an extra user of an intermediate, which loses that intermediate.
 
     Inductor's ``register_replacement`` records each pattern node's user count and does not match
     when an intermediate (``x.float()``, ``x²``, the mean, ``rsqrt``, the normalised product) is
     also used outside the pattern. This hand-written MiniMax-M2 RMS-norm matcher (see
-    :mod:`pmverify.faults._hand`) skips that check: it fuses the chain anyway and leaves the
-    intermediate (and what it reads) in the graph for its other user. Values stay right, but the
-    norm is computed twice and the instance Inductor would leave alone is rewritten: the
-    expectations oracle, on the ``extra_user`` near misses of ``qk_norm_cases`` (per-tensor form).
-    Correct, and matching what the shipped pass matches, everywhere else.
+    :mod:`pmverify.faults._hand`) skips that check and, believing the chain single-use, hands that
+    other user the fused result in place of the intermediate. (Fusing anyway while keeping the
+    intermediate for its other user is only duplicated work: not a finding, a note.) On the
+    ``extra_user`` near misses of ``qk_norm_cases`` (per-tensor form) the other user reads another
+    value (the semantics oracle), of another shape or dtype for most intermediates (the structure
+    oracle: the graph's outputs change). Correct, and matching what the shipped pass matches,
+    everywhere else.
 
     - ``config``: the :class:`QKNormConfig` to fuse for; None fuses every such chain.
     """
 
     allows_extra_users = True
+    rewires_extra_users = True
 
 
 class HandRMSNormInsertedBeforeInputs(HandRMSNorm):

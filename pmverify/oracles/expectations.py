@@ -25,7 +25,32 @@ replacement may leave matched nodes dead, as Inductor's own passes do, relying o
   not hold what makes it a near miss: not a finding here; if that part did hold it, the values
   tell (semantics oracle).
 
-"Silently never matches" is a finding, as is a match on a near miss.
+"Silently never matches" is a finding, as is a match on a near miss where the pass's own matcher
+says it should not match. A near miss rewritten as a whole is *not* a finding, and
+:func:`near_miss_notes` says why (``CaseResult.notes``), when:
+
+- its reason is ``"extra_user"``: fusing anyway and keeping the intermediate for its other reader is
+  duplicated work, not a wrong rewrite; a rewrite that loses or miscomputes that value is the
+  semantics oracle's (or structure's, when the graph's outputs change);
+- its reason is ``"tokens"``, the case is static and the pass has vLLM's
+  ``is_applicable_for_range``: the pass itself answers for ``Range(T, T)`` (T the leading size of the
+  instance's first input of rank >= 2): False, vLLM never runs it on such a graph; True, it claims
+  those rows. Either is right, judged by the semantics oracle;
+- the pattern entries of the pass that matched its nodes (``pair.match_records``, each recorded with
+  its anchor and entry) match them on the graph before the pass too: the entry's pattern at the
+  anchor, one mutation region (Inductor's numbering of the original graph) and the entry's
+  ``extra_check``, run on a copy of that graph carrying the fake values the pass was given. The
+  pass's own matcher, not the planted function, decides: a pattern covering part of the planted
+  function, or taking one of its constants as a wildcard (``scalar_workaround``), rightly rewrites
+  such a near miss. An entry that cannot be asked there (nodes the pass made itself, a symbolic
+  case, an entry that raises) leaves the match it made standing; an entry that does not match
+  there (it matched only what the pass changed first, or across a mutation) is a finding naming it;
+- no pattern entry of the pass made the rewrite and its ground truth comes from the planted
+  function (``PlantedInstance.truth_from == "pattern"``: ``planted()`` derived it from Inductor's
+  matcher for that function, not the pass's): the pass's matcher is unknown, either is right,
+  judged by the semantics oracle. A near miss declared by whoever built the case
+  (``truth_from=None``) or derived from the pass's own registration (``"matcher"``: a recorded
+  rewrite, or ``scalar_workaround`` / ``exclusive_arg_names`` given to ``planted``) stays a finding.
 
 Ground truth is computed on the original graph, so it cannot know what the pass's own earlier
 rewrites did to an instance. When the graph after the pass holds a mutating node (Inductor's
@@ -45,7 +70,9 @@ must-match instances is a violation (the pass silently never matches under torch
 than its must-match plus may-match (``must_match=None``) instances is one too (it matched a near
 miss, or matched twice). A near miss whose reason is ``"mutation_inside"`` counts as may-match
 there: functionalization turns the in-place op into a functional one plus a trailing ``copy_``,
-so the mutation barrier that made it a near miss is gone. For the same reason a must-match
+so the mutation barrier that made it a near miss is gone; so does a near miss that is not a
+finding when rewritten (above: ``extra_user``, ``truth_from == "pattern"``, ``tokens`` for a pass with
+``is_applicable_for_range``), which the count cannot tell apart. For the same reason a must-match
 instance of an in-place case (``form="inplace"``) counts as may-match: functionalization may also
 put a barrier inside it (the ``copy_`` back into a mutated graph input lands among the nodes of a
 pattern that reads the input's new value, and Inductor then discards the match). A pass that reports no count
@@ -60,13 +87,18 @@ into a may-match one for the count.
 
 from __future__ import annotations
 
+import copy
+import weakref
 from typing import Any
 
-from .._execution import RunPair
+import torch
+
+from .._execution import RunPair, quiet_fake_tensor_errors
 from .._fx import is_view
+from .._sizes import CompileRange
 from ._violation import Violation
 
-__all__ = ["check", "matched_instances", "rewrite_count", "pass_put_barriers"]
+__all__ = ["check", "matched_instances", "rewrite_count", "pass_put_barriers", "near_miss_notes"]
 
 
 def _outputs(before: dict[str, Any], instance: Any) -> list[str]:
@@ -157,10 +189,16 @@ def _partial_rewrite(pair: Any, instance: Any, rewritten: list[str]) -> bool:
 _INPLACE_ONLY = ("mutation_inside",)
 
 
-def _compiled_expectation(instance: Any, case: Any) -> bool | None:
+def _compiled_expectation(instance: Any, case: Any, pass_: Any = None) -> bool | None:
     """``must_match`` of ``instance`` under torch.compile (see the module docstring)."""
     if instance.must_match is False and instance.reason in _INPLACE_ONLY:
         return None
+    if instance.must_match is False and (
+        instance.reason == "extra_user"
+        or getattr(instance, "truth_from", None) == "pattern"
+        or (instance.reason == "tokens" and callable(getattr(pass_, "is_applicable_for_range", None)))
+    ):
+        return None  # "either is right" when rewritten (module docstring): what the count cannot tell apart
     if instance.must_match is True and getattr(case, "form", "functional") == "inplace":
         return None
     return instance.must_match
@@ -196,7 +234,7 @@ def _compiled_guess(pair: Any) -> list[bool]:
     matched = [False] * len(planted)
     for group in (True, None, False):
         for i, instance in enumerate(planted):
-            if _compiled_expectation(instance, pair.case) is group and left > 0:
+            if _compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is group and left > 0:
                 matched[i], left = True, left - 1
     return matched
 
@@ -329,7 +367,11 @@ def pass_put_barriers(pair: RunPair) -> dict[int, str]:
     if getattr(pair, "mode", "direct") != "compiled":
         return _direct_barriers(pair)
     put = _compiled_put(pair)
-    must = [i for i, instance in enumerate(pair.case.planted) if _compiled_expectation(instance, pair.case) is True]
+    must = [
+        i
+        for i, instance in enumerate(pair.case.planted)
+        if _compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is True
+    ]
     if not put or not must:
         return {}
     where = ", ".join(put)
@@ -367,8 +409,165 @@ def check(pair: RunPair) -> list[Violation]:
                 )
             )
         elif instance.must_match is False and rewritten and not _partial_rewrite(pair, instance, rewritten):
-            violations.append(Violation("expectations", _near_miss_message(instance), tuple(rewritten)))
+            own = _own_entries(pair, instance)
+            if _excuse(pair, instance, own) is None:
+                violations.append(Violation("expectations", _near_miss_message(instance, own), tuple(rewritten)))
     return violations
+
+
+def _rewritten_near_misses(pair: Any) -> list[tuple[int, Any]]:
+    """Direct mode: the near misses (``must_match=False``) the pass rewrote as a whole, by index."""
+    found = []
+    for index, instance in enumerate(pair.case.planted):
+        if instance.must_match is False:
+            _, rewritten = _rewritten_outputs(pair, instance)
+            if rewritten and not _partial_rewrite(pair, instance, rewritten):
+                found.append((index, instance))
+    return found
+
+
+def _mutation_regions(graph: Any) -> dict[str, int]:
+    """Each node's mutation region, as Inductor's ``compute_mutation_region_ids`` numbers them,
+    without writing the graph's node meta."""
+    regions, region = {}, 0
+    for node in graph.nodes:
+        region += _mutating(node)
+        regions[node.name] = region
+    return regions
+
+
+def _before_as_the_pass_saw_it(pair: Any) -> dict[str, Any]:
+    """The nodes of a copy of the graph before the pass, by name, carrying the fake values the pass
+    was given (``pair.before_propagation``: one ``FakeTensorMode``, where the case's own graph may
+    carry values of several, which an ``extra_check`` that re-traces cannot mix)."""
+    gm = copy.deepcopy(pair.before)  # node.meta is copied shallowly: setting a value here is local
+    vals = pair.before_propagation.vals if pair.before_propagation is not None else {}
+    for node in gm.graph.nodes:
+        if node.name in vals:
+            node.meta["val"] = vals[node.name]
+    return {node.name: node for node in gm.graph.nodes}
+
+
+def _entry_matches(pair: Any, record: Any, regions: dict[str, int], before: dict[str, Any]) -> bool | None:
+    """Whether the pattern entry that made ``record`` matches the same nodes on the graph before the
+    pass (``before``: its nodes by name), as ``PatternMatcherPass.apply`` accepts a match there (its
+    pattern, one mutation region, its ``extra_check``); None when it cannot be asked (the entry or its
+    anchor not recorded, nodes the pass itself made, a symbolic case, or the entry raised): the match
+    the pass made stands."""
+    from torch._inductor.pattern_matcher import is_match
+
+    if record.pattern_entry is None or record.anchor not in before or any(n not in before for n in record.nodes):
+        return None
+    if len({regions[name] for name in record.nodes}) != 1:
+        return False
+    if pair.case.symbols:  # the pass matched on symbolic fake values under the Python dispatcher
+        return None
+    try:
+        with quiet_fake_tensor_errors():
+            match = record.pattern_entry.pattern.match(before[record.anchor])
+            if not is_match(match) or {node.name for node in match.nodes} != set(record.nodes):
+                return False
+            return bool(record.pattern_entry.extra_check(match))
+    except Exception:  # noqa: BLE001 - the entry cannot be asked here: its match stands
+        return None
+
+
+#: Per pair, each match record's :func:`_entry_matches` verdict, by its index in
+#: ``pair.match_records``: asked once (a re-trace, 25-50 ms) for the oracle and for the notes.
+_VERDICTS: weakref.WeakKeyDictionary[Any, dict[int, bool | None]] = weakref.WeakKeyDictionary()
+
+
+def _own_entries(pair: Any, instance: Any) -> list[tuple[Any, bool | None]]:
+    """The rewrites of ``pair.match_records`` that matched nodes of ``instance``, each with whether
+    its entry matches them on the graph before the pass (:func:`_entry_matches`)."""
+    members = set(instance.nodes)
+    indices = [i for i, record in enumerate(pair.match_records) if members & set(record.nodes)]
+    if not indices:
+        return []
+    verdicts = _VERDICTS.setdefault(pair, {})
+    missing = [i for i in indices if i not in verdicts]
+    if missing:
+        regions, before = _mutation_regions(pair.before.graph), _before_as_the_pass_saw_it(pair)
+        verdicts.update({i: _entry_matches(pair, pair.match_records[i], regions, before) for i in missing})
+    return [(pair.match_records[i], verdicts[i]) for i in indices]
+
+
+def _token_count(pair: Any, instance: Any) -> int | None:
+    """The token count T of ``instance``: the leading size of its first input of rank >= 2 (read by
+    its first node that reads one), when a concrete int."""
+    members = set(instance.nodes)
+    before = {node.name: node for node in pair.before.graph.nodes}
+    for name in instance.nodes:
+        for node in before[name].all_input_nodes if name in before else ():
+            val = node.meta.get("val")
+            if node.name not in members and isinstance(val, torch.Tensor) and val.dim() >= 2:
+                return val.shape[0] if isinstance(val.shape[0], int) else None
+    return None
+
+
+def _excuse(pair: Any, instance: Any, own: list[tuple[Any, bool | None]]) -> str | None:
+    """Why a near miss the pass rewrote as a whole is not an expectations finding, as a note; None
+    when it is one (see the module docstring)."""
+    what = f"{_outcome_words(instance)} of {instance.pattern} ({', '.join(instance.nodes)})"
+    if instance.reason == "extra_user":
+        return (
+            f"{what} was rewritten despite an intermediate read outside it: duplicated work where that "
+            "intermediate is kept for its reader, not a wrong rewrite; the semantics and structure oracles judge "
+            "what the reader gets"
+        )
+    method = getattr(pair.pass_, "is_applicable_for_range", None)
+    if instance.reason == "tokens" and callable(method) and not pair.case.symbols:
+        rows = _token_count(pair, instance)
+        if rows is not None:
+            try:
+                applies = bool(method(CompileRange(rows, rows)))
+            except Exception:  # noqa: BLE001 - its label stands; compile_ranges reports a raising method
+                applies = None
+            if applies is not None:
+                said = (
+                    "True: the pass claims those rows"
+                    if applies
+                    else "False: vLLM would not run the pass on a graph of that size"
+                )
+                return (
+                    f"{what} was rewritten; the pass's is_applicable_for_range(Range({rows}, {rows})) is {said}: "
+                    "either is right, judged by the semantics oracle"
+                )
+    if own and all(verdict is not False for _, verdict in own):
+        entries = ", ".join(dict.fromkeys(record.entry for record, _ in own))
+        return (
+            f"{what} was rewritten by the pass's own pattern entry ({entries}), which matches it on the graph "
+            "before the pass: the pass's matcher, not the planted function, decides; either is right, judged by "
+            "the semantics oracle"
+        )
+    if not own and getattr(instance, "truth_from", None) == "pattern":
+        return (
+            f"{what} was rewritten; its ground truth comes from the planted function and no pattern entry of the "
+            "pass made this rewrite (its matcher is unknown): either is right, judged by the semantics oracle"
+        )
+    return None
+
+
+def _outcome_words(instance: Any) -> str:
+    detail = f": {instance.detail}" if getattr(instance, "detail", None) else ""
+    return f"near miss ({instance.reason}{detail})"
+
+
+def near_miss_notes(pair: RunPair) -> dict[int, str]:
+    """The near misses of ``pair.case.planted`` the pass rewrote that are not findings (see the
+    module docstring), by index, each with a note saying why: an ``extra_user`` near miss whose
+    intermediate is kept (duplicated work), a ``tokens`` one on a static case the pass's
+    ``is_applicable_for_range`` answers for, one the pass's own pattern entry matches on the graph
+    before the pass, and one whose ground truth comes from the planted function where no pattern
+    entry of the pass made the rewrite. Empty in compiled mode and when the pass raised."""
+    if pair.after is None or getattr(pair, "mode", "direct") == "compiled":
+        return {}
+    notes = {}
+    for index, instance in _rewritten_near_misses(pair):
+        note = _excuse(pair, instance, _own_entries(pair, instance))
+        if note is not None:
+            notes[index] = note
+    return notes
 
 
 def _symbolic_hint(pair: RunPair) -> str:
@@ -393,9 +592,6 @@ _REMEDIES = {
     "planted(near_misses=...)",
     "split_sizes": "the pass must check the split sizes; if it is meant to match any split, leave 'split_sizes' "
     "out of planted(near_misses=...)",
-    "extra_user": "a value computed inside the instance is read outside it, so rewriting the instance computes it "
-    "twice or loses it (Inductor's matcher refuses such a match); leave 'extra_user' out of "
-    "planted(near_misses=...) only if the pass keeps that value on purpose",
     "mutation_inside": "an in-place op between the instance's nodes changes what its later nodes read "
     "(Inductor's matcher refuses a match across mutation regions)",
     "extra_check": "the pattern's extra_check rejects these inputs",
@@ -411,13 +607,19 @@ _REMEDIES = {
 }
 
 
-def _near_miss_message(instance: Any) -> str:
-    """The finding for a rewritten near miss: what it changed (``instance.detail``) and the remedy."""
+def _near_miss_message(instance: Any, own: list[tuple[Any, bool | None]] = ()) -> str:
+    """The finding for a rewritten near miss: what it changed (``instance.detail``), the pattern
+    entries of the pass that do not match it on the graph before the pass, and the remedy."""
     what = f"{instance.reason}: {instance.detail}" if getattr(instance, "detail", None) else instance.reason
     remedy = _REMEDIES.get(
         instance.reason, f"leave {instance.reason!r} out of planted(near_misses=...) if the pass is meant to match it"
     )
-    return f"near miss ({what}) of {instance.pattern} was rewritten; it must not match. {remedy[0].upper()}{remedy[1:]}"
+    wrong = ", ".join(dict.fromkeys(record.entry for record, verdict in own if verdict is False))
+    entries = f" (by the pattern entry {wrong}, which does not match it on the graph before the pass)" if wrong else ""
+    return (
+        f"near miss ({what}) of {instance.pattern} was rewritten{entries}; it must not match. "
+        f"{remedy[0].upper()}{remedy[1:]}"
+    )
 
 
 def _check_count(pair: Any) -> list[Violation]:
@@ -426,8 +628,8 @@ def _check_count(pair: Any) -> list[Violation]:
     if count is None:
         return []
     planted = pair.case.planted
-    must = sum(_compiled_expectation(instance, pair.case) is True for instance in planted)
-    may = sum(_compiled_expectation(instance, pair.case) is None for instance in planted)
+    must = sum(_compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is True for instance in planted)
+    may = sum(_compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is None for instance in planted)
     moved = min(must, len(_compiled_put(pair)))  # "either is right" (module docstring)
     must, may = must - moved, may + moved
     if count < must:
@@ -440,7 +642,13 @@ def _check_count(pair: Any) -> list[Violation]:
             )
         ]
     if count > must + may:
-        misses = sorted({p.reason or "?" for p in planted if _compiled_expectation(p, pair.case) is False})
+        misses = sorted(
+            {
+                p.reason or "?"
+                for p in planted
+                if _compiled_expectation(p, pair.case, getattr(pair, "pass_", None)) is False
+            }
+        )
         near = f"; near misses: {', '.join(misses)}" if misses else ""
         return [
             Violation(

@@ -217,7 +217,7 @@ def _splice(
         records += [dataclasses.replace(p, nodes=tuple(rename[n] for n in p.nodes)) for p in context.planted]
     for i, inst in enumerate(instances):
         names = tuple(env[i][n].name for n in inst.gm.graph.nodes if n.op == "call_function")
-        records.append(PlantedInstance(name, names, inst.must_match, inst.reason, inst.detail))
+        records.append(PlantedInstance(name, names, inst.must_match, inst.reason, inst.detail, inst.truth_from))
     return gm, tuple(values), tuple(records)
 
 
@@ -502,6 +502,9 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
             chosen = dataclasses.replace(chosen, matcher=spec["rewrite"].rewrite)
         else:
             chosen = dataclasses.replace(chosen, matcher=_matcher(spec["wildcards"], args, signature(gm, loose=True)))
+    if chosen.reason is not None:  # a near miss: whose matcher its ground truth came from
+        own = "rewrite" in spec or spec["wildcards"].given
+        chosen = dataclasses.replace(chosen, truth_from="matcher" if own else "pattern")
     return chosen
 
 
@@ -749,8 +752,10 @@ def planted(
       as a wildcard and matches it at any value, so each such argument is drawn, not fixed (see
       below), and an edited near miss of it is judged by Inductor's own matcher for ``pattern``
       registered with these arguments: one it matches is ``must_match=None`` (the semantics oracle
-      judges its rewrite). Without it, a pass that registers ``eps`` this way is flagged for
-      rewriting the ``"constant"`` near miss of ``eps``. Default none.
+      judges its rewrite). Without it, the ``"constant"`` near miss of ``eps`` is
+      ``must_match=False`` with ``truth_from="pattern"``: a pass whose own pattern entry matches it
+      (``eps`` a wildcard there) or whose matcher is unknown rewrites it without a finding (see
+      :mod:`pmverify.oracles.expectations`). Default none.
     - ``exclusive_arg_names``: as given to ``register_replacement`` (arguments that must be
       distinct nodes); given to that matcher. Default none.
     - ``dynamic``: ``False`` (default: concrete sizes), ``True`` or ``"tokens"`` (a name or a list

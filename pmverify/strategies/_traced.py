@@ -27,6 +27,7 @@ class Traced:
     - ``detail``: what a near miss changed, in words (``"aten.add.Tensor's other: 1e-06 -> 2e-06"``).
     - ``primals``: how many of ``args`` are the pattern's arguments (None: all); the others are the
       tangents of a joint trace (:mod:`._joint`), then any input a near miss added.
+    - ``truth_from``: where ``must_match`` comes from (see :class:`pmverify.PlantedInstance`).
     - ``matcher``: in a ``dynamic`` case, the rewrite whose Inductor matcher is asked about the
       instance on the symbolic graph (:mod:`._planted_dynamic`); None: none to ask.
     """
@@ -40,6 +41,7 @@ class Traced:
     detail: str | None = None
     primals: int | None = None
     matcher: Any = None
+    truth_from: str | None = None
 
 
 #: Literal types Inductor's first, structural match ignores (``gen_pattern_and_search_gm``); its
