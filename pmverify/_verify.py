@@ -130,7 +130,8 @@ class PassVerificationError(AssertionError):
         self.failures = list(failures)
         self.result = result
         self.case = result.case
-        self.violations = list(result.violations)
+        # most severe first: the shrunk case of a wrong value may show a stride change too
+        self.violations = sorted(result.violations, key=lambda violation: severity(failure_key(violation)))
         self.reproducer = reproducer
         self.pictures = list(pictures)
         self.other_failures = {failure.label: failure.result for failure in self.failures[1:]}

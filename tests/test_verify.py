@@ -442,6 +442,28 @@ def test_a_stride_change_on_every_case_does_not_hide_a_wrong_dtype(tmp_path, see
     assert "float64 after" in str(dtype.violations[0])
 
 
+def _wrong_and_transposed(graph):
+    """Adds 1 to the output and gives it column-major strides: wrong values and a stride change."""
+    (output,) = graph.find_nodes(op="output")
+    with graph.inserting_before(output):
+        value = graph.call_function(torch.ops.aten.add.Tensor, (output.args[0], 1))
+        value = graph.call_function(torch.ops.aten.t.default, (value,))
+        value = graph.call_function(torch.ops.aten.clone.default, (value,), {"memory_format": torch.contiguous_format})
+        output.args = (graph.call_function(torch.ops.aten.t.default, (value,)),)
+
+
+def test_a_case_showing_several_findings_lists_the_most_severe_first():
+    from torch._inductor.pattern_matcher import fwd_only
+
+    x = torch.randn(3, 4)
+    case = pmverify.GraphCase(fwd_only(lambda x: x.sin() + 1, [x]), [(x,)])
+    result = pmverify.check_case(_wrong_and_transposed, case, oracles=["structure", "semantics"])
+    assert {v.oracle for v in result.violations} == {"structure", "semantics"}
+    error = PassVerificationError(result, None)
+    assert [v.oracle for v in error.violations] == ["semantics", "structure"]
+    assert str(error).index("semantics") < str(error).index("strides")
+
+
 class CrashesOnSmallValuesOnLarge:
     """Raises for ``config`` below 2 (a form real graphs never hold, say) and doubles the output
     from 4 up: the crash shrinks smaller, the wrong values are the bug."""
