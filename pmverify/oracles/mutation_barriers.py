@@ -26,7 +26,10 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   write to its storage is a finding; reads moved across writes to other tensors, a correct
   reinplacing, dead code removed and the read of a value overwritten whole before anything reads it
   (a clone passed as ``out``) are not. A clone the pass dropped for its source (``remove_noop_ops``)
-  is taken for that source when nothing writes the source after the clone. An
+  is taken for that source when nothing writes the source after the clone. A functional scatter
+  is a write only where the pass reinplaced it (an inserted write stands for it); one the pass kept,
+  rebuilt or dropped writes nothing, and one it dropped for an argument (a no-op scatter) is taken
+  for that argument, as a dropped clone is. An
   ``auto_functionalized`` node is no write (as for Inductor's ``is_mutation_op``): it writes the
   arguments its op's schema marks mutable only in the tuple it returns, so only its elements'
   readers see that write; an ``auto_functionalized`` node the pass inserted stands for one it
@@ -168,9 +171,15 @@ class _Versions:
     ``out`` argument. The output node reads what it returns, and the caller (``_END``) reads the final
     value of every graph input. ``before``: whether this is the graph before the pass, whose
     functional ops that Inductor's reinplacing turns into writes then count as ``auto_functionalized``
-    nodes do."""
+    nodes do, except those named in ``functional`` (the pass did not reinplace them)."""
 
-    def __init__(self, graph: torch.fx.Graph, before: bool = False, merged: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        graph: torch.fx.Graph,
+        before: bool = False,
+        merged: dict[str, str] | None = None,
+        functional: frozenset[str] = frozenset(),
+    ) -> None:
         from torch._inductor.pattern_matcher import is_mutation_op
 
         from .._fx import flat_nodes
@@ -258,7 +267,7 @@ class _Versions:
         self.scatters: set[str] = set()  # the reinplaceable functional ops among them
         for node in graph.nodes:
             elements = _functionalized_elements(node)
-            if before:  # the graph before the pass: what a reinplacing may have written
+            if before and node.name not in functional:  # what a reinplacing may have written
                 elements = elements or _reinplaceable(node, self.mutating)
             back = written_back.get(node.name)
             for element, base in elements.items():
@@ -515,23 +524,47 @@ def _scatter_behind(before: _Versions, write: str) -> bool:
     return isinstance(source, torch.fx.Node) and source.name in before.scatters
 
 
-def _merged_clones(before: _Versions, after: _Versions) -> dict[str, str]:
+def _merged_clones(before: _Versions, after: _Versions, functional: frozenset[str]) -> dict[str, str]:
     """``{clone: its source's storage}`` for each ``clone`` of the graph before the pass that the
-    pass dropped, keeping its source (``remove_noop_ops`` replaces a clone by what it copies), when
-    nothing writes the source's storage after the clone: the writes to the clone then stand for
-    writes to the source, and its readers read the source (kept readers of the source that now see
-    those writes are findings as before)."""
+    pass dropped, keeping its source (``remove_noop_ops`` replaces a clone by what it copies), and
+    for each ``functional`` scatter the pass dropped for one of its arguments (a no-op scatter:
+    its readers now read that argument), when nothing writes the source's storage after the
+    clone: the writes to the clone then stand for writes to the source, and its readers read the
+    source (kept readers of the source that now see those writes are findings as before)."""
     merged = {}
     for name, node in before.nodes.items():
-        if node.op != "call_function" or node.target is not torch.ops.aten.clone.default or name in after.nodes:
+        if node.op != "call_function" or name in after.nodes:
             continue
-        source = node.args[0] if node.args else None
+        if node.target is torch.ops.aten.clone.default:
+            source = node.args[0] if node.args else None
+        elif name in functional:
+            source = _replaced_by(node, after)
+        else:
+            continue
         if not isinstance(source, torch.fx.Node) or source.name not in after.nodes:
             continue
         storage = before.storage(source)
         if all(before.order[w] < before.order[name] for w in before.writes.get(storage, ())):
             merged[name] = storage
     return merged
+
+
+def _replaced_by(node: torch.fx.Node, after: _Versions) -> torch.fx.Node | None:
+    """The argument of ``node`` (a node the pass removed) that a user the pass kept now reads in
+    its place (the same position among its inputs), or None."""
+    from .._fx import flat_nodes
+
+    arguments = {a.name: a for a in flat_nodes((node.args, node.kwargs))}
+    for user in node.users:
+        kept = after.nodes.get(user.name)
+        if kept is None:
+            continue
+        old, new = flat_nodes((user.args, user.kwargs)), flat_nodes((kept.args, kept.kwargs))
+        if len(old) == len(new):
+            for was, now in zip(old, new, strict=True):
+                if was is node and now.name in arguments:
+                    return arguments[now.name]
+    return None
 
 
 def _stands_for(write: torch.fx.Node, functional: torch.fx.Node) -> bool:
@@ -568,18 +601,32 @@ def _version(seen: tuple[str, ...], stand_in: dict[str, str] | None = None) -> s
     return "after " + ", ".join(w + (f" (standing for {stand_in[w]})" if stand_in.get(w, w) != w else "") for w in seen)
 
 
+def _before(
+    graph: torch.fx.Graph, after: _Versions, functional: frozenset[str]
+) -> tuple[_Versions, dict[tuple[str, str], str]]:
+    """The versions of the graph before the pass (its ``functional`` scatters writing nothing), and
+    :func:`_stand_ins`. A write-back ``copy_`` the pass kept is itself in both graphs: what it copies
+    is the functionalization oracle's (a chain is read as its nodes only where the pass replaced the
+    ``copy_``)."""
+    before = _Versions(graph, before=True, functional=functional)
+    merged = _merged_clones(before, after, functional)
+    if merged:
+        before = _Versions(graph, before=True, merged=merged, functional=functional)
+    kept = before.written & after.written
+    before.chains = {copy: chain for copy, chain in before.chains.items() if copy not in kept}
+    after.chains = {copy: chain for copy, chain in after.chains.items() if copy not in kept}
+    return before, _stand_ins(before, after)
+
+
 def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     """Reads that see another version of their storage after the pass (see the module docstring)."""
-    before, after = _Versions(pair.before.graph, before=True), _Versions(pair.after.graph)
-    merged = _merged_clones(before, after)
-    if merged:
-        before = _Versions(pair.before.graph, before=True, merged=merged)
-    # a write-back copy_ the pass kept is itself in both graphs: what it copies is the
-    # functionalization oracle's (a chain is read as its nodes only where the pass replaced the copy_)
-    kept = before.written & after.written
-    for graph in (before, after):
-        graph.chains = {copy: chain for copy, chain in graph.chains.items() if copy not in kept}
-    stand_in = _stand_ins(before, after)
+    after = _Versions(pair.after.graph)
+    before, stand_in = _before(pair.before.graph, after, frozenset())
+    # a functional scatter is a write only where the pass reinplaced it (an inserted write stands
+    # for it): one it kept, dropped or rebuilt writes nothing
+    functional = frozenset(before.scatters - set(stand_in.values()))
+    if functional:
+        before, stand_in = _before(pair.before.graph, after, functional)
     # an in-place write standing for a functional scatter reads what the scatter read: its storage as
     # it is before the write (the elements it leaves as they were)
     for (storage, write), stood_for in stand_in.items():
