@@ -13,7 +13,11 @@ op computes.
 argument ``r`` (another tensor argument, or an element of a tensor list; a second written argument
 counts too, being read and written), a finding when ``w`` and ``r`` live in the same storage
 (the same graph input or allocation, through views and in-place results: every op whose schema
-returns an alias of an argument, ``Tensor(a)``), unless
+returns an alias of an argument, ``Tensor(a)``, lists of views included) and cover a common
+element (by their fake values, ``meta["val"]``, views of one fake storage: two views whose address
+ranges do not meet, or, up to 2**20 elements, whose element addresses differ, are disjoint, as
+vLLM's rotary embedding writes ``query`` and ``key``, two slices of one ``qkv``; where a value is
+unknown or symbolic the whole storage counts), unless
 
 - the schema puts ``w`` and ``r`` in one alias set (``Tensor(a!) w, Tensor(a) r``): the op declares
   it may read what it writes; or
@@ -149,6 +153,8 @@ class _Storage:
             returns = schema.returns
             if returns and returns[0].alias_info is not None:
                 sets = _alias_sets(returns[0])
+                if not sets and views and isinstance(returns[0].type, torch.ListType):
+                    sets = frozenset(("a",))  # a list of views (split, unbind: ``Tensor(a)[]``)
                 for argument, value in _bind(node, schema):
                     if argument.alias_info is not None and sets & _alias_sets(argument):
                         if returns[0].alias_info.is_write or views:
@@ -184,6 +190,56 @@ class _Storage:
             rest = torch.fx.node.map_arg((node.args[1:], node.kwargs), lambda n: self.exact(n))
             return ("view", node.target, self.exact(node.args[0]), repr(rest))
         return node
+
+
+def _layout(node: torch.fx.Node) -> tuple[int, int, tuple[int, ...], tuple[int, ...], int] | None:
+    """``(storage id, offset, sizes, strides, item size)`` of ``node``'s value by its fake value
+    (``meta["val"]``), or None where it is unknown or symbolic."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return None
+    try:
+        offset, sizes, strides = value.storage_offset(), tuple(value.shape), tuple(value.stride())
+        storage = value.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    if not all(isinstance(n, int) for n in (offset, *sizes, *strides)):
+        return None
+    return storage, offset, sizes, strides, value.element_size()
+
+
+#: Above this many elements, two views whose address ranges meet are taken to overlap.
+_ENUMERATED = 1 << 20
+
+
+def _addresses(offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> torch.Tensor:
+    """The element addresses (in elements) a view covers."""
+    addresses = torch.tensor([offset], dtype=torch.int64)
+    for size, stride in zip(sizes, strides, strict=True):
+        addresses = (addresses[:, None] + torch.arange(size, dtype=torch.int64) * stride).flatten()
+    return addresses
+
+
+def _disjoint(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    """Whether ``a`` and ``b``, two views of one storage, cover no common element, by their fake
+    values (views of one fake storage, of one item size): their address ranges do not meet, or
+    (small views) no element address is in both. False where unknown: the whole storage is taken."""
+    first, second = _layout(a), _layout(b)
+    if first is None or second is None or first[0] != second[0] or first[4] != second[4]:
+        return False
+    ranges, numels = [], []
+    for _, offset, sizes, strides, _ in (first, second):
+        if 0 in sizes:
+            return True
+        low = offset + sum(min(0, (n - 1) * s) for n, s in zip(sizes, strides, strict=True))
+        high = offset + sum(max(0, (n - 1) * s) for n, s in zip(sizes, strides, strict=True))
+        ranges.append((low, high))
+        numels.append(torch.Size(sizes).numel())
+    if ranges[0][1] < ranges[1][0] or ranges[1][1] < ranges[0][0]:
+        return True
+    if max(numels) > _ENUMERATED:
+        return False
+    return not torch.isin(_addresses(*first[1:4]), _addresses(*second[1:4])).any().item()
 
 
 def _elementwise(target: Any) -> bool:
@@ -263,7 +319,7 @@ def aliased_calls(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, str, str, 
         for i, (w_name, w, w_sets) in enumerate(writes):
             others = [*writes[i + 1 :], *reads]
             for r_name, r, r_sets in others:
-                if storage.root(w) is not storage.root(r):
+                if storage.root(w) is not storage.root(r) or _disjoint(w, r):
                     continue
                 if w_sets & r_sets:
                     continue  # the schema says the op may read what it writes
