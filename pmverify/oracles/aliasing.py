@@ -50,6 +50,7 @@ import torch
 
 from .._execution import RunPair
 from .._fx import unreshaped
+from . import _layout
 from ._violation import Violation
 
 __all__ = ["check", "aliased_calls", "writes_in_place"]
@@ -192,54 +193,10 @@ class _Storage:
         return node
 
 
-def _layout(node: torch.fx.Node) -> tuple[int, int, tuple[int, ...], tuple[int, ...], int] | None:
-    """``(storage id, offset, sizes, strides, item size)`` of ``node``'s value by its fake value
-    (``meta["val"]``), or None where it is unknown or symbolic."""
-    value = node.meta.get("val")
-    if not isinstance(value, torch.Tensor):
-        return None
-    try:
-        offset, sizes, strides = value.storage_offset(), tuple(value.shape), tuple(value.stride())
-        storage = value.untyped_storage()._cdata
-    except (RuntimeError, NotImplementedError, TypeError):
-        return None
-    if not all(isinstance(n, int) for n in (offset, *sizes, *strides)):
-        return None
-    return storage, offset, sizes, strides, value.element_size()
-
-
-#: Above this many elements, two views whose address ranges meet are taken to overlap.
-_ENUMERATED = 1 << 20
-
-
-def _addresses(offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> torch.Tensor:
-    """The element addresses (in elements) a view covers."""
-    addresses = torch.tensor([offset], dtype=torch.int64)
-    for size, stride in zip(sizes, strides, strict=True):
-        addresses = (addresses[:, None] + torch.arange(size, dtype=torch.int64) * stride).flatten()
-    return addresses
-
-
 def _disjoint(a: torch.fx.Node, b: torch.fx.Node) -> bool:
-    """Whether ``a`` and ``b``, two views of one storage, cover no common element, by their fake
-    values (views of one fake storage, of one item size): their address ranges do not meet, or
-    (small views) no element address is in both. False where unknown: the whole storage is taken."""
-    first, second = _layout(a), _layout(b)
-    if first is None or second is None or first[0] != second[0] or first[4] != second[4]:
-        return False
-    ranges, numels = [], []
-    for _, offset, sizes, strides, _ in (first, second):
-        if 0 in sizes:
-            return True
-        low = offset + sum(min(0, (n - 1) * s) for n, s in zip(sizes, strides, strict=True))
-        high = offset + sum(max(0, (n - 1) * s) for n, s in zip(sizes, strides, strict=True))
-        ranges.append((low, high))
-        numels.append(torch.Size(sizes).numel())
-    if ranges[0][1] < ranges[1][0] or ranges[1][1] < ranges[0][0]:
-        return True
-    if max(numels) > _ENUMERATED:
-        return False
-    return not torch.isin(_addresses(*first[1:4]), _addresses(*second[1:4])).any().item()
+    """Whether ``a`` and ``b``, two views of one storage, cover no common element (by their fake
+    values; False unknown: the whole storage is taken)."""
+    return _layout.disjoint(_layout.layout(a), _layout.layout(b))
 
 
 def _elementwise(target: Any) -> bool:
