@@ -1,32 +1,100 @@
-"""The memory a node's tensor covers, by its fake value (``meta["val"]``): its storage offset, sizes
-and strides, for the oracles that ask whether a read and a write touch the same elements
-(aliasing, mutation_barriers). Every answer is conservative: unknown (no fake value, symbolic
-sizes, two fake storages) never says "disjoint" nor "covered"."""
+"""The memory a node's tensor covers: its storage, offset, sizes and strides, for the oracles that
+ask whether a read and a write touch the same elements (aliasing, mutation_barriers).
+
+A layout is *replayed*, not read from each node's fake value (which a pass that rewires a view's
+arguments leaves stale): from the graph input or allocation the tensor lives in (its fake value,
+``meta["val"]``, gives the sizes, strides and offset), each view on the way (an op whose schema
+returns an alias of its input, ``aten._unsafe_view``, an element of a list of views, an in-place
+op's result) is run again on a meta tensor of that layout. Every answer is conservative: unknown
+(no fake value at the root, symbolic sizes, a view of unknown arguments) never says "disjoint" nor
+"covered"."""
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
-#: ``(fake storage id, offset, sizes, strides, item size)``, in elements of that item size.
-Layout = tuple[int, int, tuple[int, ...], tuple[int, ...], int]
+#: ``(root node name, offset, sizes, strides, item size)``, in elements of that item size.
+Layout = tuple[str, int, tuple[int, ...], tuple[int, ...], int]
 
 #: Above this many elements, two views whose address ranges meet are taken to overlap.
 ENUMERATED = 1 << 20
 
 
 def layout(node: torch.fx.Node) -> Layout | None:
-    """``node``'s layout by its fake value, or None where it is unknown or symbolic."""
+    """``node``'s layout (see the module docstring), or None where it is unknown or symbolic."""
+    replayed = _replay(node, 0)
+    if replayed is None or not isinstance(replayed[0], torch.Tensor):
+        return None
+    value, root = replayed
+    return root, value.storage_offset(), tuple(value.shape), tuple(value.stride()), value.element_size()
+
+
+def _ints(value: object) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_ints(v) for v in value)
+    return not isinstance(value, (torch.fx.Node, torch.SymInt, torch.Tensor))
+
+
+def _replay(node: torch.fx.Node, depth: int) -> tuple[object, str] | None:
+    """``(a meta tensor, or list of them, laid out as node's value; its root's name)`` or None."""
+    if depth > 64 or node.op not in ("placeholder", "get_attr", "call_function"):
+        return None
+    target = node.target
+    if target is operator.getitem and isinstance(node.args[0], torch.fx.Node) and isinstance(node.args[1], int):
+        source = node.args[0]
+        schema = getattr(source.target, "_schema", None)
+        if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+            return _root(node)
+        base = _replay(source, depth + 1)
+        if base is None or not isinstance(base[0], (list, tuple)) or not 0 <= node.args[1] < len(base[0]):
+            return None
+        return base[0][node.args[1]], base[1]
+    schema = getattr(target, "_schema", None)
+    if node.op != "call_function" or schema is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return _root(node)
+    returns = schema.returns
+    is_view = target is torch.ops.aten._unsafe_view.default or (
+        bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+    )
+    in_place = bool(returns) and returns[0].alias_info is not None and returns[0].alias_info.is_write
+    if in_place:
+        written = schema.arguments[0]
+        if written.alias_info is None or not written.alias_info.is_write:
+            return None
+        return _replay(node.args[0], depth + 1)
+    if not is_view:
+        return _root(node)
+    base = _replay(node.args[0], depth + 1)
+    if base is None or not isinstance(base[0], torch.Tensor) or not _ints((node.args[1:], node.kwargs)):
+        return None
+    op = torch.ops.aten.view.default if target is torch.ops.aten._unsafe_view.default else target
+    try:
+        value = op(base[0], *node.args[1:], **node.kwargs)
+    except Exception:  # noqa: BLE001 - a view that cannot be replayed is unknown
+        return None
+    storage = base[0].untyped_storage()._cdata
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not all(isinstance(v, torch.Tensor) and v.untyped_storage()._cdata == storage for v in values):
+        return None  # a copy after all (``to`` another dtype)
+    return value, base[1]
+
+
+def _root(node: torch.fx.Node) -> tuple[torch.Tensor, str] | None:
+    """A meta tensor laid out as ``node``'s fake value, in a storage of its own."""
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         return None
     try:
         offset, sizes, strides = value.storage_offset(), tuple(value.shape), tuple(value.stride())
-        storage = value.untyped_storage()._cdata
     except (RuntimeError, NotImplementedError, TypeError):
         return None
-    if not all(isinstance(n, int) for n in (offset, *sizes, *strides)):
+    if not _ints((offset, sizes, strides)):
         return None
-    return storage, offset, sizes, strides, value.element_size()
+    extent = offset + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True) if n > 0) + 1
+    storage = torch.empty(max(extent, 0), dtype=value.dtype, device="meta")
+    return storage.as_strided(sizes, strides, offset), node.name
 
 
 def scattered(node: torch.fx.Node) -> Layout | None:

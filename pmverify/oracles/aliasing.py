@@ -14,8 +14,9 @@ argument ``r`` (another tensor argument, or an element of a tensor list; a secon
 counts too, being read and written), a finding when ``w`` and ``r`` live in the same storage
 (the same graph input or allocation, through views and in-place results: every op whose schema
 returns an alias of an argument, ``Tensor(a)``, lists of views included) and cover a common
-element (by their fake values, ``meta["val"]``, views of one fake storage: two views whose address
-ranges do not meet, or, up to 2**20 elements, whose element addresses differ, are disjoint, as
+element (by offset, sizes and strides replayed through the views from the fake value of the
+storage's input or allocation, see ``_layout``: two views whose address ranges do not meet, or, up
+to 2**20 elements, whose element addresses differ, are disjoint, as
 vLLM's rotary embedding writes ``query`` and ``key``, two slices of one ``qkv``; where a value is
 unknown or symbolic the whole storage counts), unless
 

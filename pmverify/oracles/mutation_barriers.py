@@ -38,7 +38,14 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   chain, each in-place op replacing a node of it standing for that node (vLLM's
   defunctionalization of ``fused_add_rms_norm`` layer after layer), where the pass replaced the
   ``copy_`` (a ``copy_`` it kept is itself: what it copies is the functionalization oracle's).
-  ``aten._unsafe_view`` counts as the view it returns. The nodes of a match found crossing are not judged
+  Two writes are dropped from a version by the memory they cover (replayed through views, see
+  ``_layout``): a write that lies in the elements a ``slice_scatter`` / ``select_scatter`` replaces
+  is not seen by the scatter's read of its first argument, and a write that a later ``copy_`` (or
+  ``out``) in the same version overwrites whole is no more in it (vLLM's blind defunctionalization of
+  ``fused_add_rms_norm`` on a slice of a graph input: the kept scatter of the new slice and the
+  final ``copy_`` of the whole input). A write-back ``copy_`` of a node in chains on two tensors
+  (input and residual) is matched per tensor, through the ``alias`` views functionalization
+  inserts. ``aten._unsafe_view`` counts as the view it returns. The nodes of a match found crossing are not judged
   again; a kept node now reading a copy (the clone a decomposed ``auto_functionalized`` writes) is
   left to the functionalization oracle. (Graph inputs are taken not to alias each other, as
   Inductor's post-grad graphs guarantee.)
@@ -52,6 +59,7 @@ import torch
 
 from .._execution import RunPair
 from .._fx import unreshaped
+from . import _layout
 from ._violation import Violation
 
 __all__ = ["check", "mutation_regions"]
@@ -210,9 +218,10 @@ class _Versions:
                     if argument.name == "out" and i < len(node.args) and isinstance(node.args[i], torch.fx.Node):
                         skipped.add(node.args[i])  # an ``out`` argument passed by position
                 skipped.update(_v2_out_bases(node))
-                for value in flat_nodes((node.args, node.kwargs)):
+                region = _layout.scattered(node) if node.op == "call_function" else None
+                for i, value in enumerate(flat_nodes((node.args, node.kwargs))):
                     if value not in skipped:
-                        self._read(node.name, self.storage(value))
+                        self._read(node.name, self.storage(value), region if i == 0 else None)
             for storage in self._writes(node):
                 self.writes.setdefault(storage, []).append(node.name)
                 self.written.add(node.name)
@@ -251,7 +260,7 @@ class _Versions:
         # the copy_) writes what the chain computed: its version is the chain's nodes (``expand``),
         # each a write seen by its elements' readers, and in-place ops replacing them stand for them.
         self.chains: dict[str, tuple[str, ...]] = {}
-        written_back: dict[str, str] = {}  # chain node -> its copy_
+        written_back: dict[str, set[str]] = {}  # chain node -> its copy_ (one per tensor it writes)
         for node in graph.find_nodes(op="call_function", target=_COPY):
             chain, base = _chain(node)
             if not chain or node.name not in self.written:
@@ -262,26 +271,27 @@ class _Versions:
                 first < self.order[w] < last for w in self.writes.get(storage, ())
             ):
                 self.chains[node.name] = tuple(n.name for n in chain)
-                written_back.update((n.name, node.name) for n in chain)
+                for n in chain:
+                    written_back.setdefault(n.name, set()).add(node.name)
         elements_of: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.scatters: set[str] = set()  # the reinplaceable functional ops among them
         for node in graph.nodes:
             elements = _functionalized_elements(node)
             if before and node.name not in functional:  # what a reinplacing may have written
                 elements = elements or _reinplaceable(node, self.mutating)
-            back = written_back.get(node.name)
+            back = written_back.get(node.name, set())
             for element, base in elements.items():
                 if element is node:
                     self.scatters.add(node.name)
-                if base.name in elements_of:
-                    storage, prior = elements_of[base.name]
-                    latest = all(w in prior or w == back for w in self.writes.get(storage, ()))
+                if unreshaped(base).name in elements_of:
+                    storage, prior = elements_of[unreshaped(base).name]
+                    latest = all(w in prior or w in back for w in self.writes.get(storage, ()))
                 else:
                     storage = self.storage(base)
-                    writes = [w for w in self.writes.get(storage, []) if w != back]
+                    writes = [w for w in self.writes.get(storage, []) if w not in back]
                     prior = tuple(w for w in writes if self.order[w] < self.order[node.name])
                     latest = len(prior) == len(writes)
-                if back is not None and latest and node.name not in self.virtual.setdefault(storage, []):
+                if back and latest and node.name not in self.virtual.setdefault(storage, []):
                     self.virtual[storage].append(node.name)
                 if element.name not in copies and latest:
                     copies[element.name] = elements_of[element.name] = (storage, (*prior, node.name))
@@ -303,12 +313,50 @@ class _Versions:
                         storage, version = copies[value.name]
                         self.via.setdefault((node.name, storage), set()).add(version)
 
-    def expand(self, seen: tuple[str, ...]) -> tuple[str, ...]:
-        """``seen`` with each write-back ``copy_`` of a chain replaced by the chain's nodes."""
-        return tuple(w for write in seen for w in self.chains.get(write, (write,)))
+    def expand(self, seen: tuple[str, ...], storage: str | None = None) -> tuple[str, ...]:
+        """``seen`` with each write-back ``copy_`` of a chain replaced by the chain's nodes, and
+        (given the storage) without the writes a later one in ``seen`` overwrites whole (a ``copy_``
+        into memory covering all they wrote there): what they wrote is no more in the version."""
+        seen = tuple(w for write in seen for w in self.chains.get(write, (write,)))
+        if storage is None:
+            return seen
+        return tuple(w for i, w in enumerate(seen) if not any(self._overwrites(c, w, storage) for c in seen[i + 1 :]))
 
-    def _read(self, reader: str, storage: str) -> None:
-        self.reads.setdefault((reader, storage), tuple(self.writes.get(storage, ())))
+    def _read(self, reader: str, storage: str, region: _layout.Layout | None = None) -> None:
+        """``reader`` reads ``storage`` where it is; ``region``: the elements a scatter replaces in
+        what it reads (its first argument), whose writes it does not see. A second read of one
+        storage by one node that sees other writes (a scatter's source) is kept in ``via``."""
+        seen = tuple(w for w in self.writes.get(storage, ()) if not self._within(w, storage, region))
+        if self.reads.setdefault((reader, storage), seen) != seen:
+            self.via.setdefault((reader, storage), set()).add(seen)
+
+    def _regions(self, write: str, storage: str) -> list[_layout.Layout] | None:
+        """The memory of ``storage`` the node ``write`` writes (None where unknown)."""
+        node = self.nodes.get(write)
+        if node is None:
+            return None
+        if node.target in _HOPS:
+            tensors = list(dict.fromkeys(_functionalized_elements(node).values()))
+        elif write in getattr(self, "scatters", ()):
+            return [r] if (r := _layout.scattered(node)) is not None else None
+        else:
+            tensors = _written_nodes(node)
+        found = [_layout.layout(t) for t in tensors if self.storage(t) == storage]
+        return found if found and all(r is not None for r in found) else None
+
+    def _within(self, write: str, storage: str, region: _layout.Layout | None) -> bool:
+        """Whether all ``write`` writes in ``storage`` lies in ``region`` (False unknown)."""
+        regions = self._regions(write, storage) if region is not None else None
+        return regions is not None and all(_layout.covers(region, r) for r in regions)
+
+    def _overwrites(self, later: str, write: str, storage: str) -> bool:
+        """Whether the write ``later`` overwrites, without reading it, all ``write`` wrote in ``storage``."""
+        node = self.nodes.get(later)
+        if node is None:
+            return False
+        return any(
+            self._within(write, storage, _layout.layout(d)) for d in _overwritten(node) if self.storage(d) == storage
+        )
 
     def storage(self, node: torch.fx.Node) -> str:
         name = _storage(node, self.mutating).name
@@ -340,13 +388,13 @@ def _chain(copy: torch.fx.Node) -> tuple[list[torch.fx.Node], Any]:
     of an ``auto_functionalized`` node ``An`` whose mutated argument is an element of ``An-1``, and
     so on back to ``A1``, whose mutated argument is a tensor of the graph; ``([], None)`` otherwise."""
     chain: list[torch.fx.Node] = []
-    value = copy.args[1] if len(copy.args) > 1 else None
+    value = unreshaped(copy.args[1]) if len(copy.args) > 1 else None
     while isinstance(value, torch.fx.Node) and value.args and isinstance(value.args[0], torch.fx.Node):
         base = _functionalized_elements(value.args[0]).get(value)
         if base is None:
             break
         chain.insert(0, value.args[0])
-        value = base
+        value = unreshaped(base)  # through the ``alias`` functionalization puts between them
     return chain, value
 
 
@@ -584,9 +632,9 @@ def _all_reads(graph: _Versions, name: Any) -> dict[tuple[str, str], frozenset[t
     its writes renamed by ``name(storage, version)``."""
     reads: dict[tuple[str, str], set[tuple[str, ...]]] = {}
     for (reader, storage), seen in graph.reads.items():
-        reads.setdefault((reader, storage), set()).add(name(storage, graph.expand(seen)))
+        reads.setdefault((reader, storage), set()).add(name(storage, graph.expand(seen, storage)))
     for (reader, storage), versions in graph.via.items():
-        named = {name(storage, graph.expand(seen)) for seen in versions}
+        named = {name(storage, graph.expand(seen, storage)) for seen in versions}
         named.discard(None)
         if named:
             reads.setdefault((reader, storage), set()).update(named)
@@ -636,7 +684,7 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
 
     def mapped(storage: str, seen: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
         """(the writes ``seen`` of the graph after the pass, named as in the graph before it; as it is said)"""
-        seen = after.expand(seen)
+        seen = after.expand(seen, storage)
         mapping = {w: stand_in.get((storage, w), w) for w in seen}
         return tuple(mapping[w] for w in seen), _version(seen, mapping)
 
@@ -648,7 +696,7 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     for (reader, storage), old in before.reads.items():
         if (reader, storage) not in after.reads or reader in covered:
             continue
-        old = before.expand(old)
+        old = before.expand(old, storage)
         new, said = seen_after(reader, storage)
         if old != new:
             who = (

@@ -341,14 +341,22 @@ def _apply(base: torch.Tensor, steps) -> torch.Tensor:
 
 
 def _disjoint_agrees(shape, first, second) -> None:
-    """``aliasing._disjoint`` of two views (their values as ``meta["val"]``) is True exactly when no
-    element of the base is in both, by the elements' values in ``arange``."""
+    """``aliasing._disjoint`` of two chains of view nodes on one graph input is True exactly when
+    no element of the input is in both views, by the elements' values in ``arange``."""
     base = torch.arange(torch.Size(shape).numel()).reshape(shape)
     g = torch.fx.Graph()
-    nodes = [g.placeholder("a"), g.placeholder("b")]
-    for node, steps in zip(nodes, (first, second), strict=True):
-        node.meta["val"] = _apply(base, steps)
-    a, b = (n.meta["val"] for n in nodes)
+    x = g.placeholder("x")
+    x.meta["val"] = base
+    nodes = []
+    for steps in (first, second):
+        node = x
+        for step in steps:
+            if step[0] == "t":
+                node = g.call_function(aten.transpose.int, (node, 0, step[1]))
+            else:
+                node = g.call_function(aten.slice.Tensor, (node, *step[1:]))
+        nodes.append(node)
+    a, b = (_apply(base, steps) for steps in (first, second))
     shared = set(a.flatten().tolist()) & set(b.flatten().tolist())
     assert aliasing._disjoint(*nodes) == (not shared), (a, b)
 
