@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pmverify import GraphCase, check_case
 from pmverify.faults import ReinplaceReadsWhatItWrites
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
-from pmverify.oracles import ORACLES, aliasing
+from pmverify.oracles import ORACLES, _layout, aliasing
 from pmverify.strategies import with_mutating_custom_ops
 from pmverify.strategies._custom_ops import op
 
@@ -342,7 +342,8 @@ def _apply(base: torch.Tensor, steps) -> torch.Tensor:
 
 def _disjoint_agrees(shape, first, second) -> None:
     """``aliasing._disjoint`` of two chains of view nodes on one graph input is True exactly when
-    no element of the input is in both views, by the elements' values in ``arange``."""
+    no element of the input is in both views, by the elements' values in ``arange``; ``covers``
+    exactly when every element of the second is in the first."""
     base = torch.arange(torch.Size(shape).numel()).reshape(shape)
     g = torch.fx.Graph()
     x = g.placeholder("x")
@@ -359,12 +360,16 @@ def _disjoint_agrees(shape, first, second) -> None:
     a, b = (_apply(base, steps) for steps in (first, second))
     shared = set(a.flatten().tolist()) & set(b.flatten().tolist())
     assert aliasing._disjoint(*nodes) == (not shared), (a, b)
+    # and mutation_barriers' cover test: every element of b is one of a
+    covered = set(b.flatten().tolist()) <= set(a.flatten().tolist())
+    assert _layout.covers(*(_layout.layout(n) for n in nodes)) == covered, (a, b)
 
 
 @given(_view_pairs())
 @example(([3, 8], [("s", 1, 0, 8, 2)], [("s", 1, 1, 8, 2)]))  # interleaved: ranges meet, disjoint
 @example(([4, 3], [("s", 0, 1, 4, 1)], [("s", 0, 0, 3, 1)]))  # x[1:], x[:-1]: partial overlap
 @example(([3, 4], [("t", 1), ("s", 0, 0, 2, 1)], [("s", 1, 2, 4, 1)]))  # transposed, disjoint
+@example(([3, 8], [("s", 1, 0, 8, 2)], [("s", 1, 2, 7, 4)]))  # every 4th column among the even ones
 def test_disjoint_is_exact_on_views(pair):
     _disjoint_agrees(*pair)
 
