@@ -15,6 +15,8 @@ import operator
 
 import torch
 
+__all__ = ["ENUMERATED", "Layout", "addresses", "covers", "disjoint", "layout", "scattered"]
+
 #: ``(root node name, offset, sizes, strides, item size)``, in elements of that item size.
 Layout = tuple[str, int, tuple[int, ...], tuple[int, ...], int]
 
