@@ -137,18 +137,19 @@ def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str
     return mapping
 
 
-def _scatter_behind(before: _Versions, write: str) -> bool:
-    """Whether ``write`` (of the graph before the pass) is a functional scatter, or the ``copy_``
-    writing one back: the in-place write standing for it reads its storage as the scatter did."""
+def _scatter_behind(before: _Versions, write: str) -> str | None:
+    """The functional scatter ``write`` (of the graph before the pass) is, or the one the ``copy_``
+    ``write`` writes back (None for any other write): the in-place write standing for it reads its
+    storage as the scatter did."""
     if write in before.scatters:
-        return True
+        return write
     node = before.nodes.get(write)
     if node is None or node.target is not _COPY or len(node.args) < 2:
-        return False
+        return None
     source = node.args[1]
     while isinstance(source, torch.fx.Node) and source.op == "call_function" and _is_view(source.target):
         source = source.args[0]
-    return isinstance(source, torch.fx.Node) and source.name in before.scatters
+    return source.name if isinstance(source, torch.fx.Node) and source.name in before.scatters else None
 
 
 def _merged_clones(before: _Versions, after: _Versions, functional: frozenset[str]) -> dict[str, str]:
@@ -251,13 +252,13 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     before, stand_in = _before(pair.before.graph, after, frozenset())
     # a functional scatter is a write only where the pass reinplaced it (an inserted write stands
     # for it): one it kept, dropped or rebuilt writes nothing
-    functional = frozenset(before.scatters - set(stand_in.values()))
+    functional = frozenset(before.scatters - {_scatter_behind(before, w) for w in stand_in.values()})
     if functional:
         before, stand_in = _before(pair.before.graph, after, functional)
     # an in-place write standing for a functional scatter reads what the scatter read: its storage as
     # it is before the write (the elements it leaves as they were)
     for (storage, write), stood_for in stand_in.items():
-        if stood_for != write and _scatter_behind(before, stood_for):
+        if stood_for != write and _scatter_behind(before, stood_for) is not None:
             writes = after.writes[storage]
             after.reads.setdefault((write, storage), tuple(writes[: writes.index(write)]))
 
