@@ -54,11 +54,19 @@ def _noop_cases():
     return cases
 
 
+def _scatter_cases():
+    """Graphs of functional ``slice_scatter``s (some no-ops ``remove_noop_ops`` drops) and views."""
+    from pmverify.strategies import fx_graphs
+
+    return fx_graphs(ops=["slice", "view", "reshape", "slice_scatter", "neg", "add", "sum"], min_nodes=4, max_nodes=12)
+
+
 CORRECT = {
     "hand softmax fusion keeping matched nodes": (HandSoftmaxFusion, _softmax_cases, {}),
     "softmax pattern covering part of the instance": (_softmax_only, _softmax_cases, {}),
     "hand no-op elimination": (HandNoOpElimination, _noop_cases, {}),
     "Inductor's remove_noop_ops": (lambda: _remove_noop_ops, _noop_cases, {}),
+    "Inductor's remove_noop_ops on functional scatters": (lambda: _remove_noop_ops, _scatter_cases, {}),
     "multi-output fusion in Inductor's order": (
         FusedAddRMSNormLeftUnsorted,
         lambda: BANK["FusedAddRMSNormLeftUnsorted"].families()[0][1],

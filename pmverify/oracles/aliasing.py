@@ -13,7 +13,12 @@ op computes.
 argument ``r`` (another tensor argument, or an element of a tensor list; a second written argument
 counts too, being read and written), a finding when ``w`` and ``r`` live in the same storage
 (the same graph input or allocation, through views and in-place results: every op whose schema
-returns an alias of an argument, ``Tensor(a)``), unless
+returns an alias of an argument, ``Tensor(a)``, lists of views included) and cover a common
+element (by offset, sizes and strides replayed through the views from the fake value of the
+storage's input or allocation, see ``_layout``: two views whose address ranges do not meet, or, up
+to 2**20 elements, whose element addresses differ, are disjoint, as
+vLLM's rotary embedding writes ``query`` and ``key``, two slices of one ``qkv``; where a value is
+unknown or symbolic the whole storage counts), unless
 
 - the schema puts ``w`` and ``r`` in one alias set (``Tensor(a!) w, Tensor(a) r``): the op declares
   it may read what it writes; or
@@ -46,6 +51,7 @@ import torch
 
 from .._execution import RunPair
 from .._fx import unreshaped
+from . import _layout
 from ._violation import Violation
 
 __all__ = ["check", "aliased_calls", "writes_in_place"]
@@ -149,6 +155,8 @@ class _Storage:
             returns = schema.returns
             if returns and returns[0].alias_info is not None:
                 sets = _alias_sets(returns[0])
+                if not sets and views and isinstance(returns[0].type, torch.ListType):
+                    sets = frozenset(("a",))  # a list of views (split, unbind: ``Tensor(a)[]``)
                 for argument, value in _bind(node, schema):
                     if argument.alias_info is not None and sets & _alias_sets(argument):
                         if returns[0].alias_info.is_write or views:
@@ -184,6 +192,12 @@ class _Storage:
             rest = torch.fx.node.map_arg((node.args[1:], node.kwargs), lambda n: self.exact(n))
             return ("view", node.target, self.exact(node.args[0]), repr(rest))
         return node
+
+
+def _disjoint(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    """Whether ``a`` and ``b``, two views of one storage, cover no common element (by their fake
+    values; False unknown: the whole storage is taken)."""
+    return _layout.disjoint(_layout.layout(a), _layout.layout(b))
 
 
 def _elementwise(target: Any) -> bool:
@@ -263,7 +277,7 @@ def aliased_calls(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, str, str, 
         for i, (w_name, w, w_sets) in enumerate(writes):
             others = [*writes[i + 1 :], *reads]
             for r_name, r, r_sets in others:
-                if storage.root(w) is not storage.root(r):
+                if storage.root(w) is not storage.root(r) or _disjoint(w, r):
                     continue
                 if w_sets & r_sets:
                     continue  # the schema says the op may read what it writes

@@ -8,12 +8,13 @@ import operator
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from pmverify import GraphCase, check_case
 from pmverify.faults import ReinplaceReadsWhatItWrites
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
-from pmverify.oracles import ORACLES, aliasing
+from pmverify.oracles import ORACLES, _layout, aliasing
 from pmverify.strategies import with_mutating_custom_ops
 from pmverify.strategies._custom_ops import op
 
@@ -247,3 +248,134 @@ def test_a_schema_that_shares_the_alias_set_allows_the_read(allowed):
 
     result = check_case(read_x, case, oracles=["aliasing"])
     assert result.ok == allowed, result.violations
+
+
+def _two_views_case(views: str) -> GraphCase:
+    """``qkv = a @ w`` ([3, 8]) and ``fused_add_rms_norm`` on two views of it, functionalized as
+    vLLM's graphs hold rotary embedding's ``query`` / ``key``: ``auto_functionalized`` on the views,
+    its new values scattered back into ``qkv``. ``views``: ``split`` (``split_with_sizes``, disjoint
+    halves), ``split overlapping`` (its first half and ``[:, 2:6]``), ``halves`` (disjoint slices), ``interleaved`` (``[:, 0::2]``, ``[:, 1::2]``: disjoint,
+    their address ranges meet) or ``overlapping`` (``[:, 0:4]``, ``[:, 2:6]``)."""
+    from tests._fused_norm_ops import AF, ops
+
+    g = torch.fx.Graph()
+    a, w, weight = g.placeholder("a"), g.placeholder("w"), g.placeholder("weight")
+    qkv = _call(g, "qkv", aten.mm.default, a, w)
+    if views == "split":
+        split = _call(g, "split", aten.split_with_sizes.default, qkv, [4, 4], -1)
+        q, k = (_call(g, f"part{i}", operator.getitem, split, i) for i in range(2))
+        ranges = [(0, 4, 1), (4, 8, 1)]
+    elif views == "split overlapping":  # a list of views is followed to its storage too
+        q = _call(g, "part0", operator.getitem, _call(g, "split", aten.split_with_sizes.default, qkv, [4, 4], -1), 0)
+        k = _call(g, "part1", aten.slice.Tensor, qkv, 1, 2, 6)
+        ranges = [(0, 4, 1), (2, 6, 1)]
+    else:
+        ranges = {"halves": [(0, 4, 1), (4, 8, 1)], "interleaved": [(0, 8, 2), (1, 8, 2)]}.get(
+            views, [(0, 4, 1), (2, 6, 1)]
+        )
+        q, k = (_call(g, f"part{i}", aten.slice.Tensor, qkv, 1, *r) for i, r in enumerate(ranges))
+    af = _call(g, "af", AF, ops().fused_add_rms_norm.default, input=q, residual=k, weight=weight, epsilon=1e-6)
+    scattered = qkv
+    for i, r in enumerate(ranges):
+        value = _call(g, f"new{i}", operator.getitem, af, i + 1)
+        scattered = _call(g, f"scatter{i}", aten.slice_scatter.default, scattered, value, 1, *r)
+    g.output((scattered,))
+    gen = torch.Generator().manual_seed(0)
+    inputs = [(torch.randn(3, 5, generator=gen), torch.randn(5, 8, generator=gen), torch.randn(4, generator=gen))]
+    return GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), inputs)
+
+
+def _defunctionalize_views(graph: torch.fx.Graph) -> None:
+    """vLLM's ``FixFunctionalizationPass`` on rotary embedding of two views of ``qkv``: the op called
+    in place on the views, the scatters of its new values replaced by ``qkv``."""
+    from tests._fused_norm_ops import AF
+
+    (af,) = graph.find_nodes(op="call_function", target=AF)
+    qkv = next(n for n in graph.nodes if n.name == "qkv")
+    with graph.inserting_before(af):
+        graph.call_function(af.args[0], (), dict(af.kwargs))
+    scatters = [n for n in graph.nodes if n.target is aten.slice_scatter.default]
+    scatters[-1].replace_all_uses_with(qkv)
+    for node in [*reversed(scatters), *af.users, af]:
+        graph.erase_node(node)
+
+
+@pytest.mark.parametrize("views", ["split", "halves", "interleaved", "overlapping", "split overlapping"])
+def test_a_call_writing_disjoint_views_of_one_storage_is_quiet_and_overlapping_ones_caught(views):
+    """The oracle compares the memory a read and a write cover, not their storage: vLLM's
+    defunctionalized rotary embedding writes ``query`` and ``key``, two disjoint views of ``qkv``."""
+    result = check_case(_defunctionalize_views, _two_views_case(views), oracles=["aliasing", "semantics"])
+    if "overlapping" in views:
+        (message,) = _messages(result)
+        assert "writes argument `input` (`part0`) and reads argument `residual` (`part1`)" in message
+    else:
+        assert result.ok, result.violations
+
+
+@st.composite
+def _view_pairs(draw):
+    """A base shape and two chains of slices (start, stop, step) and transposes of it."""
+    shape = draw(st.lists(st.integers(1, 5), min_size=1, max_size=3))
+
+    def chain():
+        steps = []
+        for _ in range(draw(st.integers(0, 3))):
+            if draw(st.booleans()) and len(shape) > 1:
+                steps.append(("t", draw(st.integers(0, len(shape) - 1))))
+            else:
+                steps.append(("s", draw(st.integers(0, len(shape) - 1)), draw(st.integers(0, 5)),
+                              draw(st.integers(0, 6)), draw(st.integers(1, 3))))  # fmt: skip
+        return steps
+
+    return shape, chain(), chain()
+
+
+def _apply(base: torch.Tensor, steps) -> torch.Tensor:
+    for step in steps:
+        if step[0] == "t":
+            base = base.transpose(0, step[1])
+        else:
+            _, dim, start, stop, stride = step
+            base = base[(slice(None),) * dim + (slice(start, stop, stride),)]
+    return base
+
+
+def _disjoint_agrees(shape, first, second) -> None:
+    """``aliasing._disjoint`` of two chains of view nodes on one graph input is True exactly when
+    no element of the input is in both views, by the elements' values in ``arange``; ``covers``
+    exactly when every element of the second is in the first."""
+    base = torch.arange(torch.Size(shape).numel()).reshape(shape)
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = base
+    nodes = []
+    for steps in (first, second):
+        node = x
+        for step in steps:
+            if step[0] == "t":
+                node = g.call_function(aten.transpose.int, (node, 0, step[1]))
+            else:
+                node = g.call_function(aten.slice.Tensor, (node, *step[1:]))
+        nodes.append(node)
+    a, b = (_apply(base, steps) for steps in (first, second))
+    shared = set(a.flatten().tolist()) & set(b.flatten().tolist())
+    assert aliasing._disjoint(*nodes) == (not shared), (a, b)
+    # and mutation_barriers' cover test: every element of b is one of a
+    covered = set(b.flatten().tolist()) <= set(a.flatten().tolist())
+    assert _layout.covers(*(_layout.layout(n) for n in nodes)) == covered, (a, b)
+
+
+@given(_view_pairs())
+@example(([3, 8], [("s", 1, 0, 8, 2)], [("s", 1, 1, 8, 2)]))  # interleaved: ranges meet, disjoint
+@example(([4, 3], [("s", 0, 1, 4, 1)], [("s", 0, 0, 3, 1)]))  # x[1:], x[:-1]: partial overlap
+@example(([3, 4], [("t", 1), ("s", 0, 0, 2, 1)], [("s", 1, 2, 4, 1)]))  # transposed, disjoint
+@example(([3, 8], [("s", 1, 0, 8, 2)], [("s", 1, 2, 7, 4)]))  # every 4th column among the even ones
+def test_disjoint_is_exact_on_views(pair):
+    _disjoint_agrees(*pair)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, database=None)
+@given(_view_pairs())
+def test_disjoint_is_exact_on_views_over_300_cases(pair):
+    _disjoint_agrees(*pair)

@@ -270,3 +270,81 @@ def test_a_reinplacing_before_a_reader_through_unsafe_view_is_caught():
     assert {v.oracle for v in result.violations} == {"mutation_barriers", "semantics"}, result.violations
     assert any("`mm_default` by the kept node `output`" in v.message for v in result.violations), result.violations
     assert check_case(reinplace, case, oracles=["mutation_barriers", "semantics"]).ok  # declines
+
+
+def _blind_defunctionalization(graph, wrong: str = ""):
+    """vLLM's v1 ``FixFunctionalizationPass`` on ``fused_add_rms_norm`` whatever its arguments are
+    (views included): each node replaced by the op called in place at its place. ``wrong``:
+    ``"hoist"`` moves the first reader of the old ``qkv`` after the first call (it now reads the
+    written slice); ``"slice"`` makes the first call write another slice than the one its scatter
+    puts back."""
+    from _fused_norm_ops import _call_in_place
+
+    qkv = next(iter(graph.find_nodes(op="placeholder")))
+    for node in [n for n in graph.nodes if n.target in HOPS]:
+        residual = node.kwargs["residual"]
+        _call_in_place(graph, node)
+        if wrong == "slice" and residual.args[0] is qkv:
+            _, dim, start, end = residual.args
+            residual.args = (qkv, dim, start - 1, end - 1)
+            wrong = ""
+        if wrong == "hoist":
+            call = next(n for n in graph.nodes if n.target is ops().fused_add_rms_norm.default)
+            reader = next(n for n in qkv.users if n.target is torch.ops.aten.mul.Tensor)
+            call.append(reader)
+            wrong = ""
+
+
+def _slice_residual_program(offset: int, width: int, steps: int, read_old: bool):
+    """``fused_add_rms_norm(x, qkv[:, offset:offset + H], w)`` ``steps`` times on a graph input
+    ``qkv`` ``[T, width]`` (vLLM's residual a slice of a graph input), ``qkv * 3`` read before
+    when ``read_old``; returns ``x``, ``qkv`` and what it read."""
+
+    def program(qkv, x, w):
+        o = ops()
+        old = [qkv * 3.0] if read_old else []
+        for _ in range(steps):
+            o.fused_add_rms_norm(x, qkv[:, offset : offset + x.shape[1]], w, EPS)
+        return (x * 1.0, qkv * 1.0, *old)
+
+    return program
+
+
+def _slice_residual_case(t=3, h=4, offset=2, width=8, steps=1, read_old=True, seed=0):
+    shapes = [(t, width), (t, h), (h,)]
+    return _case(_slice_residual_program(offset, width, steps, read_old), shapes, 2, 1)
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_blind_defunctionalization_of_a_slice_of_a_graph_input_is_quiet_and_its_wrong_twins_caught(steps):
+    """The scatter putting the new slice back reads ``qkv`` after the in-place write, but that write
+    lies in the slice the scatter replaces; the final ``copy_`` of the whole ``qkv`` overwrites it."""
+    case = _slice_residual_case(steps=steps)
+    result = check_case(_blind_defunctionalization, case, oracles=ORACLES)
+    assert result.rewritten and result.ok, result.violations
+    for wrong in ("hoist", "slice"):
+        result = check_case(functools.partial(_blind_defunctionalization, wrong=wrong), case, oracles=ORACLES)
+        messages = [v.message for v in result.violations if v.oracle == "mutation_barriers"]
+        assert any("`arg0_1`" in m and "fused_add_rms_norm" in m for m in messages), (wrong, result.violations)
+
+
+def _slice_residual_cases():
+    from hypothesis import strategies as st
+
+    @st.composite
+    def cases(draw):
+        t, h = draw(st.integers(1, 5)), draw(st.sampled_from((4, 8)))
+        offset = draw(st.integers(0, 6))
+        width = offset + h + draw(st.integers(0, 4))
+        steps, read_old = draw(st.integers(1, 3)), draw(st.booleans())
+        return _slice_residual_case(t, h, offset, width, steps, read_old)
+
+    return cases()
+
+
+@pytest.mark.slow
+def test_a_blind_defunctionalization_of_a_slice_of_a_graph_input_is_quiet_over_300_cases(tmp_path):
+    summary = pmverify.verify(
+        _blind_defunctionalization, _slice_residual_cases(), max_examples=300, seed=1, repro_dir=tmp_path
+    )
+    assert summary.rewritten_cases > 30, summary.describe()

@@ -328,3 +328,47 @@ def test_a_dropped_clone_whose_source_nothing_reads_later_is_quiet_and_one_read_
     assert result.ok, result.violations
     result = check_case(_drop_the_clone_and_reinplace, _clone_case(True), oracles=["mutation_barriers"])
     assert any("kept node `mul_tensor`" in v.message for v in result.violations), result.violations
+
+
+def _dropped_scatter_case():
+    """``y = -w; a = slice_scatter(x, y, 0, 0)`` (``y`` of ``x``'s shape: ``a`` is ``y``) and ``b =
+    slice_scatter(y, v, 0, 0, 1)``, both returned: functional scatters, one a no-op."""
+    g = torch.fx.Graph()
+    x, w, v = g.placeholder("x"), g.placeholder("w"), g.placeholder("v")
+    y = g.call_function(aten.neg.default, (w,))
+    a = g.call_function(aten.slice_scatter.default, (x, y, 0, 0, None))
+    b = g.call_function(aten.slice_scatter.default, (y, v, 0, 0, 1))
+    g.output((a, b))
+    inputs = [(torch.randn(3, 4), torch.randn(3, 4), torch.randn(1, 4))]
+    return GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), inputs)
+
+
+def _drop_scatter(reinplace_the_other: bool):
+    """``a`` replaced by ``y`` (``remove_noop_ops``); with ``reinplace_the_other``, ``b`` also
+    reinplaced as ``y[0:1].copy_(v)`` at its place: the output's ``a`` (now ``y``) then reads the
+    written ``y`` (wrong)."""
+
+    def pass_(graph):
+        a, b = (n for n in graph.nodes if n.target is aten.slice_scatter.default)
+        a.replace_all_uses_with(a.args[1])
+        graph.erase_node(a)
+        if reinplace_the_other:
+            base, src, dim, start, end = b.args
+            with graph.inserting_before(b):
+                view = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
+                graph.call_function(aten.copy_.default, (view, src))
+            b.replace_all_uses_with(base)
+            graph.erase_node(b)
+
+    return pass_
+
+
+def test_a_dropped_or_kept_functional_scatter_writes_nothing_and_a_misplaced_reinplacing_is_caught():
+    """A functional scatter counts as a write only where the pass reinplaced it: vLLM's no-op
+    elimination dropping ``a`` for ``y`` and keeping ``b`` (a scatter into ``y``) is quiet."""
+    result = check_case(_drop_scatter(False), _dropped_scatter_case(), oracles=["mutation_barriers", "semantics"])
+    assert result.ok, result.violations
+    result = check_case(_drop_scatter(True), _dropped_scatter_case(), oracles=["mutation_barriers"])
+    assert any("read of `neg" in v.message and "standing for slice_scatter" in v.message for v in result.violations), (
+        result.violations
+    )
