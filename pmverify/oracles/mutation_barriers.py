@@ -137,6 +137,22 @@ def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str
     return mapping
 
 
+def _fresh_writes(
+    before: _Versions, after: _Versions, stand_in: dict[tuple[str, str], str], written_back: set[str]
+) -> set[tuple[str, str]]:
+    """``(storage, node)`` for each ``auto_functionalized`` node the pass inserted that writes
+    ``storage`` in its tuple standing for no node it removed (no removed one wrote it) and whose
+    element no ``copy_`` writes back, alone or as the end of a chain (``written_back``): a functional
+    node, the storage is as it was; its elements are a fresh value (a modified copy), whose readers
+    read no version of the storage (what they read is the semantics and functionalization oracles')."""
+    return {
+        (storage, node)
+        for storage, nodes in after.virtual.items()
+        for node in nodes
+        if node not in before.nodes and stand_in.get((storage, node), node) == node and node not in written_back
+    }
+
+
 def _scatter_behind(before: _Versions, write: str) -> str | None:
     """The functional scatter ``write`` (of the graph before the pass) is, or the one the ``copy_``
     ``write`` writes back (None for any other write): the in-place write standing for it reads its
@@ -249,12 +265,14 @@ def _before(
 def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     """Reads that see another version of their storage after the pass (see the module docstring)."""
     after = _Versions(pair.after.graph)
+    written_back = {w for chain in after.chains.values() for w in chain}
     before, stand_in = _before(pair.before.graph, after, frozenset())
     # a functional scatter is a write only where the pass reinplaced it (an inserted write stands
     # for it): one it kept, dropped or rebuilt writes nothing
     functional = frozenset(before.scatters - {_scatter_behind(before, w) for w in stand_in.values()})
     if functional:
         before, stand_in = _before(pair.before.graph, after, functional)
+    fresh = _fresh_writes(before, after, stand_in, written_back)
     # an in-place write standing for a functional scatter reads what the scatter read: its storage as
     # it is before the write (the elements it leaves as they were)
     for (storage, write), stood_for in stand_in.items():
@@ -309,7 +327,12 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
             else seen
         ),
     )
-    after_all = _all_reads(after, lambda storage, seen: mapped(storage, seen)[0])
+    after_all = _all_reads(
+        after,
+        lambda storage, seen: (
+            None if any((storage, w) in fresh for w in after.expand(seen)) else mapped(storage, seen)[0]
+        ),
+    )
     old_reads: dict[str, dict[tuple[str, ...], list[str]]] = {}
     for (reader, storage), versions in before_all.items():
         if (
