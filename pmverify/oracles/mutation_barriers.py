@@ -33,7 +33,9 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   ``auto_functionalized`` node is no write (as for Inductor's ``is_mutation_op``): it writes the
   arguments its op's schema marks mutable only in the tuple it returns, so only its elements'
   readers see that write; an ``auto_functionalized`` node the pass inserted stands for one it
-  removed that wrote the same tensor (two fused into one), and a write-back ``copy_`` of the end
+  removed that wrote the same tensor (two fused into one); one writing a tensor that no removed one
+  wrote, its element written back by no ``copy_``, returns a fresh value whose readers read no
+  version of that tensor (:func:`_fresh_writes`); and a write-back ``copy_`` of the end
   of a chain of them on one tensor (each writing the element of the one before) is read as the
   chain, each in-place op replacing a node of it standing for that node (vLLM's
   defunctionalization of ``fused_add_rms_norm`` layer after layer), where the pass replaced the
