@@ -33,7 +33,9 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   ``auto_functionalized`` node is no write (as for Inductor's ``is_mutation_op``): it writes the
   arguments its op's schema marks mutable only in the tuple it returns, so only its elements'
   readers see that write; an ``auto_functionalized`` node the pass inserted stands for one it
-  removed that wrote the same tensor (two fused into one), and a write-back ``copy_`` of the end
+  removed that wrote the same tensor (two fused into one); one writing a tensor that no removed one
+  wrote, its element written back by no ``copy_``, returns a fresh value whose readers read no
+  version of that tensor (:func:`_fresh_writes`); and a write-back ``copy_`` of the end
   of a chain of them on one tensor (each writing the element of the one before) is read as the
   chain, each in-place op replacing a node of it standing for that node (vLLM's
   defunctionalization of ``fused_add_rms_norm`` layer after layer), where the pass replaced the
@@ -135,6 +137,22 @@ def _stand_ins(before: _Versions, after: _Versions) -> dict[tuple[str, str], str
         for write, old in zip(inserted, removed, strict=False):
             mapping[(storage, write)] = old
     return mapping
+
+
+def _fresh_writes(
+    before: _Versions, after: _Versions, stand_in: dict[tuple[str, str], str], written_back: set[str]
+) -> set[tuple[str, str]]:
+    """``(storage, node)`` for each ``auto_functionalized`` node the pass inserted that writes
+    ``storage`` in its tuple standing for no node it removed (no removed one wrote it) and whose
+    element no ``copy_`` writes back, alone or as the end of a chain (``written_back``): a functional
+    node, the storage is as it was; its elements are a fresh value (a modified copy), whose readers
+    read no version of the storage (what they read is the semantics and functionalization oracles')."""
+    return {
+        (storage, node)
+        for storage, nodes in after.virtual.items()
+        for node in nodes
+        if node not in before.nodes and stand_in.get((storage, node), node) == node and node not in written_back
+    }
 
 
 def _scatter_behind(before: _Versions, write: str) -> str | None:
@@ -249,12 +267,14 @@ def _before(
 def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     """Reads that see another version of their storage after the pass (see the module docstring)."""
     after = _Versions(pair.after.graph)
+    written_back = {w for chain in after.chains.values() for w in chain}
     before, stand_in = _before(pair.before.graph, after, frozenset())
     # a functional scatter is a write only where the pass reinplaced it (an inserted write stands
     # for it): one it kept, dropped or rebuilt writes nothing
     functional = frozenset(before.scatters - {_scatter_behind(before, w) for w in stand_in.values()})
     if functional:
         before, stand_in = _before(pair.before.graph, after, functional)
+    fresh = _fresh_writes(before, after, stand_in, written_back)
     # an in-place write standing for a functional scatter reads what the scatter read: its storage as
     # it is before the write (the elements it leaves as they were)
     for (storage, write), stood_for in stand_in.items():
@@ -309,7 +329,12 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
             else seen
         ),
     )
-    after_all = _all_reads(after, lambda storage, seen: mapped(storage, seen)[0])
+    after_all = _all_reads(
+        after,
+        lambda storage, seen: (
+            None if any((storage, w) in fresh for w in after.expand(seen)) else mapped(storage, seen)[0]
+        ),
+    )
     old_reads: dict[str, dict[tuple[str, ...], list[str]]] = {}
     for (reader, storage), versions in before_all.items():
         if (
