@@ -260,3 +260,43 @@ def test_shipped_pass_and_identity_are_quiet(case):
     for pass_ in (QKNormFusionPass, _identity):
         result = check_case(pass_, case, oracles=["functionalization"])
         assert result.ok, result.violations
+
+
+def _relu_scale(x, s):
+    return torch.relu(x) * s
+
+
+def _relu_scale_fused(x, s):
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+    op = torch.ops.pmverify_test_functionalization.relu_scale_out.default
+    return auto_functionalized(op, x=x, s=s, out=torch.empty_like(x), pre=torch.empty_like(x))[1]
+
+
+def test_a_replacement_through_auto_functionalized_on_a_symbolic_case_decomposes():
+    """The pattern entry records ``eager_input_vals`` with symbolic sizes; decomposing the graph
+    re-propagated at concrete sizes, Inductor traced the replacement with both and asserted (a false
+    alarm in the fresh-user trial): the stale values are dropped, and the correct rewrite is quiet."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+    import pmverify
+
+    if not hasattr(torch.ops.pmverify_test_functionalization, "relu_scale_out"):
+
+        @torch.library.custom_op("pmverify_test_functionalization::relu_scale_out", mutates_args=("out", "pre"))
+        def relu_scale_out(x: torch.Tensor, s: float, out: torch.Tensor, pre: torch.Tensor) -> None:
+            out.copy_(torch.relu(x) * s)
+            pre.copy_(x * s)
+
+    patterns = PatternMatcherPass(pass_name="relu_scale_out")
+    register_replacement(
+        _relu_scale, _relu_scale_fused, [torch.empty(4, 8), 0.5], fwd_only, patterns, scalar_workaround={"s": 0.5}
+    )
+    g = torch.fx.Graph()  # the shrunk case: the instance's value unread
+    x = g.placeholder("x")
+    g.call_function(aten.mul.Tensor, (g.call_function(aten.relu.default, (x,)), 0.5))
+    g.output(())
+    case = pmverify.symbolize(GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.randn(11, 8),)]))
+    result = check_case(patterns, case, oracles=["functionalization"])
+    assert case.symbols and result.rewrite_count == 1
+    assert result.ok, result.violations
