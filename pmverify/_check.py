@@ -209,12 +209,13 @@ def _oracle_raised(
 
 
 def _changed(pair: RunPair) -> bool:
-    """Whether the pass changed the graph (a node inserted, erased or given other arguments)."""
+    """Whether the pass changed the graph (a node inserted, erased, moved or given other arguments:
+    a pass that only reorders nodes, sinking each to its first user, rewrote the graph)."""
     if pair.after is None:
         return False
 
-    def signature(gm: Any) -> set[tuple[str, str, str]]:
-        return {(node.name, str(node.target), repr((node.args, node.kwargs))) for node in gm.graph.nodes}
+    def signature(gm: Any) -> list[tuple[str, str, str]]:
+        return [(node.name, str(node.target), repr((node.args, node.kwargs))) for node in gm.graph.nodes]
 
     return signature(pair.before) != signature(pair.after)
 

@@ -336,6 +336,30 @@ def test_a_search_that_rewrote_nothing_raises_rewrite_never_matched():
         verify(_NoArgumentPass, cases, max_examples=3)  # the class's name, the strategy's repr cut short
 
 
+def _sink(graph):
+    """A correct reordering: each node moved to just before its first user (fresh-user trial)."""
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and node.users:
+            first = min(node.users, key=lambda user: list(graph.nodes).index(user))
+            first.prepend(node)
+
+
+def test_a_pass_that_only_reorders_nodes_rewrote_the_graph():
+    def program(x, y):
+        a = x.sin()
+        b = y.cos()
+        return b + 1, a * 2
+
+    x, y = torch.randn(3), torch.randn(3)
+    from torch._inductor.pattern_matcher import fwd_only
+
+    case = pmverify.GraphCase(fwd_only(program, [x, y]), [(x, y)])
+    result = pmverify.check_case(_sink, case)
+    assert result.ok and result.rewritten, result.violations
+    summary = verify(_sink, st.just(case), max_examples=3)
+    assert summary.rewritten_cases == 1
+
+
 def test_a_search_whose_every_case_was_void_raises_all_cases_void():
     x = torch.tensor([[float("nan"), 1.0, 2.0]])
     cases = st.just(pmverify.GraphCase(_traced(lambda x: x.sin() + 1), [(x,)]))
