@@ -230,6 +230,7 @@ def apply_direct(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> 
     Inductor sorts the graph right after ``post_grad_custom_post_pass``). The graph is sorted
     either way, so that the other oracles can run it."""
     pair = _apply_rank(build_pass(pass_, case), case, 0, strict_order)
+    pair.reapply = lambda other: _apply_rank(other, case, 0, strict_order).after
     if case.tp_world == 1 or pair.error is not None:
         return pair
     for rank in range(1, case.tp_world):

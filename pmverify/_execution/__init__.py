@@ -176,6 +176,9 @@ class RunPair:
     - ``pass_guards``: for a case with symbols, the guards the pass added to that propagation's
       ``ShapeEnv`` (sympy expressions: what the pass assumed of the sizes, ``Eq(s0, 11)`` when it
       read a symbolic size as an int); empty otherwise.
+    - ``reapply``: in direct mode, a function applying another pass object to rank 0's graph as
+      this pass was applied (returns the graph after it, or None when that pass raises): what the
+      cache-key oracle asks of a pass built with another config; None in compiled mode.
     """
 
     case: GraphCase
@@ -196,6 +199,7 @@ class RunPair:
     before_outputs: list[Any] | None = dataclasses.field(default=None, repr=False)
     before_propagation: FakePropagation | None = dataclasses.field(default=None, repr=False)
     pass_guards: tuple[Any, ...] = ()
+    reapply: Any = dataclasses.field(default=None, repr=False)
     _sized: dict[tuple[tuple[str, int], ...], RunPair] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _results: dict[int, RankResults] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _repropagation: Repropagation | BaseException | None = dataclasses.field(default=None, init=False, repr=False)

@@ -15,6 +15,12 @@ else ``case.pass_config``) and from variants of it that differ in one field each
   variants the config or the pass refuses (``ValueError``, ``TypeError``) are skipped;
 - an equal copy (``copy.deepcopy``).
 
+A config field whose change keeps the uuid is a finding only where it changes what the pass does:
+in direct mode the pass built with the changed config is applied to the case too, and a field
+whose change leaves the rewritten graph as it was (a logging flag, a field another pass reads) is
+not one on that case; a field that changes it (another eps baked into the replacement, a pattern
+that no longer matches) is. In compiled mode every such field is a finding.
+
 Not judged: a pass without ``uuid()`` or whose ``uuid()`` is None (Inductor bypasses its cache),
 one without a configuration, one that cannot be rebuilt from it. Results are cached per pass class
 and configuration, so the oracle costs one ``uuid()`` per new configuration.
@@ -86,8 +92,22 @@ def _uuid_of(cls: type, config: Any) -> Any:
         return ...
 
 
-def uuid_violations(cls: type, config: Any) -> list[Violation]:
-    """The cache-key violations of pass class ``cls`` built with ``config`` (uncached)."""
+def _same_graph(cls: type, variant: Any, pair: RunPair) -> bool:
+    """Whether the pass built with ``variant`` rewrites ``pair``'s case into the graph ``pair``'s
+    pass did (same code); False where that cannot be told (no ``reapply``, compiled mode)."""
+    if pair.reapply is None or pair.after is None:
+        return False
+    try:
+        after = pair.reapply(cls(variant))
+    except (ValueError, TypeError):
+        return False
+    return after is not None and after.code == pair.after.code
+
+
+def uuid_violations(cls: type, config: Any, pair: RunPair | None = None) -> list[Violation]:
+    """The cache-key violations of pass class ``cls`` built with ``config`` (uncached); with
+    ``pair``, a field whose change keeps the uuid counts only where it changes the rewritten graph
+    of ``pair``'s case."""
     uuid = _uuid_of(cls, config)
     if uuid is ... or uuid is None:
         return []
@@ -104,7 +124,7 @@ def uuid_violations(cls: type, config: Any) -> list[Violation]:
     same = [
         f"{name} ({value!r} vs {changed!r})"
         for name, value, changed, variant in config_variants(config)
-        if _uuid_of(cls, variant) == uuid
+        if _uuid_of(cls, variant) == uuid and not (pair is not None and _same_graph(cls, variant, pair))
     ]
     if same:
         violations.append(
@@ -131,4 +151,6 @@ def check(pair: RunPair) -> list[Violation]:
     key = (cls, f"{type(config).__qualname__}:{config!r}")
     if key not in _CACHE:
         _CACHE[key] = tuple(uuid_violations(cls, config))
-    return list(_CACHE[key])
+    if not _CACHE[key] or pair.reapply is None:
+        return list(_CACHE[key])
+    return uuid_violations(cls, config, pair)  # which fields matter depends on the case

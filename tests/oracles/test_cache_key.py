@@ -72,3 +72,16 @@ def test_through_check_case():
     assert check_case(QKNormFusionPass, case, oracles=["cache_key"]).ok
     result = check_case(SourceOnlyUuid, case, oracles=["cache_key"])
     assert [v.oracle for v in result.violations] == ["cache_key"]
+
+
+def test_a_field_the_uuid_ignores_is_a_finding_only_where_it_changes_the_rewritten_graph():
+    """Through ``check_case`` the pass built with each same-uuid config is applied to the case too:
+    a field that leaves the rewritten graph as it was (a group name on one rank, a token limit the
+    case stays under) is no finding there (the fresh-user trial's logging flag), one that changes
+    it (eps baked into the replacement) is."""
+    case = build_case(CONFIG, [make_layer(CONFIG, "qk_norm", tokens=2)])
+    (violation,) = check_case(SourceOnlyUuid, case, oracles=["cache_key"]).violations
+    assert "eps (1e-06 vs 2e-06)" in violation.message
+    assert "group_name" not in violation.message and "max_tokens" not in violation.message
+    (unjudged,) = uuid_violations(SourceOnlyUuid, CONFIG)  # without a case: every field
+    assert "group_name" in unjudged.message and "max_tokens" in unjudged.message
