@@ -403,7 +403,7 @@ def test_each_distinct_failure_is_shrunk_to_its_own_case_most_severe_first(tmp_p
     error = info.value
     # the semantic failure first, shrunk to its own smallest case (4), then the stride one (3)
     assert [failure.label for failure in error.failures] == ["semantics", "structure (strides)"]
-    assert error.case.pass_config == 4 and [v.oracle for v in error.violations] == ["structure", "semantics"]
+    assert error.case.pass_config == 4 and [v.oracle for v in error.violations] == ["semantics", "structure"]
     assert error.failures[0].violations[0].oracle == "semantics"
     strides = error.failures[1]
     assert strides.shrunk and strides.case.pass_config == 3 and strides.key == ("structure", "strides")
