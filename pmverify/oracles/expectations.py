@@ -97,6 +97,7 @@ from .._execution import RunPair, quiet_fake_tensor_errors
 from .._fx import is_view
 from .._sizes import CompileRange
 from ._violation import Violation
+from .mutation_barriers import mutation_regions
 
 __all__ = ["check", "matched_instances", "rewrite_count", "pass_put_barriers", "near_miss_notes"]
 
@@ -426,16 +427,6 @@ def _rewritten_near_misses(pair: Any) -> list[tuple[int, Any]]:
     return found
 
 
-def _mutation_regions(graph: Any) -> dict[str, int]:
-    """Each node's mutation region, as Inductor's ``compute_mutation_region_ids`` numbers them,
-    without writing the graph's node meta."""
-    regions, region = {}, 0
-    for node in graph.nodes:
-        region += _mutating(node)
-        regions[node.name] = region
-    return regions
-
-
 def _before_as_the_pass_saw_it(pair: Any) -> dict[str, Any]:
     """The nodes of a copy of the graph before the pass, by name, carrying the fake values the pass
     was given (``pair.before_propagation``: one ``FakeTensorMode``, where the case's own graph may
@@ -487,7 +478,7 @@ def _own_entries(pair: Any, instance: Any) -> list[tuple[Any, bool | None]]:
     verdicts = _VERDICTS.setdefault(pair, {})
     missing = [i for i in indices if i not in verdicts]
     if missing:
-        regions, before = _mutation_regions(pair.before.graph), _before_as_the_pass_saw_it(pair)
+        regions, before = mutation_regions(pair.before.graph)[0], _before_as_the_pass_saw_it(pair)
         verdicts.update({i: _entry_matches(pair, pair.match_records[i], regions, before) for i in missing})
     return [(pair.match_records[i], verdicts[i]) for i in indices]
 
