@@ -8,15 +8,32 @@ residual, the two forms vLLM's defunctionalization rewrites most.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ._common import HandWrittenFault, aten, is_call
+from ._common import HandWrittenFault, aten, check_config, is_call
 
-__all__ = ["BlindDefunctionalization", "Defunctionalization", "DEFUNC_OPS", "defunc_examples", "defunc_cases"]
+__all__ = [
+    "BlindDefunctionalization",
+    "Defunctionalization",
+    "DefuncConfig",
+    "DEFUNC_OPS",
+    "defunc_examples",
+    "defunc_cases",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class DefuncConfig:
+    """What a defunctionalization rewrites: calls of the ops named in ``ops`` (``"ns::name"``),
+    None for every op."""
+
+    ops: tuple[str, ...] | None = None
+
 
 _NAMESPACE = "pmverify_faults"
 _V1 = torch.ops.higher_order.auto_functionalized
@@ -128,14 +145,14 @@ class Defunctionalization(HandWrittenFault):
     storage) read after the call by anything but the ``copy_`` that writes a graph input back, a
     tensor written twice or read through another argument of the call.
 
-    - ``config``: unused (None), for the bank's ``pass_cls(case.pass_config)``.
+    - ``config``: a :class:`DefuncConfig`; None rewrites every op.
     """
 
     checks_readers = True
 
-    def __init__(self, config: Any = None, ops: Any = None) -> None:
+    def __init__(self, config: DefuncConfig | None = None) -> None:
+        check_config(config, DefuncConfig)
         self.config = config
-        self.ops = None if ops is None else tuple(ops)
         self.matched_count = 0
 
     def _safe(self, node: torch.fx.Node, written: dict[str, torch.fx.Node], order: dict) -> bool:
@@ -168,7 +185,8 @@ class Defunctionalization(HandWrittenFault):
             if node.op != "call_function" or node.target not in (_V1, _V2):
                 continue
             op = node.args[0]
-            if self.ops is not None and op not in self.ops:
+            names = None if self.config is None else self.config.ops
+            if names is not None and getattr(op, "_name", None) not in names:
                 continue
             written = _written(node)
             if written is None or any(u.target is not operator.getitem for u in node.users):

@@ -27,7 +27,7 @@ from .._compat import can_auto_functionalize, has_fake_kernel
 __all__ = ["TensorArg", "Call", "UserOp", "validate_ops", "candidates", "verdict", "Verdict", "call_kwargs"]
 
 _DRAWN = (-2.0, 2.0)  # floating values of a drawn tensor arg
-_POSITIVE = (0.5, 2.0)  # ... of one whose example values are all positive (a scale)
+_POSITIVE = (0.5, 2.0)  # ... of one named like a scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,16 +58,17 @@ def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(torch.empty(tuple(shape), device="meta").stride())
 
 
-def _from_example(value: torch.Tensor) -> TensorArg:
+def _from_example(name: str, value: torch.Tensor) -> TensorArg:
+    """The layout of an example tensor and the range its drawn values lie in: an integer (or bool)
+    tensor's own min and max (0 for a meta tensor), [0.5, 2) for a floating arg named like a scale,
+    [-2, 2) for other floating args (an example's float values, often ``torch.empty``, are ignored)."""
     low, high = _DRAWN
     if not value.dtype.is_floating_point:
         low = high = 0
         if value.device.type != "meta" and value.numel():
             low, high = int(value.min()), int(value.max())
-    elif value.device.type != "meta" and value.numel():
-        upcast = value.float()
-        if bool(upcast.isfinite().all()) and float(upcast.min()) > 0:
-            low, high = _POSITIVE
+    elif "scale" in name:
+        low, high = _POSITIVE
     return TensorArg(tuple(value.shape), _contiguous(value.shape), value.dtype, low, high)
 
 
@@ -152,7 +153,7 @@ def _bind(op: Any, example: Any, where: str) -> Call:
                 raise InvalidArgument(f"{where}: argument {arg.name!r} must be a tensor, not None")
             if value is not None and not isinstance(value, torch.Tensor):
                 raise InvalidArgument(f"{where}: argument {arg.name!r} must be a tensor, not {value!r}")
-            args.append((arg.name, None if value is None else _from_example(value)))
+            args.append((arg.name, None if value is None else _from_example(arg.name, value)))
         elif isinstance(value, torch.Tensor):
             raise InvalidArgument(f"{where}: argument {arg.name!r} of type {arg.type} holds a tensor")
         else:
