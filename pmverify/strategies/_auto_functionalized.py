@@ -324,6 +324,15 @@ def with_mutating_custom_ops(
 
     - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
       :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`.
+    - ``ops``: None (default: the ops above), or a non-empty list of a project's own mutable ops
+      (``OpOverload``s such as ``torch.ops._C.rms_norm.default``) whose calls are drawn instead,
+      from their schemas: see "A project's own mutable ops" in the README (empty / empty_like
+      buffers where the op only writes an arg, clones, chunks of a fused tensor written back,
+      optional args, a reader of a written tensor's old value after the call). A call is drawn only
+      where the op's fake kernel accepts it and its eager kernel runs it to finite values.
+    - ``examples``: only with ``ops``; ``{op: [call, ...]}``, each call a tuple of the op's
+      arguments in schema order or a dict by name: the shapes, dtypes and scalars drawn (renamed to
+      the case's values); without an op's examples its tensor args take the drawn target's layout.
     - ``versions``: the auto_functionalized versions to draw from, a non-empty subset of (1, 2),
       first preferred when shrinking; default both.
     - ``dynamic``: symbolic sizes, as :func:`~pmverify.strategies.with_mutations` takes it:
@@ -339,7 +348,11 @@ def with_mutating_custom_ops(
     Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy,
     ``versions`` that is not a non-empty sequence of 1 and 2, a ``dynamic`` that is not None, a
     bool, ``"tokens"`` or a non-empty list of it, or a ``write_backs`` other than ``"anywhere"`` and
-    ``"end"``.
+    ``"end"``, ``ops`` that is not a non-empty list of mutable, auto-functionalizable
+    ``OpOverload``s with fake kernels, bad ``examples`` (not a dict of ops of ``ops`` to non-empty
+    lists of calls that bind to the schema and that the op's kernels accept), or ``examples``
+    without ``ops``; at draw time, when no call of any op of ``ops`` is accepted for the drawn
+    value (give examples).
 
     Example::
 
