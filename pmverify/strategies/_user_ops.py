@@ -219,15 +219,15 @@ def validate_ops(ops: Any, examples: Any) -> tuple[UserOp, ...]:
 
 def _default_calls(uop: UserOp, target: torch.Tensor) -> list[Call]:
     """Without examples: every tensor arg of ``target``'s layout; optional tensors None, then tensors."""
-    layout = TensorArg(tuple(target.shape), tuple(target.stride()), target.dtype, *_DRAWN)
-    plain = TensorArg(layout.shape, _contiguous(layout.shape), layout.dtype, *_DRAWN)
     anchor = uop.mutated[0]
     calls = []
     for optional in (False, True):
         args = []
         for arg in uop.op._schema.arguments:
             if _is_tensor(arg) or (optional and _is_optional_tensor(arg)):
-                args.append((arg.name, layout if arg.name == anchor else plain))
+                stride = tuple(target.stride()) if arg.name == anchor else _contiguous(target.shape)
+                low, high = _POSITIVE if "scale" in arg.name else _DRAWN
+                args.append((arg.name, TensorArg(tuple(target.shape), stride, target.dtype, low, high)))
             elif _is_optional_tensor(arg):
                 args.append((arg.name, None))
             else:

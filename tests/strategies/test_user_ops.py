@@ -11,7 +11,7 @@ import operator
 import _user_ops as user
 import pytest
 import torch
-from _minimal import rejections
+from _minimal import minimal, rejections
 from _mutation_checks import check_ground_truth, check_runs, first
 from hypothesis import given
 from hypothesis.errors import InvalidArgument
@@ -209,3 +209,13 @@ _X = torch.empty(6, 16)
 def test_invalid_arguments(kwargs, match):
     with pytest.raises(InvalidArgument, match=match):
         with_mutating_custom_ops(fx_graphs(), **kwargs)
+
+
+def test_minimal_case_is_one_example_call():
+    """Shrinks toward one v1 call of the first op's first example as it is, its mutated arg a new
+    input, with no reader of the old value."""
+    case = minimal(_cases([user.NORM_OUT, user.ADD_NORM]))
+    (hop,) = _hops(case)
+    assert hop.target is V1 and hop.args[0] is user.NORM_OUT
+    assert tuple(hop.kwargs["x"].meta["val"].shape) == (6, 16)
+    assert "old read" not in case.label
