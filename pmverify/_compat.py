@@ -365,3 +365,23 @@ def from_functional(tensor: Any) -> Any:
     why = "functionalization strategies read back a functionalized program's values"
     internal("torch", "_sync", why)(tensor)
     return internal("torch", "_from_functional_tensor", why)(tensor.elem)
+
+
+def has_fake_kernel(op: Any) -> bool:
+    """Whether ``op`` (an ``OpOverload``) has a fake kernel: one registered with
+    ``torch.library.register_fake`` (held in ``torch._library.simple_registry``) or a ``Meta``
+    kernel. Raises :class:`InternalMoved`."""
+    import torch
+
+    why = "with_mutating_custom_ops(ops=) takes an op only when fake tensors can trace it"
+    registry = internal("torch._library.simple_registry", "singleton", why)
+    if registry.find(op._name).fake_impl.kernel is not None:
+        return True
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"))
+
+
+def can_auto_functionalize(op: Any) -> bool:
+    """Whether functionalization turns a call of ``op`` into ``auto_functionalized``: a mutable
+    op whose schema torch's ``auto_functionalize`` supports. Raises :class:`InternalMoved`."""
+    why = "with_mutating_custom_ops(ops=) takes only ops functionalization wraps in auto_functionalized"
+    return bool(internal("torch._higher_order_ops.auto_functionalize", "can_auto_functionalize", why)(op))

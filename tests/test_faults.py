@@ -30,6 +30,7 @@ from pmverify.faults import (
     addmm_cases,
 )
 from pmverify.faults._common import DtypesConfig
+from pmverify.faults.defunctionalize import DefuncConfig
 from pmverify.faults.dynamic import HeadRMSNormConfig
 from pmverify.faults.noop import NoOpConfig
 from pmverify.faults.scalars import RMSNormEpsConfig
@@ -94,6 +95,7 @@ _OTHER_CONFIGS = {
     faults.RMSNormHardCodedEps: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
     faults.WriteBackHoistStaleRegions: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
     faults.HandHeadRMSNormIntViews: (HeadRMSNormConfig(), HeadRMSNormConfig(eps=1e-5)),
+    faults.BlindDefunctionalization: (DefuncConfig(), DefuncConfig(ops=("pmverify_faults::rms_norm_into",))),
     **{
         fault: (DtypesConfig(), DtypesConfig(dtypes=(torch.float32,)))
         for fault in (

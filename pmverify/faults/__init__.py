@@ -21,7 +21,9 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.dynamic`: bugs only a symbolic token count shows (a baked hint, a fake impl's concrete
   rows, a pass applying past its range, a matcher comparing view sizes with ints);
 - :mod:`.stale_regions`: a pattern entry that moves a mutation, and later entries matching across
-  it on stale mutation regions.
+  it on stale mutation regions;
+- :mod:`.defunctionalize`: a defunctionalization of a project's own mutable ops that rewrites in
+  place though a later node reads the old operand (with the correct pass it should be).
 
 ``__all__`` lists the faults only (``pmverify fuzz --target`` takes their names); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
@@ -62,6 +64,7 @@ __all__ = [
     "HandHeadRMSNormIntViews",
     "ReinplaceReadsWhatItWrites",
     "WriteBackHoistStaleRegions",
+    "BlindDefunctionalization",
 ]
 
 #: Where each name lives, imported on first use (PEP 562): importing this package imports neither
@@ -102,6 +105,9 @@ _HOMES = {
     "ReinplaceReadsWhatItWrites": ".aliasing",
     "head_rms_norm_pattern": ".dynamic",
     "WriteBackHoistStaleRegions": ".stale_regions",
+    "BlindDefunctionalization": ".defunctionalize",
+    "Defunctionalization": ".defunctionalize",
+    "DefuncConfig": ".defunctionalize",
 }
 
 

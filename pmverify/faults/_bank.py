@@ -16,6 +16,7 @@ from .aliasing import ReinplaceReadsWhatItWrites
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
+from .defunctionalize import BlindDefunctionalization, DefuncConfig
 from .dynamic import (
     HandHeadRMSNormIntViews,
     HeadRMSNormConfig,
@@ -120,6 +121,15 @@ def _custom_ops() -> Families:
     from ..strategies import with_mutating_custom_ops
 
     return [("with_mutating_custom_ops", with_mutating_custom_ops(qk_norm_cases()))]
+
+
+def _defunc() -> Families:
+    """Random graphs with calls of a project's own mutable ops (:func:`~.defunctionalize.defunc_cases`:
+    ``with_mutating_custom_ops(fx_graphs(), ops=..., examples=...)``), some with a reader of a
+    written tensor's old value after the call."""
+    from .defunctionalize import defunc_cases
+
+    return [("with_mutating_custom_ops(ops=defunc_ops)", _with_config(defunc_cases(), DefuncConfig()))]
 
 
 def _with_config(cases: SearchStrategy, config: Any) -> SearchStrategy:
@@ -251,5 +261,7 @@ BANK: dict[str, Fault] = {
               _custom_ops),
         Fault(WriteBackHoistStaleRegions, "entry moves a copy_, later entries match across it (stale regions)",
               ("mutation_barriers", "semantics"), _hoisted_rms),
+        Fault(BlindDefunctionalization, "defunctionalizes in place though a later node reads the old operand",
+              ("semantics", "mutation_barriers"), _defunc),
     )
 }  # fmt: skip

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -41,7 +41,9 @@ from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
 from ._drawn import validate_drawn_case
 from ._dynamic import Dynamic, resymbolize, validate_dynamic
 from ._mutations import Editor, _view_node, apply_view, meta_val
-from ._public import public_call
+from ._public import Shown, public_call
+from ._user_op_calls import add_user_op
+from ._user_ops import UserOp, describe_examples, validate_ops
 
 __all__ = ["with_mutating_custom_ops", "VERSIONS", "WRITE_BACKS"]
 
@@ -118,10 +120,9 @@ def _snippet(call: _Call) -> torch.fx.GraphModule:
     return gm
 
 
-def _splice(editor: Editor, slot: torch.fx.Node, call: _Call, actual: Sequence[torch.fx.Node]):
-    """Copy the nodes of ``call``'s snippet before ``slot``, its placeholders bound to ``actual``;
-    return (the new nodes, the nodes standing for the snippet's outputs)."""
-    snippet = _snippet(call)
+def _splice(editor: Editor, slot: torch.fx.Node, snippet: torch.fx.GraphModule, actual: Sequence[torch.fx.Node]):
+    """Copy the nodes of ``snippet`` (a traced call) before ``slot``, its placeholders bound to
+    ``actual``; return (the new nodes, the nodes standing for the snippet's outputs)."""
     env: dict[torch.fx.Node, torch.fx.Node] = dict(zip(snippet.graph.find_nodes(op="placeholder"), actual, strict=True))
     added = []
     with editor.graph.inserting_before(slot):
@@ -212,7 +213,7 @@ def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies:
     layouts = tuple(_layout(meta_val(node)) for node in bases)
     call = _Call(spec.name, version, layouts, tuple(_layout(meta_val(n)) for n in operands), view, scalars)
 
-    added, results = _splice(editor, slot, call, bases + operands)
+    added, results = _splice(editor, slot, _snippet(call), bases + operands)
     hop = next(n for n in added if isinstance(n.target, torch._ops.HigherOrderOperator))
     outputs, new_bases = results[: len(results) - len(bases)], results[len(results) - len(bases) :]
     added_set = set(added)
@@ -249,7 +250,12 @@ def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies:
 
 @st.composite
 def _functional_cases(
-    draw: Any, cases: st.SearchStrategy, versions: tuple[int, ...], dynamic: Dynamic | None, write_backs: str
+    draw: Any,
+    cases: st.SearchStrategy,
+    versions: tuple[int, ...],
+    dynamic: Dynamic | None,
+    write_backs: str,
+    user_ops: tuple[UserOp, ...] | None = None,
 ) -> GraphCase:
     case = draw(cases)
     validate_drawn_case("cases", case)
@@ -264,10 +270,11 @@ def _functional_cases(
     editor.protected = editor.aliased_inputs()
     copies: list[tuple[torch.fx.Node, torch.fx.Node]] = []
     early_ok = write_backs == "anywhere"
-    _add_custom_op(draw, editor, versions, copies, early_ok)
+    add = _add_custom_op if user_ops is None else functools.partial(add_user_op, uops=user_ops)
+    add(draw, editor, versions=versions, copies=copies, early_ok=early_ok)
     count = 1
     while count < _MAX_OPS and draw(st.booleans()):
-        _add_custom_op(draw, editor, versions, copies, early_ok)
+        add(draw, editor, versions=versions, copies=copies, early_ok=early_ok)
         count += 1
     order = editor.order()
     with editor.graph.inserting_before(editor.graph.output_node()):
@@ -280,6 +287,8 @@ def _functional_cases(
 def with_mutating_custom_ops(
     cases: st.SearchStrategy[GraphCase],
     *,
+    ops: Sequence[Any] | None = None,
+    examples: Mapping[Any, Sequence[Any]] | None = None,
     versions: Sequence[int] = VERSIONS,
     dynamic: bool | str | Sequence[str] | None = None,
     write_backs: str = "anywhere",
@@ -315,6 +324,15 @@ def with_mutating_custom_ops(
 
     - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
       :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`.
+    - ``ops``: None (default: the ops above), or a non-empty list of a project's own mutable ops
+      (``OpOverload``s such as ``torch.ops._C.rms_norm.default``) whose calls are drawn instead,
+      from their schemas: see "A project's own mutable ops" in the README (empty / empty_like
+      buffers where the op only writes an arg, clones, chunks of a fused tensor written back,
+      optional args, a reader of a written tensor's old value after the call). A call is drawn only
+      where the op's fake kernel accepts it and its eager kernel runs it to finite values.
+    - ``examples``: only with ``ops``; ``{op: [call, ...]}``, each call a tuple of the op's
+      arguments in schema order or a dict by name: the shapes, dtypes and scalars drawn (renamed to
+      the case's values); without an op's examples its tensor args take the drawn target's layout.
     - ``versions``: the auto_functionalized versions to draw from, a non-empty subset of (1, 2),
       first preferred when shrinking; default both.
     - ``dynamic``: symbolic sizes, as :func:`~pmverify.strategies.with_mutations` takes it:
@@ -330,7 +348,11 @@ def with_mutating_custom_ops(
     Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy,
     ``versions`` that is not a non-empty sequence of 1 and 2, a ``dynamic`` that is not None, a
     bool, ``"tokens"`` or a non-empty list of it, or a ``write_backs`` other than ``"anywhere"`` and
-    ``"end"``.
+    ``"end"``, ``ops`` that is not a non-empty list of mutable, auto-functionalizable
+    ``OpOverload``s with fake kernels, bad ``examples`` (not a dict of ops of ``ops`` to non-empty
+    lists of calls that bind to the schema and that the op's kernels accept), or ``examples``
+    without ``ops``; at draw time, when no call of any op of ``ops`` is accepted for the drawn
+    value (give examples).
 
     Example::
 
@@ -349,10 +371,15 @@ def with_mutating_custom_ops(
     canonical = validate_dynamic("dynamic", dynamic, follow=True)
     if write_backs not in WRITE_BACKS:
         raise InvalidArgument(f"write_backs={write_backs!r} must be one of {WRITE_BACKS}")
+    if ops is None and examples is not None:
+        raise InvalidArgument(f"examples={examples!r} is given without ops")
+    user_ops = None if ops is None else validate_ops(ops, examples)
     return public_call(
         with_mutating_custom_ops,
-        _functional_cases(cases, tuple(versions), canonical, write_backs),
+        _functional_cases(cases, tuple(versions), canonical, write_backs, user_ops),
         cases,
+        **({} if ops is None else {"ops": ops}),
+        **({} if examples is None else {"examples": Shown(describe_examples(user_ops))}),
         versions=given,
         dynamic=dynamic,
         write_backs=write_backs,
