@@ -1,0 +1,32 @@
+"""A project's own custom ops (``torch.ops.pmverify_user``), registered here the two ways projects
+do (``torch.library.custom_op``, ``Library.define``), and a pass that rewrites one of them wrongly:
+reproducers of graphs holding them must import this module before building the graph."""
+
+import torch
+
+_lib = torch.library.Library("pmverify_user", "DEF")
+_lib.define("triple(Tensor x) -> Tensor")
+
+
+@torch.library.impl(_lib, "triple", "CompositeExplicitAutograd")
+def _triple(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@torch.library.custom_op("pmverify_user::halve", mutates_args=())
+def halve(x: torch.Tensor) -> torch.Tensor:
+    return x / 2
+
+
+@halve.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def triple_to_double(graph: torch.fx.Graph) -> None:
+    """Wrong: rewrites ``pmverify_user.triple(x)`` as ``x + x``."""
+    for node in graph.find_nodes(op="call_function", target=torch.ops.pmverify_user.triple.default):
+        with graph.inserting_before(node):
+            double = graph.call_function(torch.ops.aten.add.Tensor, (node.args[0], node.args[0]))
+        node.replace_all_uses_with(double)
+        graph.erase_node(node)
