@@ -429,9 +429,16 @@ def render(
             if hang_s is not None
             else []
         ),
-        f"    result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r}"
+        "    try:  # check_case never raises on a finding: what it raises is an error of the check (exit 2)",
+        f"        result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r}"
         + (", pass_factory=PASS_FACTORY" if isinstance(pass_, PassFactory) and "PASS_FACTORY" in pass_source else "")
         + (", strict_order=True)" if strict_order else ")"),
+        "    except Exception:",
+        "        import traceback",
+        "",
+        "        traceback.print_exc()",
+        '        print("pmverify could not check the case: nothing was checked", file=sys.stderr)',
+        "        sys.exit(2)",
         *(["    faulthandler.cancel_dump_traceback_later()"] if hang_s is not None else []),
         '    print("graph before the pass:", result.pair.before.code, sep="\\n")',
         "    if result.pair.after is not None:",

@@ -379,7 +379,8 @@ def verify(
     ``hypothesis.settings``, an empty ``oracles``, a ``shrink_budget_s`` that is not a positive number or None,
     ``ValueError`` for a ``$PMVERIFY_SHRINK_BUDGET`` that is not a positive number, ``ValueError`` for an unknown ``mode`` or a
     ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass;
-    ``InvalidArgument`` when both or neither of ``pass_`` and ``pass_factory`` are given, for a
+    ``InvalidArgument`` when both ``pass_`` and ``pass_factory`` are given (``TypeError`` when
+    neither is), for a
     ``pass_factory`` that is a class, not callable, or not importable by its module path (a lambda,
     a closure, a ``functools.partial``), and for a ``reproducer_prelude`` that is not a str.
 

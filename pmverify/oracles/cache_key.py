@@ -42,7 +42,7 @@ import torch
 from .._execution import RunPair
 from ._violation import Violation
 
-__all__ = ["check", "config_variants", "uuid_violations"]
+__all__ = ["builder_and_config", "check", "config_variants", "uuid_violations"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _CACHE: dict[tuple[Any, str], tuple[Violation, ...]] = {}
@@ -147,7 +147,7 @@ def check(pair: RunPair) -> list[Violation]:
     pass_ = pair.pass_
     if not callable(getattr(pass_, "uuid", None)) or isinstance(pass_, type):
         return []
-    builder, config = _builder(pair)
+    builder, config = builder_and_config(pair)
     if config is None:
         return []
     name = type(pass_).__name__
@@ -159,7 +159,7 @@ def check(pair: RunPair) -> list[Violation]:
     return uuid_violations(builder, config, pair, name)  # which fields matter depends on the case
 
 
-def _builder(pair: RunPair) -> tuple[Any, Any]:
+def builder_and_config(pair: RunPair) -> tuple[Any, Any]:
     """``(what builds the pass from a config, that config)`` for ``pair``'s pass: a pass factory
     taking a config and the case's ``pass_config``; else its class and ``pass_.config``, or the
     case's ``pass_config`` unless a factory taking no argument built the pass (that config is then
