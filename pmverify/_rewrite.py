@@ -323,7 +323,10 @@ def _search(
             reproducer_prelude=reproducer_prelude,
         )
     except PassVerificationError as error:
-        note = error.note.replace("give verify() pass_source", "give check_rewrite() pass_source")
+        note = error.note.replace(
+            "give verify() pass_factory= a module-level function building the pass, or pass_source",
+            "give check_rewrite() pass_source",
+        )
         if cap:
             notes = [*notes, cap]
         if simulated:

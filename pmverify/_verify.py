@@ -477,7 +477,10 @@ def verify(
             raise
         notes = []
         if pass_source is None and not _reproducer.rebuildable(pass_):
-            notes.append("it cannot rebuild the pass: edit PASS in it, or give verify() pass_source='PASS = ...'")
+            notes.append(
+                "it cannot rebuild the pass: edit PASS in it, or give verify() pass_factory= a module-level "
+                "function building the pass, or pass_source='PASS = ...'"
+            )
         if isinstance(error, FlakyFailure):
             notes.append("Hypothesis found the failure flaky: the pass did not fail every time on this case")
         cut = bool(stopped) and stopped[0] == very_slow_shrinking_reason()
