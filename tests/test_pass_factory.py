@@ -188,3 +188,25 @@ def test_a_factory_defined_in_the_main_script_is_loaded_from_its_file(tmp_path):
     pathlib.Path(repro).write_text(source.replace("        gm=build_graph(),", "        gm=build_graph(missing),"))
     run = _run(repro, elsewhere)
     assert run.returncode == 2 and "cannot rebuild the case: NameError" in run.stderr
+
+
+@pytest.mark.slow  # end to end: a fuzz job (its worker rebuilds the pass from the factory) and its reproducer
+def test_pmverify_fuzz_with_a_pass_factory_target(tmp_path):
+    import json
+    import os
+
+    here = pathlib.Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}
+    report = tmp_path / "r.json"
+    argv = ["fuzz", "--target", "_factory_passes:make_mul_fold_pass", "--cases", "_factory_passes:mul_cases"]
+    argv += ["--max-examples", "6", "--no-real-model", "--progress", "plain", "--report", str(report)]
+    argv += ["--db", str(tmp_path / "db"), "--repro-dir", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "pmverify", *argv], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    (run,) = json.loads(report.read_text())["targets"]
+    (finding,) = run["findings"]
+    assert finding["violations"][0]["oracle"] == "semantics" and not run["errors"]
+    run = _run(finding["reproducer"], tmp_path)
+    assert run.returncode == 1 and "VIOLATION semantics" in run.stdout, run.stderr[-2000:]
