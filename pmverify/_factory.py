@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PassFactory", "as_factory", "import_code", "op_origin", "IMPORT_HELPER"]
+__all__ = ["PassFactory", "as_factory", "import_code", "op_origins", "IMPORT_HELPER"]
 
 
 def _file_of(module_name: str) -> str | None:
@@ -88,33 +88,53 @@ def import_code(module: str, path: str | None, qualname: str | None = None) -> s
 _REGISTERED_AT = re.compile(r"^debug: registered at (.+):\d+$", re.MULTILINE)
 
 
-def op_origin(qualname: str) -> tuple[str, str] | None:
-    """``(module, file)`` of the module that defined custom op ``qualname`` (``"ns::name"``), from
-    what torch.library recorded: a ``torch.library.custom_op``'s function, else the file of the
-    ``Library.define`` call the dispatcher names (``registered at FILE:LINE``), matched against the
-    loaded modules' files; None when neither leads to a loaded module (an op of a C++ extension)."""
-    from torch._library import custom_ops
-
-    opdef = custom_ops.OPDEFS.get(qualname)
-    function = getattr(opdef, "_init_fn", None)
-    module = getattr(function, "__module__", None)
-    if isinstance(module, str) and _file_of(module):
-        return module, _file_of(module)  # type: ignore[return-value]
-    import torch
-
-    try:
-        dump = torch._C._dispatch_dump(qualname)
-    except RuntimeError:
-        return None
-    found = _REGISTERED_AT.search(dump)
-    if found is None:
-        return None
-    path = os.path.abspath(found.group(1))
+def _loaded_module_of(path: str) -> str | None:
+    path = os.path.abspath(path)
     for name, loaded in list(sys.modules.items()):
         file = getattr(loaded, "__file__", None)
         if file and os.path.abspath(file) == path:
-            return name, path
+            return name
     return None
+
+
+def _fake_function_module(qualname: str) -> str | None:
+    """The module of the function registered as ``qualname``'s fake implementation (torch wraps
+    it: the function is found among the wrapper's closure cells), unless it is torch's own."""
+    from torch._library import simple_registry
+
+    kernel = simple_registry.singleton.find(qualname).fake_impl.kernel
+    func = getattr(kernel, "func", None)
+    candidates = [func, *(cell.cell_contents for cell in getattr(func, "__closure__", None) or ())]
+    for candidate in candidates:
+        module = getattr(candidate, "__module__", None)
+        if inspect.isfunction(candidate) and isinstance(module, str) and not module.startswith("torch."):
+            return module if _file_of(module) else None
+    return None
+
+
+def op_origins(qualname: str) -> list[tuple[str, str]]:
+    """``(module, file)`` of the modules that defined custom op ``qualname`` (``"ns::name"``), from
+    what torch.library recorded: a ``torch.library.custom_op``'s function; else the function
+    registered as its fake implementation (vLLM's ``direct_register_custom_op`` defines an op
+    through a library made in another module, whose file is what the dispatcher records) and the
+    file of the ``Library`` the dispatcher names (``registered at FILE:LINE``), matched against the
+    loaded modules' files. Empty when none leads to a loaded module (an op of a C++ extension)."""
+    from torch._library import custom_ops
+
+    opdef = custom_ops.OPDEFS.get(qualname)
+    module = getattr(getattr(opdef, "_init_fn", None), "__module__", None)
+    if isinstance(module, str) and _file_of(module):
+        return [(module, _file_of(module))]  # type: ignore[list-item]
+    import torch
+
+    names = [_fake_function_module(qualname)]
+    try:
+        found = _REGISTERED_AT.search(torch._C._dispatch_dump(qualname))
+    except RuntimeError:
+        found = None
+    if found is not None:
+        names.append(_loaded_module_of(found.group(1)))
+    return [(name, _file_of(name)) for name in dict.fromkeys(names) if name is not None and _file_of(name)]  # type: ignore[misc]
 
 
 @dataclasses.dataclass(frozen=True)

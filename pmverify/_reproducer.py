@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ._case import GraphCase
-from ._factory import IMPORT_HELPER, PassFactory, import_code, op_origin
+from ._factory import IMPORT_HELPER, PassFactory, import_code, op_origins
 from ._fx import GRADIENT_OUTPUTS
 
 __all__ = ["render", "write", "write_picture", "pass_recipe", "rebuildable", "import_source", "default_repro_dir"]
@@ -206,8 +206,7 @@ def _overload(target: torch._ops.OpOverload, imports: set[str]) -> str:
     if namespace in _OP_MODULES:
         imports.add(_OP_MODULES[namespace])
     elif namespace != "aten":
-        origin = op_origin(target._schema.name)  # a project's own op: the module that defined it
-        if origin is not None:
+        for origin in op_origins(target._schema.name):  # a project's own op: the modules that defined it
             imports.add(f"{import_code(*origin)}  # registers torch.ops.{namespace}")
     return f"torch.ops.{namespace}.{name}.{target._overloadname}"
 

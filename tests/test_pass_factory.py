@@ -34,7 +34,8 @@ def _user_op_case():
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
     tripled = graph.call_function(torch.ops.pmverify_user.triple.default, (x,))
-    graph.output((graph.call_function(torch.ops.pmverify_user.halve.default, (tripled,)),))
+    halved = graph.call_function(torch.ops.pmverify_user.halve.default, (tripled,))
+    graph.output((graph.call_function(torch.ops.pmverify_user_lib.quarter.default, (halved,)),))
     return GraphCase(torch.fx.GraphModule(torch.nn.Module(), graph), [(torch.linspace(-2.0, 2.0, 4),)])
 
 
@@ -54,8 +55,9 @@ def test_a_reproducer_rebuilds_the_pass_from_its_factory(tmp_path):
 
 
 def test_a_reproducer_imports_the_module_that_registered_the_graphs_custom_ops(tmp_path):
-    """The graph holds ops of ``tests/_user_ops.py`` (one ``Library.define``, one
-    ``torch.library.custom_op``): the script imports that module before it builds the graph."""
+    """The graph holds ops of ``tests/_user_ops.py`` (a ``Library.define``, a
+    ``torch.library.custom_op``, one defined through another module's library as vLLM does): the
+    script imports that module before it builds the graph."""
     import _user_ops
 
     with pytest.raises(PassVerificationError) as info:
@@ -68,13 +70,19 @@ def test_a_reproducer_imports_the_module_that_registered_the_graphs_custom_ops(t
 
 
 def test_where_torch_library_recorded_a_custom_op():
+    import _user_op_library
     import _user_ops
 
-    from pmverify._factory import op_origin
+    from pmverify._factory import op_origins
 
-    assert op_origin("pmverify_user::triple") == ("_user_ops", _user_ops.__file__)  # Library.define
-    assert op_origin("pmverify_user::halve") == ("_user_ops", _user_ops.__file__)  # torch.library.custom_op
-    assert op_origin("aten::add") is None
+    assert op_origins("pmverify_user::triple") == [("_user_ops", _user_ops.__file__)]  # Library.define
+    assert op_origins("pmverify_user::halve") == [("_user_ops", _user_ops.__file__)]  # torch.library.custom_op
+    # vLLM's direct_register_custom_op: the module of its fake function, and the library's
+    assert op_origins("pmverify_user_lib::quarter") == [
+        ("_user_ops", _user_ops.__file__),
+        ("_user_op_library", _user_op_library.__file__),
+    ]
+    assert op_origins("aten::add") == []
 
 
 def test_a_factory_is_called_like_a_class():
