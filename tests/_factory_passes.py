@@ -59,6 +59,15 @@ def source_only_uuid_pass_for(config: dict) -> SourceOnlyUuidPass:
     return SourceOnlyUuidPass(VllmLikeConfig(ModelConfig(scale=config["scale"])))
 
 
+def triple_to_double(graph: torch.fx.Graph) -> None:
+    """A pass on the ops of ``_user_ops`` (which this module does not import). Wrong: rewrites ``pmverify_user.triple(x)`` as ``x + x``."""
+    for node in graph.find_nodes(op="call_function", target=torch.ops.pmverify_user.triple.default):
+        with graph.inserting_before(node):
+            double = graph.call_function(torch.ops.aten.add.Tensor, (node.args[0], node.args[0]))
+        node.replace_all_uses_with(double)
+        graph.erase_node(node)
+
+
 def mul_case(scale: float = 3.0, pass_config=None):
     """``mul(x, scale)`` on 4 floats: the case the tests find the bug on (any scale but 2.0)."""
     from pmverify import GraphCase

@@ -58,10 +58,10 @@ def test_a_reproducer_imports_the_module_that_registered_the_graphs_custom_ops(t
     """The graph holds ops of ``tests/_user_ops.py`` (a ``Library.define``, a
     ``torch.library.custom_op``, one defined through another module's library as vLLM does): the
     script imports that module before it builds the graph."""
-    import _user_ops
+    from _factory_passes import triple_to_double
 
     with pytest.raises(PassVerificationError) as info:
-        verify(_user_ops.triple_to_double, st.just(_user_op_case()), max_examples=1, repro_dir=tmp_path)
+        verify(triple_to_double, st.just(_user_op_case()), max_examples=1, repro_dir=tmp_path)
     source = info.value.reproducer.read_text()
     assert source.index("# registers torch.ops.pmverify_user") < source.index("def build_graph")
     run = _run(info.value.reproducer, tmp_path)
@@ -134,9 +134,9 @@ def test_bad_pass_factory_arguments(kwargs, message):
 def test_the_prelude_runs_first_then_the_imports_then_the_pass_then_the_graph():
     """Exit 1 means only that the violation reproduces: what the case and the pass need is imported
     and built before the graph, each step exiting 2 when it fails."""
-    import _user_ops
+    from _factory_passes import triple_to_double
 
-    source = render(_user_op_case(), _user_ops.triple_to_double, [], prelude="os.environ['MY_FLAG'] = '1'")
+    source = render(_user_op_case(), triple_to_double, [], prelude="os.environ['MY_FLAG'] = '1'")
     steps = [
         "os.environ['MY_FLAG']",
         "# registers torch.ops.pmverify_user",
