@@ -5,8 +5,12 @@ instances still applies; a symbolic case's ``Sym`` placeholders and size arithme
 ``symbols=`` and ``input_dims=``, so the rebuilt case is symbolic: ``check_case`` propagates its fake
 values symbolically again, no fake value is written), loads the exact inputs (embedded, base64 of ``torch.save``), rebuilds the
 pass, runs :func:`pmverify.check_case` and prints the violations. It exits 1 while the pass is
-wrong, 0 once it is fixed, and 2 when it cannot check anything (the pass's module does not import,
-or ``PASS`` must be edited in), in a fresh interpreter.
+wrong, 0 once it is fixed, and 2 when it cannot check anything, in a fresh interpreter. In order: the
+prelude (``verify(reproducer_prelude=)``, a fuzz target's, the pass's own), the imports (the
+modules that registered the graph's custom ops, :func:`pmverify._factory.op_origins`; the pass's),
+the pass (or its factory), then the case: each step exits 2 when it fails (a module that does not
+import, ``PASS`` to be edited in, a graph whose ops are missing), and so does ``check_case``
+raising, so that 1 means only that the violation reproduces.
 """
 
 from __future__ import annotations
