@@ -13,7 +13,8 @@ its next pass on the graph a pass left, before any sort). The pass may be:
 
 - anything with ``__call__(torch.fx.Graph)`` (Inductor's ``CustomGraphPass``, vLLM's passes);
 - a ``PatternMatcherPass`` (called through ``.apply``);
-- a class, built per case as ``cls(case.pass_config)``.
+- a class, built per case as ``cls(case.pass_config)``;
+- a :class:`~pmverify._factory.PassFactory` (``verify(pass_factory=...)``), used as a class is.
 
 A tensor-parallel case (``tp_world > 1``) runs the same per-rank graph on every rank, and so does
 the pass: it is applied once per rank, to its own copy propagated with that rank's inputs, built
@@ -48,6 +49,7 @@ from ._execution import (
     quiet_fake_tensor_errors,
     rank_pair,
 )
+from ._factory import PassFactory
 from ._fx import output_vals
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "RunPair",
     "apply_direct",
     "build_pass",
+    "built_from",
     "rank_config",
     "rank_pair",
     "check_pass",
@@ -153,7 +156,7 @@ def pass_made_unsorted(
 def check_pass(pass_: Any) -> None:
     """Raise ``TypeError`` naming ``pass_`` unless it is a pass class, a ``PatternMatcherPass``
     (anything with ``apply``) or callable on a ``torch.fx.Graph``."""
-    if not (isinstance(pass_, type) or callable(pass_) or callable(getattr(pass_, "apply", None))):
+    if not (isinstance(pass_, (type, PassFactory)) or callable(pass_) or callable(getattr(pass_, "apply", None))):
         raise TypeError(
             f"pass_={pass_!r} is not a pass: give a class built per case from case.pass_config, a "
             "PatternMatcherPass, or a callable on a torch.fx.Graph"
@@ -179,10 +182,15 @@ def rank_config(config: Any, rank: int, tp_world: int | None = None) -> Any:
 def build_pass(pass_: Any, case: GraphCase, rank: int = 0) -> Any:
     """Return the pass object for ``case`` on rank ``rank``: ``pass_`` itself, or, when ``pass_`` is
     a class, ``pass_(rank_config(case.pass_config, rank))``, or ``pass_()`` for a case that carries
-    no ``pass_config`` (a fresh object per case, so no state leaks from one case to the next).
+    no ``pass_config`` (a fresh object per case, so no state leaks from one case to the next); a
+    :class:`PassFactory` the same way (:meth:`PassFactory.build`).
     Raises ``TypeError`` for something that is not a pass (:func:`check_pass`), ``ValueError`` when
     a class needs constructor arguments and the case carries no ``pass_config``."""
     check_pass(pass_)
+    if isinstance(pass_, PassFactory):
+        return pass_.build(
+            rank_config(case.pass_config, rank, case.tp_world) if case.tp_world > 1 else case.pass_config
+        )
     if isinstance(pass_, type):
         if case.pass_config is None:
             if not _constructible_without_arguments(pass_):
@@ -194,6 +202,18 @@ def build_pass(pass_: Any, case: GraphCase, rank: int = 0) -> Any:
             return pass_()
         return pass_(rank_config(case.pass_config, rank, case.tp_world) if case.tp_world > 1 else case.pass_config)
     return pass_
+
+
+def built_from(pass_: Any, case: GraphCase) -> tuple[Any, Any] | None:
+    """``(builder, config)``: what built rank 0's pass object for ``case`` and the config it was
+    given (None when it was given none: a pass factory taking no argument), so that a pass for
+    another config can be built the same way (``builder(variant)``); None for a pass given built."""
+    config = case.pass_config
+    if isinstance(pass_, PassFactory):
+        return (pass_.fn, config if pass_.takes_config else None)
+    if isinstance(pass_, type):
+        return (pass_, config)
+    return None
 
 
 def _constructible_without_arguments(cls: type) -> bool:
@@ -231,6 +251,7 @@ def apply_direct(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> 
     either way, so that the other oracles can run it."""
     pair = _apply_rank(build_pass(pass_, case), case, 0, strict_order)
     pair.reapply = lambda other: _apply_rank(other, case, 0, strict_order).after
+    pair.built_from = built_from(pass_, case)
     if case.tp_world == 1 or pair.error is not None:
         return pair
     for rank in range(1, case.tp_world):

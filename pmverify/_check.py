@@ -126,8 +126,9 @@ def _judges_expectations(pair: RunPair) -> bool:
 
 
 def _judges_cache_key(pair: RunPair) -> bool:
-    config = getattr(pair.pass_, "config", None) or pair.case.pass_config
-    return callable(getattr(pair.pass_, "uuid", None)) and config is not None
+    from .oracles.cache_key import builder_and_config
+
+    return callable(getattr(pair.pass_, "uuid", None)) and builder_and_config(pair)[1] is not None
 
 
 #: When a built-in oracle has something to judge on a case whose pass ran (see :func:`judged_by`).
@@ -220,18 +221,41 @@ def _changed(pair: RunPair) -> bool:
     return signature(pair.before) != signature(pair.after)
 
 
+def pass_or_factory(pass_: Any, pass_factory: Any) -> Any:
+    """The pass under test of ``pass_=`` / ``pass_factory=`` (exactly one of them): ``pass_``, or
+    ``pass_factory`` as a :class:`~pmverify._factory.PassFactory`. Raises ``InvalidArgument``
+    naming both when both are given, ``TypeError`` when neither is, and as
+    :func:`~pmverify._factory.as_factory` does."""
+    from hypothesis.errors import InvalidArgument
+
+    from ._factory import as_factory
+
+    if pass_ is None and pass_factory is None:
+        raise TypeError("pass_=None is not a pass: give the pass, or pass_factory= a function building it")
+    if pass_ is not None and pass_factory is not None:
+        raise InvalidArgument(
+            f"pass_={pass_!r}, pass_factory={pass_factory!r}: give exactly one (the pass, or a function building it)"
+        )
+    return pass_ if pass_factory is None else as_factory(pass_factory)
+
+
 def check_case(
-    pass_: Any,
-    case: GraphCase,
+    pass_: Any = None,
+    case: GraphCase | None = None,
     *,
     oracles: Sequence[OracleSpec] | None = None,
     mode: str = "direct",
     strict_order: bool = False,
+    pass_factory: Callable[..., Any] | None = None,
 ) -> CaseResult:
     """Apply ``pass_`` to ``case`` and return what the oracles found; never raises on a finding.
 
     - ``pass_``: a pass object (``__call__(torch.fx.Graph)`` or ``PatternMatcherPass``) or a pass
       class built per case as ``pass_(case.pass_config)``.
+    - ``pass_factory``: instead of ``pass_``, a module-level function building the pass, called
+      as a class is: ``pass_factory(case.pass_config)`` (per rank of a tensor-parallel case), or
+      ``pass_factory()`` when it takes no argument or the case carries no ``pass_config``; see
+      :func:`pmverify.verify`.
     - ``oracles``: names from ``pmverify.oracles.ORACLES`` or callables ``RunPair -> [Violation]``
       (see :mod:`pmverify.oracles`: the pair is applied and its runs computed once, then handed to
       every oracle); default all.
@@ -257,7 +281,10 @@ def check_case(
     compiled mode, ``RuntimeError`` when the case does not compile or run even without the pass;
     :class:`pmverify.distributed.SPMDTimeoutError` when a tensor-parallel world did not finish within
     its timeout (``$PMVERIFY_TP_TIMEOUT_S``, default 120 s): an error of the run, not a finding.
+    ``InvalidArgument`` when both ``pass_`` and ``pass_factory`` are given (``TypeError`` when
+    neither is), or for a ``pass_factory`` that is not a function importable by its module path.
     """
+    pass_ = pass_or_factory(pass_, pass_factory)
     if not isinstance(case, GraphCase):
         raise TypeError(f"case={case!r} is not a GraphCase")
     if mode not in MODES:

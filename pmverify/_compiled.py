@@ -74,6 +74,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_
 from ._apply import (
     RunPair,
     build_pass,
+    built_from,
     error_summary,
     pass_made_unsorted,
     quiet_fake_tensor_errors,
@@ -600,5 +601,6 @@ def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -
         mode="compiled",
         compiled=run,
         strict_order=strict_order,
+        built_from=built_from(pass_, case),
     )
     return pair

@@ -5,8 +5,12 @@ instances still applies; a symbolic case's ``Sym`` placeholders and size arithme
 ``symbols=`` and ``input_dims=``, so the rebuilt case is symbolic: ``check_case`` propagates its fake
 values symbolically again, no fake value is written), loads the exact inputs (embedded, base64 of ``torch.save``), rebuilds the
 pass, runs :func:`pmverify.check_case` and prints the violations. It exits 1 while the pass is
-wrong, 0 once it is fixed, and 2 when it cannot check anything (the pass's module does not import,
-or ``PASS`` must be edited in), in a fresh interpreter.
+wrong, 0 once it is fixed, and 2 when it cannot check anything, in a fresh interpreter. In order: the
+prelude (``verify(reproducer_prelude=)``, a fuzz target's, the pass's own), the imports (the
+modules that registered the graph's custom ops, :func:`pmverify._factory.op_origins`; the pass's),
+the pass (or its factory), then the case: each step exits 2 when it fails (a module that does not
+import, ``PASS`` to be edited in, a graph whose ops are missing), and so does ``check_case``
+raising, so that 1 means only that the violation reproduces.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from typing import Any
 import torch
 
 from ._case import GraphCase
+from ._factory import IMPORT_HELPER, PassFactory, import_code, op_origins
 from ._fx import GRADIENT_OUTPUTS
 
-__all__ = ["render", "write", "write_picture", "pass_recipe", "import_source", "default_repro_dir"]
+__all__ = ["render", "write", "write_picture", "pass_recipe", "rebuildable", "import_source", "default_repro_dir"]
 
 
 def _version() -> str:
@@ -62,19 +67,48 @@ def default_repro_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("PMVERIFY_REPRO_DIR", ".pmverify/reproducers"))
 
 
+def _by_name(module: str) -> bool:
+    """Whether a script finds ``module`` by its name: a module of an installed package or of the
+    standard library, or one under the working directory (the script puts it on its path)."""
+    import sysconfig
+
+    file = _module_file(module)
+    if file is None:
+        return True  # a built-in or namespace module
+    base = os.path.join(os.getcwd(), *module.split("."))
+    if file in (base + ".py", os.path.join(base, "__init__.py")):
+        return True
+    installed = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib", "platstdlib")}
+    return any(file.startswith(os.path.abspath(root) + os.sep) for root in installed)
+
+
+def _module_file(module: str) -> str | None:
+    import sys
+
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return os.path.abspath(path) if path else None
+
+
 def _import_of(obj: Any) -> tuple[str, str]:
-    """(import line, expression) for a module-level class or function."""
+    """(import line, expression) for a module-level class or function: ``from MODULE import NAME``
+    where a script finds its module by name (:func:`_by_name`), else ``NAME = _pmverify_import(...)``
+    (by name, else from its file: a test module, the ``__main__`` script)."""
     module, qualname = obj.__module__, obj.__qualname__
-    if "<" in qualname or module == "__main__":
+    if "<" in qualname:
         raise ValueError(f"{obj!r} is not importable from a module")
     top = qualname.split(".")[0]
-    return f"from {module} import {top}", qualname
+    if module != "__main__" and _by_name(module):
+        return f"from {module} import {top}", qualname
+    file = _module_file(module)
+    if file is None:
+        raise ValueError(f"{obj!r} is not importable from a module")
+    return f"{top} = {import_code(module, file, top)}", qualname
 
 
 def _evaluable(expr: str, imports: Sequence[str]) -> bool:
     namespace: dict[str, Any] = {}
     try:
-        exec("import torch\n" + "\n".join(imports), namespace)  # noqa: S102 - our own generated imports
+        exec("import os\nimport sys\nimport torch\n" + IMPORT_HELPER + "\n".join(imports), namespace)  # noqa: S102 - our own generated imports
         eval(expr, namespace)  # noqa: S307
     except Exception:  # noqa: BLE001
         return False
@@ -120,6 +154,12 @@ def pass_recipe(pass_: Any) -> tuple[list[str], str] | None:
     except (TypeError, ValueError):
         return None
     return ([line], f"{cls_expr}()") if not takes else None
+
+
+def rebuildable(pass_: Any) -> bool:
+    """Whether a script rebuilds ``pass_`` by itself: a pass factory, or a pass with a
+    :func:`pass_recipe`."""
+    return isinstance(pass_, PassFactory) or pass_recipe(pass_) is not None
 
 
 def import_source(spec: str) -> str:
@@ -169,6 +209,9 @@ def _overload(target: torch._ops.OpOverload, imports: set[str]) -> str:
     namespace, name = target._schema.name.split("::")
     if namespace in _OP_MODULES:
         imports.add(_OP_MODULES[namespace])
+    elif namespace != "aten":
+        for origin in op_origins(target._schema.name):  # a project's own op: the modules that defined it
+            imports.add(f"{import_code(*origin)}  # registers torch.ops.{namespace}")
     return f"torch.ops.{namespace}.{name}.{target._overloadname}"
 
 
@@ -267,7 +310,12 @@ def render(
     imports: set[str] = set()
     graph = _graph_source(case.gm, imports)
     oracle_expr = _oracle_recipe(oracles, imports)
-    if pass_source is None:
+    if pass_source is None and isinstance(pass_, PassFactory):
+        pass_source = (
+            f"# the pass factory: called per case (and rank) as verify(pass_factory=...) called it\n"
+            f"PASS_FACTORY = {import_code(pass_.module, pass_.file, pass_.qualname)}"
+        )
+    elif pass_source is None:
         recipe = pass_recipe(pass_)
         if recipe is None:
             pass_source = (
@@ -327,33 +375,17 @@ def render(
         "from pmverify._case import MutationSite, PlantedInstance" + (", Symbol" if case.symbols else ""),
         *(["from torch.distributed.tensor import Replicate, Shard"] if case.placements is not None else []),
         "",
+        *([IMPORT_HELPER, ""] if "_pmverify_import(" in pass_source + "".join(imports) else []),
+        "# first what the pass and the case need (the modules that register the graph's custom ops):",
+        "# exit 2 when that fails, as nothing is checked (1 means the violation reproduces)",
         "try:",
         *(f"    {line}" for line in sorted(imports)),
         "    pass",
-        "except Exception as exc:  # exit 2: nothing was checked (1 means the violation reproduces)",
-        '    print(f"cannot import what the case and the pass need: {exc}", file=sys.stderr)',
+        "except Exception as exc:",
+        '    print(f"cannot import what the case and the pass need: {exc!r}", file=sys.stderr)',
         "    sys.exit(2)",
         "",
-        graph,
-        "",
-        "",
-        "INPUTS = torch.load(io.BytesIO(base64.b64decode(",
-        _inputs_blob(case.inputs),
-        ")), weights_only=True)",
-        "",
-        "CASE = GraphCase(",
-        "    gm=build_graph(),",
-        "    inputs=INPUTS,",
-        f"    tp_world={case.tp_world!r},",
-        f"    form={case.form!r},",
-        f"    planted={case.planted!r},",
-        f"    mutations={case.mutations!r},",
-        f"    pass_config={config[1]},",
-        f"    label={case.label!r},",
-        *([f"    placements={case.placements!r},"] if case.placements is not None else []),
-        *([f"    symbols={case.symbols!r},", f"    input_dims={case.input_dims!r},"] if case.symbols else []),
-        ")",
-        "",
+        "PASS = PASS_FACTORY = None",
         "try:",
         textwrap.indent(pass_source, "    "),
         "except Exception as exc:  # exit 2, as above",
@@ -361,8 +393,32 @@ def render(
         "    sys.exit(2)",
         "",
         "",
+        graph,
+        "",
+        "",
+        "try:",
+        "    INPUTS = torch.load(io.BytesIO(base64.b64decode(",
+        textwrap.indent(_inputs_blob(case.inputs), "    "),
+        "    )), weights_only=True)",
+        "    CASE = GraphCase(",
+        "        gm=build_graph(),",
+        "        inputs=INPUTS,",
+        f"        tp_world={case.tp_world!r},",
+        f"        form={case.form!r},",
+        f"        planted={case.planted!r},",
+        f"        mutations={case.mutations!r},",
+        f"        pass_config={config[1]},",
+        f"        label={case.label!r},",
+        *([f"        placements={case.placements!r},"] if case.placements is not None else []),
+        *([f"        symbols={case.symbols!r},", f"        input_dims={case.input_dims!r},"] if case.symbols else []),
+        "    )",
+        "except Exception as exc:  # exit 2, as above",
+        '    print(f"cannot rebuild the case: {exc!r}", file=sys.stderr)',
+        "    sys.exit(2)",
+        "",
+        "",
         'if __name__ == "__main__":',
-        "    if PASS is None:",
+        "    if PASS is None and PASS_FACTORY is None:",
         '        print("edit PASS in this script: pmverify could not rebuild the pass", file=sys.stderr)',
         "        sys.exit(2)",
         *(
@@ -376,8 +432,16 @@ def render(
             if hang_s is not None
             else []
         ),
-        f"    result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r}"
+        "    try:  # check_case never raises on a finding: what it raises is an error of the check (exit 2)",
+        f"        result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r}"
+        + (", pass_factory=PASS_FACTORY" if isinstance(pass_, PassFactory) and "PASS_FACTORY" in pass_source else "")
         + (", strict_order=True)" if strict_order else ")"),
+        "    except Exception:",
+        "        import traceback",
+        "",
+        "        traceback.print_exc()",
+        '        print("pmverify could not check the case: nothing was checked", file=sys.stderr)',
+        "        sys.exit(2)",
         *(["    faulthandler.cancel_dump_traceback_later()"] if hang_s is not None else []),
         '    print("graph before the pass:", result.pair.before.code, sep="\\n")',
         "    if result.pair.after is not None:",

@@ -128,6 +128,7 @@ def check_rewrite(
     force_extra_check: bool = False,
     config_patches: Mapping[str, Any] | None = None,
     settings: Any = None,
+    reproducer_prelude: str | None = None,
 ) -> RewriteResult:
     """Check one recorded rewrite alone: its replacement computes what its search function
     computes on every input Inductor's matcher rewrites; return a :class:`RewriteResult`.
@@ -171,6 +172,9 @@ def check_rewrite(
       True, "cpp.enable_concat_linear": True}``) set with ``torch._inductor.config.patch`` while
       the rewrite is registered again and searched; default none.
     - ``settings``: the ``hypothesis.settings`` of the search, as for :func:`verify`.
+    - ``reproducer_prelude``: Python code (a str) the reproducer runs first, as for :func:`verify`
+      (the modules that defined the rewrite's custom ops with ``torch.library`` are imported
+      without it); default None.
 
     Each case holds one instance of the search function in no context, traced with the rewrite's
     ``trace_fn``: the inputs as drawn, or (half the cases) a near miss of what the trace does not
@@ -203,8 +207,8 @@ def check_rewrite(
     :class:`RecordedRewrite`, an ``inputs`` that is not a strategy, or example inputs
     :func:`~pmverify.strategies.like` cannot draw, a ``force_extra_check`` that is not a bool, or
     ``config_patches`` that are not a mapping of ``torch._inductor.config`` options to values of
-    their type (a bool option takes a bool); ``ValueError`` when the rewrite cannot be
-    registered again.
+    their type (a bool option takes a bool), a ``reproducer_prelude`` that is not a str;
+    ``ValueError`` when the rewrite cannot be registered again.
 
     Example::
 
@@ -224,6 +228,8 @@ def check_rewrite(
         raise InvalidArgument(f"recorded={recorded!r} must be a RecordedRewrite (from pmverify.record_patterns())")
     if not isinstance(force_extra_check, bool):
         raise InvalidArgument(f"force_extra_check={force_extra_check!r} must be a bool")
+    if reproducer_prelude is not None and not isinstance(reproducer_prelude, str):
+        raise InvalidArgument(f"reproducer_prelude={reproducer_prelude!r} must be a str of Python code or None")
     patches = validate_config_patches(config_patches)
     with config.patch(patches) if patches else contextlib.nullcontext():
         rewrite, simulated = (
@@ -258,6 +264,7 @@ def check_rewrite(
             repro_dir,
             pass_source,
             settings,
+            reproducer_prelude,
         )
 
 
@@ -273,6 +280,7 @@ def _search(
     repro_dir: str | os.PathLike[str] | None,
     pass_source: str | None,
     settings: Any,
+    reproducer_prelude: str | None = None,
 ) -> RewriteResult:
     """:func:`check_rewrite`'s search of ``rewrite`` (``recorded`` or its variant)."""
     from .strategies import planted
@@ -312,9 +320,13 @@ def _search(
             on_result=count,
             allow_no_rewrites=True,  # judged below, with the rewrite's own message
             settings=settings,
+            reproducer_prelude=reproducer_prelude,
         )
     except PassVerificationError as error:
-        note = error.note.replace("give verify() pass_source", "give check_rewrite() pass_source")
+        note = error.note.replace(
+            "give verify() pass_factory= a module-level function building the pass, or pass_source",
+            "give check_rewrite() pass_source",
+        )
         if cap:
             notes = [*notes, cap]
         if simulated:

@@ -26,7 +26,7 @@ from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
 from ._apply import check_pass
-from ._check import MODES, CaseResult, OracleSpec, check_case
+from ._check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory
 from ._compat import (
     keyed,
     max_shrinking_seconds,
@@ -35,6 +35,7 @@ from ._compat import (
     very_slow_shrinking_reason,
     without_slow_shrinking_warning,
 )
+from ._factory import PassFactory
 from ._settings import SUPPRESSED_HEALTH_CHECKS
 from ._severity import failure_key, key_label, most_severe, severity
 from ._summary import VerifySummary, vacuous_error
@@ -249,7 +250,9 @@ def case_events(result: CaseResult) -> list[str]:
 
 
 def _pass_name(pass_: Any) -> str:
-    """A class's or function's own name, else the pass's class name."""
+    """A class's or function's own name (a pass factory's), else the pass's class name."""
+    if isinstance(pass_, PassFactory):
+        return pass_.qualname
     return pass_.__qualname__ if isinstance(pass_, type) or inspect.isfunction(pass_) else type(pass_).__name__
 
 
@@ -263,6 +266,8 @@ def _pass_identity(pass_: Any) -> str:
     """What tells passes apart in the example database: a class or function by its import path; an
     object by its class and its ``config``, else its ``uuid()`` (Inductor's ``CustomGraphPass``),
     else its ``pass_name`` (a ``PatternMatcherPass``)."""
+    if isinstance(pass_, PassFactory):
+        return f"factory {pass_.module}.{pass_.qualname}"
     if isinstance(pass_, type) or inspect.isfunction(pass_) or inspect.ismethod(pass_):
         return f"{pass_.__module__}.{pass_.__qualname__}"
     if isinstance(pass_, functools.partial):
@@ -283,8 +288,8 @@ def _pass_identity(pass_: Any) -> str:
 
 
 def verify(
-    pass_: Any,
-    cases: SearchStrategy,
+    pass_: Any = None,
+    cases: SearchStrategy | None = None,
     *,
     max_examples: int | None = None,
     seed: int | None = None,
@@ -298,12 +303,22 @@ def verify(
     allow_no_rewrites: bool = False,
     settings: hypothesis.settings | None = None,
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S,
+    pass_factory: Callable[..., Any] | None = None,
+    reproducer_prelude: str | None = None,
 ) -> VerifySummary:
     """Search ``cases`` for a case on which ``pass_`` breaks a property; return a
     :class:`VerifySummary` of what was checked when none is found, else raise
     :class:`PassVerificationError` for the shrunk case.
 
     - ``pass_``: a pass object, or a pass class built per case as ``pass_(case.pass_config)``.
+    - ``pass_factory``: instead of ``pass_``, a function that builds the pass (a pass built from a
+      config pmverify's cases do not carry, as vLLM's ``Pass(vllm_config)``), defined at module
+      level: it is called like a pass class, per case and per rank of a tensor-parallel case, as
+      ``pass_factory(case.pass_config)`` when it takes an argument and the case carries a
+      ``pass_config``, else as ``pass_factory()``. The reproducer and ``pmverify fuzz``'s workers
+      get it back by its module and name (by its file when that module is the ``__main__`` script
+      or a test module not importable by name). The cache-key oracle builds the passes of other
+      configs with it (``pass_factory(variant)``) when it takes a config.
     - ``cases``: a Hypothesis strategy of :class:`GraphCase` (e.g. ``pmverify.fusions.qk_norm.testing.qk_norm_cases()``).
     - ``max_examples``: cases to try; default that of ``settings``.
     - ``seed``: seed of the search (Hypothesis' ``@seed``; the example database stays in use);
@@ -313,6 +328,12 @@ def verify(
       ``.pmverify/reproducers``).
     - ``pass_source``: Python code defining ``PASS`` for the reproducer, when pmverify cannot
       rebuild the pass from its class and config.
+    - ``reproducer_prelude``: Python code (a str) the reproducer runs first, after ``import
+      torch`` and before anything else is imported or built: what the case needs that pmverify
+      does not find by itself (an environment variable, the import of a module registering custom
+      ops defined in a C++ extension). The modules that defined the custom ops of a graph with
+      ``torch.library`` are imported without it. Default None: the pass's own
+      ``reproducer_prelude()`` when it has one, else nothing.
     - ``on_result``: called with every :class:`CaseResult` (statistics, progress).
     - ``on_case``: called with every :class:`GraphCase` before the pass is applied to it, inside
       Hypothesis' test (``hypothesis.control.current_build_context()`` works there): what a crash
@@ -357,13 +378,25 @@ def verify(
     ``strict_order`` / ``allow_no_rewrites`` that is not a bool, a ``settings`` that is not a
     ``hypothesis.settings``, an empty ``oracles``, a ``shrink_budget_s`` that is not a positive number or None,
     ``ValueError`` for a ``$PMVERIFY_SHRINK_BUDGET`` that is not a positive number, ``ValueError`` for an unknown ``mode`` or a
-    ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass.
+    ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass;
+    ``InvalidArgument`` when both ``pass_`` and ``pass_factory`` are given (``TypeError`` when
+    neither is), for a
+    ``pass_factory`` that is a class, not callable, or not importable by its module path (a lambda,
+    a closure, a ``functools.partial``), and for a ``reproducer_prelude`` that is not a str.
 
     Example::
 
         summary = pmverify.verify(MyPass(), pmverify.strategies.planted(pattern, inputs), max_examples=200)
         print(summary.describe())
+
+        def make_pass():  # module level: the reproducer imports it
+            return MyPass(VllmConfig(...))
+
+        pmverify.verify(pass_factory=make_pass, cases=cases)
     """
+    pass_ = pass_or_factory(pass_, pass_factory)
+    if reproducer_prelude is not None and not isinstance(reproducer_prelude, str):
+        raise InvalidArgument(f"reproducer_prelude={reproducer_prelude!r} must be a str of Python code or None")
     if not isinstance(cases, SearchStrategy):
         raise InvalidArgument(f"cases={cases!r} must be a Hypothesis strategy of GraphCase")
     if max_examples is not None and (
@@ -443,8 +476,11 @@ def verify(
         if not raised:
             raise
         notes = []
-        if pass_source is None and _reproducer.pass_recipe(pass_) is None:
-            notes.append("it cannot rebuild the pass: edit PASS in it, or give verify() pass_source='PASS = ...'")
+        if pass_source is None and not _reproducer.rebuildable(pass_):
+            notes.append(
+                "it cannot rebuild the pass: edit PASS in it, or give verify() pass_factory= a module-level "
+                "function building the pass, or pass_source='PASS = ...'"
+            )
         if isinstance(error, FlakyFailure):
             notes.append("Hypothesis found the failure flaky: the pass did not fail every time on this case")
         cut = bool(stopped) and stopped[0] == very_slow_shrinking_reason()
@@ -457,6 +493,7 @@ def verify(
             pass_source=pass_source,
             mode=mode,
             strict_order=strict_order,
+            prelude=reproducer_prelude,
         )
         written = []
         for failure in found[1:]:  # its violations first: the file is named after the first

@@ -129,12 +129,14 @@ def _parser() -> argparse.ArgumentParser:
         help="what to verify (repeatable): qk_norm (the shipped pass, default), a fault of pmverify.faults, "
         "MODULE:ATTRIBUTE of your fuzz target (a pmverify.FuzzTarget or a function returning one), or of your "
         "pass (a class built per case from case.pass_config, a pass object, or a function on a torch.fx.Graph; "
+        "with --cases) or of a pass factory (a function of no arguments returning the pass, called per case; "
         "with --cases), imported from the current folder or the installed packages",
     )
     fuzz.add_argument(
         "--cases",
         metavar="MODULE:ATTRIBUTE",
-        help="the case strategy of a --target MODULE:ATTRIBUTE pass: a strategy of GraphCase or a function returning one",
+        help="the case strategy of a --target MODULE:ATTRIBUTE pass or pass factory: a strategy of GraphCase or a "
+        "function returning one",
     )
     fuzz.add_argument(
         "--db",
@@ -299,6 +301,12 @@ def _audit_parser(sub: Any) -> None:
         help=f"the Markdown table of docs/AUDIT.md (counts per module, a line per rewrite not ok); {_OUTPUT_HELP}",
     )
     audit.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
+    audit.add_argument(
+        "--reproducer-prelude",
+        metavar="CODE",
+        help="Python code each reproducer runs first (e.g. importing a module that registers custom ops of a C++ "
+        "extension; those defined with torch.library in Python are imported without it)",
+    )
 
 
 def _summary(report: dict[str, Any], out: Any) -> None:

@@ -31,9 +31,16 @@ def test_pass_recipes():
 
     assert pass_recipe(PatternMatcherPass()) is None  # its patterns cannot be rebuilt from outside
     # an instance of a class built with no argument (README's recipe): nothing to lose rebuilding it
+    # tests/_rms_passes.py is not importable by name from the working directory (the root): the
+    # script loads it by name, else from its file
+    import _rms_passes
     from _rms_passes import MyRMSNormPass
 
-    assert pass_recipe(MyRMSNormPass()) == (["from _rms_passes import MyRMSNormPass"], "MyRMSNormPass()")
+    assert pass_recipe(MyRMSNormPass()) == (
+        [f"MyRMSNormPass = _pmverify_import('_rms_passes', {_rms_passes.__file__!r}).MyRMSNormPass"],
+        "MyRMSNormPass()",
+    )
+    assert pass_recipe(QKNormFusionPass)[0] == ["from pmverify.fusions.qk_norm.fusion_pass import QKNormFusionPass"]
 
 
 class _Scaled:

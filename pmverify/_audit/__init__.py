@@ -85,6 +85,7 @@ def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:
         junit=args.junit,
         markdown=args.markdown,
         command=args.command_line,
+        reproducer_prelude=getattr(args, "reproducer_prelude", None),
     )
     skipped = sum(r.duplicate for r in rewrites)
     print(

@@ -128,7 +128,14 @@ def _never_matched(error: Any) -> dict[str, Any]:
 
 
 def _check_rewrite(
-    rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str, settings: Any
+    rewrite: Any,
+    *,
+    max_examples: int,
+    seed: int,
+    repro_dir: Any,
+    pass_source: str,
+    settings: Any,
+    reproducer_prelude: str | None = None,
 ) -> dict[str, Any]:
     from .._rewrite import check_rewrite
     from .._summary import AllCasesVoid, RewriteNeverMatched, RewriteNotComparable, RewriteUnsatisfiable
@@ -142,6 +149,7 @@ def _check_rewrite(
             repro_dir=repro_dir,
             pass_source=pass_source,
             settings=settings,
+            reproducer_prelude=reproducer_prelude,
         )
     except PassVerificationError as error:
         return _finding(error, "check_rewrite")
@@ -169,7 +177,14 @@ def _check_rewrite(
 
 
 def _planted(
-    rewrite: Any, *, max_examples: int, seed: int, repro_dir: Any, pass_source: str, settings: Any
+    rewrite: Any,
+    *,
+    max_examples: int,
+    seed: int,
+    repro_dir: Any,
+    pass_source: str,
+    settings: Any,
+    reproducer_prelude: str | None = None,
 ) -> dict[str, Any]:
     from .._verify import PassVerificationError, verify
     from ..strategies import planted
@@ -191,6 +206,7 @@ def _planted(
             on_result=count,
             allow_no_rewrites=True,  # near misses and context graphs are rightly left alone
             settings=settings,
+            reproducer_prelude=reproducer_prelude,
         )
     except PassVerificationError as error:
         return _finding(error, "planted")
@@ -208,18 +224,26 @@ def check_one(
     repro_dir: Any = None,
     planted: int | None = None,
     settings: Any = None,
+    reproducer_prelude: str | None = None,
 ) -> dict[str, Any]:
     """Audit one :class:`pmverify.RecordedRewrite`: :func:`pmverify.check_rewrite` with
     ``max_examples`` cases, then, when that found nothing, ``planted`` cases (default
     :func:`planted_examples`) of :func:`pmverify.strategies.planted` (random context graphs, near
     misses) through :func:`pmverify.verify` with the one-rewrite pass; seeded ``seed`` and
     ``seed + 1``. ``pass_source``: code defining ``PASS`` for the reproducers. ``settings``: the
-    ``hypothesis.settings`` of both searches (default the active profile). Returns the outcome
+    ``hypothesis.settings`` of both searches (default the active profile).
+    ``reproducer_prelude``: Python code the reproducers run first (:func:`pmverify.verify`). Returns the outcome
     as plain JSON: ``status``, ``reason`` (one line), ``check``, ``kind``, ``violations``,
     ``reproducer``, ``seconds``..., as the module docstring says. Never raises for what the
     rewrite or pmverify does (an exception of pmverify is an ``error`` outcome)."""
     start = time.monotonic()
-    options = {"seed": seed, "repro_dir": repro_dir, "pass_source": pass_source, "settings": settings}
+    options = {
+        "seed": seed,
+        "repro_dir": repro_dir,
+        "pass_source": pass_source,
+        "settings": settings,
+        "reproducer_prelude": reproducer_prelude,
+    }
     outcome = _check_rewrite(rewrite, max_examples=max_examples, **options)
     if outcome["status"] == OK:
         options["seed"] = seed + 1

@@ -54,6 +54,7 @@ class AuditOptions:
     junit: pathlib.Path | None = None
     markdown: pathlib.Path | None = None
     command: str = "pmverify audit"
+    reproducer_prelude: str | None = None
 
 
 def rewrite_seed(seed: int, rewrite: AuditedRewrite) -> int:
@@ -174,6 +175,7 @@ class _Audit:
             "max_examples": self.options.max_examples,
             "repro_dir": str(self.repro_dir),
             "shrink_s": shrink_s,
+            "reproducer_prelude": self.options.reproducer_prelude,
         }
         name = f"audit-{self.workers_started}"
         slot.worker = WorkerProcess(self.context, name, log, _WORKER_MAIN, (self.options.sources, options))

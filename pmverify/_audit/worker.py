@@ -45,6 +45,7 @@ def _check(recorded: dict[str, list[Any]], request: CheckRequest, options: dict[
             seed=seed,
             repro_dir=options["repro_dir"],
             settings=settings,
+            reproducer_prelude=options.get("reproducer_prelude"),
         )
     except Exception as exc:  # noqa: BLE001 - check_one catches what checking raises; this is the rest
         return {"status": ERROR, "reason": f"the worker raised {error_text(exc)}", "violations": [], "reproducer": None}

@@ -179,6 +179,9 @@ class RunPair:
     - ``reapply``: in direct mode, a function applying another pass object to rank 0's graph as
       this pass was applied (returns the graph after it, or None when that pass raises): what the
       cache-key oracle asks of a pass built with another config; None in compiled mode.
+    - ``built_from``: ``(builder, config)``, the class or pass factory that built the pass object
+      and the config it was given (None when it took none), :func:`pmverify._apply.built_from`;
+      None for a pass given built.
     """
 
     case: GraphCase
@@ -200,6 +203,7 @@ class RunPair:
     before_propagation: FakePropagation | None = dataclasses.field(default=None, repr=False)
     pass_guards: tuple[Any, ...] = ()
     reapply: Any = dataclasses.field(default=None, repr=False)
+    built_from: tuple[Any, Any] | None = dataclasses.field(default=None, repr=False)
     _sized: dict[tuple[tuple[str, int], ...], RunPair] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _results: dict[int, RankResults] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _repropagation: Repropagation | BaseException | None = dataclasses.field(default=None, init=False, repr=False)

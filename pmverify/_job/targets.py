@@ -13,7 +13,10 @@ user's target implements the protocol by building one::
 and is fuzzed with ``pmverify fuzz --target mypkg.fuzzing:my_target``. (a :class:`FuzzTarget` object, or a function called with no arguments that returns one). A plain pass
 also works,
 ``--target mypkg.passes:MyFusionPass --cases mypkg.cases:my_cases``: its target has that one
-family and needs nothing set up.
+family and needs nothing set up; and so does a pass factory, a function called with no arguments
+that returns the pass (``--target mypkg.passes:make_pass``, vLLM's ``Pass(vllm_config)``): the
+pass is built from it per case. A factory taking the case's ``pass_config`` is given as
+``FuzzTarget(pass_factory=..., families=...)``.
 
 Names on the command line are strings, resolved twice: once in the job's own process to refuse
 bad usage before anything starts (:func:`check`), and again in each worker process that runs the
@@ -82,6 +85,9 @@ class FuzzTarget:
 
     - ``pass_``: the pass under test: a class built per case from ``case.pass_config``, a
       ``PatternMatcherPass``, or a callable on a ``torch.fx.Graph``.
+    - ``pass_factory``: instead of ``pass_``, a module-level function that builds the pass, as
+      ``verify(pass_factory=...)`` takes it (called per case, with the case's ``pass_config`` when
+      it takes an argument and the case carries one).
     - ``families``: the ``(name, strategy)`` case families searched in rotation, a batch of cases
       from each in turn; each strategy draws :class:`pmverify.GraphCase`.
     - ``set_up``: called with no arguments in every process that runs the target (the job's own,
@@ -100,20 +106,35 @@ class FuzzTarget:
       MyPass as PASS``-like), or None for the recipe pmverify derives from the pass.
 
     Raises ``ValueError`` naming the field and its value when ``families`` is not a non-empty list
-    of ``(str, strategy)`` pairs, or another field is not of its kind.
+    of ``(str, strategy)`` pairs, when both or neither of ``pass_`` and ``pass_factory`` are given,
+    for a ``pass_factory`` not importable by its module path, or another field not of its kind.
     """
 
-    pass_: Any
-    families: Sequence[tuple[str, Any]]
+    pass_: Any = None
+    families: Sequence[tuple[str, Any]] = ()
     set_up: Callable[[], None] | None = None
     reproducer_prelude: str | None = None
     extra_check: ExtraCheck | None = None
     strict_order: bool = False
     pass_source: str | None = None
+    pass_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         """Raises ``ValueError`` naming the field and its value for a field of the wrong kind."""
+        from hypothesis.errors import InvalidArgument
         from hypothesis.strategies import SearchStrategy
+
+        if (self.pass_ is None) == (self.pass_factory is None):
+            raise ValueError(
+                f"FuzzTarget(pass_={self.pass_!r}, pass_factory={self.pass_factory!r}): give exactly one of them"
+            )
+        if self.pass_factory is not None:
+            from .._factory import as_factory
+
+            try:
+                as_factory(self.pass_factory)
+            except InvalidArgument as exc:
+                raise ValueError(f"FuzzTarget({exc})") from None
 
         families = self.families
         if isinstance(families, (str, bytes, SearchStrategy)) or not isinstance(families, Sequence) or not families:
@@ -153,7 +174,13 @@ class Target:
 
     @property
     def pass_(self) -> Any:
-        return self.fuzz.pass_
+        """The pass under test as :func:`pmverify.verify` takes it: ``pass_``, or ``pass_factory``
+        as a :class:`~pmverify._factory.PassFactory`."""
+        if self.fuzz.pass_factory is None:
+            return self.fuzz.pass_
+        from .._factory import as_factory
+
+        return as_factory(self.fuzz.pass_factory)
 
     @property
     def families(self) -> list[tuple[str, Any]]:
@@ -272,6 +299,8 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
         _set_up(name, target)
         return Target(name, target)
     value = resolve(name, "--target")
+    if callable(value) and not isinstance(value, (type, FuzzTarget)) and _is_factory(value) and cases is not None:
+        return _pass_factory_target(name, value, cases)
     if isinstance(value, FuzzTarget) or (callable(value) and not isinstance(value, type) and _is_factory(value)):
         target = value if isinstance(value, FuzzTarget) else _built(name, value)
         if cases is not None:
@@ -290,6 +319,31 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
     from .._reproducer import import_source
 
     return Target(name, FuzzTarget(value, [(cases, _strategy(cases))], pass_source=import_source(name)))
+
+
+def _pass_factory_target(name: str, factory: Callable[[], Any], cases: str) -> Target:
+    """The target of ``--target`` naming a function with no arguments and ``--cases``: a pass factory
+    when what it returns is a pass (called once here to tell). Raises :class:`TargetError` when it
+    raises, returns a :class:`FuzzTarget` (which declares its own families) or no pass."""
+    from .._apply import check_pass
+
+    try:
+        built = factory()
+    except Exception as exc:  # noqa: BLE001 - user code
+        raise TargetError(f"--target={name!r}: calling it raised {type(exc).__name__}: {exc}") from None
+    if isinstance(built, FuzzTarget):
+        raise TargetError(f"--cases={cases!r} is only for a pass: --target={name!r} declares its own families")
+    try:
+        check_pass(built)
+    except TypeError:
+        raise TargetError(
+            f"--target={name!r} built {type(built).__name__}: neither a FuzzTarget nor a pass (a pass factory "
+            "returns a pass object)"
+        ) from None
+    try:
+        return Target(name, FuzzTarget(pass_factory=factory, families=[(cases, _strategy(cases))]))
+    except ValueError as exc:
+        raise TargetError(f"--target={name!r}: {exc}") from None
 
 
 def _is_factory(value: Any) -> bool:

@@ -161,6 +161,7 @@ class _Worker:
                 on_case=on_case,
                 repro_dir=self.options["repro_dir"],
                 pass_source=target.pass_source,
+                reproducer_prelude=target.reproducer_prelude,
                 strict_order=self.strict_order,
                 allow_no_rewrites=True,  # the job judges a target's whole run (never_matched), not a batch
                 settings=search_settings,

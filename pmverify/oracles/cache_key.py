@@ -8,7 +8,10 @@ graph compiled under the other (vLLM's MiniMax QK-norm pass hashes its source on
 configurations must give equal uuids, or the cache never hits.
 
 The pass under test is rebuilt as ``type(pass_)(config)`` from its configuration (``pass_.config``,
-else ``case.pass_config``) and from variants of it that differ in one field each:
+else ``case.pass_config``), or, when a pass factory taking a config built it
+(``verify(pass_factory=...)``), as ``factory(config)`` from the case's ``pass_config`` (a factory
+taking no argument: ``pass_.config`` and the class, as for a pass given built), and from variants of
+it that differ in one field each:
 
 - a dataclass or a dict config: each field in turn; ``bool`` flipped, ``int`` + 1, ``float`` × 2
   (1.0 for 0), ``torch.dtype`` another floating dtype, ``str`` suffixed, an ``Enum`` another member;
@@ -39,10 +42,10 @@ import torch
 from .._execution import RunPair
 from ._violation import Violation
 
-__all__ = ["check", "config_variants", "uuid_violations"]
+__all__ = ["builder_and_config", "check", "config_variants", "uuid_violations"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-_CACHE: dict[tuple[type, str], tuple[Violation, ...]] = {}
+_CACHE: dict[tuple[Any, str], tuple[Violation, ...]] = {}
 
 
 def _changed(value: Any) -> Any:
@@ -85,14 +88,14 @@ def config_variants(config: Any) -> Iterator[tuple[str, Any, Any, Any]]:
         yield name, value, changed, variant
 
 
-def _uuid_of(cls: type, config: Any) -> Any:
+def _uuid_of(cls: Any, config: Any) -> Any:
     try:
         return cls(config).uuid()
     except (ValueError, TypeError):
         return ...
 
 
-def _same_graph(cls: type, variant: Any, pair: RunPair) -> bool:
+def _same_graph(cls: Any, variant: Any, pair: RunPair) -> bool:
     """Whether the pass built with ``variant`` rewrites ``pair``'s case into the graph ``pair``'s
     pass did (same code); False where that cannot be told (no ``reapply``, compiled mode)."""
     if pair.reapply is None or pair.after is None:
@@ -104,10 +107,12 @@ def _same_graph(cls: type, variant: Any, pair: RunPair) -> bool:
     return after is not None and after.code == pair.after.code
 
 
-def uuid_violations(cls: type, config: Any, pair: RunPair | None = None) -> list[Violation]:
-    """The cache-key violations of pass class ``cls`` built with ``config`` (uncached); with
-    ``pair``, a field whose change keeps the uuid counts only where it changes the rewritten graph
-    of ``pair``'s case."""
+def uuid_violations(cls: Any, config: Any, pair: RunPair | None = None, name: str | None = None) -> list[Violation]:
+    """The cache-key violations of pass class (or pass factory) ``cls`` built with ``config``
+    (uncached); with ``pair``, a field whose change keeps the uuid counts only where it changes the
+    rewritten graph of ``pair``'s case. ``name``: the pass's class name in the messages (default
+    ``cls.__name__``)."""
+    name = cls.__name__ if name is None else name
     uuid = _uuid_of(cls, config)
     if uuid is ... or uuid is None:
         return []
@@ -117,7 +122,7 @@ def uuid_violations(cls: type, config: Any, pair: RunPair | None = None) -> list
         violations.append(
             Violation(
                 "cache_key",
-                f"{cls.__name__}.uuid() differs for equal configs ({uuid!r} vs {again!r}): Inductor's FX graph "
+                f"{name}.uuid() differs for equal configs ({uuid!r} vs {again!r}): Inductor's FX graph "
                 "cache never hits",
             )
         )
@@ -130,7 +135,7 @@ def uuid_violations(cls: type, config: Any, pair: RunPair | None = None) -> list
         violations.append(
             Violation(
                 "cache_key",
-                f"{cls.__name__}.uuid() is the same for configs differing only in {', '.join(same)}: Inductor's "
+                f"{name}.uuid() is the same for configs differing only in {', '.join(same)}: Inductor's "
                 "FX graph cache would reuse a graph compiled under another config",
             )
         )
@@ -142,15 +147,28 @@ def check(pair: RunPair) -> list[Violation]:
     pass_ = pair.pass_
     if not callable(getattr(pass_, "uuid", None)) or isinstance(pass_, type):
         return []
-    config = getattr(pass_, "config", None)
-    if config is None:
-        config = pair.case.pass_config
+    builder, config = builder_and_config(pair)
     if config is None:
         return []
-    cls = type(pass_)
-    key = (cls, f"{type(config).__qualname__}:{config!r}")
+    name = type(pass_).__name__
+    key = (builder, f"{type(config).__qualname__}:{config!r}")
     if key not in _CACHE:
-        _CACHE[key] = tuple(uuid_violations(cls, config))
+        _CACHE[key] = tuple(uuid_violations(builder, config, name=name))
     if not _CACHE[key] or pair.reapply is None:
         return list(_CACHE[key])
-    return uuid_violations(cls, config, pair)  # which fields matter depends on the case
+    return uuid_violations(builder, config, pair, name)  # which fields matter depends on the case
+
+
+def builder_and_config(pair: RunPair) -> tuple[Any, Any]:
+    """``(what builds the pass from a config, that config)`` for ``pair``'s pass: a pass factory
+    taking a config and the case's ``pass_config``; else its class and ``pass_.config``, or the
+    case's ``pass_config`` unless a factory taking no argument built the pass (that config is then
+    not the pass's). ``config`` None: nothing to vary."""
+    built, pass_ = pair.built_from, pair.pass_
+    factory = built is not None and not isinstance(built[0], type)
+    if factory and built[1] is not None:
+        return built
+    config = getattr(pass_, "config", None)
+    if config is None and not factory:
+        config = pair.case.pass_config
+    return type(pass_), config

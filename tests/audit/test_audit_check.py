@@ -21,8 +21,8 @@ def recorded():
     return {SOURCE: record_source(SOURCE), f"{SOURCE}:build": record_source(f"{SOURCE}:build")}
 
 
-def _check(recorded, spec, name, tmp_path, max_examples=3):
-    options = {"max_examples": max_examples, "repro_dir": str(tmp_path)}
+def _check(recorded, spec, name, tmp_path, max_examples=3, prelude=None):
+    options = {"max_examples": max_examples, "repro_dir": str(tmp_path), "reproducer_prelude": prelude}
     return worker._check(recorded, CheckRequest(spec, SOURCE, name, 0), options)
 
 
@@ -52,11 +52,12 @@ def test_a_correct_rewrite_is_ok_after_both_checks(recorded, tmp_path):
 
 
 def test_a_wrong_rewrite_is_a_finding_whose_reproducer_rebuilds_the_pass(recorded, tmp_path):
-    outcome = _check(recorded, f"{SOURCE}:build", "silu", tmp_path)
+    outcome = _check(recorded, f"{SOURCE}:build", "silu", tmp_path, prelude="MY_PRELUDE = 1  # --reproducer-prelude")
     assert outcome["status"] == "finding" and outcome["kind"] == "violation" and outcome["check"] == "check_rewrite"
     assert outcome["violations"][0]["oracle"] == "semantics" and "semantics: output 0: " in outcome["reason"]
     script = pathlib.Path(outcome["reproducer"]).read_text()
     assert f"from {SOURCE} import build" in script and "    build()" in script
+    assert script.index("MY_PRELUDE = 1  # --reproducer-prelude") < script.index(f"from {SOURCE} import build")
 
 
 def test_pmverifys_own_exception_is_an_error_with_its_text_and_a_rewrite_that_never_fires_a_finding(recorded, tmp_path):
