@@ -203,7 +203,7 @@ EXAMPLES = {
     # the consumer of the quantized output reads its float32 upcast
     "consumer": (
         lambda: planted(_recorded(), context=st.nothing(), min_instances=1),
-        lambda case: any(n.target == torch.ops.prims.convert_element_type.default for n in case.gm.graph.nodes),
+        lambda case: any(n.target == aten.neg.default and _reads_fp8(n.args[0]) for n in case.gm.graph.nodes),
     ),
     # a write-back of the float8 output, read again after it
     "write-back reader": (
@@ -227,6 +227,16 @@ def _mutates_fp8(case, kind):
     """Whether an op whose target starts with ``kind`` writes a float8 tensor."""
     nodes = {node.name: node for node in case.gm.graph.nodes}
     return any(m.target.startswith(kind) and nodes[m.mutated].meta["val"].dtype == FP8 for m in case.mutations)
+
+
+def _casts_to_fp8(node):
+    return node.target == torch.ops.prims.convert_element_type.default and node.args[1] == FP8
+
+
+def _reads_fp8(node):
+    """Whether ``node`` is a float8 cast, or a cast of one."""
+    upcast = node.target == torch.ops.prims.convert_element_type.default and _casts_to_fp8(node.args[0])
+    return _casts_to_fp8(node) or upcast
 
 
 def _fp8_written(case):
@@ -266,3 +276,20 @@ def test_a_wrong_scale_is_found(bug, finding_only, tmp_path):
 @pytest.mark.slow
 def test_a_correct_float8_quant_fusion_is_quiet_over_300_cases(tmp_path):
     pmverify.verify(RMSQuantPass(), _quant_cases(), max_examples=300, seed=0, repro_dir=tmp_path)
+
+
+def test_an_extra_user_never_reads_an_empty_buffer():
+    """A quantization pattern writes its float8 result into an ``empty`` buffer: an extra user of
+    that buffer reads uninitialised memory (NaN under deterministic fill: a void case)."""
+    from pmverify.strategies._near_miss import kind_applies, variants
+    from pmverify.strategies._traced import Traced
+
+    def pattern(x, scale):
+        buffer = torch.empty_like(x, dtype=FP8)
+        return aten.copy.default(buffer, (x / scale).clamp(-448.0, 448.0))
+
+    args = (torch.ones(4, 8), torch.ones(1))
+    base = Traced(trace(pattern, args), args)
+    assert kind_applies(base, "extra_user")
+    picked = {variants(pattern, base, "extra_user", None, lambda n, i=i: i % n).extra_user for i in range(8)}
+    assert picked and not any(name.startswith("empty") for name in picked), picked
