@@ -19,6 +19,9 @@ dtype turned into float64). Random numbers: a graph that draws (``randperm``, dr
 :func:`run_replaying`; see :mod:`pmverify.oracles._rng` for how the semantics oracle judges such
 cases). They live in ``_fake`` (propagation), ``_runs`` (graph runs, float64) and ``_random``.
 
+:func:`runs_on` and :func:`inspectable` (in ``_dtypes``): which ops run on a dtype (the float8 types
+have few kernels), learned from the dispatcher and cached; a float8 value read through a float32 upcast.
+
 :func:`compare` (in ``_rule``) is the one numeric rule: whether a value after a pass is as
 accurate as before it against a float64 reference; every oracle that compares values calls it.
 """
@@ -35,6 +38,7 @@ import torch
 
 from .._case import GraphCase
 from .._fx import output_vals
+from ._dtypes import finite, inspectable, is_narrow_float, runs_on
 from ._fake import (
     FakePropagation,
     Repropagation,
@@ -86,6 +90,10 @@ __all__ = [
     "run_replaying",
     "Replayer",
     "compare",
+    "runs_on",
+    "inspectable",
+    "finite",
+    "is_narrow_float",
     "K",
     "SAMPLING",
     "ULPS",

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from ._dtypes import inspectable
+
 __all__ = ["RNG_SEED", "Replayer", "draws", "random_calls", "run_recording", "run_replaying", "seeded"]
 
 #: State of the default CPU generator every run of a graph that draws starts from.
@@ -105,7 +107,11 @@ class Replayer(torch.fx.Interpreter):
         ours, theirs = pytree.tree_leaves(out), pytree.tree_leaves(recorded)
         same = len(ours) == len(theirs) and all(
             not isinstance(b, torch.Tensor)
-            or (isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a.to(b.dtype), b))
+            or (
+                isinstance(a, torch.Tensor)
+                and a.shape == b.shape
+                and torch.equal(inspectable(a.to(b.dtype)), inspectable(b))
+            )
             for a, b in zip(ours, theirs, strict=False)
         )
         if same:

@@ -43,12 +43,17 @@ RUNS = 4
 #: Seed of the perturbations' generator (the first run's; run i uses SEED + i).
 SEED = 20261202
 _FLOAT32_ROUNDOFF = 2.0**-24
-#: Unit roundoff of each floating dtype (half its machine epsilon).
+#: Unit roundoff of each floating dtype (half its machine epsilon; the float8 types' too).
 _OWN_ROUNDOFF = {
-    torch.float64: 2.0**-53,
-    torch.float32: 2.0**-24,
-    torch.bfloat16: 2.0**-8,
-    torch.float16: 2.0**-11,
+    dtype: torch.finfo(dtype).eps / 2
+    for dtype in (
+        torch.float64,
+        torch.float32,
+        torch.bfloat16,
+        torch.float16,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    )
 }
 
 

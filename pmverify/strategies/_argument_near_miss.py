@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from .._execution import inspectable
 from ._traced import Traced, all_finite, runs
 
 __all__ = ["ARGUMENT_KINDS", "argument_variant", "argument_kind_applies"]
@@ -407,7 +408,7 @@ def _value_edits(base: Traced) -> list[tuple[int, Any, str]]:
         if not isinstance(value, torch.Tensor) or not ph.users or value.dtype == torch.bool or not value.numel():
             continue
         floating = value.is_floating_point()
-        seen = set(torch.unique(value).tolist()) if value.numel() <= 1 << 16 else {math.nan}
+        seen = set(torch.unique(inspectable(value)).tolist()) if value.numel() <= 1 << 16 else {math.nan}
         if seen <= {0, 1}:
             edits += [
                 (i, v, "drawn with only 0s and 1s: a mask?")

@@ -35,6 +35,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase, MutationSite
 from .._compat import from_functional, functionalize_key_excluded
+from .._execution import runs_on
 from .._symbolic import static_source
 from .._validation import validate_choices, validate_strategy
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
@@ -173,11 +174,17 @@ def _cloned_operand(editor: Editor, slot: torch.fx.Node, base: torch.fx.Node, vi
     return x, clone
 
 
+def _any_op_on(dtype: torch.dtype) -> bool:
+    """Whether an op of :data:`CUSTOM_OPS` taking any shape runs on ``dtype``."""
+    return any(runs_on(op(s.name), dtype) for s in CUSTOM_OPS if s.shapes == "any")
+
+
 def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies: list, early_ok: bool) -> None:
     placement, index, slot = editor.draw_slot(draw)
-    kind, base, view, target = editor.draw_target(draw, slot, read_later=False, instance=index)
+    kind, base, view, target = editor.draw_target(draw, slot, read_later=False, instance=index, accepts=_any_op_on)
     squared = _squared(kind, view, target)
     choices = [s for s in CUSTOM_OPS if s.takes(tuple(target.shape)) or (s.shapes == "square" and squared)]
+    choices = [s for s in choices if runs_on(op(s.name), target.dtype)]  # float8: the ops that only copy
     spec: CustomOpSpec = draw(st.sampled_from(choices))
     if not spec.takes(tuple(target.shape)):
         kind, view, target = squared
@@ -191,7 +198,7 @@ def _add_custom_op(draw: Any, editor: Editor, versions: tuple[int, ...], copies:
         dead = [
             b
             for b in editor.buffers_at(slot, read_later=False)
-            if b not in later and spec.takes(tuple(meta_val(b).shape))
+            if b not in later and spec.takes(tuple(meta_val(b).shape)) and runs_on(op(spec.name), meta_val(b).dtype)
         ]
         choice = draw(st.sampled_from([*dead, None]))
         if choice is not None:

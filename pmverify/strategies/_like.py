@@ -23,6 +23,7 @@ from .._symbolic import HINTS
 from .._validation import short_repr, validate_int, validate_optional_int, validate_order
 from ._dynamic import validate_dynamic
 from ._public import public_call
+from ._scales import scale_tensors
 from ._tensors import TENSOR_DTYPES, tensors
 
 __all__ = ["like", "Dim", "TensorLike", "StridedLike"]
@@ -306,6 +307,7 @@ def _inputs(
     symbols: tuple[_Symbol, ...],
     dynamic: _Dynamic | None = None,
     fixed: bool = False,
+    scales: frozenset[int] = frozenset(),
 ) -> tuple[Any, ...]:
     shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, TensorLike)}
     hinted = _hinted(draw, dynamic)
@@ -321,11 +323,27 @@ def _inputs(
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     return tuple(
-        item.laid_out(draw(tensors(item.dtype, item.drawn_shape(shapes[i]))), shapes[i])
+        item.laid_out(
+            draw((scale_tensors if i in scales else tensors)(item.dtype, item.drawn_shape(shapes[i]))), shapes[i]
+        )
         if isinstance(item, TensorLike)
         else item
         for i, item in enumerate(example)
     )
+
+
+def _scales_spec(example: tuple[Any, ...], scales: Any) -> frozenset[int]:
+    """Validate ``scales`` (positions of floating example tensors); return them as a set."""
+    if isinstance(scales, (str, bytes)) or not isinstance(scales, Sequence):
+        raise InvalidArgument(f"scales={scales!r} must be a sequence of input positions")
+    for position in scales:
+        validate_int(f"scales={tuple(scales)!r}: position", position, 0, len(example) - 1)
+        item = example[position]
+        if not isinstance(item, torch.Tensor) or not item.is_floating_point():
+            raise InvalidArgument(
+                f"scales={tuple(scales)!r}: example_inputs[{position}]={short_repr(item)} is not a floating tensor"
+            )
+    return frozenset(scales)
 
 
 def like(
@@ -335,6 +353,7 @@ def like(
     min_side: int = 1,
     max_side: int = _DEFAULT_MAX_SIDE,
     dynamic: bool | str | Sequence[str] = False,
+    scales: Sequence[int] = (),
 ) -> st.SearchStrategy[tuple[Any, ...]]:
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
@@ -376,6 +395,12 @@ def like(
       ``vary=None``, each duck group (dims of equal example size above 1) is, and the others keep
       the example's sizes. A symbol drawn static then takes no size a hint divides.
 
+    - ``scales``: positions of floating example tensors that are quantization scales (default
+      none): drawn positive and finite (:func:`~pmverify.strategies._scales.scale_tensors`: one
+      power of two 2**-8 .. 2**4 everywhere, 1 first, or each element log-uniform in that range),
+      never 0 (a zero scale makes the float64 reference NaN: a void case). ``planted`` of a
+      recorded rewrite finds them itself (:func:`~pmverify.strategies._scales.scale_positions`).
+
     Shrinks toward every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
     named) and all-zero tensors.
 
@@ -386,7 +411,8 @@ def like(
     different example sizes, a symbol is named twice, or a bound is not an int, negative, or below
     its lower bound; and with ``dynamic``: a value that is not a bool, a symbol name or a
     non-empty list of them, more than two names, a named symbol whose bounds do not hold 11 and 13,
-    a symbol whose every size is a multiple of 11 or 13, or a static example size that is.
+    a symbol whose every size is a multiple of 11 or 13, or a static example size that is; and
+    ``scales`` that is not a sequence of positions of floating example tensors.
 
     Example: for a norm pattern on ``(x[8, 16], weight[16], 1e-6)``::
 
@@ -403,17 +429,20 @@ def like(
     validate_int("min_side", min_side, minimum=0)
     validate_int("max_side", max_side, minimum=0)
     validate_order("min_side", min_side, "max_side", max_side)
+    scale_set = _scales_spec(example, scales)
     symbols = _symbols(example, vary, min_side, max_side)
     described = tuple(map(TensorLike.of, example))
     if dynamic is False:
-        drawn = _inputs(described, symbols)
+        drawn = _inputs(described, symbols, scales=scale_set)
     else:
         fixed = vary is None
         candidates = (
             tuple(_Symbol(d.name, 2, max_side, tuple(p)) for d, p in _duck(example).items()) if fixed else symbols
         )
-        drawn = _inputs(described, candidates, _dynamic_spec(example, candidates, dynamic, fixed), fixed)
-    strategy = public_call(like, drawn, described, vary=vary, min_side=min_side, max_side=max_side, dynamic=dynamic)
+        drawn = _inputs(described, candidates, _dynamic_spec(example, candidates, dynamic, fixed), fixed, scale_set)
+    strategy = public_call(
+        like, drawn, described, vary=vary, min_side=min_side, max_side=max_side, dynamic=dynamic, scales=tuple(scales)
+    )
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
     strategy.pmverify_example_inputs = example
     return strategy

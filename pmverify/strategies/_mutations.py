@@ -37,6 +37,7 @@ from .._fx import flat_nodes, is_view
 from .._symbolic import MIN_SIZE, static_source
 from .._validation import validate_int, validate_strategy
 from ._drawn import validate_drawn_case
+from ._dtype_support import running_on
 from ._dynamic import Dynamic, resymbolize, validate_dynamic
 from ._public import public_call
 from ._write_backs import WRITE_BACK, add_write_back, mark_write_back_readers, write_back_sources
@@ -285,11 +286,13 @@ class Editor:
         return found
 
     def draw_target(
-        self, draw: Any, slot: torch.fx.Node, *, read_later: bool, instance: int = -1
+        self, draw: Any, slot: torch.fx.Node, *, read_later: bool, instance: int = -1, accepts: Any = None
     ) -> tuple[str, torch.fx.Node, tuple[Any, ...] | None, torch.Tensor]:
         """``(kind, base, view or None, meta tensor of what is written)`` for a mutation at ``slot``;
         a new graph input when nothing else is writable there. What the placed-at ``instance``
-        reads comes first, then what other instances read: writes to what a pattern reads."""
+        reads comes first, then what other instances read: writes to what a pattern reads.
+        ``accepts``: a predicate on dtypes (default all): only tensors of a dtype it accepts (one
+        that some op to draw runs on) are written."""
         own = set()
         if instance >= 0:
             nodes = set(self.instances[instance])
@@ -298,7 +301,11 @@ class Editor:
         def first_read(candidates: list[torch.fx.Node]) -> list[torch.fx.Node]:
             return sorted(candidates, key=lambda n: (n not in own, n not in self.instance_inputs))
 
-        inputs, buffers = first_read(self.inputs_at()), first_read(self.buffers_at(slot, read_later=read_later))
+        def accepted(candidates: list[torch.fx.Node]) -> list[torch.fx.Node]:
+            return candidates if accepts is None else [n for n in candidates if accepts(meta_val(n).dtype)]
+
+        inputs = first_read(accepted(self.inputs_at()))
+        buffers = first_read(accepted(self.buffers_at(slot, read_later=read_later)))
         pools = {"input": inputs, "buffer": buffers, "view": first_read(inputs + buffers)}
         kinds = [kind for kind in TARGET_KINDS if pools[kind]]
         if not kinds:
@@ -419,10 +426,15 @@ def _operands(draw: Any, editor: Editor, name: str, slot: torch.fx.Node, base: t
     return ([index], editor.new_input("act", (rows, *shape[1:]), dtype), False)
 
 
+def _inplace_ops_on(dtype: torch.dtype) -> tuple[str, ...]:
+    """The ops of :data:`INPLACE_OPS` that run on ``dtype``, in order."""
+    return running_on([(name, _OP[name]) for name in INPLACE_OPS], dtype)
+
+
 def _add_inplace(draw: Any, editor: Editor) -> None:
     placement, index, slot = editor.draw_slot(draw)
-    kind, base, view, target = editor.draw_target(draw, slot, read_later=True, instance=index)
-    name = draw(st.sampled_from(INPLACE_OPS))
+    kind, base, view, target = editor.draw_target(draw, slot, read_later=True, instance=index, accepts=_inplace_ops_on)
+    name = draw(st.sampled_from(_inplace_ops_on(target.dtype)))  # those that run on it (float8: copy_, index_put_)
     operands = _operands(draw, editor, name, slot, base, target)
     with editor.graph.inserting_before(slot):
         written = base if view is None else _view_node(editor.graph, base, view)
@@ -466,7 +478,9 @@ def with_mutations(
     {-1, -0.5, -0.75}, or a new input in [0.5, 1)), ``copy_`` (from a new input in [-2, 2) or
     from an input or buffer of the same shape and dtype) and ``index_put_`` (distinct int64 row
     indices and values in [-2, 2), both new inputs): no op makes a value grow by more than 2, so
-    values stay finite for any ``max_mutations``. An op writes a graph input, a buffer (a node
+    values stay finite for any ``max_mutations``. Each op is drawn among those that run on the
+    written tensor's dtype (learned from the dispatcher: on a float8 tensor, ``copy_`` and
+    ``index_put_`` only), so the case's graph runs. An op writes a graph input, a buffer (a node
     outside every planted instance that computes a fresh floating tensor and is read later or
     returned) or a view (``slice``, ``select``, ``view(-1)``) of either; what the instance it is
     placed at reads comes first. It is placed before, inside (strictly between the first and last

@@ -13,8 +13,9 @@ and compares the literals exactly), so a pass registered for the pattern must no
   ``register_replacement`` matches it (its check re-traces the search function on the matched
   inputs), unless the pass's ``extra_check`` restricts dtypes; so either is correct
   (``must_match=None``), and the semantics oracle judges a pass that rewrites it;
-- ``"extra_user"``: an intermediate (not an output) of the instance given a user outside it
-  (``fx_to_pattern`` records every pattern node's user count, outputs excepted);
+- ``"extra_user"``: an intermediate (not an output, nor an ``empty`` buffer: uninitialised) of the
+  instance given a user outside it (``fx_to_pattern`` records every pattern node's user count,
+  outputs excepted);
 - ``"unused"``: no output of the instance is used. Inductor matches dead instances (outputs are
   exempt from the user count), so a correct pass may rewrite it or not: ``must_match=None``;
 - ``"optional_arg"``, ``"overload"``, ``"reduction_dim"``, ``"values"``: changes to what the trace
@@ -175,13 +176,23 @@ def _other_dtype(pattern: Callable[..., Any], base: Traced, trace_fn: Any, pick:
     return None
 
 
+#: Ops whose result holds uninitialised memory (a quantization pattern's ``empty`` result buffer):
+#: an extra user reading one would read garbage, and a NaN there voids the case's semantics.
+_UNINITIALISED = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty"})
+
+
 def _intermediates(gm: torch.fx.GraphModule) -> list[str]:
+    """The intermediates an ``extra_user`` near miss may read: tensors the instance computes, not
+    returns, that hold initialised values."""
     output = next(iter(gm.graph.find_nodes(op="output")))
     outputs = set(flat_nodes(output.args[0]))
     return [
         node.name
         for node in gm.graph.nodes
-        if node.op == "call_function" and node not in outputs and isinstance(node.meta.get("val"), torch.Tensor)
+        if node.op == "call_function"
+        and node not in outputs
+        and isinstance(node.meta.get("val"), torch.Tensor)
+        and getattr(getattr(node.target, "_schema", None), "name", None) not in _UNINITIALISED
     ]
 
 

@@ -11,7 +11,8 @@ A case is drawn in four steps:
 3. per instance input: a placeholder used directly, or a placeholder turned into the input by a
    *late producer* (``clone``, or ``view`` of a flat input) placed right before the input's first
    use inside the instance; per instance output: returned directly, or through a *consumer*
-   (``neg``) placed right after it, so a replacement inserted at the wrong place breaks the graph;
+   (``neg``; of its float32 upcast where ``neg`` does not run on its dtype: float8) placed right
+   after it, so a replacement inserted at the wrong place breaks the graph;
 4. a layout: each instance's steps are inserted, in order, at random positions among the context
    nodes and earlier instances (offsets shrink to 0: contiguous, at the start).
 
@@ -45,6 +46,7 @@ from .._fx import GRADIENT_OUTPUTS, flat_nodes, trace
 from .._record import RecordedRewrite, isolated_pass
 from .._symbolic import HINTS, SymbolizeError, static_source
 from .._validation import short_repr, validate_choices, validate_int, validate_order, validate_strategy
+from ._dtype_support import add_reader
 from ._dynamic import DYNAMIC_DIMS, symbolize_drawn, validate_dynamic
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
 from ._like import TensorLike, like
@@ -191,11 +193,8 @@ def _splice(
             source = local[ph]
             target = torch.ops.aten.view.default if how == "view" else torch.ops.aten.clone.default
             local[ph] = graph.call_function(target, (source, shape) if how == "view" else (source,))
-        elif step.kind == "consumer":
-            val = step.arg.meta.get("val")
-            boolean = isinstance(val, torch.Tensor) and val.dtype == torch.bool
-            consumer = torch.ops.aten.logical_not.default if boolean else torch.ops.aten.neg.default
-            finals[(step.source, step.arg)] = graph.call_function(consumer, (local[step.arg],))
+        elif step.kind == "consumer":  # neg (of a float32 upcast where neg does not run: float8)
+            finals[(step.source, step.arg)] = add_reader(graph, local[step.arg], step.arg.meta.get("val"))
         else:  # extra_user
             extra_outputs.append(graph.call_function(torch.ops.aten.clone.default, (local[step.arg],)))
 
@@ -895,7 +894,7 @@ def planted(
         if name is None:
             name = rewrite.pattern_name
         if inputs is None:
-            inputs = like(example_inputs)
+            inputs = like(example_inputs, scales=recorded_args.scales)
     if not callable(pattern):
         raise InvalidArgument(f"pattern={_name(pattern)} must be a function, as given to register_replacement")
     if inputs is None:

@@ -19,6 +19,9 @@ default, beyond :func:`like` of its example inputs:
   Such a position is drawn either as a Python number (3 in 4; the simplest, shrunk to), around and
   far from the example's value as ``scalar_workaround`` values are (1 where the example holds 0 or
   no value: Inductor's are fake tensors, re-created as zeros), or as the 0-d tensor.
+- **Quantization scales.** An example tensor that is a scale (named ``scale`` / ``*_scale``, read
+  as a divisor before a narrowing cast...: :mod:`._scales`) is drawn positive and finite: a zero
+  scale makes the float64 reference NaN (a void case), which no real quantized model holds.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from hypothesis import strategies as st
 from .._fx import trace
 from .._record import RecordedRewrite
 from ._like import TensorLike
+from ._scales import scale_positions
 from ._traced import Traced, runs_eagerly, signature
 from ._truth import isolated_truth
 
@@ -213,6 +217,8 @@ class RecordedExample:
     - ``not_capped``: why sizes above the caps were kept, else None.
     - ``numbers``: the positions of 0-d tensors that stand for numbers, with their example values.
     - ``number_reference``: the loose signature of the search function traced with those numbers.
+    - ``scales``: the positions of the example tensors that are quantization scales
+      (:func:`~._scales.scale_positions`), drawn positive and finite.
     """
 
     args: tuple[Any, ...]
@@ -220,6 +226,7 @@ class RecordedExample:
     not_capped: str | None
     numbers: dict[int, float | int]
     number_reference: tuple[Any, ...] | None
+    scales: tuple[int, ...] = ()
 
     def describe_cap(self) -> str | None:
         """The cap in words, for results and labels (None when nothing was capped or refused)."""
@@ -285,6 +292,7 @@ def recorded_example(rewrite: RecordedRewrite) -> RecordedExample:
         example = rewrite.search_args
         args, sizes, why = _capped(rewrite, example)
         numbers, reference = number_positions(rewrite.search_fn, args, rewrite.trace_fn, example)
-        found = RecordedExample(args, sizes, why, numbers, reference)
+        scales = scale_positions(rewrite.search_fn, args, rewrite.trace_fn)
+        found = RecordedExample(args, sizes, why, numbers, reference, scales)
         _EXAMPLES[rewrite] = found
     return found

@@ -5,7 +5,7 @@ by element: a ``torch.Generator`` seeded from the draw makes the values, so a te
 four choices whatever its size (making the values of a 4x4 tensor takes 20-90 µs, of a
 32K-element one 0.15-0.55 ms, by fill and row kind; Hypothesis' own overhead per case is larger)
 and shrinks to all zeros. Floating values are base values in [-2, 2] times a scale of 2**e per
-tensor, e in -24..16 (-24..7 in float16, whose range ends at 65504), so that a norm meets rows whose
+tensor, e in -24..16 (-24..7 in float16, whose range ends at 65504, and float8), so that a norm meets rows whose
 mean square is far below a typical eps (1e-6) as well as large ones; a row kind then makes some
 rows zero or all-equal, scales some rows down by up to 2**-24, keeps a few outliers among small
 values, or writes negative zeros. With ``elements`` given, values come from that strategy: one fill
@@ -42,15 +42,19 @@ __all__ = [
 ]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
-#: Dtypes :func:`tensors` draws: floating (also float64), integer (index tensors) and bool.
-TENSOR_DTYPES = (*FLOAT_DTYPES, torch.float64, *_INT_DTYPES, torch.bool)
+#: The float8 dtypes :func:`tensors` draws (quantized values; few ops run on them, see
+#: :func:`pmverify._execution.runs_on`).
+FLOAT8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+#: Dtypes :func:`tensors` draws: floating (also float64 and float8), integer (index tensors) and bool.
+TENSOR_DTYPES = (*FLOAT_DTYPES, torch.float64, *FLOAT8_DTYPES, *_INT_DTYPES, torch.bool)
 #: Base floating values lie in [-DEFAULT_BOUND, DEFAULT_BOUND], before the tensor's scale.
 DEFAULT_BOUND = 2.0
 #: Smallest scale exponent: 2**-24 (float16's smallest subnormal; squares far below any eps).
 MIN_SCALE_EXPONENT = -24
 #: Largest scale exponent per dtype (default 16): values up to 2**17; float16 stops at 2**8 so
-#: that squares and small sums of its values stay finite (its range ends at 65504).
-_MAX_SCALE_EXPONENT = {torch.float16: 7}
+#: that squares and small sums of its values stay finite (its range ends at 65504); so do the
+#: float8 types (float8_e4m3fn's range ends at 448).
+_MAX_SCALE_EXPONENT = {torch.float16: 7, torch.float8_e4m3fn: 7, torch.float8_e5m2: 7}
 _DEFAULT_MAX_SCALE_EXPONENT = 16
 #: Integer values are drawn in [0, _INT_HIGH) unless ``elements`` is given.
 _INT_HIGH = 8
@@ -73,7 +77,8 @@ _DENSE_LIMIT = 16
 
 def max_magnitude_of(dtype: torch.dtype) -> float:
     """The largest magnitude a default :func:`tensors` draw of ``dtype`` reaches: 2**17 for
-    float32, bfloat16 and float64, 2**8 for float16, 7 for integer dtypes, 1 for bool."""
+    float32, bfloat16 and float64, 2**8 for float16 and the float8 types, 7 for integer dtypes, 1
+    for bool."""
     if dtype == torch.bool:
         return 1.0
     if not dtype.is_floating_point:
@@ -308,7 +313,8 @@ def tensors(
     """Return a strategy for real, contiguous CPU tensors of ``dtype`` and ``shape``.
 
     - ``dtype``: a torch dtype from :data:`TENSOR_DTYPES`: float32, float16, bfloat16, float64,
-      int64, int32, int16, int8, uint8 or bool.
+      float8_e4m3fn, float8_e5m2, int64, int32, int16, int8, uint8 or bool. A float8 tensor's
+      values are drawn in float32 and rounded to it.
     - ``shape``: a tuple (or ``torch.Size``) of sizes in elements.
     - ``elements``: a strategy for the Python values (floats, ints or bools) to fill the tensor
       with, rounded to ``dtype``; values it draws that ``dtype`` cannot hold overflow as torch's
@@ -323,14 +329,14 @@ def tensors(
       drawn dtype (``dtypes(...).flatmap(lambda d: tensors(d, shape, allow_nan=True))``).
 
     Default floating values: base values times a scale ``2**e`` per tensor (e = 0 for about half of
-    the draws, else drawn in -24..16; -24..7 in float16). Base values are all zeros, one constant
+    the draws, else drawn in -24..16; -24..7 in float16 and float8). Base values are all zeros, one constant
     (±1, ±0.5, ±2), uniform random in [-2, 2], or uniform with about a quarter of the positions set
     to 0, ±0.5, ±1 or ±2; half of the uniform draws also have a row kind (rows: slices along the
     last dim, about a quarter of them, at least one): zero rows, all-equal rows, rows scaled down by
     2**-4 .. 2**-24, a few outliers (the other values scaled down by 2**-6), or negative zeros. So
-    |value| <= 2**17 (2**8 in float16), and rows' mean squares range from 0 and far below 1e-6 to
-    2**34. Integer values lie in [0, 8) (indices into a side of 8; pass ``elements`` for other index
-    ranges); bools are all False, all True or random. Everything comes from a ``torch.Generator``
+    |value| <= 2**17 (2**8 in float16 and float8), and rows' mean squares range from 0 and far
+    below 1e-6 to 2**34. Integer values lie in [0, 8) (indices into a side of 8; pass ``elements``
+    for other index ranges); bools are all False, all True or random. Everything comes from a ``torch.Generator``
     seeded from the draw. Shrinks toward all zeros, then scale 1 and plain rows.
 
     Raises ``hypothesis.errors.InvalidArgument`` when ``dtype`` is not a supported torch dtype,

@@ -28,6 +28,7 @@ from hypothesis.errors import InvalidArgument
 from torch.distributed.tensor import Replicate, Shard
 
 from .._case import GraphCase
+from .._execution import inspectable
 from .._symbolic import SymbolizeError, static_source
 from .._validation import short_repr, validate_strategy
 from ._drawn import validate_drawn_case
@@ -79,7 +80,7 @@ def _magnitude(value: torch.Tensor) -> float | None:
     bounds a case's graph computed from rank 0's inputs (fx_graphs') hold on every rank."""
     if not value.is_floating_point():
         return None
-    return max(float(value.abs().max()) if value.numel() else 0.0, DEFAULT_BOUND)
+    return max(float(inspectable(value).abs().max()) if value.numel() else 0.0, DEFAULT_BOUND)
 
 
 def _own_placements(given: Any, case: GraphCase) -> Any:

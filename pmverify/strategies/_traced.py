@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .._execution import finite as finite_values
 from .._fx import flat_nodes
 
 __all__ = ["Traced", "signature", "runs", "all_finite", "runs_eagerly"]
@@ -80,9 +81,7 @@ def runs(gm: torch.fx.GraphModule, args: Sequence[Any], finite: bool) -> bool:
             out = pytree.tree_leaves(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
     except Exception:
         return False
-    return not finite or all(
-        bool(t.isfinite().all()) for t in out if isinstance(t, torch.Tensor) and t.is_floating_point()
-    )
+    return not finite or all(finite_values(t) for t in out if isinstance(t, torch.Tensor))
 
 
 def runs_eagerly(pattern: Callable[..., Any], args: Sequence[Any]) -> bool:
@@ -100,5 +99,6 @@ def runs_eagerly(pattern: Callable[..., Any], args: Sequence[Any]) -> bool:
 
 
 def all_finite(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
-    """Whether ``gm`` runs on clones of ``args`` and every floating output is finite."""
+    """Whether ``gm`` runs on clones of ``args`` and every floating output is finite (a float8 one
+    read through a float32 upcast)."""
     return runs(gm, args, True)

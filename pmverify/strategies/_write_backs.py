@@ -13,8 +13,9 @@ not alias (one the instance reads, as ``x.mul_(w)`` is written back, or another)
 made with ``v``'s shape and dtype (the input a functionalized program mutates). It goes where
 functionalization and Inductor's passes put write-backs: at the end of the graph (just before the
 output), or at any node of the case after ``v`` (right after ``v`` the first among them).
-Optionally the written input is read again later (``neg`` of it, placed after the ``copy_`` and
-returned as a new graph output): that reader sees the new value.
+Optionally the written input is read again later (``neg`` of it, of its float32 upcast where
+``neg`` does not run on its dtype; placed after the ``copy_`` and returned as a new graph output):
+that reader sees the new value.
 
 Ground truth, as Inductor's matcher decides it:
 
@@ -46,6 +47,7 @@ from hypothesis import strategies as st
 
 from .._case import MutationSite, PlantedInstance
 from .._fx import flat_nodes, is_view
+from ._dtype_support import add_reader
 
 if TYPE_CHECKING:
     from ._mutations import Editor
@@ -142,7 +144,7 @@ def add_write_back(draw: Any, editor: Editor) -> None:
         readers_at = [n for n in editor.graph.nodes if order[n] > order[node] and (n in original or n is output)]
         reader_slot = draw(st.sampled_from([output, *[n for n in readers_at if n is not output]]))
         with editor.graph.inserting_before(reader_slot):
-            reader = editor.graph.call_function(aten.neg.default, (target,))
+            reader = add_reader(editor.graph, target, target.meta.get("val"))
         _return_too(editor.graph, reader)
         tag += f", read again by {reader.name}"
     editor.tags.append(tag)
