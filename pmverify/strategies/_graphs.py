@@ -30,11 +30,11 @@ from hypothesis.errors import InvalidArgument
 from .._case import GraphCase
 from .._validation import validate_choices, validate_dtypes, validate_int, validate_optional_int, validate_order
 from ._dynamic import Dynamic, symbolize_drawn, validate_dynamic
-from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp
+from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, LEVELS, OPS, GraphOp
 from ._ops_core import Builder
 from ._public import public_call
 
-__all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES"]
+__all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES", "LEVELS"]
 
 _DEFAULT_MAX_NODES = 8
 #: Dtypes of ``fx_graphs()``, simplest first: float32, then the other floating dtypes real
@@ -54,6 +54,7 @@ class _Spec:
     op_names: tuple[str, ...]  # names, not GraphOps: the spec's repr shows in Hypothesis' notes
     dtypes: tuple[torch.dtype, ...]
     completable: tuple[bool, ...]
+    level: str = "post_grad"
 
     @property
     def ops(self) -> tuple[GraphOp, ...]:
@@ -77,7 +78,7 @@ def _completable(min_nodes: int, max_nodes: int, costs: set[int]) -> tuple[bool,
 
 @st.composite
 def _graphs(draw: Any, spec: _Spec, dynamic: Dynamic = False) -> GraphCase:
-    builder = Builder(draw, spec.dtypes)
+    builder = Builder(draw, spec.dtypes, spec.level)
     while True:
         op = draw(st.sampled_from(spec.fitting(builder.op_nodes)))
         x = None
@@ -108,6 +109,7 @@ def fx_graphs(
     dtypes: Sequence[torch.dtype] | None = None,
     ops: Sequence[str] | None = None,
     dynamic: bool | str | Sequence[str] = False,
+    level: str = "post_grad",
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs of random aten ops, each drawn
     with the arguments it really takes.
@@ -203,6 +205,8 @@ def fx_graphs(
     """
     given_max, given_dtypes, given_ops, given_dynamic = max_nodes, dtypes, ops, dynamic
     dynamic = validate_dynamic("dynamic", dynamic)
+    if not isinstance(level, str) or level not in LEVELS:
+        raise InvalidArgument(f"level={level!r} must be one of {', '.join(map(repr, LEVELS))}")
     validate_int("min_nodes", min_nodes, minimum=1)
     validate_optional_int("max_nodes", max_nodes, minimum=1)
     if max_nodes is None:
@@ -210,9 +214,9 @@ def fx_graphs(
     validate_order("min_nodes", min_nodes, "max_nodes", max_nodes)
     dtypes = DEFAULT_GRAPH_DTYPES if dtypes is None else validate_dtypes("dtypes", dtypes, GRAPH_DTYPES)
     given = GRAPH_OPS if ops is None else validate_choices("ops", ops, GRAPH_OPS)
-    names = tuple(name for name in given if _BY_NAME[name].dtypes(dtypes))
+    names = tuple(name for name in given if _BY_NAME[name].dtypes(dtypes) and level in _BY_NAME[name].levels)
     if not names:
-        raise InvalidArgument(f"none of ops={list(given)!r} applies to dtypes={list(dtypes)!r}")
+        raise InvalidArgument(f"none of ops={list(given)!r} applies to dtypes={list(dtypes)!r} at level={level!r}")
     chosen = tuple(_BY_NAME[name] for name in names)
     completable = _completable(min_nodes, max_nodes, {op.cost for op in chosen})
     if not completable[0]:
@@ -221,7 +225,7 @@ def fx_graphs(
             f"no graph of ops={list(names)!r} (op nodes each: {costs}) has between min_nodes={min_nodes} "
             f"and max_nodes={max_nodes} op nodes"
         )
-    drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable), dynamic)
+    drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable, level), dynamic)
     return public_call(
         fx_graphs,
         drawn,
@@ -230,4 +234,5 @@ def fx_graphs(
         dtypes=given_dtypes,
         ops=given_ops,
         dynamic=given_dynamic,
+        level=level,
     )

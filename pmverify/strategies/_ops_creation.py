@@ -21,14 +21,31 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from ._ops_core import ANY, CPU, FRESH, MAX_SIDE, NUMERIC, Builder, GraphOp, Val, kind_of
+from ._ops_core import (
+    ANY,
+    ANY_ONLY,
+    CPU,
+    FRESH,
+    MAX_SIDE,
+    NUMERIC,
+    POST_GRAD,
+    PRE_GRAD,
+    Builder,
+    GraphOp,
+    Val,
+    at_level,
+    kind_of,
+)
 
 __all__ = ["CREATION_OPS", "CREATION_FORMS"]
 
 aten = torch.ops.aten
 
-#: How a creation op's keyword arguments are written, simplest first.
-CREATION_FORMS = ("bare", "device", "full")
+#: How a creation op's keyword arguments are written, simplest first, with the levels whose graphs
+#: hold it: bare (a hand-written aten call), ``device=`` and ``pin_memory=`` (make_fx; ``dtype=``
+#: too where it is not torch's default), or ``dtype=``, ``layout=``, ``device=``, ``pin_memory=``
+#: (post-grad graphs: Inductor's decompositions write every one).
+CREATION_FORMS = (("bare", ANY_ONLY), ("device", PRE_GRAD), ("full", POST_GRAD))
 _DEFAULTS = {"float": torch.float32, "int": torch.int64, "bool": torch.bool}
 _VALUES = {"float": (1.0, 0.0, -0.5, 2.0), "int": (1, 0, 3), "bool": (True, False)}
 
@@ -44,7 +61,7 @@ def _kwargs(b: Builder, dtype: torch.dtype, default: torch.dtype) -> dict[str, A
     """The keyword arguments of a creation op making ``dtype``; ``dtype=`` omitted (simplest) only
     when ``default`` (torch's choice without it) is ``dtype``."""
     given = b.draw(st.booleans())
-    form = b.draw(st.sampled_from(CREATION_FORMS))
+    form = b.draw(st.sampled_from(at_level(b, CREATION_FORMS)))
     kwargs: dict[str, Any] = {}
     if form == "full" or dtype != default or given:
         kwargs["dtype"] = dtype
