@@ -21,6 +21,10 @@ as in Inductor's post-grad graphs and make_fx traces). The families:
 - creation (:mod:`._ops_creation`): ``full ones zeros empty_fill arange full_like ones_like
   zeros_like scalar_tensor``.
 
+Each op (:data:`OP_LEVELS`) and argument form (``START_FORMS``, ``SCATTER_FORMS``,
+``CREATION_FORMS``, ``CLAMP_FORMS``, ``WHERE_FORMS``...) is tagged with the levels (:data:`LEVELS`)
+whose graphs hold it; a :class:`~._ops_core.Builder` draws only its level's.
+
 Values stay finite by construction: every value carries a ``bound`` on its magnitude (a new input's
 is its real magnitude, at least 2 for floats), each op computes the bound of its result, and an op
 applies only where that bound stays under the cap of the result's dtype (:func:`bound_cap`: 1024 in

@@ -1,4 +1,5 @@
-"""``fx_graphs``: random aten-level DAGs, valid by construction, as Inductor's post-grad passes see them.
+"""``fx_graphs``: random aten-level DAGs, valid by construction, as Inductor's post-grad passes see them
+(or make_fx's graphs, or every form: ``level=``).
 
 A graph grows one op at a time, in topological order: draw an op among those that fit the node
 budget (:data:`~pmverify.strategies._graph_ops.GRAPH_OPS`, simplest first), draw its first operand
@@ -187,6 +188,34 @@ def fx_graphs(
       the hinted shape, or a symbol the graph specialises (a ``cat`` of 8 and 3 rows added to an
       11-row input).
 
+    - ``level``: which graphs' forms to draw (:data:`LEVELS`; each op and argument form of the
+      table is tagged with the levels whose graphs hold it, measured on torch 2.13; ops of ``ops``
+      not at the level are left out):
+
+      - ``"post_grad"`` (default): what torch.compile hands a post-grad pass
+        (``post_grad_custom_post_pass``, vLLM's passes): ``slice.Tensor(x, dim, start, end)`` with
+        start and end written (``9223372036854775807`` for ``x[a:]``, past the size, negative; a
+        step only when not 1); ``slice_scatter(x, src, dim, start, end[, step])`` (as
+        functionalization writes ``x[a:b].copy_(y)``) or ``slice_scatter(x, src, dim, start)``
+        (an explicit ``torch.slice_scatter(x, y, dim, start)``); ``full(size, v, dtype=,
+        layout=, device=, pin_memory=)``; ``reshape.default`` for every view, flatten and
+        ``_unsafe_view`` (Inductor's ``view_to_reshape``); ``permute``, not ``t`` /
+        ``transpose``; ``prims.convert_element_type`` for casts; ``clamp_min`` / ``clamp_max``;
+        ``where.self``; none of ``view reshape unsafe_view transpose t flatten unflatten narrow
+        index_select matmul to_copy gelu std softmax log_softmax where_scalar masked_fill
+        logical_not logical_and ones zeros empty_fill arange full_like ones_like zeros_like
+        scalar_tensor`` (Inductor decomposes them), nor ``rsub``, ``clamp(x, lo, hi)``,
+        ``where.ScalarOther`` / ``ScalarSelf``.
+      - ``"pre_grad"``: the forms make_fx (and pre-grad aten IR) writes: the ops above but
+        ``convert_element_type``, the same ``slice`` / ``slice_scatter`` forms, ``full(size, v,
+        device=, pin_memory=)`` with ``dtype=`` only where not torch's default, ``view``,
+        ``clone`` + ``_unsafe_view``, ``_to_copy`` / ``to.dtype``, ``_softmax`` /
+        ``softmax.int``, ``clamp`` with None bounds, ``where.ScalarOther``, ``rsub``...
+      - ``"any"``: every form, also those no traced graph holds: a slice's start or end None (so
+        ``slice(x, dim, start)``), a step of 1 written, a bare ``full(size, v)``,
+        ``slice_scatter(x, src)`` / ``slice_scatter(x, src, dim)`` and an end None. For
+        robustness runs: a pass crashing there is not crashing on its graphs.
+
     Shrinks toward one op on one input with default arguments: ``x0 -> neg -> output``, x0 a
     float32 ``[1]`` of zeros; each op toward its simplest form (``slice.Tensor(x, 0, 0, 1)``,
     ``sum.dim_IntList(x, [0])``, ``add.Tensor(x, 1.0)``).
@@ -194,7 +223,8 @@ def fx_graphs(
     Raises ``hypothesis.errors.InvalidArgument`` for bounds that are not ints or are below 1,
     ``min_nodes > max_nodes``, a bound no sum of the ops' node counts can meet, ``dtypes`` empty or
     holding another dtype, ``ops`` empty, a string, holding an unknown name, or none of which
-    applies to ``dtypes``, and ``dynamic`` not a bool, ``"tokens"`` or a non-empty list of it.
+    applies to ``dtypes`` at ``level``, ``dynamic`` not a bool, ``"tokens"`` or a non-empty list
+    of it, and ``level`` not one of :data:`LEVELS`.
 
     Example::
 

@@ -4,7 +4,8 @@
 starting at 0 or inside the dim and ending at its end, one short of it (``x[:-1]``), inside or at
 the start (an empty result): a start written as an int, negative (``-size`` for 0) or None, an end
 written as an int, ``9223372036854775807`` (``x[a:]``), past the size, None or negative, a ``step``
-of 1 (omitted or given), 2 or 3, and a dim maybe counted from the end. Also ``select``,
+of 1 (omitted or given), 2 or 3, and a dim maybe counted from the end (None bounds and a written
+step of 1 at level "any" only: traced graphs write both bounds and omit a step of 1). Also ``select``,
 ``narrow``, ``unbind``, ``split`` (``split_with_sizes`` or ``split.Tensor``), ``cat``,
 ``slice_scatter`` / ``select_scatter``, and ``index_select`` / ``index.Tensor`` / ``gather`` with
 index tensors valid by construction (int values >= 0 below the indexed size: recent ones, or new
