@@ -100,7 +100,26 @@ def _graphs(draw: Any, spec: _Spec, dynamic: Dynamic = False) -> GraphCase:
             spec.fitting(builder.op_nodes) and draw(st.integers(0, spec.patience)) > 0
         ):
             break
-    return symbolize_drawn(draw, builder.finish("fx_graphs"), dynamic)
+    case = symbolize_drawn(draw, builder.finish("fx_graphs"), dynamic)
+    if spec.level == "post_grad" and case.symbols:
+        _reshapes_as_post_grad(case.gm)
+    return case
+
+
+#: What the symbolic re-trace (make_fx) writes for ``reshape.default`` and what post-grad graphs hold
+#: instead (Inductor's ``view_to_reshape`` runs before the post-grad passes; ``_unsafe_view``
+#: decomposes to a view).
+_RETRACED_RESHAPES = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
+
+
+def _reshapes_as_post_grad(gm: torch.fx.GraphModule) -> None:
+    """Write the views the symbolic re-trace made of ``reshape`` as post-grad graphs do: ``reshape``."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _RETRACED_RESHAPES:
+            node.target, changed = torch.ops.aten.reshape.default, True
+    if changed:
+        gm.recompile()
 
 
 def fx_graphs(

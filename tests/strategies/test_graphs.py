@@ -561,12 +561,14 @@ def test_post_grad_draws_its_slice_scatter_forms():
         assert not _post_grad_violations(case)
 
 
-@pytest.mark.parametrize(("level", "absent"), [("pre_grad", prims.convert_element_type.default), ("post_grad", None)])
-def test_pre_grad_draws_only_pre_grad_ops(level, absent):
-    names = {op.name for op in OPS if level in op.levels}
-    assert ("convert_element_type" in names) is (level == "post_grad")
-    assert ("view" in names) is (level == "pre_grad")
-    assert {op.name for op in OPS if "any" in op.levels} == set(GRAPH_OPS)
+def test_op_levels():
+    """Every op is drawn at level "any"; casts are ``convert_element_type`` post-grad only, views
+    ``view`` pre-grad only."""
+    at = {level: {op.name for op in OPS if level in op.levels} for level in ("post_grad", "pre_grad", "any")}
+    assert at["any"] == set(GRAPH_OPS)
+    assert "convert_element_type" in at["post_grad"] - at["pre_grad"]
+    assert {"view", "to_copy", "softmax", "ones"} <= at["pre_grad"] - at["post_grad"]
+    assert {"slice", "slice_scatter", "full", "aten_reshape", "permute"} <= at["post_grad"] & at["pre_grad"]
 
 
 @pytest.mark.parametrize("level", ["post_grad", "pre_grad", "any"])
@@ -598,3 +600,14 @@ def test_ops_not_at_the_level_are_left_out():
 def test_bad_levels(kwargs, message):
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         fx_graphs(**kwargs)
+
+
+def test_symbolic_post_grad_cases_keep_reshape():
+    """The symbolic re-trace (make_fx) writes ``reshape`` as ``view``; post-grad graphs hold
+    ``reshape`` (Inductor's ``view_to_reshape``), and so do the cases."""
+    case = first(
+        fx_graphs(ops=["aten_reshape", "neg"], dynamic="tokens", min_nodes=2),
+        lambda c: c.symbols and any(n.target is aten.reshape.default for n in _op_nodes(c)),
+    )
+    assert not _post_grad_violations(case), case.gm.code
+    case.gm(*case.inputs[0])
