@@ -12,7 +12,9 @@ where its shape rules, and a bound on the magnitude of values (see :mod:`._graph
 Nothing is filtered: measured with Hypothesis' statistics (``hypothesis.statistics.collector``, what
 ``pytest --hypothesis-show-statistics`` prints) over 1000 generated ``fx_graphs()`` cases (81 ops,
 every argument form and dtype), the filter/``assume`` rejection rate is 0% (0 cases of status
-"invalid"; ``tests/strategies/test_graphs.py`` checks it stays under 1%). The ~300 "overrun"
+"invalid"; ``tests/strategies/test_graphs.py`` checks it stays under 1%); 0 of 1000 at each
+``level`` (``"post_grad"``, ``"pre_grad"``, ``"any"``; measured with ``tests/strategies/_minimal.py``'s
+``rejections``). The ~300 "overrun"
 attempts that the statistics also count as invalid are not rejections: the engine cuts its early
 test cases at 5 times the length of the minimal one, as for any strategy of varying size
 (``st.lists(st.tuples(st.integers(), st.floats()))`` shows ~15 per 100).
