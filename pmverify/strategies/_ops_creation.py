@@ -7,8 +7,12 @@ Each is written as make_fx writes it, simplest first: bare (``full.default([4], 
 torch's default (float32 for a float fill, int64 for ``arange`` and an int fill) is the dtype
 wanted. A created tensor's shape is that of a recent value (so later ops combine them) or a new one.
 
+Post-grad graphs hold only ``full`` (with every keyword; level "post_grad"): Inductor writes
+``ones``, ``zeros``, ``empty`` + ``fill``, ``scalar_tensor`` and the ``*_like`` ops as ``full``, and
+``arange`` as ``prims.iota``; those are drawn at levels "pre_grad" and "any".
+
 ``empty`` + ``fill``: the functional ``fill.Scalar`` of an ``empty.memory_format`` buffer, as
-post-grad (functionalized) graphs hold it. Pre-grad graphs write ``empty(...).fill_(v)`` in place,
+functionalized aten IR before decomposition holds it. Pre-grad graphs write ``empty(...).fill_(v)`` in place,
 but ``fx_graphs`` cases are ``form="functional"`` (``planted`` requires functional contexts; the
 in-place form is :func:`~pmverify.strategies.with_mutations`' business). The empty buffer is only
 ever read by its ``fill``.
