@@ -62,11 +62,13 @@ def test_selfcheck_shrinks_the_reproducer(tmp_path):
 def test_an_escaping_fault_exits_1(tmp_path, capsys, monkeypatch):
     # The shipped pass, filed as a fault: nothing to find.
     monkeypatch.setitem(BANK, "QKNormFusionPass", Fault(QKNormFusionPass, "none", ("semantics",)))
+    # The detected one: a crash on a form about a third of its cases hold (found within 5 at any seed).
+    detected = "NoOpScatterUnpacksFiveArguments"
     code, data = _run(
-        tmp_path, "--fault", "QKNormFusionPass", "--fault", "AddmmDropsScalars", "--max-examples", "5", "--no-shrink"
+        tmp_path, "--fault", "QKNormFusionPass", "--fault", detected, "--max-examples", "5", "--no-shrink"
     )
     assert code == 1
-    assert data["escaped"] == ["QKNormFusionPass"] and data["detected"] == ["AddmmDropsScalars"]
+    assert data["escaped"] == ["QKNormFusionPass"] and data["detected"] == [detected]
     row = data["faults"][0]
     assert row["status"] == "escaped" and row["examples"] is None and row["cases"] == 5 and row["nodes"] is None
     out = capsys.readouterr().out

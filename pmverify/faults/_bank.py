@@ -38,7 +38,7 @@ from .matching import (
     add_rms_norm_pattern,
 )
 from .mutations import HandRMSNormIgnoresMutations, SwappedAutoFunctionalizedGetitems
-from .noop import NoOpConfig, NoOpSliceEndMinusOne, NoOpSliceIgnoresStep
+from .noop import NoOpConfig, NoOpScatterUnpacksFiveArguments, NoOpSliceEndMinusOne, NoOpSliceIgnoresStep
 from .reductions import MeanDecompositionDropsDtype, SoftmaxFusionIgnoresDim, softmax_pattern
 from .scalars import (
     AddcmulFusionDropsAlpha,
@@ -137,9 +137,10 @@ def _with_config(cases: SearchStrategy, config: Any) -> SearchStrategy:
     return cases.map(functools.partial(dataclasses.replace, pass_config=config))
 
 
-#: The ops a no-op elimination rewrites (slices, views and reshapes in every form) and a few that
-#: read their results, so that a slice taken for the identity changes a shape or a value downstream.
-NOOP_OPS = ("slice", "view", "reshape", "aten_reshape", "unsafe_view", "neg", "add", "sum", "mm")
+#: The ops a no-op elimination rewrites (slices, scatters, views and reshapes in every form of the
+#: graphs' level: post-grad graphs hold ``reshape`` only) and a few that read their results, so
+#: that a slice taken for the identity changes a shape or a value downstream.
+NOOP_OPS = ("slice", "slice_scatter", "view", "reshape", "aten_reshape", "unsafe_view", "neg", "add", "sum", "mm")
 
 
 def _noop() -> Families:
@@ -242,6 +243,8 @@ BANK: dict[str, Fault] = {
         Fault(QKNormKernelLeavesKOutUnwritten, "kernel leaves k_out unwritten", ("semantics",), _kernel, check_environment),
         Fault(NoOpSliceEndMinusOne, "no-op elimination drops slice(x, d, 0, -1)", ("structure", "semantics"), _noop),
         Fault(NoOpSliceIgnoresStep, "no-op elimination ignores the slice step", ("structure", "semantics"), _noop),
+        Fault(NoOpScatterUnpacksFiveArguments, "no-op elimination unpacks five slice_scatter arguments", ("crash",),
+              _noop),
         Fault(AddcmulFusionDropsAlpha, "rewrite drops the alpha its pattern never names",
               ("semantics", "expectations"), _addcmul),
         Fault(MeanDecompositionDropsDtype, "rewrite drops a reduction's dtype=", ("structure", "semantics"), _reductions),

@@ -15,7 +15,13 @@ import torch
 
 from ._common import HandWrittenFault, aten, check_config
 
-__all__ = ["NoOpConfig", "HandNoOpElimination", "NoOpSliceEndMinusOne", "NoOpSliceIgnoresStep"]
+__all__ = [
+    "NoOpConfig",
+    "HandNoOpElimination",
+    "NoOpSliceEndMinusOne",
+    "NoOpSliceIgnoresStep",
+    "NoOpScatterUnpacksFiveArguments",
+]
 
 #: What dynamo writes for an open end (``x[a:]``): ``sys.maxsize``.
 OPEN_END = sys.maxsize
@@ -28,10 +34,12 @@ class NoOpConfig:
 
     - ``views``: ``view`` / ``reshape`` / ``_unsafe_view`` to the input's own shape (default True).
     - ``slices``: ``aten.slice.Tensor`` covering the whole dim (default True).
+    - ``scatters``: ``aten.slice_scatter`` whose source covers the whole input (default True).
     """
 
     views: bool = True
     slices: bool = True
+    scatters: bool = True
 
 
 def _static_shape(node: torch.fx.Node) -> tuple[int, ...] | None:
@@ -44,6 +52,20 @@ def _static_shape(node: torch.fx.Node) -> tuple[int, ...] | None:
 def _slice_args(node: torch.fx.Node) -> tuple[torch.fx.Node, int, int | None, int | None, int]:
     """``(input, dim, start, end, step)`` of an ``aten.slice.Tensor`` call, read by the op's schema
     (positional or keyword, defaults filled in)."""
+    values = _arguments(node)
+    return values["self"], values["dim"], values["start"], values["end"], values["step"]
+
+
+def _same_layout(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    """Whether the values of ``a`` and ``b`` have one static shape and stride."""
+    va, vb = (n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in (a, b))
+    if not isinstance(va, torch.Tensor) or not isinstance(vb, torch.Tensor):
+        return False
+    return _static_shape(a) is not None and (va.shape, va.stride()) == (vb.shape, vb.stride())
+
+
+def _arguments(node: torch.fx.Node) -> dict:
+    """The arguments of a call by its op's schema names (positional or keyword, defaults filled in)."""
     values = {}
     for i, argument in enumerate(node.target._schema.arguments):
         if i < len(node.args):
@@ -52,13 +74,17 @@ def _slice_args(node: torch.fx.Node) -> tuple[torch.fx.Node, int, int | None, in
             values[argument.name] = node.kwargs[argument.name]
         elif argument.has_default_value():
             values[argument.name] = argument.default_value
-    return values["self"], values["dim"], values["start"], values["end"], values["step"]
+    return values
 
 
 class HandNoOpElimination(HandWrittenFault):
     """A correct no-op elimination (not a fault itself): a view or reshape to its input's own shape,
     and a slice whose result has its input's shape (it then covers the whole dim: start 0, step 1
-    or a dim of size 1), are replaced by their input. Static shapes only.
+    or a dim of size 1), are replaced by their input; a ``slice_scatter`` whose source has its
+    input's shape and strides (it then overwrites every element) by its source. Static shapes only.
+    Arguments are read by the op's schema, defaults filled in: a ``slice_scatter`` is written with
+    4, 5 or 6 arguments (``torch.slice_scatter(x, y, dim, start)``, ``x[a:b].copy_(y)``,
+    ``x[::2].copy_(y)``).
 
     - ``config``: a :class:`NoOpConfig`; None takes the defaults. ``TypeError`` for anything else.
     """
@@ -72,6 +98,10 @@ class HandNoOpElimination(HandWrittenFault):
         """Whether ``x.slice(dim, start, end, step)`` is ``x``, for a dim of ``size`` elements;
         ``same_shape``: whether the slice's result has ``x``'s shape."""
         return same_shape
+
+    def scatter_arguments(self, node: torch.fx.Node) -> dict:
+        """The arguments of a ``slice_scatter`` call by name, defaults filled in."""
+        return _arguments(node)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         config = self.config or NoOpConfig()
@@ -89,6 +119,9 @@ class HandNoOpElimination(HandWrittenFault):
                 source, dim, start, end, step = _slice_args(node)
                 size = source_shape[dim]
                 noop = self.slice_is_noop(size, start, end, step, shape == source_shape)
+            elif node.target is aten.slice_scatter.default and config.scatters:
+                source = self.scatter_arguments(node)["src"]
+                noop = _same_layout(source, node)
             else:
                 continue
             if noop:
@@ -131,3 +164,22 @@ class NoOpSliceIgnoresStep(HandNoOpElimination):
 
     def slice_is_noop(self, size: int, start: int | None, end: int | None, step: int, same_shape: bool) -> bool:
         return start in (0, None) and (end is None or end >= size)  # the bug: step is never read
+
+
+class NoOpScatterUnpacksFiveArguments(HandNoOpElimination):
+    """Bug kind: a no-op elimination that unpacks five arguments of ``slice_scatter``.
+
+    Modelled on vLLM's ``NoOpEliminationPass``, which reads ``slice_scatter`` as ``base, view, dim,
+    start, end = node.args[:5]``: here ``input, src, dim, start, end = node.args``. Right for the
+    five-argument form functionalization writes for ``x[a:b].copy_(y)``; it raises (a crash of the
+    pass) on the forms torch.compile also writes: four arguments for an explicit
+    ``torch.slice_scatter(x, y, dim, start)`` (trailing defaults omitted) and six for a step
+    (``x[::2].copy_(y)``). Found by :func:`~pmverify.strategies.fx_graphs` cases holding
+    ``slice_scatter`` at the default level ``"post_grad"``.
+
+    - ``config``: a :class:`NoOpConfig`; None takes the defaults.
+    """
+
+    def scatter_arguments(self, node: torch.fx.Node) -> dict:
+        inp, src, dim, start, end = node.args  # the bug: 4 and 6 arguments are post-grad forms too
+        return {"self": inp, "src": src, "dim": dim, "start": start, "end": end, "step": 1}

@@ -21,6 +21,10 @@ as in Inductor's post-grad graphs and make_fx traces). The families:
 - creation (:mod:`._ops_creation`): ``full ones zeros empty_fill arange full_like ones_like
   zeros_like scalar_tensor``.
 
+Each op (:data:`OP_LEVELS`) and argument form (``START_FORMS``, ``SCATTER_FORMS``,
+``CREATION_FORMS``, ``CLAMP_FORMS``, ``WHERE_FORMS``...) is tagged with the levels (:data:`LEVELS`)
+whose graphs hold it; a :class:`~._ops_core.Builder` draws only its level's.
+
 Values stay finite by construction: every value carries a ``bound`` on its magnitude (a new input's
 is its real magnitude, at least 2 for floats), each op computes the bound of its result, and an op
 applies only where that bound stays under the cap of the result's dtype (:func:`bound_cap`: 1024 in
@@ -33,10 +37,24 @@ the case's dtypes (the bool masks ``where`` builds for itself aside).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ._ops_contraction import CONTRACTION_OPS
-from ._ops_core import BOUND_CAP, MAX_NUMEL, MAX_RANK, MAX_SIDE, GraphOp, Val, bound_cap
+from ._ops_core import (
+    BOUND_CAP,
+    EVERY_LEVEL,
+    LEVELS,
+    MAX_NUMEL,
+    MAX_RANK,
+    MAX_SIDE,
+    POST_GRAD,
+    PRE_GRAD,
+    GraphOp,
+    Val,
+    bound_cap,
+)
 from ._ops_creation import CREATION_OPS
 from ._ops_elementwise import ELEMENTWISE_OPS
 from ._ops_reductions import REDUCTION_OPS
@@ -47,6 +65,8 @@ __all__ = [
     "GRAPH_OPS",
     "GRAPH_DTYPES",
     "GraphOp",
+    "LEVELS",
+    "OP_LEVELS",
     "OPS",
     "Val",
     "BOUND_CAP",
@@ -56,8 +76,34 @@ __all__ = [
     "bound_cap",
 ]
 
+#: The levels whose graphs hold each op's node forms, where not every level's (measured on torch
+#: 2.13: the graph ``post_grad_custom_post_pass`` receives from torch.compile, and make_fx's with and
+#: without ``pre_dispatch``). Post-grad graphs hold ``prims.convert_element_type`` for every cast;
+#: ``reshape.default`` for ``view``, ``flatten``, ``unflatten``, ``_unsafe_view`` and AOT's
+#: ``clone`` + ``_unsafe_view`` (Inductor's ``view_to_reshape``); ``permute`` for ``t`` and
+#: ``transpose``; ``slice`` for ``narrow``; ``index.Tensor`` for ``index_select``; ``full`` for
+#: ``ones``, ``zeros``, ``empty`` + ``fill``, ``scalar_tensor`` and the ``*_like`` ops;
+#: ``prims.iota`` for ``arange``; ``mm`` / ``bmm`` between ``reshape`` / ``expand`` for
+#: ``matmul``; ``where.self`` on a 0-d ``full`` for ``masked_fill`` and a number branch;
+#: ``bitwise_not`` / ``bitwise_and`` for the logical ops on bools; and decompose ``gelu``,
+#: ``std`` (``var`` + ``sqrt``), ``softmax`` and ``log_softmax``. Argument forms within an op
+#: carry their own tags (``START_FORMS``, ``SCATTER_FORMS``, ``CREATION_FORMS``...).
+OP_LEVELS: dict[str, frozenset[str]] = {
+    "convert_element_type": POST_GRAD,
+    **dict.fromkeys(
+        ("to_copy", "gelu", "where_scalar", "masked_fill", "logical_not", "logical_and", "std", "softmax"),
+        PRE_GRAD,
+    ),
+    **dict.fromkeys(("log_softmax", "view", "reshape", "unsafe_view", "transpose", "t", "flatten"), PRE_GRAD),
+    **dict.fromkeys(("unflatten", "narrow", "index_select", "matmul", "ones", "zeros", "empty_fill"), PRE_GRAD),
+    **dict.fromkeys(("arange", "full_like", "ones_like", "zeros_like", "scalar_tensor"), PRE_GRAD),
+}
+
 #: The op table, simplest first.
-OPS: tuple[GraphOp, ...] = ELEMENTWISE_OPS + REDUCTION_OPS + VIEW_OPS + SLICING_OPS + CONTRACTION_OPS + CREATION_OPS
+OPS: tuple[GraphOp, ...] = tuple(
+    dataclasses.replace(op, levels=OP_LEVELS.get(op.name, EVERY_LEVEL))
+    for op in ELEMENTWISE_OPS + REDUCTION_OPS + VIEW_OPS + SLICING_OPS + CONTRACTION_OPS + CREATION_OPS
+)
 
 #: Names of the ops :func:`~pmverify.strategies.fx_graphs` draws, simplest first.
 GRAPH_OPS: tuple[str, ...] = tuple(op.name for op in OPS)

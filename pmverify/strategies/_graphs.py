@@ -1,4 +1,5 @@
-"""``fx_graphs``: random aten-level DAGs, valid by construction, as Inductor's post-grad passes see them.
+"""``fx_graphs``: random aten-level DAGs, valid by construction, as Inductor's post-grad passes see them
+(or make_fx's graphs, or every form: ``level=``).
 
 A graph grows one op at a time, in topological order: draw an op among those that fit the node
 budget (:data:`~pmverify.strategies._graph_ops.GRAPH_OPS`, simplest first), draw its first operand
@@ -9,9 +10,11 @@ Shapes, dtypes and strides come from running each op on fake tensors in the case
 where its shape rules, and a bound on the magnitude of values (see :mod:`._graph_ops`), hold.
 
 Nothing is filtered: measured with Hypothesis' statistics (``hypothesis.statistics.collector``, what
-``pytest --hypothesis-show-statistics`` prints) over 1000 generated ``fx_graphs()`` cases (81 ops,
+``pytest --hypothesis-show-statistics`` prints) over 1000 generated ``fx_graphs()`` cases (the 54 ops of level "post_grad",
 every argument form and dtype), the filter/``assume`` rejection rate is 0% (0 cases of status
-"invalid"; ``tests/strategies/test_graphs.py`` checks it stays under 1%). The ~300 "overrun"
+"invalid"; ``tests/strategies/test_graphs.py`` checks it stays under 1%); 0 of 1000 at each
+``level`` (``"post_grad"``, ``"pre_grad"``, ``"any"``; measured with ``tests/strategies/_minimal.py``'s
+``rejections``). The ~300 "overrun"
 attempts that the statistics also count as invalid are not rejections: the engine cuts its early
 test cases at 5 times the length of the minimal one, as for any strategy of varying size
 (``st.lists(st.tuples(st.integers(), st.floats()))`` shows ~15 per 100).
@@ -30,11 +33,11 @@ from hypothesis.errors import InvalidArgument
 from .._case import GraphCase
 from .._validation import validate_choices, validate_dtypes, validate_int, validate_optional_int, validate_order
 from ._dynamic import Dynamic, symbolize_drawn, validate_dynamic
-from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, OPS, GraphOp
+from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, LEVELS, OPS, GraphOp
 from ._ops_core import Builder
 from ._public import public_call
 
-__all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES"]
+__all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES", "LEVELS"]
 
 _DEFAULT_MAX_NODES = 8
 #: Dtypes of ``fx_graphs()``, simplest first: float32, then the other floating dtypes real
@@ -54,6 +57,7 @@ class _Spec:
     op_names: tuple[str, ...]  # names, not GraphOps: the spec's repr shows in Hypothesis' notes
     dtypes: tuple[torch.dtype, ...]
     completable: tuple[bool, ...]
+    level: str = "post_grad"
 
     @property
     def ops(self) -> tuple[GraphOp, ...]:
@@ -77,7 +81,7 @@ def _completable(min_nodes: int, max_nodes: int, costs: set[int]) -> tuple[bool,
 
 @st.composite
 def _graphs(draw: Any, spec: _Spec, dynamic: Dynamic = False) -> GraphCase:
-    builder = Builder(draw, spec.dtypes)
+    builder = Builder(draw, spec.dtypes, spec.level)
     while True:
         op = draw(st.sampled_from(spec.fitting(builder.op_nodes)))
         x = None
@@ -98,7 +102,26 @@ def _graphs(draw: Any, spec: _Spec, dynamic: Dynamic = False) -> GraphCase:
             spec.fitting(builder.op_nodes) and draw(st.integers(0, spec.patience)) > 0
         ):
             break
-    return symbolize_drawn(draw, builder.finish("fx_graphs"), dynamic)
+    case = symbolize_drawn(draw, builder.finish("fx_graphs"), dynamic)
+    if spec.level == "post_grad" and case.symbols:
+        _reshapes_as_post_grad(case.gm)
+    return case
+
+
+#: What the symbolic re-trace (make_fx) writes for ``reshape.default`` and what post-grad graphs hold
+#: instead (Inductor's ``view_to_reshape`` runs before the post-grad passes; ``_unsafe_view``
+#: decomposes to a view).
+_RETRACED_RESHAPES = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
+
+
+def _reshapes_as_post_grad(gm: torch.fx.GraphModule) -> None:
+    """Write the views the symbolic re-trace made of ``reshape`` as post-grad graphs do: ``reshape``."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _RETRACED_RESHAPES:
+            node.target, changed = torch.ops.aten.reshape.default, True
+    if changed:
+        gm.recompile()
 
 
 def fx_graphs(
@@ -108,6 +131,7 @@ def fx_graphs(
     dtypes: Sequence[torch.dtype] | None = None,
     ops: Sequence[str] | None = None,
     dynamic: bool | str | Sequence[str] = False,
+    level: str = "post_grad",
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs of random aten ops, each drawn
     with the arguments it really takes.
@@ -185,6 +209,34 @@ def fx_graphs(
       the hinted shape, or a symbol the graph specialises (a ``cat`` of 8 and 3 rows added to an
       11-row input).
 
+    - ``level``: which graphs' forms to draw (:data:`LEVELS`; each op and argument form of the
+      table is tagged with the levels whose graphs hold it, measured on torch 2.13; ops of ``ops``
+      not at the level are left out):
+
+      - ``"post_grad"`` (default): what torch.compile hands a post-grad pass
+        (``post_grad_custom_post_pass``, vLLM's passes): ``slice.Tensor(x, dim, start, end)`` with
+        start and end written (``9223372036854775807`` for ``x[a:]``, past the size, negative; a
+        step only when not 1); ``slice_scatter(x, src, dim, start, end[, step])`` (as
+        functionalization writes ``x[a:b].copy_(y)``) or ``slice_scatter(x, src, dim, start)``
+        (an explicit ``torch.slice_scatter(x, y, dim, start)``); ``full(size, v, dtype=,
+        layout=, device=, pin_memory=)``; ``reshape.default`` for every view, flatten and
+        ``_unsafe_view`` (Inductor's ``view_to_reshape``); ``permute``, not ``t`` /
+        ``transpose``; ``prims.convert_element_type`` for casts; ``clamp_min`` / ``clamp_max``;
+        ``where.self``; none of ``view reshape unsafe_view transpose t flatten unflatten narrow
+        index_select matmul to_copy gelu std softmax log_softmax where_scalar masked_fill
+        logical_not logical_and ones zeros empty_fill arange full_like ones_like zeros_like
+        scalar_tensor`` (Inductor decomposes them), nor ``rsub``, ``clamp(x, lo, hi)``,
+        ``where.ScalarOther`` / ``ScalarSelf``.
+      - ``"pre_grad"``: the forms make_fx (and pre-grad aten IR) writes: the ops above but
+        ``convert_element_type``, the same ``slice`` / ``slice_scatter`` forms, ``full(size, v,
+        device=, pin_memory=)`` with ``dtype=`` only where not torch's default, ``view``,
+        ``clone`` + ``_unsafe_view``, ``_to_copy`` / ``to.dtype``, ``_softmax`` /
+        ``softmax.int``, ``clamp`` with None bounds, ``where.ScalarOther``, ``rsub``...
+      - ``"any"``: every form, also those no traced graph holds: a slice's start or end None (so
+        ``slice(x, dim, start)``), a step of 1 written, a bare ``full(size, v)``,
+        ``slice_scatter(x, src)`` / ``slice_scatter(x, src, dim)`` and an end None. For
+        robustness runs: a pass crashing there is not crashing on its graphs.
+
     Shrinks toward one op on one input with default arguments: ``x0 -> neg -> output``, x0 a
     float32 ``[1]`` of zeros; each op toward its simplest form (``slice.Tensor(x, 0, 0, 1)``,
     ``sum.dim_IntList(x, [0])``, ``add.Tensor(x, 1.0)``).
@@ -192,7 +244,8 @@ def fx_graphs(
     Raises ``hypothesis.errors.InvalidArgument`` for bounds that are not ints or are below 1,
     ``min_nodes > max_nodes``, a bound no sum of the ops' node counts can meet, ``dtypes`` empty or
     holding another dtype, ``ops`` empty, a string, holding an unknown name, or none of which
-    applies to ``dtypes``, and ``dynamic`` not a bool, ``"tokens"`` or a non-empty list of it.
+    applies to ``dtypes`` at ``level``, ``dynamic`` not a bool, ``"tokens"`` or a non-empty list
+    of it, and ``level`` not one of :data:`LEVELS`.
 
     Example::
 
@@ -203,6 +256,8 @@ def fx_graphs(
     """
     given_max, given_dtypes, given_ops, given_dynamic = max_nodes, dtypes, ops, dynamic
     dynamic = validate_dynamic("dynamic", dynamic)
+    if not isinstance(level, str) or level not in LEVELS:
+        raise InvalidArgument(f"level={level!r} must be one of {', '.join(map(repr, LEVELS))}")
     validate_int("min_nodes", min_nodes, minimum=1)
     validate_optional_int("max_nodes", max_nodes, minimum=1)
     if max_nodes is None:
@@ -210,9 +265,9 @@ def fx_graphs(
     validate_order("min_nodes", min_nodes, "max_nodes", max_nodes)
     dtypes = DEFAULT_GRAPH_DTYPES if dtypes is None else validate_dtypes("dtypes", dtypes, GRAPH_DTYPES)
     given = GRAPH_OPS if ops is None else validate_choices("ops", ops, GRAPH_OPS)
-    names = tuple(name for name in given if _BY_NAME[name].dtypes(dtypes))
+    names = tuple(name for name in given if _BY_NAME[name].dtypes(dtypes) and level in _BY_NAME[name].levels)
     if not names:
-        raise InvalidArgument(f"none of ops={list(given)!r} applies to dtypes={list(dtypes)!r}")
+        raise InvalidArgument(f"none of ops={list(given)!r} applies to dtypes={list(dtypes)!r} at level={level!r}")
     chosen = tuple(_BY_NAME[name] for name in names)
     completable = _completable(min_nodes, max_nodes, {op.cost for op in chosen})
     if not completable[0]:
@@ -221,7 +276,7 @@ def fx_graphs(
             f"no graph of ops={list(names)!r} (op nodes each: {costs}) has between min_nodes={min_nodes} "
             f"and max_nodes={max_nodes} op nodes"
         )
-    drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable), dynamic)
+    drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable, level), dynamic)
     return public_call(
         fx_graphs,
         drawn,
@@ -230,4 +285,5 @@ def fx_graphs(
         dtypes=given_dtypes,
         ops=given_ops,
         dynamic=given_dynamic,
+        level=level,
     )

@@ -61,6 +61,12 @@ __all__ = [
     "FRESH",
     "fresh_bound",
     "provisional",
+    "LEVELS",
+    "EVERY_LEVEL",
+    "POST_GRAD",
+    "PRE_GRAD",
+    "ANY_ONLY",
+    "at_level",
 ]
 
 aten = torch.ops.aten
@@ -78,6 +84,17 @@ MAX_SIDE = 8
 INT64_MAX = 9223372036854775807
 CPU = torch.device("cpu")
 FRESH = shapes(min_dims=1, max_dims=3, max_side=MAX_SIDE)
+
+#: The levels of :func:`~pmverify.strategies.fx_graphs` (``level=``): what torch.compile hands a
+#: post-grad pass, what make_fx / pre-grad aten IR (before Inductor's decompositions) holds, or
+#: every form the table knows (robustness runs).
+LEVELS = ("post_grad", "pre_grad", "any")
+#: Tags of an op or an argument form: the levels whose graphs hold it ("any" holds every form).
+EVERY_LEVEL = frozenset(LEVELS)
+POST_GRAD = frozenset({"post_grad", "any"})
+PRE_GRAD = frozenset({"pre_grad", "any"})
+#: Forms no traced graph holds (only a hand-written aten call does): drawn at level "any" only.
+ANY_ONLY = frozenset({"any"})
 
 #: Dtype kinds an op applies to.
 FLOAT = ("float",)
@@ -184,6 +201,8 @@ class GraphOp:
     - ``operand_dtypes``: ``operand_dtypes(dtypes)``: the dtypes among the case's ``dtypes`` a
       fresh first operand may take (for a nullary op: those it may create); none: the op does not
       apply to these dtypes. Default: those of a kind in ``kinds``.
+    - ``levels``: the levels whose graphs hold the op's node forms (see :data:`LEVELS`); its
+      argument forms carry their own tags (:func:`at_level`).
     """
 
     name: str
@@ -196,6 +215,7 @@ class GraphOp:
     empty_ok: bool = False
     nullary: bool = False
     operand_dtypes: Callable[[GraphOp, Sequence[torch.dtype]], tuple[torch.dtype, ...]] = of_kinds
+    levels: frozenset[str] = EVERY_LEVEL
 
     def takes(self, b: Builder, x: Val) -> bool:
         """Whether ``x`` can be the first operand."""
@@ -205,6 +225,12 @@ class GraphOp:
 
     def dtypes(self, dtypes: Sequence[torch.dtype]) -> tuple[torch.dtype, ...]:
         return self.operand_dtypes(self, dtypes)
+
+
+def at_level(b: Builder, forms: Sequence[tuple[Any, frozenset[str]]]) -> list[Any]:
+    """The forms of a table of ``(form, levels)`` pairs (simplest first) that the graphs of the
+    builder's level hold."""
+    return [form for form, levels in forms if b.level in levels]
 
 
 def fresh_bound(dtype: torch.dtype) -> float:
@@ -301,9 +327,10 @@ class Builder:
     """A graph under construction (what every op of the table emits into): its nodes, fake mode,
     values and real inputs."""
 
-    def __init__(self, draw: Any, dtypes: Sequence[torch.dtype]) -> None:
+    def __init__(self, draw: Any, dtypes: Sequence[torch.dtype], level: str = "post_grad") -> None:
         self.draw = draw
         self.dtypes = tuple(dtypes)
+        self.level = level
         self.graph = torch.fx.Graph()
         self.mode = FakeTensorMode()
         self.values: list[Val] = []

@@ -7,8 +7,12 @@ Each is written as make_fx writes it, simplest first: bare (``full.default([4], 
 torch's default (float32 for a float fill, int64 for ``arange`` and an int fill) is the dtype
 wanted. A created tensor's shape is that of a recent value (so later ops combine them) or a new one.
 
+Post-grad graphs hold only ``full`` (with every keyword; level "post_grad"): Inductor writes
+``ones``, ``zeros``, ``empty`` + ``fill``, ``scalar_tensor`` and the ``*_like`` ops as ``full``, and
+``arange`` as ``prims.iota``; those are drawn at levels "pre_grad" and "any".
+
 ``empty`` + ``fill``: the functional ``fill.Scalar`` of an ``empty.memory_format`` buffer, as
-post-grad (functionalized) graphs hold it. Pre-grad graphs write ``empty(...).fill_(v)`` in place,
+functionalized aten IR before decomposition holds it. Pre-grad graphs write ``empty(...).fill_(v)`` in place,
 but ``fx_graphs`` cases are ``form="functional"`` (``planted`` requires functional contexts; the
 in-place form is :func:`~pmverify.strategies.with_mutations`' business). The empty buffer is only
 ever read by its ``fill``.
@@ -21,14 +25,31 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from ._ops_core import ANY, CPU, FRESH, MAX_SIDE, NUMERIC, Builder, GraphOp, Val, kind_of
+from ._ops_core import (
+    ANY,
+    ANY_ONLY,
+    CPU,
+    FRESH,
+    MAX_SIDE,
+    NUMERIC,
+    POST_GRAD,
+    PRE_GRAD,
+    Builder,
+    GraphOp,
+    Val,
+    at_level,
+    kind_of,
+)
 
 __all__ = ["CREATION_OPS", "CREATION_FORMS"]
 
 aten = torch.ops.aten
 
-#: How a creation op's keyword arguments are written, simplest first.
-CREATION_FORMS = ("bare", "device", "full")
+#: How a creation op's keyword arguments are written, simplest first, with the levels whose graphs
+#: hold it: bare (a hand-written aten call), ``device=`` and ``pin_memory=`` (make_fx; ``dtype=``
+#: too where it is not torch's default), or ``dtype=``, ``layout=``, ``device=``, ``pin_memory=``
+#: (post-grad graphs: Inductor's decompositions write every one).
+CREATION_FORMS = (("bare", ANY_ONLY), ("device", PRE_GRAD), ("full", POST_GRAD))
 _DEFAULTS = {"float": torch.float32, "int": torch.int64, "bool": torch.bool}
 _VALUES = {"float": (1.0, 0.0, -0.5, 2.0), "int": (1, 0, 3), "bool": (True, False)}
 
@@ -44,7 +65,7 @@ def _kwargs(b: Builder, dtype: torch.dtype, default: torch.dtype) -> dict[str, A
     """The keyword arguments of a creation op making ``dtype``; ``dtype=`` omitted (simplest) only
     when ``default`` (torch's choice without it) is ``dtype``."""
     given = b.draw(st.booleans())
-    form = b.draw(st.sampled_from(CREATION_FORMS))
+    form = b.draw(st.sampled_from(at_level(b, CREATION_FORMS)))
     kwargs: dict[str, Any] = {}
     if form == "full" or dtype != default or given:
         kwargs["dtype"] = dtype

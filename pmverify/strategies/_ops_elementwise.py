@@ -21,11 +21,14 @@ from hypothesis import strategies as st
 from ._ops_core import (
     ANY,
     CPU,
+    EVERY_LEVEL,
     FLOAT,
     NUMERIC,
+    PRE_GRAD,
     Builder,
     GraphOp,
     Val,
+    at_level,
     bound_cap,
     broadcast,
     broadcastable,
@@ -139,6 +142,9 @@ def _pow(b: Builder, x: Val) -> None:
 #: Forms of a scalar operand, simplest first: a Python number to the ``.Tensor`` overload (as
 #: post-grad graphs write it), to the ``.Scalar`` overload, or a 0-d tensor.
 _SCALAR_FORMS = ("Tensor", "Scalar", "0-d")
+#: The levels whose graphs hold each form (``reverse``: ``rsub``, which Inductor writes as
+#: ``sub.Tensor(c, x)``).
+_SCALAR_LEVELS = {"Tensor": EVERY_LEVEL, "Scalar": EVERY_LEVEL, "0-d": EVERY_LEVEL, "reverse": PRE_GRAD}
 
 
 def _scalar_op(
@@ -177,6 +183,7 @@ def _scalar_op(
 
     def emit(b: Builder, x: Val) -> None:
         forms = [*_SCALAR_FORMS[: 3 if zero_dim else 2], *(["reverse"] if reverse is not None else [])]
+        forms = [f for f in forms if b.level in _SCALAR_LEVELS[f]]
         if zero_dim and not zero_dim_ok(b, x)(provisional((), x.dtype)):
             forms.remove("0-d")
         form = b.draw(st.sampled_from(forms))
@@ -262,11 +269,16 @@ def _div_accepts(b: Builder, x: Val) -> bool:
 # ------------------------------------------------------------------------------------ masks
 
 
+#: Forms of ``where``, simplest first, with their levels: post-grad graphs write a number branch
+#: as a 0-d ``full`` and ``where.self``.
+WHERE_FORMS = (("self", EVERY_LEVEL), ("ScalarOther", PRE_GRAD), ("ScalarSelf", PRE_GRAD))
+
+
 def _where(b: Builder, x: Val) -> None:
     """``where(x > 0, x, y)``; ``y`` a tensor, or a number (``where.ScalarOther`` /
     ``where.ScalarSelf``)."""
     mask = b.call(aten.gt.Scalar, (x.node, 0))
-    form = b.draw(st.sampled_from(("self", "ScalarOther", "ScalarSelf")))
+    form = b.draw(st.sampled_from(at_level(b, WHERE_FORMS)))
     if form == "self":
         y = second(b, x, max)
         b.call(aten.where.self, (mask, x.node, y.node), bound=max(x.bound, y.bound), nonneg=x.nonneg and y.nonneg)
@@ -354,8 +366,15 @@ def _logical_and(b: Builder, x: Val) -> None:
 # ------------------------------------------------------------------------------------ clamp
 
 
-#: Forms of ``clamp``, simplest first.
-CLAMP_FORMS = ("both", "max_only", "min_only", "clamp_min", "clamp_max")
+#: Forms of ``clamp``, simplest first, with the levels whose graphs hold them: Inductor decomposes
+#: ``clamp(x, lo, hi)`` into ``clamp_min`` and ``clamp_max``.
+CLAMP_FORMS = (
+    ("both", PRE_GRAD),
+    ("max_only", PRE_GRAD),
+    ("min_only", PRE_GRAD),
+    ("clamp_min", EVERY_LEVEL),
+    ("clamp_max", EVERY_LEVEL),
+)
 
 
 def _clamp(b: Builder, x: Val) -> None:
@@ -363,7 +382,7 @@ def _clamp(b: Builder, x: Val) -> None:
     ``clamp_max(x, hi)``."""
     pairs = ((-1.0, 1.0), (0.0, 1.0), (-0.5, 0.5)) if x.kind == "float" else ((0, 3), (-2, 2))
     low, high = b.draw(st.sampled_from(pairs))
-    form = b.draw(st.sampled_from(CLAMP_FORMS))
+    form = b.draw(st.sampled_from(at_level(b, CLAMP_FORMS)))
     if form == "both":
         b.call(aten.clamp.default, (x.node, low, high), bound=min(x.bound, max(abs(low), abs(high))), nonneg=low >= 0)
     elif form in ("max_only", "clamp_max"):

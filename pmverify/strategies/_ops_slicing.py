@@ -4,7 +4,8 @@
 starting at 0 or inside the dim and ending at its end, one short of it (``x[:-1]``), inside or at
 the start (an empty result): a start written as an int, negative (``-size`` for 0) or None, an end
 written as an int, ``9223372036854775807`` (``x[a:]``), past the size, None or negative, a ``step``
-of 1 (omitted or given), 2 or 3, and a dim maybe counted from the end. Also ``select``,
+of 1 (omitted or given), 2 or 3, and a dim maybe counted from the end (None bounds and a written
+step of 1 at level "any" only: traced graphs write both bounds and omit a step of 1). Also ``select``,
 ``narrow``, ``unbind``, ``split`` (``split_with_sizes`` or ``split.Tensor``), ``cat``,
 ``slice_scatter`` / ``select_scatter``, and ``index_select`` / ``index.Tensor`` / ``gather`` with
 index tensors valid by construction (int values >= 0 below the indexed size: recent ones, or new
@@ -21,10 +22,32 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from ._ops_core import ANY, INT64_MAX, MAX_NUMEL, MAX_SIDE, Builder, GraphOp, Val, kind_of, signed_dim
+from ._ops_core import (
+    ANY,
+    ANY_ONLY,
+    EVERY_LEVEL,
+    INT64_MAX,
+    MAX_NUMEL,
+    MAX_SIDE,
+    Builder,
+    GraphOp,
+    Val,
+    at_level,
+    kind_of,
+    signed_dim,
+)
 from ._tensors import shapes
 
-__all__ = ["SLICING_OPS", "START_AT", "END_AT", "START_FORMS", "END_FORMS", "INNER_END_FORMS"]
+__all__ = [
+    "SLICING_OPS",
+    "START_AT",
+    "END_AT",
+    "START_FORMS",
+    "END_FORMS",
+    "INNER_END_FORMS",
+    "STEP_FORMS",
+    "SCATTER_FORMS",
+]
 
 aten = torch.ops.aten
 
@@ -33,13 +56,17 @@ START_AT = ("zero", "inside")
 #: Where it ends, simplest first: at the dim's end, one short of it (``x[:-1]``), anywhere after
 #: the start, or at the start (an empty result).
 END_AT = ("end", "one_short", "inside", "empty")
-#: How a slice's start is written, simplest first (``none``: only for 0).
-START_FORMS = ("int", "negative", "none")
+#: How a slice's start is written, simplest first, with the levels whose graphs hold it (``none``:
+#: only for 0; traced graphs always write the start, ``x[:2]`` as ``slice(x, 0, 0, 2)``).
+START_FORMS = (("int", EVERY_LEVEL), ("negative", EVERY_LEVEL), ("none", ANY_ONLY))
 #: How an end at the dim's end is written, simplest first: the size, dynamo's
-#: ``9223372036854775807`` for ``x[a:]``, past the size, None.
-END_FORMS = ("int", "max", "past", "none")
+#: ``9223372036854775807`` for ``x[a:]``, past the size (``x[:100]``), None (and so omitted, the
+#: 3-argument ``slice(x, dim, start)`` of a hand-written aten call: at level "any" only).
+END_FORMS = (("int", EVERY_LEVEL), ("max", EVERY_LEVEL), ("past", EVERY_LEVEL), ("none", ANY_ONLY))
 #: How any other end is written: an int, or counted from the end (``-1``).
 INNER_END_FORMS = ("int", "negative")
+#: A slice's step, simplest first: omitted (1), 2, 3, or 1 written out (traced graphs omit it).
+STEP_FORMS = ((None, EVERY_LEVEL), (2, EVERY_LEVEL), (3, EVERY_LEVEL), (1, ANY_ONLY))
 
 
 def _bounds(b: Builder, side: int) -> tuple[Any, Any]:
@@ -51,7 +78,7 @@ def _bounds(b: Builder, side: int) -> tuple[Any, Any]:
     start_at = b.draw(st.sampled_from(START_AT))
     anywhere = b.draw(st.integers(0, side))
     first = 0 if start_at == "zero" else anywhere
-    start_form = b.draw(st.sampled_from(START_FORMS))
+    start_form = b.draw(st.sampled_from(at_level(b, START_FORMS)))
     if start_form == "negative" and first < side:
         start: Any = first - side  # at 0: -side, which normalises to 0
     elif start_form == "none" and first == 0:
@@ -67,7 +94,7 @@ def _bounds(b: Builder, side: int) -> tuple[Any, Any]:
         "empty": first,
     }[end_at]
     if last == side:
-        end_form = b.draw(st.sampled_from(END_FORMS))
+        end_form = b.draw(st.sampled_from(at_level(b, END_FORMS)))
         return start, {"int": side, "max": INT64_MAX, "past": side + 1 + after, "none": None}[end_form]
     end_form = b.draw(st.sampled_from(INNER_END_FORMS))
     return start, last - side if end_form == "negative" else last
@@ -90,7 +117,7 @@ def _trimmed(args: Sequence[Any], defaults: Sequence[Any]) -> tuple[Any, ...]:
 def _slice(b: Builder, x: Val) -> None:
     d = b.draw(st.integers(0, x.rank - 1))
     start, end = _bounds(b, x.shape[d])
-    step = b.draw(st.sampled_from((None, 1, 2, 3)))
+    step = b.draw(st.sampled_from(at_level(b, STEP_FORMS)))
     args = [x.node, signed_dim(b.draw, d, x.rank), start, end] + ([] if step is None else [step])
     if step is None:
         args = list(_trimmed(args, (None, None)))
@@ -177,20 +204,50 @@ def _exact(b: Builder, x: Val, shape: tuple[int, ...]) -> Val:
     return b.operand(lambda v: v.dtype == x.dtype and v.shape == shape, st.just(shape), [x.dtype])
 
 
+#: How a ``slice_scatter`` is written, simplest first, with the levels whose graphs hold it:
+#: ``written``: ``slice_scatter(x, src, dim, start, end)`` with start and end written (the end an
+#: int or 9223372036854775807) and the step only when not 1, as functionalization writes
+#: ``x[a:b].copy_(y)`` and ``x[a::2].copy_(y)``; ``tail``: ``slice_scatter(x, src, dim, start)``
+#: (start > 0), as the dispatcher records an explicit ``torch.slice_scatter(x, y, dim, start)``
+#: (trailing defaults omitted); ``free``: any start, end (None too) and step, trailing defaults
+#: omitted, down to ``slice_scatter(x, src)`` and ``slice_scatter(x, src, dim)``, which only a
+#: whole-dim overwrite written by hand gives.
+SCATTER_FORMS = (("written", EVERY_LEVEL), ("tail", EVERY_LEVEL), ("free", ANY_ONLY))
+
+
 def _slice_scatter(b: Builder, x: Val) -> None:
-    """``slice_scatter(x, src, dim, start, end, step)`` (trailing defaults omitted), ``src`` shaped
-    like the slice."""
+    """``slice_scatter(x, src, dim, start, end[, step])`` in a form of :data:`SCATTER_FORMS`,
+    ``src`` shaped like the slice."""
     d = b.draw(st.integers(0, x.rank - 1))
     side = x.shape[d]
-    start = b.draw(st.integers(0, side))
-    if b.draw(st.booleans()):
-        end = b.draw(st.sampled_from((None, INT64_MAX, side)))
+    form = b.draw(st.sampled_from(at_level(b, SCATTER_FORMS)))
+    if form == "tail" and side == 0:
+        form = "written"  # no start > 0 to write
+    if form == "written":
+        start = b.draw(st.integers(0, side))
+        end = b.draw(st.sampled_from((side, INT64_MAX))) if b.draw(st.booleans()) else None
+        if end is None:
+            end = b.draw(st.integers(min(start + 1, side), side))
+        step = b.draw(st.sampled_from((1, 2)))
+        tail = [] if step == 1 else [step]
+    elif form == "tail":
+        start, end, step, tail = b.draw(st.integers(1, side)), None, 1, []
     else:
-        end = b.draw(st.integers(min(start + 1, side), side))
-    step = b.draw(st.sampled_from((1, 2)))
+        start = b.draw(st.integers(0, side))
+        if b.draw(st.booleans()):
+            end = b.draw(st.sampled_from((None, INT64_MAX, side)))
+        else:
+            end = b.draw(st.integers(min(start + 1, side), side))
+        step = b.draw(st.sampled_from((1, 2)))
     length = len(range(start, side if end is None else min(end, side), step))
     src = _exact(b, x, x.shape[:d] + (length,) + x.shape[d + 1 :])
-    args = _trimmed([x.node, src.node, signed_dim(b.draw, d, x.rank), start, end, step], (0, None, None, 1))
+    dim = signed_dim(b.draw, d, x.rank)
+    if form == "written":
+        args = (x.node, src.node, dim, start, end, *tail)
+    elif form == "tail":
+        args = (x.node, src.node, dim, start)
+    else:
+        args = _trimmed([x.node, src.node, dim, start, end, step], (0, None, None, 1))
     b.call(aten.slice_scatter.default, args, bound=max(x.bound, src.bound), nonneg=x.nonneg and src.nonneg)
 
 

@@ -127,7 +127,7 @@ _EXAMPLES = {
         lambda c: {aten.sum.dim_IntList, aten.mm.default} <= {n.target for n in _op_nodes(c)},
     ),
     "reshape_of_expanded": (
-        fx_graphs(ops=["expand", "reshape", "permute"], min_nodes=4),
+        fx_graphs(ops=["expand", "reshape", "permute"], min_nodes=4, level="any"),
         lambda c: any(n.target is aten.clone.default and n.args[0].target is aten.expand.default for n in _op_nodes(c)),
     ),
     "unused_split_pieces": (
@@ -143,7 +143,9 @@ _EXAMPLES = {
         lambda c: len({x.dim() for x in c.inputs[0]}) >= 2,
     ),
     "logical_and_of_permuted_masks": (
-        fx_graphs(ops=["logical_and", "permute", "compare"], dtypes=[torch.float32, torch.bool], min_nodes=3),
+        fx_graphs(
+            ops=["logical_and", "permute", "compare"], dtypes=[torch.float32, torch.bool], min_nodes=3, level="any"
+        ),
         lambda c: {aten.logical_and.default, aten.permute.default} <= {n.target for n in _op_nodes(c)},
     ),
     "bool_only_sums": (fx_graphs(ops=["sum", "cumsum"], dtypes=[torch.bool, torch.int32], min_nodes=2), lambda c: True),
@@ -152,7 +154,7 @@ _EXAMPLES = {
         lambda c: any(x.dtype == torch.int32 for x in c.inputs[0]),
     ),
     "cumprod_of_large_values": (
-        fx_graphs(ops=["cumprod", "view"], dtypes=[torch.float32], min_nodes=2),
+        fx_graphs(ops=["cumprod", "view"], dtypes=[torch.float32], min_nodes=2, level="any"),
         lambda c: c.inputs[0][0].abs().max() > 1e3,
     ),
 }
@@ -176,7 +178,7 @@ def test_each_op_makes_valid_graphs_alone(name):
     targets = _targets(name)
 
     @settings(max_examples=4)
-    @given(fx_graphs(ops=[name], max_nodes=5, dtypes=GRAPH_DTYPES))
+    @given(fx_graphs(ops=[name], max_nodes=5, dtypes=GRAPH_DTYPES, level="any"))
     def check(case):
         check_valid(case, dtypes=GRAPH_DTYPES)
         assert targets & {n.target for n in _op_nodes(case)}
@@ -368,7 +370,7 @@ def test_every_argument_form_shows_up(group):
     seen = set()
 
     @settings(max_examples=300, derandomize=True, database=None, phases=[Phase.generate])
-    @given(fx_graphs(ops=ops, max_nodes=8))
+    @given(fx_graphs(ops=ops, max_nodes=8, level="any"))
     def draw(case):
         seen.update(_features(case))
         if expected <= seen:
@@ -442,7 +444,7 @@ def test_bounds_and_dtypes_hold(case):
 )
 def test_composite_ops_meet_the_node_bounds(ops, min_nodes, max_nodes, counts):
     @settings(max_examples=10)
-    @given(fx_graphs(ops=ops, min_nodes=min_nodes, max_nodes=max_nodes))
+    @given(fx_graphs(ops=ops, min_nodes=min_nodes, max_nodes=max_nodes, level="any"))
     def check(case):
         assert len(_op_nodes(case)) in counts
 
@@ -489,3 +491,123 @@ def test_every_op_has_a_positive_cost():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         fx_graphs(**kwargs)
+
+
+# ----------------------------------------------------------------------------------- levels
+
+
+def _post_grad_violations(case: GraphCase) -> list[str]:
+    """The nodes of ``case`` that no post-grad graph holds (what torch.compile hands
+    ``post_grad_custom_post_pass``, measured on torch 2.13)."""
+    pre_grad_only = {
+        aten.view.default, aten._unsafe_view.default, aten._to_copy.default, aten.to.dtype, aten.gelu.default,
+        aten._softmax.default, aten.softmax.int, aten._log_softmax.default, aten.log_softmax.int,
+        aten.std.correction, aten.t.default, aten.transpose.int, aten.flatten.using_ints, aten.unflatten.int,
+        aten.narrow.default, aten.index_select.default, aten.ones.default, aten.zeros.default,
+        aten.empty.memory_format, aten.fill.Scalar, aten.arange.default, aten.arange.start, aten.arange.start_step,
+        aten.full_like.default, aten.ones_like.default, aten.zeros_like.default, aten.scalar_tensor.default,
+        aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.logical_not.default, aten.logical_and.default,
+        aten.clamp.default, aten.where.ScalarOther, aten.where.ScalarSelf, aten.rsub.Scalar,
+    }  # fmt: skip
+    found = []
+    for node in _op_nodes(case):
+        t, args, kwargs = node.target, node.args, node.kwargs
+        if t in pre_grad_only:
+            found.append(str(t))
+        elif t is aten.slice.Tensor and (len(args) < 4 or None in args[2:4] or args[4:] == (1,)):
+            found.append(f"slice{args[1:]}")
+        elif t is aten.slice_scatter.default and (len(args) < 4 or None in args[3:5] or args[5:] == (1,)):
+            found.append(f"slice_scatter{args[2:]}")  # 4 arguments (start > 0) is a post-grad form
+        elif t is aten.slice_scatter.default and len(args) == 4 and args[3] == 0:
+            found.append(f"slice_scatter{args[2:]}")
+        elif t is aten.full.default and set(kwargs) != {"dtype", "layout", "device", "pin_memory"}:
+            found.append(f"full {sorted(kwargs)}")
+    return found
+
+
+_LEVEL_OPS = ["slice", "slice_scatter", "full", "clamp", "where", "sub_scalar", "view", "softmax", "to_copy", "neg"]
+
+
+@settings(max_examples=40)
+@given(fx_graphs(ops=_LEVEL_OPS, min_nodes=3, max_nodes=10))
+def test_post_grad_draws_only_post_grad_forms(case):
+    assert not _post_grad_violations(case), case.gm.code
+
+
+@pytest.mark.parametrize(
+    ("strategy", "form"),
+    [
+        (fx_graphs(ops=["slice"], level="any"), lambda n: n.target is aten.slice.Tensor and len(n.args) == 3),
+        (fx_graphs(ops=["slice"], level="any"), lambda n: n.target is aten.slice.Tensor and None in n.args[2:4]),
+        (fx_graphs(ops=["slice_scatter"], level="any"), lambda n: n.target is aten.slice_scatter.default and (len(n.args) <= 3 or None in n.args[3:5])),
+        (fx_graphs(ops=["full"], level="any"), lambda n: n.target is aten.full.default and "dtype" not in n.kwargs),
+        (fx_graphs(ops=["full"], level="pre_grad"), lambda n: n.target is aten.full.default and "dtype" not in n.kwargs),
+        (fx_graphs(ops=["view"], level="pre_grad"), lambda n: n.target is aten.view.default),
+        (fx_graphs(ops=["clamp"], level="pre_grad"), lambda n: n.target is aten.clamp.default),
+    ],
+)  # fmt: skip
+def test_other_levels_draw_the_forms_post_grad_leaves_out(strategy, form):
+    """What post_grad never draws, the other levels do (so the check above can fail)."""
+    case = first(strategy, lambda c: any(form(n) for n in _op_nodes(c)))
+    assert _post_grad_violations(case)
+
+
+def test_post_grad_draws_its_slice_scatter_forms():
+    """Five arguments (``x[1:].copy_(y)``), six with a step (``x[::2].copy_(y)``) and four (an
+    explicit ``torch.slice_scatter(x, y, dim, start)``): the forms torch.compile writes."""
+    graphs = fx_graphs(ops=["slice_scatter"])
+    for count in (4, 5, 6):
+        case = first(graphs, lambda c, k=count: any(len(n.args) == k for n in _op_nodes(c)))
+        assert not _post_grad_violations(case)
+
+
+def test_op_levels():
+    """Every op is drawn at level "any"; casts are ``convert_element_type`` post-grad only, views
+    ``view`` pre-grad only."""
+    at = {level: {op.name for op in OPS if level in op.levels} for level in ("post_grad", "pre_grad", "any")}
+    assert at["any"] == set(GRAPH_OPS)
+    assert "convert_element_type" in at["post_grad"] - at["pre_grad"]
+    assert {"view", "to_copy", "softmax", "ones"} <= at["pre_grad"] - at["post_grad"]
+    assert {"slice", "slice_scatter", "full", "aten_reshape", "permute"} <= at["post_grad"] & at["pre_grad"]
+
+
+@pytest.mark.parametrize("level", ["post_grad", "pre_grad", "any"])
+def test_minimal_graph_is_one_op_at_each_level(level):
+    case = minimal(fx_graphs(level=level))
+    assert [n.target for n in _op_nodes(case)] == [aten.neg.default]
+
+
+@pytest.mark.parametrize("level", ["pre_grad", "any"])  # post_grad: test_no_draw_is_rejected
+def test_no_draw_is_rejected_at_each_level(level):
+    rejected, valid = rejections(fx_graphs(max_nodes=12, level=level), 50)
+    assert valid == 50 and rejected == 0, (rejected, valid)
+
+
+def test_ops_not_at_the_level_are_left_out():
+    case = minimal(fx_graphs(ops=["view", "aten_reshape"]))
+    assert [n.target for n in _op_nodes(case)] == [aten.reshape.default]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"level": "post"}, "level='post' must be one of 'post_grad', 'pre_grad', 'any'"),
+        ({"level": None}, "level=None must be one of"),
+        ({"ops": ["view", "softmax"]}, "none of ops=['view', 'softmax'] applies to dtypes="),
+        ({"ops": ["convert_element_type"], "level": "pre_grad"}, "at level='pre_grad'"),
+    ],
+)
+def test_bad_levels(kwargs, message):
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        fx_graphs(**kwargs)
+
+
+def test_symbolic_post_grad_cases_keep_reshape():
+    """The symbolic re-trace (make_fx) writes ``reshape`` as ``view``; post-grad graphs hold
+    ``reshape`` (Inductor's ``view_to_reshape``), and so do the cases."""
+    case = first(
+        fx_graphs(ops=["aten_reshape", "neg"], dynamic="tokens", min_nodes=2),
+        lambda c: c.symbols and any(n.target is aten.reshape.default for n in _op_nodes(c)),
+    )
+    assert not _post_grad_violations(case), case.gm.code
+    case.gm(*case.inputs[0])

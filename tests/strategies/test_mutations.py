@@ -79,7 +79,11 @@ _EXAMPLES = {
     # ``empty`` buffer (uninitialised), and the graph still runs finite (regression: new ops/dtypes).
     "fx_graphs_of_every_dtype": (
         lambda: with_mutations(
-            fx_graphs(ops=["empty_fill", "full", "arange", "compare", "add", "mul_scalar", "to_copy"], min_nodes=4)
+            fx_graphs(
+                ops=["empty_fill", "full", "arange", "compare", "add", "mul_scalar", "to_copy"],
+                min_nodes=4,
+                level="pre_grad",
+            )
         ),
         lambda c: (
             {torch.int64, torch.bool}
