@@ -1,9 +1,7 @@
 """``tp_cases(..., all_reduce=)``: tensor-parallel cases whose graphs hold a project's own all-reduce op.
 
-The op is defined here as a project defines one (vLLM registers ``vllm::all_reduce(Tensor, str
-group_name) -> Tensor``, functional, no ``wait_tensor``): a CPU kernel that sums over the group
-named with torch.distributed's functional all-reduce, and a fake kernel for tracing. The pass is
-written here in vLLM's style: built from a config with ``tp_rank``, it fuses an rms-norm whose
+The op (``pmtest::all_reduce``, :mod:`tests._user_all_reduce`) is defined as vLLM defines its
+``vllm::all_reduce``. The pass is written here in vLLM's style: built from a config with ``tp_rank``, it fuses an rms-norm whose
 mean of squares is all-reduced into one op that performs the all-reduce inside.
 """
 
@@ -22,49 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import pmverify
 from pmverify.distributed import DEFAULT_GROUP_NAME
 from pmverify.strategies import fx_graphs, planted, tp_cases
-
-_lib = torch.library.Library("pmtest", "FRAGMENT")
-_lib.define("all_reduce(Tensor x, str group_name) -> Tensor")
-_lib.define("tp_rms_norm(Tensor x, Tensor w, float eps, int tp_rank, int tp_world, str group_name, int bug) -> Tensor")
-_lib.define("two_args(Tensor x, Tensor y) -> Tensor")
-
-
-@torch.library.impl(_lib, "all_reduce", "CompositeExplicitAutograd")
-def _all_reduce(x: torch.Tensor, group_name: str) -> torch.Tensor:
-    functional = torch.ops._c10d_functional
-    return functional.wait_tensor(functional.all_reduce(x, "sum", group_name))
-
-
-@torch.library.register_fake("pmtest::all_reduce", lib=_lib)
-def _all_reduce_fake(x: torch.Tensor, group_name: str) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-NO_BUG, NO_TP_DIVISOR, RANK_DIVISOR = 0, 1, 2
-
-
-@torch.library.impl(_lib, "tp_rms_norm", "CompositeExplicitAutograd")
-def _tp_rms_norm(x, w, eps, tp_rank, tp_world, group_name, bug):
-    """The rms-norm of ``x`` ``[T, H]`` (this rank's H of the full ``tp_world * H``): the sum of
-    squares all-reduced, over ``H * tp_world`` elements. ``bug`` 1 forgets ``tp_world``, 2 takes
-    ``tp_rank + 1`` for it (right on rank 0 of 1 only)."""
-    xf = x.to(torch.float32)
-    sums = torch.ops.pmtest.all_reduce(xf.pow(2).sum(-1, keepdim=True), group_name)
-    world = {NO_BUG: tp_world, NO_TP_DIVISOR: 1, RANK_DIVISOR: tp_rank + 1}[bug]
-    return (xf * torch.rsqrt(sums / (x.shape[-1] * world) + eps) * w).to(x.dtype)
-
-
-@torch.library.register_fake("pmtest::tp_rms_norm", lib=_lib)
-def _tp_rms_norm_fake(x, w, eps, tp_rank, tp_world, group_name, bug):
-    return torch.empty_like(x)
-
-
-@torch.library.impl(_lib, "two_args", "CompositeExplicitAutograd")
-def _two_args(x, y):
-    return x + y
-
-
-ALL_REDUCE = torch.ops.pmtest.all_reduce.default
+from tests._user_all_reduce import ALL_REDUCE, NO_BUG, NO_TP_DIVISOR, RANK_DIVISOR
 
 
 @dataclasses.dataclass(frozen=True)
