@@ -113,6 +113,11 @@ class GraphCase:
     - ``source``: for a case with symbols, the case with concrete sizes (at the hints) it was made
       from (:func:`pmverify._symbolic.symbolize`): a strategy that wraps a drawn case (mutations,
       tensor-parallel ranks...) rewrites that one and symbolizes the result again. None otherwise.
+    - ``all_reduce``: for a tensor-parallel case whose graph holds a project's own all-reduce op
+      (``tp_cases(..., all_reduce=)``), that ``OpOverload`` (schema ``(Tensor, str) -> Tensor``,
+      a sum over the group named); the oracles count its nodes as collectives, as they count
+      ``_c10d_functional.all_reduce``. None (default): the graph's collectives are the functional
+      ones (``_c10d_functional.all_reduce`` + ``wait_tensor``) only.
 
     Raises ``ValueError`` when ``inputs`` does not hold ``tp_world`` tuples or ``form`` is unknown.
     """
@@ -129,6 +134,7 @@ class GraphCase:
     symbols: tuple[Symbol, ...] = ()
     input_dims: tuple[Any, ...] = ()
     source: GraphCase | None = dataclasses.field(default=None, repr=False, compare=False)
+    all_reduce: Any = None
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:

@@ -78,10 +78,15 @@ class CaseResult:
         return reason if reason is not None and reason.startswith("rng: ") else None
 
 
-def _has_collectives(gm: Any) -> bool:
+def _has_collectives(case: GraphCase) -> bool:
+    """Whether ``case``'s graph calls a collective: a functional or c10d one, or ``case.all_reduce``."""
     return any(
-        node.op == "call_function" and getattr(node.target, "namespace", None) in ("_c10d_functional", "c10d")
-        for node in gm.graph.nodes
+        node.op == "call_function"
+        and (
+            getattr(node.target, "namespace", None) in ("_c10d_functional", "c10d")
+            or (case.all_reduce is not None and node.target == case.all_reduce)
+        )
+        for node in case.gm.graph.nodes
     )
 
 
@@ -296,7 +301,7 @@ def check_case(
     if mode == "compiled":
         from ._compiled import apply_compiled  # imports torch._inductor: only when asked for
 
-        if case.tp_world > 1 and _has_collectives(case.gm):
+        if case.tp_world > 1 and _has_collectives(case):
             raise ValueError(
                 f"mode='compiled' cannot run case {case.label or case!r}: its graph calls collectives on "
                 f"{case.tp_world} ranks, which torch.compile cannot run in the one-process threaded world; "

@@ -112,8 +112,21 @@ def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[.
         return gm
     if trace_fn is None:
         from torch._inductor.pattern_matcher import fwd_only as trace_fn
-    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
-        gm = callable_placeholders(trace_fn(pattern, list(args)))  # joint_fwd_bwd's cross its inputs
+    mode = FakeTensorMode(allow_fallback_kernels=True)
+    with tracing(TracingContext(mode)):
+        try:
+            gm = trace_fn(pattern, list(args))
+        except Exception as exc:
+            # A collective's kernel (a project's all-reduce, vLLM's included) needs a started
+            # process group; its fake kernel does not: the trace on fake copies is the same graph.
+            if not any(isinstance(a, torch.Tensor) for a in args):
+                raise
+            fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+            try:
+                gm = trace_fn(pattern, fake)
+            except Exception:
+                raise exc from None
+        gm = callable_placeholders(gm)  # joint_fwd_bwd's cross its inputs
     if key is not None:
         _TRACES[key] = gm
         while len(_TRACES) > _TRACE_CACHE_SIZE:

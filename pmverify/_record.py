@@ -149,7 +149,12 @@ class RecordedRewrite:
         arguments["skip_duplicates"] = True
         if extra_check is not None:
             arguments["extra_check"] = extra_check
-        return original_register_replacement()(**arguments)
+        try:
+            return original_register_replacement()(**arguments)
+        except Exception as exc:
+            # A pattern holding a collective (a project's all-reduce) does not trace on real tensors
+            # outside a process group; it was registered as vLLM registers, in a FakeTensorMode.
+            return _register_fake(arguments, exc)
 
     def pattern_pass(self) -> Any:
         """Return a ``PatternMatcherPass`` holding this rewrite alone: Inductor's matcher restricted
@@ -274,6 +279,23 @@ def plain_tensors(values: Any) -> Any:
         return fresh.requires_grad_() if value.requires_grad else fresh
 
     return pytree.tree_map(plain, values)
+
+
+def _register_fake(arguments: dict[str, Any], error: Exception) -> Any:
+    """``register_replacement(**arguments)`` again with fake copies of the example tensors, in a
+    FakeTensorMode; ``error`` (the real registration's) when there is no tensor or that fails too."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    example = arguments.get("example_inputs")
+    if not isinstance(example, (list, tuple)) or not any(isinstance(v, torch.Tensor) for v in example):
+        raise error
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in example]
+        try:
+            return original_register_replacement()(**{**arguments, "example_inputs": fake})
+        except Exception:
+            raise error from None
 
 
 def _record(bound: inspect.BoundArguments, result: Any) -> RecordedRewrite:

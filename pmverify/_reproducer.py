@@ -411,6 +411,7 @@ def render(
         f"        label={case.label!r},",
         *([f"        placements={case.placements!r},"] if case.placements is not None else []),
         *([f"        symbols={case.symbols!r},", f"        input_dims={case.input_dims!r},"] if case.symbols else []),
+        *([f"        all_reduce=torch.ops.{case.all_reduce},"] if case.all_reduce is not None else []),
         "    )",
         "except Exception as exc:  # exit 2, as above",
         '    print(f"cannot rebuild the case: {exc!r}", file=sys.stderr)',

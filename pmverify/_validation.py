@@ -22,6 +22,7 @@ __all__ = [
     "validate_strategy",
     "validate_choices",
     "validate_dtypes",
+    "validate_all_reduce",
     "FLOAT_DTYPES",
     "short_repr",
 ]
@@ -98,3 +99,44 @@ def validate_dtypes(name: str, value: Any, allowed: Sequence[torch.dtype] = FLOA
     if isinstance(value, torch.dtype):
         raise InvalidArgument(f"{name}={value!r} must be a sequence of torch dtypes, e.g. [{value!r}]")
     return validate_choices(name, value, allowed)
+
+
+def _is_funcol_all_reduce(value: Any) -> bool:
+    ops = torch.ops._c10d_functional
+    return value is ops.all_reduce or value is ops.all_reduce.default
+
+
+def validate_all_reduce(name: str, value: Any) -> torch._ops.OpOverload | None:
+    """The all-reduce op a tensor-parallel case's graphs hold: None for the functional collective
+    (``value`` None or ``torch.ops._c10d_functional.all_reduce``, followed by ``wait_tensor``), else
+    ``value`` as an ``OpOverload`` (an ``OpOverloadPacket`` stands for its ``.default``) whose schema
+    is functional ``(Tensor, str) -> Tensor``: the tensor summed over the group named, as vLLM's
+    ``torch.ops.vllm.all_reduce``. InvalidArgument naming ``name`` and ``value`` otherwise."""
+    if value is None or _is_funcol_all_reduce(value):
+        return None
+    op = value
+    shown = f"torch.ops.{value}" if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) else None
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        if "default" not in op.overloads():
+            raise InvalidArgument(
+                f"{name}={shown} has no default overload: give one of {shown}.{{{', '.join(op.overloads())}}}"
+            )
+        op = op.default
+    if not isinstance(op, torch._ops.OpOverload):
+        raise InvalidArgument(
+            f"{name}={short_repr(value)} must be None, torch.ops._c10d_functional.all_reduce or a registered "
+            f"op (Tensor, str) -> Tensor such as torch.ops.vllm.all_reduce.default"
+        )
+    schema = op._schema
+    arguments = [str(a.type) for a in schema.arguments]
+    returns = [str(r.type) for r in schema.returns]
+    if arguments != ["Tensor", "str"] or returns != ["Tensor"]:
+        raise InvalidArgument(
+            f"{name}={shown} has schema {schema}: an all-reduce op must take (Tensor, str) (the tensor and "
+            f"the group name) and return one Tensor"
+        )
+    if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
+        raise InvalidArgument(
+            f"{name}={shown} has schema {schema}: an all-reduce op must be functional (mutate and alias nothing)"
+        )
+    return op

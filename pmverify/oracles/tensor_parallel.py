@@ -12,7 +12,8 @@ rank (direct mode applies it once per rank, built for that rank). Two properties
   every rank). A pass that rewrites on some ranks only, or inserts other ops or collectives on
   some, leaves the ranks calling different collectives: they hang or reduce garbage.
 - **Collective accounting.** On each rank, the all-reduce nodes (``_c10d_functional.all_reduce`` and
-  its in-place and coalesced forms) that disappear are exactly those the recorded matches account
+  its in-place and coalesced forms, and the case's own all-reduce op, ``GraphCase.all_reduce``, such
+  as vLLM's ``torch.ops.vllm.all_reduce``) that disappear are exactly those the recorded matches account
   for: the all-reduces among a match's nodes minus those among the nodes its replacement inserted.
   A fused op that performs its collective inside (``pmverify.qk_norm_tp``) accounts for the one it
   replaced. A pass that drops, duplicates or leaves an all-reduce behind outside what its matches
@@ -45,9 +46,13 @@ def _targets() -> frozenset[Any]:
 ALL_REDUCE_TARGETS = _targets()
 
 
-def all_reduce_count(nodes: Iterable[torch.fx.Node]) -> int:
-    """How many of ``nodes`` are all-reduce calls (:data:`ALL_REDUCE_TARGETS`)."""
-    return sum(node.op == "call_function" and node.target in ALL_REDUCE_TARGETS for node in nodes)
+def all_reduce_count(nodes: Iterable[torch.fx.Node], own: Any = None) -> int:
+    """How many of ``nodes`` are all-reduce calls: of :data:`ALL_REDUCE_TARGETS` or of ``own`` (a
+    project's all-reduce op, ``GraphCase.all_reduce``; None for none)."""
+    return sum(
+        node.op == "call_function" and (node.target in ALL_REDUCE_TARGETS or (own is not None and node.target == own))
+        for node in nodes
+    )
 
 
 def _named(gm: torch.fx.GraphModule, names: Iterable[str]) -> list[torch.fx.Node]:
@@ -131,12 +136,13 @@ def check(pair: RunPair) -> list[Violation]:
         graphs = _graph_difference(runs)
         if graphs is not None:
             violations.append(Violation("tensor_parallel", f"matches differ across ranks: {graphs}"))
+    own = pair.case.all_reduce
     for rank, run in enumerate(runs):
         if not run.match_records:
             continue
-        dropped = all_reduce_count(run.before.graph.nodes) - all_reduce_count(run.after.graph.nodes)
+        dropped = all_reduce_count(run.before.graph.nodes, own) - all_reduce_count(run.after.graph.nodes, own)
         accounted = sum(
-            all_reduce_count(_named(run.before, m.nodes)) - all_reduce_count(_named(run.after, m.replacement))
+            all_reduce_count(_named(run.before, m.nodes), own) - all_reduce_count(_named(run.after, m.replacement), own)
             for m in run.match_records
         )
         if dropped != accounted:

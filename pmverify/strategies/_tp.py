@@ -30,10 +30,10 @@ from torch.distributed.tensor import Replicate, Shard
 from .._case import GraphCase
 from .._execution import inspectable
 from .._symbolic import SymbolizeError, static_source
-from .._validation import short_repr, validate_strategy
+from .._validation import short_repr, validate_all_reduce, validate_strategy
 from ._drawn import validate_drawn_case
 from ._dynamic import DYNAMIC_DIMS, symbolize_drawn, validate_dynamic
-from ._public import public_call
+from ._public import Shown, public_call
 from ._tensors import DEFAULT_BOUND, tensors, tp_sizes
 
 __all__ = ["tp_cases", "Replicate", "Shard"]
@@ -97,7 +97,7 @@ def _own_placements(given: Any, case: GraphCase) -> Any:
 
 @st.composite
 def _tp_cases(
-    draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy, dynamic: Any
+    draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy, dynamic: Any, all_reduce: Any
 ) -> GraphCase:
     drawn = draw(cases)
     validate_drawn_case("cases", drawn)
@@ -125,7 +125,9 @@ def _tp_cases(
         )
     shown = ", ".join(repr(p) for p in chosen)
     label = f"{case.label} tp_world={world} [{shown}]"
-    spread = dataclasses.replace(case, inputs=ranks, tp_world=world, placements=chosen, label=label)
+    spread = dataclasses.replace(
+        case, inputs=ranks, tp_world=world, placements=chosen, label=label, all_reduce=all_reduce or case.all_reduce
+    )
     if drawn.symbols:  # the same symbolic graph on every rank, the Sym inputs first
         syms = drawn.inputs[0][: len(drawn.symbols)]
         return dataclasses.replace(
@@ -135,6 +137,7 @@ def _tp_cases(
             placements=(*[Replicate()] * len(syms), *chosen),
             label=label,
             source=spread,
+            all_reduce=spread.all_reduce,
         )
     try:
         symbolic = symbolize_drawn(draw, spread, dynamic)
@@ -143,7 +146,7 @@ def _tp_cases(
     if symbolic.symbols:
         own = symbolic.placements[len(symbolic.symbols) :]
         symbolic = dataclasses.replace(symbolic, placements=(*[Replicate()] * len(symbolic.symbols), *own))
-    return symbolic
+    return dataclasses.replace(symbolic, all_reduce=spread.all_reduce)
 
 
 def tp_cases(
@@ -152,6 +155,7 @@ def tp_cases(
     placements: Placements | Callable[[GraphCase], Placements] | None = None,
     tp_world: st.SearchStrategy[int] | None = None,
     dynamic: bool | str | Sequence[str] = False,
+    all_reduce: Any = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` cases run by a tensor-parallel world:
     the drawn single-rank case's graph is the per-rank graph, with one input tuple per rank.
@@ -172,13 +176,23 @@ def tp_cases(
       stays static, its label saying why, where another input size is divisible by a hint);
       default False (it stays static). ``Shard`` of a symbolic dim gives every rank ``s0`` rows of
       a full tensor of ``tp_world * s0`` (sequence parallelism).
+    - ``all_reduce``: the all-reduce op the drawn graphs hold, e.g. a project's own
+      ``torch.ops.vllm.all_reduce.default`` (an ``OpOverload`` or its packet, schema
+      ``(Tensor, str) -> Tensor``, functional: the tensor summed over the group named); recorded in
+      ``GraphCase.all_reduce`` so that the oracles count its nodes as all-reduces. Default None:
+      ``_c10d_functional.all_reduce`` + ``wait_tensor`` (always counted). The op runs as its
+      project registered it, on every rank's thread of pmverify's world
+      (:mod:`pmverify.distributed`, one default group named ``"0"``): its CPU kernel must reduce
+      over that group (e.g. return ``wait_tensor(_c10d_functional.all_reduce(x, "sum", "0"))``,
+      whatever the name), and a fake kernel (``register_fake``) lets ``planted`` trace it.
 
     The result keeps the graph, ground truth and ``pass_config`` of the drawn case and records the
     placements in ``GraphCase.placements``. Shrinks toward tp_world 1 and every input replicated.
 
     Raises ``hypothesis.errors.InvalidArgument`` for ``cases`` or ``tp_world`` not a strategy, or
     ``placements`` neither None, a sequence nor callable, ``dynamic`` not False, True, a dim name or
-    a list of them; when drawing, for a case with
+    a list of them, ``all_reduce`` neither None, ``_c10d_functional.all_reduce`` nor an op with schema
+    ``(Tensor, str) -> Tensor``; when drawing, for a case with
     ``tp_world != 1``, a world size below 1, and placements that do not fit the case's inputs
     (wrong count, ``Shard`` of a dim the input lacks, or of a non-tensor).
 
@@ -196,5 +210,8 @@ def tp_cases(
         _check_kinds(placements)
     given_dynamic = dynamic
     dynamic = validate_dynamic("dynamic", dynamic, DYNAMIC_DIMS)
-    drawn = _tp_cases(cases, placements, tp_world, dynamic)
-    return public_call(tp_cases, drawn, cases, placements=placements, tp_world=given_world, dynamic=given_dynamic)
+    op = validate_all_reduce("all_reduce", all_reduce)
+    drawn = _tp_cases(cases, placements, tp_world, dynamic, op)
+    shown = None if all_reduce is None else Shown(f"torch.ops.{all_reduce}")
+    given = dict(placements=placements, tp_world=given_world, dynamic=given_dynamic, all_reduce=shown)
+    return public_call(tp_cases, drawn, cases, **given)

@@ -89,12 +89,26 @@ def runs_eagerly(pattern: Callable[..., Any], args: Sequence[Any]) -> bool:
     ``args``: a program a model could hold. A decomposition may be laxer than the op it decomposes
     (``torch.lerp`` and ``torch.mv`` refuse mixed float dtypes, their decompositions promote), so a
     trace that runs does not make the inputs valid. Run without grad, on a forked CPU RNG (a random
-    op in the pattern leaves the global generator as it was)."""
-    try:
+    op in the pattern leaves the global generator as it was). A pattern that fails outside a
+    tensor-parallel world (its collectives need a process group) runs again in a world of one rank
+    (:func:`pmverify.distributed.run_spmd`, the default group ``"0"``)."""
+
+    def run() -> None:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             pattern(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+
+    try:
+        run()
     except Exception:  # noqa: BLE001 - whatever the pattern raises: not a program a model holds
-        return False
+        from ..distributed import run_spmd
+        from ..distributed._context import current_rank
+
+        if current_rank() is not None:
+            return False
+        try:
+            run_spmd(run, 1, [()])
+        except Exception:  # noqa: BLE001 - nor in a world
+            return False
     return True
 
 

@@ -20,6 +20,8 @@ on every match): another eps, divisor, group name or reduce op is not this rewri
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -42,9 +44,16 @@ def shard_columns(config: QKNormConfig) -> tuple[slice, slice]:
     return slice(q_start, q_start + config.q_size), slice(heads.start * head_dim, heads.stop * head_dim)
 
 
-def all_reduce(x: torch.Tensor, group_name: str, reduce_op: str = "sum") -> torch.Tensor:
+def all_reduce(x: torch.Tensor, group_name: str, reduce_op: str = "sum", op: Any = None) -> torch.Tensor:
     """``x`` reduced over the group named ``group_name``, as ``torch.compile`` presents the
-    collective: ``_c10d_functional.all_reduce`` followed by ``wait_tensor``."""
+    collective: ``_c10d_functional.all_reduce`` followed by ``wait_tensor``; or, with ``op`` (a
+    project's all-reduce ``OpOverload``, ``(Tensor, str) -> Tensor``, a sum), ``op`` called as vLLM
+    calls its ``torch.ops.vllm.all_reduce``: the group name by keyword. Raises ``ValueError`` for
+    ``op`` with a ``reduce_op`` other than ``"sum"``."""
+    if op is not None:
+        if reduce_op != "sum":
+            raise ValueError(f"reduce_op={reduce_op!r}: the all-reduce op {op} sums")
+        return op(x, **{op._schema.arguments[1].name: group_name})
     return torch.ops._c10d_functional.wait_tensor(torch.ops._c10d_functional.all_reduce(x, reduce_op, group_name))
 
 
@@ -61,6 +70,7 @@ def qk_norm_tp_forward(
     split3: bool = False,
     reduce_op: str = "sum",
     divisor: float | None = None,
+    all_reduce_op: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """vLLM's ``forward_qkv`` at tp_world > 1, written out: returns ``(q_out, k_out, v)``.
 
@@ -70,6 +80,8 @@ def qk_norm_tp_forward(
     - ``split3``: one split node per consumer instead of one split.
     - ``reduce_op`` / ``divisor``: the all-reduce op and what the reduced means are divided by
       (default ``"sum"`` and ``tp_world``); other values make near misses.
+    - ``all_reduce_op``: a project's all-reduce op to call instead of the functional collective
+      (see :func:`all_reduce`); default None.
     """
     if split3:
         q, k, v = (qkv.split(sizes, dim=-1)[i] for i in range(3))
@@ -80,7 +92,7 @@ def qk_norm_tp_forward(
     q_var = qf.pow(2).mean(dim=-1, keepdim=True)
     k_var = kf.pow(2).mean(dim=-1, keepdim=True)
     qk_var = torch.cat([q_var, k_var], dim=-1)
-    qk_var = all_reduce(qk_var, group_name, reduce_op) / (tp_world if divisor is None else divisor)
+    qk_var = all_reduce(qk_var, group_name, reduce_op, all_reduce_op) / (tp_world if divisor is None else divisor)
     q_var, k_var = qk_var.chunk(2, dim=-1)
     q_out = (qf * torch.rsqrt(q_var + eps) * q_weight).to(dtype)
     k_out = (kf * torch.rsqrt(k_var + eps) * k_weight).to(dtype)

@@ -28,9 +28,18 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import Shard
 
 from ...._case import GraphCase, PlantedInstance
-from ...._validation import short_repr, validate_bool, validate_dtypes, validate_int, validate_order, validate_strategy
+from ...._validation import (
+    short_repr,
+    validate_all_reduce,
+    validate_bool,
+    validate_dtypes,
+    validate_int,
+    validate_order,
+    validate_strategy,
+)
 from ....distributed import DEFAULT_GROUP_NAME
 from ....strategies import tp_sizes
+from ....strategies._public import Shown
 from ..config import SUPPORTED_DTYPES, QKNormConfig, kv_head_range
 from ..tp import all_reduce, qk_norm_tp_forward
 from .layers import (
@@ -161,16 +170,22 @@ def make_layer(
 
 
 def _norms(
-    config: QKNormConfig, layer: Layer, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor
+    config: QKNormConfig,
+    layer: Layer,
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    op: Any = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The planted layer: ``([q_out, k_out, v], leaks)``. At tp_world > 1 without a leak it is
     :func:`qk_norm_tp_forward` itself; otherwise the same ops written out (at tp_world 1 without
-    the all-reduce: vLLM's rank-local ``forward_qk``, patterns.py's ``qk_norm_pattern``)."""
+    the all-reduce: vLLM's rank-local ``forward_qk``, patterns.py's ``qk_norm_pattern``). ``op``: the
+    all-reduce op to call (None: the functional collective)."""
     world, sizes = config.tp_world, [config.q_size, config.kv_size, config.kv_size]
     if world > 1 and layer.leak is None:
         outs = qk_norm_tp_forward(
             qkv, q_weight, k_weight, sizes, layer.eps, world, config.group_name, layer.dtype,
-            split3=layer.split3, reduce_op=layer.reduce_op, divisor=layer.divisor,
+            split3=layer.split3, reduce_op=layer.reduce_op, divisor=layer.divisor, all_reduce_op=op,
         )  # fmt: skip
         return list(outs), []
     if layer.split3:
@@ -183,7 +198,7 @@ def _norms(
     seen = {"xf": qf, "sq": sq, "ms": q_var}
     if world > 1:
         seen["qk_var"] = torch.cat([q_var, k_var], dim=-1)
-        seen["reduced"] = all_reduce(seen["qk_var"], config.group_name, layer.reduce_op)
+        seen["reduced"] = all_reduce(seen["qk_var"], config.group_name, layer.reduce_op, op)
         seen["var"] = seen["reduced"] / (world if layer.divisor is None else layer.divisor)
         q_var, k_var = seen["var"].chunk(2, dim=-1)
     seen["rstd"] = torch.rsqrt(q_var + layer.eps)
@@ -193,7 +208,7 @@ def _norms(
     return [q_out, k_out, v], [seen[layer.leak]] if layer.leak else []
 
 
-def _program(config: QKNormConfig, layers: Sequence[Layer], inputs: Inputs) -> tuple[torch.Tensor, ...]:
+def _program(config: QKNormConfig, layers: Sequence[Layer], inputs: Inputs, op: Any = None) -> tuple[torch.Tensor, ...]:
     """Compute the planned graph; layer ``i`` is annotated ``{"pmverify_instance": i}``."""
     outputs: list[torch.Tensor] = []
     pool: list[torch.Tensor] = []
@@ -202,7 +217,7 @@ def _program(config: QKNormConfig, layers: Sequence[Layer], inputs: Inputs) -> t
         q_weight = inputs.take("weight", (config.q_size,), layer.weight_dtype)
         k_weight = inputs.take("weight", (config.kv_size,), layer.weight_dtype)
         with torch.fx.traceback.annotate({ANNOTATION: i}):
-            results, leaks = _norms(config, layer, qkv, q_weight, k_weight)
+            results, leaks = _norms(config, layer, qkv, q_weight, k_weight, op)
         outputs.extend(apply_ops(r, ops, layer.dtype, inputs) for r, ops in zip(results, layer.post, strict=True))
         outputs.extend(leaks)
         pool = results
@@ -252,9 +267,13 @@ def _rank_inputs(config: QKNormConfig, specs: Sequence[tuple[str, int, torch.dty
     return [tuple(rank) for rank in ranks]
 
 
-def build_case(config: QKNormConfig, layers: Sequence[Layer], *, seed: int = 0, label: str = "") -> GraphCase:
+def build_case(
+    config: QKNormConfig, layers: Sequence[Layer], *, seed: int = 0, label: str = "", all_reduce: Any = None
+) -> GraphCase:
     """Build the :class:`GraphCase` of a plan: the per-rank graph traced by ``fwd_only`` on fake
-    inputs, real per-rank inputs from ``seed``."""
+    inputs, real per-rank inputs from ``seed``; ``all_reduce``: the all-reduce op the layers call
+    (a validated ``OpOverload``, see :func:`qk_norm_tp_cases`; None: the functional collective).
+    Raises ``ValueError`` for a layer with a ``reduce_op`` other than ``"sum"`` and ``all_reduce``."""
     specs = _input_specs(layers)
     widths = {"qkv": config.qkv_size, "q_weight": config.q_size, "k_weight": config.kv_size}
     mode = FakeTensorMode(allow_fallback_kernels=True)
@@ -263,7 +282,7 @@ def build_case(config: QKNormConfig, layers: Sequence[Layer], *, seed: int = 0, 
             torch.empty((rows, widths[kind]) if kind == "qkv" else (widths[kind],), dtype=dtype)
             for kind, rows, dtype in specs
         ]
-    gm = trace(lambda *args: _program(config, layers, Inputs(given=args)), fake, mode)
+    gm = trace(lambda *args: _program(config, layers, Inputs(given=args), all_reduce), fake, mode)
     by_instance = instance_nodes(gm)
     world = config.tp_world
     pattern = "qk_norm_tp" if world > 1 else "qk_norm"
@@ -286,6 +305,7 @@ def build_case(config: QKNormConfig, layers: Sequence[Layer], *, seed: int = 0, 
         pass_config=config,
         label=label,
         placements=tuple(Shard(1) if kind == "qkv" else Shard(0) for kind, _, _ in specs),
+        all_reduce=all_reduce if world > 1 else None,
     )
 
 
@@ -305,6 +325,7 @@ class _Spec:
     kinds: tuple[str, ...]
     dtypes: tuple[torch.dtype, ...]
     dynamic: bool = False
+    all_reduce: Any = None  # a project's all-reduce OpOverload; None: the functional collective
 
 
 @st.composite
@@ -332,6 +353,8 @@ def _layers(draw: Any, config: QKNormConfig, spec: _Spec, tokens: int, guard: bo
     layer = make_layer(config, tokens=tokens, split3=split3, weight_in_act_dtype=weight_in_act_dtype)
     options = {}
     for kind in () if guard else spec.kinds:
+        if kind == "reduce_op" and spec.all_reduce is not None:  # a project's all-reduce sums
+            continue
         variants = _near_miss_variants(config, layer, kind, spec.max_tokens)
         if spec.dynamic:  # a static row count must not be a multiple of the token hint
             variants = [v for v in variants if v.rows == tokens or hint_free(v.rows)]
@@ -357,7 +380,7 @@ def _draw_case(draw: Any, spec: _Spec) -> GraphCase:
         lambda tokens, guard, chain: _layers(config, spec, tokens, guard=guard, chain=chain),
         lambda layer: layer.reason is None,
     )
-    case = build_case(config, layers, seed=seed)
+    case = build_case(config, layers, seed=seed, all_reduce=spec.all_reduce)
     return symbolize_tokens(draw, case, spec.min_tokens) if spec.dynamic else case
 
 
@@ -375,6 +398,7 @@ def qk_norm_tp_cases(
     near_misses: bool = True,
     dtypes: Sequence[torch.dtype] | None = None,
     dynamic: bool | str | Sequence[str] = False,
+    all_reduce: Any = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for tensor-parallel :class:`~pmverify.GraphCase` graphs with MiniMax QK
     norms planted in random elementwise context, for
@@ -423,6 +447,15 @@ def qk_norm_tp_cases(
       ``s0`` within [``max(2, min_tokens)``, ``config.max_tokens``], one extra drawn size; every
       rank's ``Sym`` input is the hint. Same requirements (``min_tokens <= 11 <= max_tokens``, a
       ``config`` with ``max_tokens >= 11`` and no width divisible by 11).
+    - ``all_reduce``: the all-reduce op the layers call at W > 1, as in
+      :func:`~pmverify.strategies.tp_cases`: a project's own functional op ``(Tensor, str) ->
+      Tensor`` (an ``OpOverload`` or its packet), such as vLLM's ``torch.ops.vllm.all_reduce``
+      (what ``tensor_model_parallel_all_reduce`` is in vLLM's graphs), called with the group name by
+      keyword as vLLM calls it, recorded in ``GraphCase.all_reduce``; it sums, so no ``"reduce_op"``
+      near miss is drawn. Default None: ``_c10d_functional.all_reduce`` + ``wait_tensor``. The op
+      runs as registered: its CPU kernel must reduce over the default group (``"0"``) of
+      pmverify's worlds; :class:`~pmverify.fusions.qk_norm.QKNormFusionPass` matches only the
+      functional form.
 
     Shrinks toward W = 1, one float32 layer on a fresh input, T = 1, no context, no near miss.
 
@@ -432,7 +465,8 @@ def qk_norm_tp_cases(
     ``config``; non-int or non-positive bounds, ``min_* > max_*``, ``min_tokens >
     config.max_tokens``; ``dtypes`` empty, unsupported or given with ``config``; when drawing, for
     a world size that is not a positive int; ``dynamic`` other than a bool or ``"tokens"``, or a
-    dynamic case that cannot be drawn.
+    dynamic case that cannot be drawn; ``all_reduce`` neither None, ``_c10d_functional.all_reduce``
+    nor an op with schema ``(Tensor, str) -> Tensor``.
 
     Example::
 
@@ -480,12 +514,13 @@ def qk_norm_tp_cases(
     arguments = dict(
         config=config, tp_world=given_tp_world, min_tokens=min_tokens, max_tokens=given_max_tokens,
         min_instances=min_instances, max_instances=max_instances, near_misses=near_misses, dtypes=dtypes,
-        dynamic=dynamic,
+        dynamic=dynamic, all_reduce=None if all_reduce is None else Shown(f"torch.ops.{all_reduce}"),
     )  # fmt: skip
+    op = validate_all_reduce("all_reduce", all_reduce)
     dtypes = validate_dtypes("dtypes", dtypes, SUPPORTED_DTYPES)
     dynamic = validate_dynamic(dynamic)
     if dynamic:
         validate_dynamic_tokens(min_tokens, max_tokens, config)
     kinds = QK_NORM_TP_NEAR_MISS_KINDS if near_misses else ()
-    spec = _Spec(config, tp_world, min_tokens, max_tokens, min_instances, max_instances, kinds, dtypes, dynamic)
+    spec = _Spec(config, tp_world, min_tokens, max_tokens, min_instances, max_instances, kinds, dtypes, dynamic, op)
     return as_public_call(qk_norm_tp_cases, arguments, lambda draw: _draw_case(draw, spec))
