@@ -99,10 +99,12 @@ def _root(node: torch.fx.Node) -> tuple[torch.Tensor, str] | None:
     return storage.as_strided(sizes, strides, offset), node.name
 
 
-def scattered(node: torch.fx.Node) -> Layout | None:
+def scattered(node: torch.fx.Node, base: Layout | None = None) -> Layout | None:
     """The elements of its first argument a ``slice_scatter`` / ``select_scatter`` node replaces by
-    its source (None for any other node, or where unknown)."""
-    base = layout(node.args[0]) if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    its source (None for any other node, or where unknown); ``base``: the layout to take for that
+    argument (default its own)."""
+    if base is None:
+        base = layout(node.args[0]) if node.args and isinstance(node.args[0], torch.fx.Node) else None
     target = getattr(node, "target", None)
     if base is None or target not in (torch.ops.aten.slice_scatter.default, torch.ops.aten.select_scatter.default):
         return None

@@ -41,6 +41,30 @@ def _written_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
     return flat_nodes(value)
 
 
+def _replaced(node: torch.fx.Node) -> tuple[_layout.Layout, ...] | None:
+    """The elements of its first argument a view scatter replaces by its source, and those the view
+    scatters built on its result replace: a chain of them, each the only user of the one before and
+    reading it once, as its first argument (AOT's write-back of several views of one tensor, vLLM's
+    rotary embedding of q and k of a fused qkv), replaces those elements before anything else reads
+    them. None for any other node, or where unknown."""
+    from .._fx import flat_nodes
+
+    base = _layout.layout(node.args[0]) if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    region = _layout.scattered(node, base)
+    if region is None:
+        return None
+    regions = [region]
+    while len(node.users) == 1:
+        (user,) = node.users
+        if not (user.op == "call_function" and user.args and user.args[0] is node):
+            break
+        if node in flat_nodes((user.args[1:], user.kwargs)) or (later := _layout.scattered(user, base)) is None:
+            break  # (a scatter's result has its first argument's sizes: its region, in that argument)
+        regions.append(later)
+        node = user
+    return tuple(regions)
+
+
 def written_names(node: torch.fx.Node) -> str:
     """The names of the tensors a mutating node writes (an ``auto_functionalized`` node: in its tuple)."""
     if node.target in HOPS:
@@ -142,7 +166,7 @@ class Versions:
                     if argument.name == "out" and i < len(node.args) and isinstance(node.args[i], torch.fx.Node):
                         skipped.add(node.args[i])  # an ``out`` argument passed by position
                 skipped.update(_v2_out_bases(node))
-                region = _layout.scattered(node) if node.op == "call_function" else None
+                region = _replaced(node) if node.op == "call_function" else None
                 for i, value in enumerate(flat_nodes((node.args, node.kwargs))):
                     if value not in skipped:
                         self._read(node.name, self.storage(value), region if i == 0 else None)
@@ -197,6 +221,14 @@ class Versions:
                 self.chains[node.name] = tuple(n.name for n in chain)
                 for n in chain:
                     written_back.setdefault(n.name, set()).add(node.name)
+        # A write-back ``copy_`` of a chain of view scatters on its destination, each placing an
+        # element of an ``auto_functionalized`` node where the view it mutated lies (AOT's form of
+        # an op writing several views of one tensor: vLLM's rotary embedding of q and k of a fused
+        # qkv), writes back what those nodes wrote, as the ``copy_`` of a chain does.
+        for node in graph.find_nodes(op="call_function", target=COPY):
+            if node.name in self.written:
+                for hop in _scattered_back(node):
+                    written_back.setdefault(hop.name, set()).add(node.name)
         elements_of: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.scatters: set[str] = set()  # the reinplaceable functional ops among them
         for node in graph.nodes:
@@ -246,9 +278,9 @@ class Versions:
             return seen
         return tuple(w for i, w in enumerate(seen) if not any(self._overwrites(c, w, storage) for c in seen[i + 1 :]))
 
-    def _read(self, reader: str, storage: str, region: _layout.Layout | None = None) -> None:
+    def _read(self, reader: str, storage: str, region: tuple[_layout.Layout, ...] | None = None) -> None:
         """``reader`` reads ``storage`` where it is; ``region``: the elements a scatter replaces in
-        what it reads (its first argument), whose writes it does not see. A second read of one
+        what it reads (its first argument; see :func:`_replaced`), whose writes it does not see. A second read of one
         storage by one node that sees other writes (a scatter's source) is kept in ``via``."""
         seen = tuple(w for w in self.writes.get(storage, ()) if not self._within(w, storage, region))
         if self.reads.setdefault((reader, storage), seen) != seen:
@@ -268,10 +300,11 @@ class Versions:
         found = [_layout.layout(t) for t in tensors if self.storage(t) == storage]
         return found if found and all(r is not None for r in found) else None
 
-    def _within(self, write: str, storage: str, region: _layout.Layout | None) -> bool:
-        """Whether all ``write`` writes in ``storage`` lies in ``region`` (False unknown)."""
+    def _within(self, write: str, storage: str, region: tuple[_layout.Layout | None, ...] | None) -> bool:
+        """Whether all ``write`` writes in ``storage`` lies in ``region`` (each memory it writes in one
+        of its layouts; False unknown)."""
         regions = self._regions(write, storage) if region is not None else None
-        return regions is not None and all(_layout.covers(region, r) for r in regions)
+        return regions is not None and all(any(_layout.covers(outer, r) for outer in region) for r in regions)
 
     def _overwrites(self, later: str, write: str, storage: str) -> bool:
         """Whether the write ``later`` overwrites, without reading it, all ``write`` wrote in ``storage``."""
@@ -279,7 +312,7 @@ class Versions:
         if node is None:
             return False
         return any(
-            self._within(write, storage, _layout.layout(d)) for d in _overwritten(node) if self.storage(d) == storage
+            self._within(write, storage, (_layout.layout(d),)) for d in _overwritten(node) if self.storage(d) == storage
         )
 
     def storage(self, node: torch.fx.Node) -> str:
@@ -322,6 +355,39 @@ def _chain(copy: torch.fx.Node) -> tuple[list[torch.fx.Node], Any]:
         chain.insert(0, value.args[0])
         value = unreshaped(base)  # through the ``alias`` functionalization puts between them
     return chain, value
+
+
+def _scattered_back(copy: torch.fx.Node) -> list[torch.fx.Node]:
+    """The ``auto_functionalized`` / ``_v2`` nodes whose elements ``copy`` (a ``copy_``) writes back
+    into its destination ``x`` through a chain of view scatters on ``x`` itself, each scatter placing
+    one element exactly where the view of ``x`` it holds the new value of lies:
+    ``x.copy_(slice_scatter(slice_scatter(x, af[1], ...), af[2], ...))``; empty otherwise."""
+    if len(copy.args) < 2 or not all(isinstance(a, torch.fx.Node) for a in copy.args[:2]):
+        return []
+    destination, value = copy.args[0], copy.args[1]
+    root = _layout.layout(destination)
+    hops: list[torch.fx.Node] = []
+    while value is not destination:
+        if not (
+            isinstance(value, torch.fx.Node)
+            and value.op == "call_function"
+            and value.target in _VIEW_SCATTERS
+            and len(value.args) > 1
+            and isinstance(value.args[1], torch.fx.Node)
+        ):
+            return []
+        source = value.args[1]
+        hop = source.args[0] if source.args and isinstance(source.args[0], torch.fx.Node) else None
+        base = _functionalized_elements(hop).get(source) if hop is not None else None
+        region, where = _layout.scattered(value, root), _layout.layout(base) if base is not None else None
+        if region is None or where is None or not (_layout.covers(region, where) and _layout.covers(where, region)):
+            return []
+        hops.append(hop)
+        value = value.args[0]
+    return hops
+
+
+_VIEW_SCATTERS = (torch.ops.aten.slice_scatter.default, torch.ops.aten.select_scatter.default)
 
 
 def _v2_out_bases(node: torch.fx.Node) -> set[torch.fx.Node]:

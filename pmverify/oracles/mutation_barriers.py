@@ -41,11 +41,16 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   defunctionalization of ``fused_add_rms_norm`` layer after layer), where the pass replaced the
   ``copy_`` (a ``copy_`` it kept is itself: what it copies is the functionalization oracle's).
   Two writes are dropped from a version by the memory they cover (replayed through views, see
-  ``_layout``): a write that lies in the elements a ``slice_scatter`` / ``select_scatter`` replaces
-  is not seen by the scatter's read of its first argument, and a write that a later ``copy_`` (or
+  ``_layout``; the graph before the pass carries the fake values the direct mode propagated): a
+  write that lies in the elements a ``slice_scatter`` / ``select_scatter`` replaces, or that the
+  scatters chained on its result replace (each the only user of the one before), is not seen by the
+  scatter's read of its first argument, and a write that a later ``copy_`` (or
   ``out``) in the same version overwrites whole is no more in it (vLLM's blind defunctionalization of
   ``fused_add_rms_norm`` on a slice of a graph input: the kept scatter of the new slice and the
-  final ``copy_`` of the whole input). A write-back ``copy_`` of a node in chains on two tensors
+  final ``copy_`` of the whole input). A ``copy_`` of such a chain on its destination, each
+  scatter putting an ``auto_functionalized`` element where the view it holds the new value of lies
+  (AOT's form of an op writing several views of one tensor: rotary embedding of q and k of a fused
+  qkv), writes back what those nodes wrote, as a chain's ``copy_`` does. A write-back ``copy_`` of a node in chains on two tensors
   (input and residual) is matched per tensor, through the ``alias`` views functionalization
   inserts. ``aten._unsafe_view`` counts as the view it returns. The nodes of a match found crossing are not judged
   again; a kept node now reading a copy (the clone a decomposed ``auto_functionalized`` writes) is
@@ -264,16 +269,34 @@ def _before(
     return before, _stand_ins(before, after)
 
 
+def _valued(pair: Any) -> torch.fx.Graph:
+    """The graph before the pass, its nodes carrying the fake values the direct mode propagated
+    before running the pass (``pair.before`` is the case's graph, untouched, without them), so that
+    memory is laid out in it as in the graph after the pass; the graph itself where there are none."""
+    propagation = getattr(pair, "before_propagation", None)
+    graph = pair.before.graph
+    if propagation is None or all("val" in n.meta for n in graph.nodes):
+        return graph
+    import copy
+
+    valued = copy.deepcopy(pair.before).graph
+    for node in valued.nodes:
+        if node.name in propagation.vals and "val" not in node.meta:
+            node.meta["val"] = propagation.vals[node.name]
+    return valued
+
+
 def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     """Reads that see another version of their storage after the pass (see the module docstring)."""
     after = _Versions(pair.after.graph)
     written_back = {w for chain in after.chains.values() for w in chain}
-    before, stand_in = _before(pair.before.graph, after, frozenset())
+    graph = _valued(pair)
+    before, stand_in = _before(graph, after, frozenset())
     # a functional scatter is a write only where the pass reinplaced it (an inserted write stands
     # for it): one it kept, dropped or rebuilt writes nothing
     functional = frozenset(before.scatters - {_scatter_behind(before, w) for w in stand_in.values()})
     if functional:
-        before, stand_in = _before(pair.before.graph, after, functional)
+        before, stand_in = _before(graph, after, functional)
     fresh = _fresh_writes(before, after, stand_in, written_back)
     # an in-place write standing for a functional scatter reads what the scatter read: its storage as
     # it is before the write (the elements it leaves as they were)

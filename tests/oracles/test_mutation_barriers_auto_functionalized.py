@@ -348,3 +348,36 @@ def test_a_blind_defunctionalization_of_a_slice_of_a_graph_input_is_quiet_over_3
         _blind_defunctionalization, _slice_residual_cases(), max_examples=300, seed=1, repro_dir=tmp_path
     )
     assert summary.rewritten_cases > 30, summary.describe()
+
+
+def _two_slices_program(qkv, w):
+    """``fused_add_rms_norm(qkv[:, :4], qkv[:, 4:8], w)`` on a graph input ``qkv`` ``[T, 12]``, read
+    (``* 3``) before: both mutated arguments views of one tensor, written back by a chain of two
+    ``slice_scatter`` and one ``copy_`` (the v1 form of vLLM's rotary embedding of q and k of a
+    fused qkv)."""
+    old = qkv * 3.0
+    ops().fused_add_rms_norm(qkv[:, :4], qkv[:, 4:8], w, EPS)
+    return (qkv * 1.0, old)
+
+
+@pytest.mark.parametrize("valued", [True, False])
+@pytest.mark.parametrize("wrong", ["", "hoist", "slice"])
+def test_a_defunctionalization_of_two_views_of_one_tensor_scattered_back_is_quiet_and_its_wrong_twins_caught(
+    wrong, valued
+):
+    """The in-place call writes both views; the kept scatters read ``qkv`` after it, but only in the
+    elements their chain replaces, and read the views for the elements they put back, which stand
+    for the node's: quiet. Caught: the reader of the old ``qkv`` moved after the call, a call
+    writing another slice than the one its scatter puts back. ``valued``: the case's graph carries
+    fake values (make_fx's), else none (a drawn case's)."""
+    case = _case(_two_slices_program, [(3, 12), (4,)], 1, 1)
+    if not valued:
+        for node in case.gm.graph.nodes:
+            node.meta.pop("val", None)
+    assert sum(n.target is torch.ops.aten.slice_scatter.default for n in case.gm.graph.nodes) == 2
+    result = check_case(functools.partial(_blind_defunctionalization, wrong=wrong), case, oracles=ORACLES)
+    assert result.rewritten
+    if wrong:
+        assert any(v.oracle == "mutation_barriers" for v in result.violations), result.violations
+    else:
+        assert result.ok, result.violations
