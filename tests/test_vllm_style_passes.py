@@ -4,10 +4,10 @@ check them: ``planted`` of the pass's own recorded patterns, ``with_mutating_cus
 when", first bullet).
 
 Each correct pass is quiet on the profile's cases (300 under ``-m slow``); each injected bug is
-caught, by the oracle named. Where a test needs an API issue 29 adds, it is marked
-``# TODO(i29-api): ...`` and ``xfail(strict=True)`` with the reason naming the API: it fails
-today for that reason (checked by hand, see each reason), and an XPASS once the API is wired says
-the mark is due to go.
+caught, by the oracle named. The quant fusions quantize to float8_e4m3fn, as vLLM's do;
+``with_mutating_custom_ops(ops=...)`` draws the project's own mutable ops, ``tp_cases(all_reduce=)``
+its own collective, ``fx_graphs`` the post-grad forms, and ``verify(pass_factory=...)`` rebuilds a
+config-built pass in its reproducer.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ pytest.importorskip("torch._inductor.pattern_matcher")
 
 from _vllm_style import fusions, graph_passes  # noqa: E402
 from _vllm_style.config import VStyleConfig  # noqa: E402
+from _vllm_style.ops import MUTABLE_OPS  # noqa: E402
 
-#: Quant fusions run today with a bfloat16 "quant" dtype (the ops cast to whatever the result
-#: buffer holds); float8_e4m3fn, the dtype vLLM quantizes to, waits on issue 29's fp8 support.
+#: A bfloat16 "quant" dtype (the ops cast to whatever the result buffer holds), kept for the uuid
+#: test; the fusions are checked with float8_e4m3fn, the dtype vLLM quantizes to.
 BF16_QUANT = VStyleConfig(quant_dtype=torch.bfloat16)
 FP8_QUANT = VStyleConfig(quant_dtype=torch.float8_e4m3fn)
 TP2 = VStyleConfig(tp_world=2)
@@ -56,17 +57,6 @@ SCATTER_OPS = ["slice_scatter", "neg", "add"]
 #: Fewer than the profile's cases: the cache_key oracle re-applies a pattern pass built with each
 #: config field its uuid leaves out (4 here) to every case, about 2 s a case (15 cases: 25 s).
 QUANT_CASES = 5
-
-FP8_API = "TODO(i29-api): float8 first-class dtypes (today planted's near-miss check raises isfinite on Float8_e4m3fn)"
-OPS_API = "TODO(i29-api): with_mutating_custom_ops(cases, ops=[user ops]) (today only pmverify_testing ops are drawn)"
-ALL_REDUCE_API = (
-    "TODO(i29-api): tp_cases(..., all_reduce=user_op) / planted tracing a user collective without a process group "
-    "(today: needs a fake process group, under which the functionalization oracle runs the fused collective "
-    "outside the threaded world: a false alarm)"
-)
-LEVEL_API = 'TODO(i29-api): fx_graphs(level="post_grad")'
-FACTORY_API = "TODO(i29-api): verify(pass_factory=...)"
-
 
 @functools.cache
 def _built(pass_class: type, config: VStyleConfig) -> tuple[object, tuple]:
@@ -106,24 +96,6 @@ def _caught(*oracles: str):
     assert raised.value.failures[0].label.split(" ")[0] in oracles, _labels(raised.value)
 
 
-@pytest.fixture
-def fake_process_group():
-    """A default process group of the "fake" backend: ``planted`` traces a recorded pattern for
-    real while drawing, and the pattern's ``all_reduce`` on group ``"0"`` must resolve.
-    TODO(i29-api): drop once planted/tp_cases trace a user's collective without one."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        yield
-        return
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 # ---- the config and the uuid ----------------------------------------------------------------
 
 
@@ -145,29 +117,21 @@ def test_uuid_hashes_the_fields_a_pass_reads_and_its_source():
 def test_rms_quant_fusion_is_quiet():
     rms_quant = fusions.RMSNormQuantFusionPass
     summary = pmverify.verify(
-        _built(rms_quant, BF16_QUANT)[0], _planted(rms_quant, BF16_QUANT), max_examples=QUANT_CASES
+        _built(rms_quant, FP8_QUANT)[0], _planted(rms_quant, FP8_QUANT), max_examples=QUANT_CASES
     )
     assert summary.rewritten_cases > 0
-
-
-@pytest.mark.xfail(strict=True, reason=FP8_API, raises=NotImplementedError)
-def test_rms_quant_fusion_is_quiet_on_fp8(finding_only):
-    # TODO(i29-api): float8 first-class dtypes; then positive scales from like() (void cases < 5 %)
-    rms_quant = fusions.RMSNormQuantFusionPass
-    with finding_only():
-        pmverify.verify(_built(rms_quant, FP8_QUANT)[0], _planted(rms_quant, FP8_QUANT))
 
 
 def test_rms_quant_fusion_inverting_the_scale_is_caught(finding_only):
     bug = fusions.ScaleInvertedQuantFusionPass
     with finding_only(), _caught("semantics", "functionalization"):
-        pmverify.verify(_built(bug, BF16_QUANT)[0], _planted(bug, BF16_QUANT))
+        pmverify.verify(_built(bug, FP8_QUANT)[0], _planted(bug, FP8_QUANT))
 
 
 def test_a_uuid_leaving_out_epsilon_is_caught(finding_only):
     bug = fusions.EpsilonBlindUuidQuantFusionPass
     with finding_only(), _caught("cache_key") as raised:
-        pmverify.verify(_built(bug, BF16_QUANT)[0], _planted(bug, BF16_QUANT))
+        pmverify.verify(_built(bug, FP8_QUANT)[0], _planted(bug, FP8_QUANT))
     assert "epsilon" in str(raised.value)
 
 
@@ -177,43 +141,32 @@ def test_a_uuid_leaving_out_epsilon_is_caught(finding_only):
 def test_fused_add_quant_fusion_is_quiet():
     fused_add = fusions.FusedAddRMSNormQuantFusionPass
     summary = pmverify.verify(
-        _built(fused_add, BF16_QUANT)[0], _planted(fused_add, BF16_QUANT), max_examples=QUANT_CASES
+        _built(fused_add, FP8_QUANT)[0], _planted(fused_add, FP8_QUANT), max_examples=QUANT_CASES
     )
     assert summary.rewritten_cases > 0
-
-
-@pytest.mark.xfail(strict=True, reason=FP8_API, raises=NotImplementedError)
-def test_fused_add_quant_fusion_is_quiet_on_fp8(finding_only):
-    # TODO(i29-api): float8 first-class dtypes
-    fused_add = fusions.FusedAddRMSNormQuantFusionPass
-    with finding_only():
-        pmverify.verify(_built(fused_add, FP8_QUANT)[0], _planted(fused_add, FP8_QUANT))
 
 
 def test_fused_add_quant_fusion_routing_the_old_residual_is_caught(finding_only):
     bug = fusions.OldResidualQuantFusionPass
     with finding_only(), _caught("semantics", "functionalization"):
-        pmverify.verify(_built(bug, BF16_QUANT)[0], _planted(bug, BF16_QUANT))
+        pmverify.verify(_built(bug, FP8_QUANT)[0], _planted(bug, FP8_QUANT))
 
 
 # ---- c. the fused collective taking tp_rank ---------------------------------------------------
 
 
 def _tp_cases(pass_class: type) -> st.SearchStrategy:
-    # TODO(i29-api): tp_cases(..., all_reduce=torch.ops.pmvllm.all_reduce.default) for context
-    # graphs holding the project's collective too (stray all-reduces the pass must leave)
-    return tp_cases(_planted(pass_class, TP2), tp_world=st.just(TP2.tp_world))
+    return tp_cases(_planted(pass_class, TP2), tp_world=st.just(TP2.tp_world), all_reduce=fusions.ALL_REDUCE)
 
 
-@pytest.mark.xfail(strict=True, reason=ALL_REDUCE_API, raises=pmverify.PassVerificationError)
-def test_all_reduce_rms_fusion_is_quiet(finding_only, fake_process_group):
+def test_all_reduce_rms_fusion_is_quiet(finding_only):
     fused = fusions.AllReduceRMSNormFusionPass
     _built(fused, TP2)
     with finding_only():
         pmverify.verify(fused, _tp_cases(fused))  # the class: each rank builds its pass with tp_rank=r
 
 
-def test_all_reduce_rms_fusion_telling_every_rank_it_is_rank_0_is_caught(finding_only, fake_process_group):
+def test_all_reduce_rms_fusion_telling_every_rank_it_is_rank_0_is_caught(finding_only):
     bug = fusions.RankZeroAllReduceFusionPass
     _built(bug, TP2)
     with finding_only(), _caught("semantics") as raised:
@@ -231,15 +184,24 @@ def test_defunctionalization_is_quiet():
     assert summary.rewritten_cases > 0
 
 
-@pytest.mark.xfail(strict=True, reason=OPS_API, raises=TypeError)
-def test_defunctionalization_of_the_projects_ops_is_quiet(finding_only):
-    from _vllm_style.ops import MUTABLE_OPS
+def _projects_ops_cases() -> st.SearchStrategy:
+    return with_mutating_custom_ops(fx_graphs(min_nodes=2, max_nodes=8), versions=(1,), ops=list(MUTABLE_OPS))
 
-    config = VStyleConfig(defunctionalize=tuple(op._schema.name for op in MUTABLE_OPS))
-    # TODO(i29-api): with_mutating_custom_ops(..., ops=MUTABLE_OPS)
-    cases = with_mutating_custom_ops(fx_graphs(min_nodes=2, max_nodes=8), versions=(1,), ops=MUTABLE_OPS)
+
+PROJECTS_OPS = VStyleConfig(defunctionalize=tuple(op._schema.name for op in MUTABLE_OPS))
+
+
+def test_defunctionalization_of_the_projects_ops_is_quiet(finding_only):
     with finding_only():
-        pmverify.verify(graph_passes.DefunctionalizationPass(config), cases)
+        summary = pmverify.verify(graph_passes.DefunctionalizationPass(PROJECTS_OPS), _projects_ops_cases())
+    assert summary.rewritten_cases > 0
+
+
+def test_blind_defunctionalization_of_the_projects_ops_is_caught(finding_only):
+    # with_mutating_custom_ops(ops=) gives a written tensor a reader of its old value
+    bug = graph_passes.BlindDefunctionalizationPass(PROJECTS_OPS)
+    with finding_only(), _caught("semantics", "mutation_barriers", "functionalization"):
+        pmverify.verify(bug, _projects_ops_cases())
 
 
 def _reads_old_value_case() -> pmverify.GraphCase:
@@ -273,9 +235,7 @@ def test_defunctionalization_examples():
 
 @pytest.mark.slow  # today found in about 1 case in 60 (a buffer that is also a graph output)
 def test_blind_defunctionalization_is_caught(finding_only):
-    # Today's draws have every later reader read the new value (through the getitem), so the blind
-    # rewrite is found only where a buffer it writes is also a graph output (the output reads the
-    # old value). TODO(i29-api): with_mutating_custom_ops(ops=[...]) with readers of the old value.
+    # pmverify's own ops: found where a buffer it writes is also a graph output or an old-value reader
     bug = graph_passes.BlindDefunctionalizationPass(VStyleConfig(defunctionalize=TESTING_OPS))
     with finding_only(), _caught("semantics", "mutation_barriers", "functionalization"):
         pmverify.verify(bug, _defunctionalization_cases(), max_examples=200)
@@ -314,10 +274,9 @@ def test_noop_elimination_examples():
     assert [v.oracle for v in bug.violations] == ["crash"], bug.violations
 
 
-@pytest.mark.xfail(strict=True, reason=LEVEL_API, raises=TypeError)
 def test_noop_elimination_bug_is_caught_on_post_grad_forms(finding_only):
-    # TODO(i29-api): fx_graphs(level="post_grad"): the four-argument slice_scatter that
-    # torch.compile writes for x[1:].copy_(y) is a post-grad form, so the crash is still found
+    # the four-argument slice_scatter (an explicit torch.slice_scatter(x, y, 0, 1)) is a post-grad
+    # form, so the crash is found at the default level too
     bug = graph_passes.FiveArgsNoOpEliminationPass(VStyleConfig())
     with finding_only(), _caught("crash"):
         pmverify.verify(bug, fx_graphs(ops=NOOP_OPS, min_nodes=4, max_nodes=12, level="post_grad"))
@@ -331,7 +290,7 @@ def test_a_findings_reproducer_runs_unedited(finding_only, tmp_path, monkeypatch
     monkeypatch.setenv("PMVERIFY_REPRO_DIR", str(tmp_path))
     bug = fusions.ScaleInvertedQuantFusionPass
     with finding_only(), pytest.raises(pmverify.PassVerificationError) as raised:
-        pmverify.verify(_built(bug, BF16_QUANT)[0], _planted(bug, BF16_QUANT))
+        pmverify.verify(cases=_planted(bug, FP8_QUANT), pass_factory=make_scale_inverted_pass)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(
         [sys.executable, str(raised.value.reproducer)],
@@ -345,59 +304,41 @@ def test_a_findings_reproducer_runs_unedited(finding_only, tmp_path, monkeypatch
     assert "VIOLATION" in run.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=FACTORY_API, raises=TypeError)
+def make_scale_inverted_pass():
+    """A module-level factory: the reproducer imports this module and calls it."""
+    return fusions.ScaleInvertedQuantFusionPass(FP8_QUANT)
+
+
 def test_verify_takes_a_pass_factory(finding_only):
     bug = fusions.ScaleInvertedQuantFusionPass
-    # TODO(i29-api): verify(pass_factory=...), the reproducer rebuilding the pass from it
     with finding_only(), _caught("semantics", "functionalization"):
-        pmverify.verify(None, _planted(bug, BF16_QUANT), pass_factory=lambda: bug(BF16_QUANT))
+        pmverify.verify(cases=_planted(bug, FP8_QUANT), pass_factory=make_scale_inverted_pass)
 
 
 # ---- 300 cases of each correct pass's recipe --------------------------------------------------
 
 
-#: A pmverify false alarm, not a missing API: with_mutating_custom_ops took a planted instance's
-#: ``empty`` result buffer as a "buffer" and inserted ``mix3(a=clone(empty))``, a read of
-#: uninitialised memory; the functionalization oracle then compared that value (NaN-filled before
-#: the pass, 1.0 / 4e37 after it) on nodes the pass never touched. By hand every other output is
-#: bitwise equal. Found at case 300's seed (repro_functionalization_acbc332f9d, 41 ops).
-UNINITIALISED_READ = pytest.mark.xfail(
-    strict=False,
-    raises=pmverify.PassVerificationError,
-    reason="TODO(i29): with_mutating_custom_ops reads a planted empty() buffer before it is written (false alarm)",
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "pass_class",
-    [
-        fusions.RMSNormQuantFusionPass,
-        pytest.param(fusions.FusedAddRMSNormQuantFusionPass, marks=UNINITIALISED_READ),
-    ],
-    ids=lambda c: c.__name__,
-)
-def test_quant_fusions_are_quiet_over_300_cases(pass_class):
-    pmverify.verify(_built(pass_class, BF16_QUANT)[0], _quant_cases(pass_class, BF16_QUANT), max_examples=300)
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=FP8_API, raises=NotImplementedError)
 @pytest.mark.parametrize(
     "pass_class", [fusions.RMSNormQuantFusionPass, fusions.FusedAddRMSNormQuantFusionPass], ids=lambda c: c.__name__
 )
-def test_quant_fusions_are_quiet_over_300_fp8_cases(pass_class, finding_only):
+def test_quant_fusions_are_quiet_over_300_cases(pass_class, finding_only):
     with finding_only():
         pmverify.verify(_built(pass_class, FP8_QUANT)[0], _quant_cases(pass_class, FP8_QUANT), max_examples=300)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=ALL_REDUCE_API, raises=pmverify.PassVerificationError)
-def test_all_reduce_rms_fusion_is_quiet_over_300_cases(finding_only, fake_process_group):
+def test_all_reduce_rms_fusion_is_quiet_over_300_cases(finding_only):
     fused = fusions.AllReduceRMSNormFusionPass
     _built(fused, TP2)
     with finding_only():
         pmverify.verify(fused, _tp_cases(fused), max_examples=300)
+
+
+@pytest.mark.slow
+def test_defunctionalization_of_the_projects_ops_is_quiet_over_300_cases(finding_only):
+    with finding_only():
+        pmverify.verify(graph_passes.DefunctionalizationPass(PROJECTS_OPS), _projects_ops_cases(), max_examples=300)
 
 
 @pytest.mark.slow
