@@ -58,6 +58,7 @@ SCATTER_OPS = ["slice_scatter", "neg", "add"]
 #: config field its uuid leaves out (4 here) to every case, about 2 s a case (15 cases: 25 s).
 QUANT_CASES = 5
 
+
 @functools.cache
 def _built(pass_class: type, config: VStyleConfig) -> tuple[object, tuple]:
     """The pass built from ``config`` and the rewrites it registered: once per module run."""
@@ -116,9 +117,7 @@ def test_uuid_hashes_the_fields_a_pass_reads_and_its_source():
 
 def test_rms_quant_fusion_is_quiet():
     rms_quant = fusions.RMSNormQuantFusionPass
-    summary = pmverify.verify(
-        _built(rms_quant, FP8_QUANT)[0], _planted(rms_quant, FP8_QUANT), max_examples=QUANT_CASES
-    )
+    summary = pmverify.verify(_built(rms_quant, FP8_QUANT)[0], _planted(rms_quant, FP8_QUANT), max_examples=QUANT_CASES)
     assert summary.rewritten_cases > 0
 
 
@@ -140,9 +139,7 @@ def test_a_uuid_leaving_out_epsilon_is_caught(finding_only):
 
 def test_fused_add_quant_fusion_is_quiet():
     fused_add = fusions.FusedAddRMSNormQuantFusionPass
-    summary = pmverify.verify(
-        _built(fused_add, FP8_QUANT)[0], _planted(fused_add, FP8_QUANT), max_examples=QUANT_CASES
-    )
+    summary = pmverify.verify(_built(fused_add, FP8_QUANT)[0], _planted(fused_add, FP8_QUANT), max_examples=QUANT_CASES)
     assert summary.rewritten_cases > 0
 
 
@@ -172,6 +169,20 @@ def test_all_reduce_rms_fusion_telling_every_rank_it_is_rank_0_is_caught(finding
     with finding_only(), _caught("semantics") as raised:
         pmverify.verify(bug, _tp_cases(bug))
     assert "rank 1" in str(raised.value)
+
+
+def test_functionalization_runs_the_fused_collective_on_every_rank(finding_only):
+    # The oracle runs a tensor-parallel case's graphs with all ranks in one world: the correct fused
+    # collective is quiet, and the rank-0 bug is seen by it too (outside the world, one rank alone
+    # could not run the collective: the oracle saw nothing, or with a one-rank group a false alarm).
+    fused, bug = fusions.AllReduceRMSNormFusionPass, fusions.RankZeroAllReduceFusionPass
+    _built(fused, TP2), _built(bug, TP2)
+    with finding_only():
+        summary = pmverify.verify(fused, _tp_cases(fused), oracles=["functionalization"], max_examples=10)
+    assert summary.rewritten_cases > 0
+    with finding_only(), _caught("functionalization") as raised:
+        pmverify.verify(bug, _tp_cases(bug), oracles=["functionalization"], max_examples=10)
+    assert "functionalization: rank " in str(raised.value)  # the rank whose rows came out wrong
 
 
 # ---- d. defunctionalization -------------------------------------------------------------------
