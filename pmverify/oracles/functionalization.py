@@ -284,7 +284,8 @@ def _as_before(getitem: torch.fx.Node, before: dict[str, torch.fx.Node]) -> bool
     def names(node: torch.fx.Node) -> Any:
         return torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.name)
 
-    return names(then_af) == names(af) and _describe_value(then.meta.get("val")) == _describe_value(getitem.meta.get("val"))
+    same_meta = _describe_value(then.meta.get("val")) == _describe_value(getitem.meta.get("val"))
+    return same_meta and names(then_af) == names(af)
 
 
 # --- (b) Inductor's decomposition -----------------------------------------------------------
