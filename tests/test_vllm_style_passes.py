@@ -127,6 +127,31 @@ def test_rms_quant_fusion_inverting_the_scale_is_caught(finding_only):
         pmverify.verify(_built(bug, FP8_QUANT)[0], _planted(bug, FP8_QUANT))
 
 
+def _constant_near_misses() -> st.SearchStrategy:
+    (rewrite,) = _built(fusions.RMSNormQuantFusionPass, FP8_QUANT)[1]
+    return planted(rewrite, pass_config=FP8_QUANT, near_misses=["constant"])
+
+
+FUSION_ORACLES = ["semantics", "functionalization", "expectations"]
+
+
+def test_a_hand_written_fusion_checking_epsilon_is_quiet_on_constant_near_misses(finding_only):
+    with finding_only():
+        summary = pmverify.verify(
+            fusions.HandRMSQuantFusionPass(FP8_QUANT), _constant_near_misses(), oracles=FUSION_ORACLES
+        )
+    assert summary.rewritten_cases > 0
+
+
+def test_a_hand_written_fusion_ignoring_epsilon_is_caught(finding_only):
+    # the constant near miss moves the norm's epsilon 1e-6 -> 0.5, which the values show; doubled
+    # (2e-6) it was within tolerance of the baked 1e-6 and the bug went unseen
+    bug = fusions.EpsilonIgnoringHandFusionPass(FP8_QUANT)
+    with finding_only(), _caught("semantics", "functionalization", "expectations") as raised:
+        pmverify.verify(bug, _constant_near_misses(), oracles=FUSION_ORACLES)
+    assert "0.5" in str(raised.value)
+
+
 def test_a_uuid_leaving_out_epsilon_is_caught(finding_only):
     bug = fusions.EpsilonBlindUuidQuantFusionPass
     with finding_only(), _caught("cache_key") as raised:
