@@ -26,7 +26,7 @@ class PlantedInstance:
     - ``reason``: why it is not a plain must-match instance (``"eps"``, ``"split_sizes"``,
       ``"dtype"``, ``"mutation_inside"``, ``"unused"``...); None when it must match.
     - ``detail``: what the near miss changed, in words (``"aten.add.Tensor's other (argument 1):
-      1e-06 -> 2e-06"``), for the findings' messages; None when not recorded.
+      1e-06 -> 0.5"``), for the findings' messages; None when not recorded.
     - ``truth_from``: where ``must_match`` comes from: ``"pattern"`` when ``planted`` derived it from
       the planted function (Inductor's matcher for that function, which need not be the pass's
       own: a pass may register a part of it, or take one of its constants as a wildcard);

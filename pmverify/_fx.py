@@ -119,11 +119,14 @@ def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[.
         except Exception as exc:
             # A collective's kernel (a project's all-reduce, vLLM's included) needs a started
             # process group; its fake kernel does not: the trace on fake copies is the same graph.
+            # Inside the mode, so that a factory op of the pattern (vLLM's ``empty_like`` result
+            # buffer) makes a fake tensor too, not a real one beside the fake inputs.
             if not any(isinstance(a, torch.Tensor) for a in args):
                 raise
             fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
             try:
-                gm = trace_fn(pattern, fake)
+                with mode:
+                    gm = trace_fn(pattern, fake)
             except Exception:
                 raise exc from None
         gm = callable_placeholders(gm)  # joint_fwd_bwd's cross its inputs

@@ -4,10 +4,10 @@ check them: ``planted`` of the pass's own recorded patterns, ``with_mutating_cus
 when", first bullet).
 
 Each correct pass is quiet on the profile's cases (300 under ``-m slow``); each injected bug is
-caught, by the oracle named. Where a test needs an API issue 29 adds, it is marked
-``# TODO(i29-api): ...`` and ``xfail(strict=True)`` with the reason naming the API: it fails
-today for that reason (checked by hand, see each reason), and an XPASS once the API is wired says
-the mark is due to go.
+caught, by the oracle named. The quant fusions quantize to float8_e4m3fn, as vLLM's do;
+``with_mutating_custom_ops(ops=...)`` draws the project's own mutable ops, ``tp_cases(all_reduce=)``
+its own collective, ``fx_graphs`` the post-grad forms, and ``verify(pass_factory=...)`` rebuilds a
+config-built pass in its reproducer.
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ pytest.importorskip("torch._inductor.pattern_matcher")
 
 from _vllm_style import fusions, graph_passes  # noqa: E402
 from _vllm_style.config import VStyleConfig  # noqa: E402
+from _vllm_style.ops import MUTABLE_OPS  # noqa: E402
 
-#: Quant fusions run today with a bfloat16 "quant" dtype (the ops cast to whatever the result
-#: buffer holds); float8_e4m3fn, the dtype vLLM quantizes to, waits on issue 29's fp8 support.
+#: A bfloat16 "quant" dtype (the ops cast to whatever the result buffer holds), kept for the uuid
+#: test; the fusions are checked with float8_e4m3fn, the dtype vLLM quantizes to.
 BF16_QUANT = VStyleConfig(quant_dtype=torch.bfloat16)
 FP8_QUANT = VStyleConfig(quant_dtype=torch.float8_e4m3fn)
 TP2 = VStyleConfig(tp_world=2)
-#: The mutating ops with_mutating_custom_ops draws today (pmverify's own), by schema name.
+#: The mutating ops with_mutating_custom_ops draws without ops= (pmverify's own), by schema name.
 TESTING_OPS = tuple(
     f"pmverify_testing::{name}"
     for name in (
@@ -56,16 +57,6 @@ SCATTER_OPS = ["slice_scatter", "neg", "add"]
 #: Fewer than the profile's cases: the cache_key oracle re-applies a pattern pass built with each
 #: config field its uuid leaves out (4 here) to every case, about 2 s a case (15 cases: 25 s).
 QUANT_CASES = 5
-
-FP8_API = "TODO(i29-api): float8 first-class dtypes (today planted's near-miss check raises isfinite on Float8_e4m3fn)"
-OPS_API = "TODO(i29-api): with_mutating_custom_ops(cases, ops=[user ops]) (today only pmverify_testing ops are drawn)"
-ALL_REDUCE_API = (
-    "TODO(i29-api): tp_cases(..., all_reduce=user_op) / planted tracing a user collective without a process group "
-    "(today: needs a fake process group, under which the functionalization oracle runs the fused collective "
-    "outside the threaded world: a false alarm)"
-)
-LEVEL_API = 'TODO(i29-api): fx_graphs(level="post_grad")'
-FACTORY_API = "TODO(i29-api): verify(pass_factory=...)"
 
 
 @functools.cache
@@ -106,24 +97,6 @@ def _caught(*oracles: str):
     assert raised.value.failures[0].label.split(" ")[0] in oracles, _labels(raised.value)
 
 
-@pytest.fixture
-def fake_process_group():
-    """A default process group of the "fake" backend: ``planted`` traces a recorded pattern for
-    real while drawing, and the pattern's ``all_reduce`` on group ``"0"`` must resolve.
-    TODO(i29-api): drop once planted/tp_cases trace a user's collective without one."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        yield
-        return
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 # ---- the config and the uuid ----------------------------------------------------------------
 
 
@@ -144,30 +117,45 @@ def test_uuid_hashes_the_fields_a_pass_reads_and_its_source():
 
 def test_rms_quant_fusion_is_quiet():
     rms_quant = fusions.RMSNormQuantFusionPass
-    summary = pmverify.verify(
-        _built(rms_quant, BF16_QUANT)[0], _planted(rms_quant, BF16_QUANT), max_examples=QUANT_CASES
-    )
+    summary = pmverify.verify(_built(rms_quant, FP8_QUANT)[0], _planted(rms_quant, FP8_QUANT), max_examples=QUANT_CASES)
     assert summary.rewritten_cases > 0
-
-
-@pytest.mark.xfail(strict=True, reason=FP8_API, raises=NotImplementedError)
-def test_rms_quant_fusion_is_quiet_on_fp8(finding_only):
-    # TODO(i29-api): float8 first-class dtypes; then positive scales from like() (void cases < 5 %)
-    rms_quant = fusions.RMSNormQuantFusionPass
-    with finding_only():
-        pmverify.verify(_built(rms_quant, FP8_QUANT)[0], _planted(rms_quant, FP8_QUANT))
 
 
 def test_rms_quant_fusion_inverting_the_scale_is_caught(finding_only):
     bug = fusions.ScaleInvertedQuantFusionPass
     with finding_only(), _caught("semantics", "functionalization"):
-        pmverify.verify(_built(bug, BF16_QUANT)[0], _planted(bug, BF16_QUANT))
+        pmverify.verify(_built(bug, FP8_QUANT)[0], _planted(bug, FP8_QUANT))
+
+
+def _constant_near_misses() -> st.SearchStrategy:
+    (rewrite,) = _built(fusions.RMSNormQuantFusionPass, FP8_QUANT)[1]
+    return planted(rewrite, pass_config=FP8_QUANT, near_misses=["constant"])
+
+
+FUSION_ORACLES = ["semantics", "functionalization", "expectations"]
+
+
+def test_a_hand_written_fusion_checking_epsilon_is_quiet_on_constant_near_misses(finding_only):
+    with finding_only():
+        summary = pmverify.verify(
+            fusions.HandRMSQuantFusionPass(FP8_QUANT), _constant_near_misses(), oracles=FUSION_ORACLES
+        )
+    assert summary.rewritten_cases > 0
+
+
+def test_a_hand_written_fusion_ignoring_epsilon_is_caught(finding_only):
+    # the constant near miss moves the norm's epsilon 1e-6 -> 0.5, which the values show; doubled
+    # (2e-6) it was within tolerance of the baked 1e-6 and the bug went unseen
+    bug = fusions.EpsilonIgnoringHandFusionPass(FP8_QUANT)
+    with finding_only(), _caught("semantics", "functionalization", "expectations") as raised:
+        pmverify.verify(bug, _constant_near_misses(), oracles=FUSION_ORACLES)
+    assert "0.5" in str(raised.value)
 
 
 def test_a_uuid_leaving_out_epsilon_is_caught(finding_only):
     bug = fusions.EpsilonBlindUuidQuantFusionPass
     with finding_only(), _caught("cache_key") as raised:
-        pmverify.verify(_built(bug, BF16_QUANT)[0], _planted(bug, BF16_QUANT))
+        pmverify.verify(_built(bug, FP8_QUANT)[0], _planted(bug, FP8_QUANT))
     assert "epsilon" in str(raised.value)
 
 
@@ -176,49 +164,74 @@ def test_a_uuid_leaving_out_epsilon_is_caught(finding_only):
 
 def test_fused_add_quant_fusion_is_quiet():
     fused_add = fusions.FusedAddRMSNormQuantFusionPass
-    summary = pmverify.verify(
-        _built(fused_add, BF16_QUANT)[0], _planted(fused_add, BF16_QUANT), max_examples=QUANT_CASES
-    )
+    summary = pmverify.verify(_built(fused_add, FP8_QUANT)[0], _planted(fused_add, FP8_QUANT), max_examples=QUANT_CASES)
     assert summary.rewritten_cases > 0
-
-
-@pytest.mark.xfail(strict=True, reason=FP8_API, raises=NotImplementedError)
-def test_fused_add_quant_fusion_is_quiet_on_fp8(finding_only):
-    # TODO(i29-api): float8 first-class dtypes
-    fused_add = fusions.FusedAddRMSNormQuantFusionPass
-    with finding_only():
-        pmverify.verify(_built(fused_add, FP8_QUANT)[0], _planted(fused_add, FP8_QUANT))
 
 
 def test_fused_add_quant_fusion_routing_the_old_residual_is_caught(finding_only):
     bug = fusions.OldResidualQuantFusionPass
     with finding_only(), _caught("semantics", "functionalization"):
-        pmverify.verify(_built(bug, BF16_QUANT)[0], _planted(bug, BF16_QUANT))
+        pmverify.verify(_built(bug, FP8_QUANT)[0], _planted(bug, FP8_QUANT))
+
+
+@pytest.mark.parametrize(
+    "pass_class", [fusions.RMSNormQuantFusionPass, fusions.FusedAddRMSNormQuantFusionPass], ids=lambda c: c.__name__
+)
+def test_no_drawn_case_reads_uninitialised_memory(pass_class):
+    # with_mutating_custom_ops once took a planted instance's empty() result buffer (through an
+    # extra_user clone of it) as a buffer and read it: the graph before the pass read NaN-filled
+    # memory, which the oracles then compared. Every output is finite with empty() NaN-filled.
+    from hypothesis import given, settings
+
+    from pmverify._execution import run_graph
+
+    @settings(max_examples=25, deadline=None)
+    @given(_quant_cases(pass_class, FP8_QUANT))
+    def check(case):
+        outputs, _ = run_graph(case.gm, case.inputs[0])  # under deterministic_fill: empty() is NaN
+        for out in outputs:
+            if isinstance(out, torch.Tensor) and out.is_floating_point():
+                assert torch.isfinite(out.float()).all(), case.gm.code
+
+    check()
 
 
 # ---- c. the fused collective taking tp_rank ---------------------------------------------------
 
 
 def _tp_cases(pass_class: type) -> st.SearchStrategy:
-    # TODO(i29-api): tp_cases(..., all_reduce=torch.ops.pmvllm.all_reduce.default) for context
-    # graphs holding the project's collective too (stray all-reduces the pass must leave)
-    return tp_cases(_planted(pass_class, TP2), tp_world=st.just(TP2.tp_world))
+    return tp_cases(_planted(pass_class, TP2), tp_world=st.just(TP2.tp_world), all_reduce=fusions.ALL_REDUCE)
 
 
-@pytest.mark.xfail(strict=True, reason=ALL_REDUCE_API, raises=pmverify.PassVerificationError)
-def test_all_reduce_rms_fusion_is_quiet(finding_only, fake_process_group):
+def test_all_reduce_rms_fusion_is_quiet(finding_only):
     fused = fusions.AllReduceRMSNormFusionPass
     _built(fused, TP2)
     with finding_only():
-        pmverify.verify(fused, _tp_cases(fused))  # the class: each rank builds its pass with tp_rank=r
+        # the class: each rank builds its pass with tp_rank=r; 8 cases (a world of threads per run)
+        summary = pmverify.verify(fused, _tp_cases(fused), max_examples=8)
+    assert summary.rewritten_cases > 0
 
 
-def test_all_reduce_rms_fusion_telling_every_rank_it_is_rank_0_is_caught(finding_only, fake_process_group):
+def test_all_reduce_rms_fusion_telling_every_rank_it_is_rank_0_is_caught(finding_only):
     bug = fusions.RankZeroAllReduceFusionPass
     _built(bug, TP2)
     with finding_only(), _caught("semantics") as raised:
         pmverify.verify(bug, _tp_cases(bug))
     assert "rank 1" in str(raised.value)
+
+
+def test_functionalization_runs_the_fused_collective_on_every_rank(finding_only):
+    # The oracle runs a tensor-parallel case's graphs with all ranks in one world: the correct fused
+    # collective is quiet, and the rank-0 bug is seen by it too (outside the world, one rank alone
+    # could not run the collective: the oracle saw nothing, or with a one-rank group a false alarm).
+    fused, bug = fusions.AllReduceRMSNormFusionPass, fusions.RankZeroAllReduceFusionPass
+    _built(fused, TP2), _built(bug, TP2)
+    with finding_only():
+        summary = pmverify.verify(fused, _tp_cases(fused), oracles=["functionalization"], max_examples=10)
+    assert summary.rewritten_cases > 0
+    with finding_only(), _caught("functionalization") as raised:
+        pmverify.verify(bug, _tp_cases(bug), oracles=["functionalization"], max_examples=10)
+    assert "functionalization: rank " in str(raised.value)  # the rank whose rows came out wrong
 
 
 # ---- d. defunctionalization -------------------------------------------------------------------
@@ -231,15 +244,24 @@ def test_defunctionalization_is_quiet():
     assert summary.rewritten_cases > 0
 
 
-@pytest.mark.xfail(strict=True, reason=OPS_API, raises=TypeError)
-def test_defunctionalization_of_the_projects_ops_is_quiet(finding_only):
-    from _vllm_style.ops import MUTABLE_OPS
+def _projects_ops_cases() -> st.SearchStrategy:
+    return with_mutating_custom_ops(fx_graphs(min_nodes=2, max_nodes=8), versions=(1,), ops=list(MUTABLE_OPS))
 
-    config = VStyleConfig(defunctionalize=tuple(op._schema.name for op in MUTABLE_OPS))
-    # TODO(i29-api): with_mutating_custom_ops(..., ops=MUTABLE_OPS)
-    cases = with_mutating_custom_ops(fx_graphs(min_nodes=2, max_nodes=8), versions=(1,), ops=MUTABLE_OPS)
+
+PROJECTS_OPS = VStyleConfig(defunctionalize=tuple(op._schema.name for op in MUTABLE_OPS))
+
+
+def test_defunctionalization_of_the_projects_ops_is_quiet(finding_only):
     with finding_only():
-        pmverify.verify(graph_passes.DefunctionalizationPass(config), cases)
+        summary = pmverify.verify(graph_passes.DefunctionalizationPass(PROJECTS_OPS), _projects_ops_cases())
+    assert summary.rewritten_cases > 0
+
+
+def test_blind_defunctionalization_of_the_projects_ops_is_caught(finding_only):
+    # with_mutating_custom_ops(ops=) gives a written tensor a reader of its old value
+    bug = graph_passes.BlindDefunctionalizationPass(PROJECTS_OPS)
+    with finding_only(), _caught("semantics", "mutation_barriers", "functionalization"):
+        pmverify.verify(bug, _projects_ops_cases())
 
 
 def _reads_old_value_case() -> pmverify.GraphCase:
@@ -254,9 +276,7 @@ def _reads_old_value_case() -> pmverify.GraphCase:
         return normed[1], buffer + 1
 
     x, w = torch.randn(5, 16), torch.randn(16)
-    gm = make_fx(program)(x, w)
-    gm.graph.eliminate_dead_code()  # make_fx keeps a getitem of the op's None output
-    gm.recompile()
+    gm = make_fx(program)(x, w)  # with make_fx's dead getitem of the op's None output: not a finding
     return pmverify.GraphCase(gm, [(x, w)])
 
 
@@ -273,9 +293,7 @@ def test_defunctionalization_examples():
 
 @pytest.mark.slow  # today found in about 1 case in 60 (a buffer that is also a graph output)
 def test_blind_defunctionalization_is_caught(finding_only):
-    # Today's draws have every later reader read the new value (through the getitem), so the blind
-    # rewrite is found only where a buffer it writes is also a graph output (the output reads the
-    # old value). TODO(i29-api): with_mutating_custom_ops(ops=[...]) with readers of the old value.
+    # pmverify's own ops: found where a buffer it writes is also a graph output or an old-value reader
     bug = graph_passes.BlindDefunctionalizationPass(VStyleConfig(defunctionalize=TESTING_OPS))
     with finding_only(), _caught("semantics", "mutation_barriers", "functionalization"):
         pmverify.verify(bug, _defunctionalization_cases(), max_examples=200)
@@ -314,10 +332,9 @@ def test_noop_elimination_examples():
     assert [v.oracle for v in bug.violations] == ["crash"], bug.violations
 
 
-@pytest.mark.xfail(strict=True, reason=LEVEL_API, raises=TypeError)
 def test_noop_elimination_bug_is_caught_on_post_grad_forms(finding_only):
-    # TODO(i29-api): fx_graphs(level="post_grad"): the four-argument slice_scatter that
-    # torch.compile writes for x[1:].copy_(y) is a post-grad form, so the crash is still found
+    # the four-argument slice_scatter (an explicit torch.slice_scatter(x, y, 0, 1)) is a post-grad
+    # form, so the crash is found at the default level too
     bug = graph_passes.FiveArgsNoOpEliminationPass(VStyleConfig())
     with finding_only(), _caught("crash"):
         pmverify.verify(bug, fx_graphs(ops=NOOP_OPS, min_nodes=4, max_nodes=12, level="post_grad"))
@@ -331,7 +348,7 @@ def test_a_findings_reproducer_runs_unedited(finding_only, tmp_path, monkeypatch
     monkeypatch.setenv("PMVERIFY_REPRO_DIR", str(tmp_path))
     bug = fusions.ScaleInvertedQuantFusionPass
     with finding_only(), pytest.raises(pmverify.PassVerificationError) as raised:
-        pmverify.verify(_built(bug, BF16_QUANT)[0], _planted(bug, BF16_QUANT))
+        pmverify.verify(cases=_planted(bug, FP8_QUANT), pass_factory=make_scale_inverted_pass)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(
         [sys.executable, str(raised.value.reproducer)],
@@ -345,59 +362,41 @@ def test_a_findings_reproducer_runs_unedited(finding_only, tmp_path, monkeypatch
     assert "VIOLATION" in run.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=FACTORY_API, raises=TypeError)
+def make_scale_inverted_pass():
+    """A module-level factory: the reproducer imports this module and calls it."""
+    return fusions.ScaleInvertedQuantFusionPass(FP8_QUANT)
+
+
 def test_verify_takes_a_pass_factory(finding_only):
     bug = fusions.ScaleInvertedQuantFusionPass
-    # TODO(i29-api): verify(pass_factory=...), the reproducer rebuilding the pass from it
     with finding_only(), _caught("semantics", "functionalization"):
-        pmverify.verify(None, _planted(bug, BF16_QUANT), pass_factory=lambda: bug(BF16_QUANT))
+        pmverify.verify(cases=_planted(bug, FP8_QUANT), pass_factory=make_scale_inverted_pass)
 
 
 # ---- 300 cases of each correct pass's recipe --------------------------------------------------
 
 
-#: A pmverify false alarm, not a missing API: with_mutating_custom_ops took a planted instance's
-#: ``empty`` result buffer as a "buffer" and inserted ``mix3(a=clone(empty))``, a read of
-#: uninitialised memory; the functionalization oracle then compared that value (NaN-filled before
-#: the pass, 1.0 / 4e37 after it) on nodes the pass never touched. By hand every other output is
-#: bitwise equal. Found at case 300's seed (repro_functionalization_acbc332f9d, 41 ops).
-UNINITIALISED_READ = pytest.mark.xfail(
-    strict=False,
-    raises=pmverify.PassVerificationError,
-    reason="TODO(i29): with_mutating_custom_ops reads a planted empty() buffer before it is written (false alarm)",
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "pass_class",
-    [
-        fusions.RMSNormQuantFusionPass,
-        pytest.param(fusions.FusedAddRMSNormQuantFusionPass, marks=UNINITIALISED_READ),
-    ],
-    ids=lambda c: c.__name__,
-)
-def test_quant_fusions_are_quiet_over_300_cases(pass_class):
-    pmverify.verify(_built(pass_class, BF16_QUANT)[0], _quant_cases(pass_class, BF16_QUANT), max_examples=300)
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=FP8_API, raises=NotImplementedError)
 @pytest.mark.parametrize(
     "pass_class", [fusions.RMSNormQuantFusionPass, fusions.FusedAddRMSNormQuantFusionPass], ids=lambda c: c.__name__
 )
-def test_quant_fusions_are_quiet_over_300_fp8_cases(pass_class, finding_only):
+def test_quant_fusions_are_quiet_over_300_cases(pass_class, finding_only):
     with finding_only():
         pmverify.verify(_built(pass_class, FP8_QUANT)[0], _quant_cases(pass_class, FP8_QUANT), max_examples=300)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=ALL_REDUCE_API, raises=pmverify.PassVerificationError)
-def test_all_reduce_rms_fusion_is_quiet_over_300_cases(finding_only, fake_process_group):
+def test_all_reduce_rms_fusion_is_quiet_over_300_cases(finding_only):
     fused = fusions.AllReduceRMSNormFusionPass
     _built(fused, TP2)
     with finding_only():
         pmverify.verify(fused, _tp_cases(fused), max_examples=300)
+
+
+@pytest.mark.slow
+def test_defunctionalization_of_the_projects_ops_is_quiet_over_300_cases(finding_only):
+    with finding_only():
+        pmverify.verify(graph_passes.DefunctionalizationPass(PROJECTS_OPS), _projects_ops_cases(), max_examples=300)
 
 
 @pytest.mark.slow

@@ -32,6 +32,12 @@ by hand; this oracle checks that it did, on the rewritten graph:
     so a later ``copy_`` into an input does not change what was read. A swapped ``getitem`` that
     keeps shapes right is caught here, naming the element read now and the one read before.
 
+A tensor-parallel case (direct mode) is checked on every rank, each on its own rewritten graph and
+inputs, with the graph runs of (b) and (c) made in one threaded world of all its ranks, as the
+semantics oracle makes them (a collective, a fused one included, reduces over every rank; run on
+one rank's inputs alone it would see that rank's rows only); the first rank with a finding is
+named; its values are compared by the rule without the region reference and noise floor.
+
 A graph with no auto_functionalized node before or after the pass is not looked at beyond that
 test. An index out of range, or one that reads the ``None`` slot, stops (b) and (c) (the graph
 cannot run); every finding is a :class:`Violation`, nothing raises.
@@ -40,6 +46,7 @@ cannot run); every finding is a :class:`Violation`, nothing raises.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import operator
 from collections.abc import Iterator
@@ -56,6 +63,7 @@ from .._execution import (
     float64_reference,
     propagate_fake,
     random_calls,
+    rank_pair,
     run_graph,
 )
 from ._violation import Violation
@@ -202,6 +210,7 @@ def _describe_value(value: Any) -> str:
 def _check_getitems(pair: Any, afs: list[torch.fx.Node]) -> tuple[list[Violation], bool]:
     """Violations of (a); and whether some index is out of range (the graph cannot run)."""
     tuples = _true_tuples(pair.after, pair.case.inputs[0], afs)
+    before = {node.name: node for node in pair.before.graph.nodes}
     violations, broken = [], False
     for af in afs:
         names = element_descriptions(af)
@@ -210,6 +219,8 @@ def _check_getitems(pair: Any, afs: list[torch.fx.Node]) -> tuple[list[Violation
         for user in af.users:
             if user.target is not operator.getitem or len(user.args) != 2 or user.args[0] is not af:
                 continue
+            if _as_before(user, before):
+                continue  # the graph before the pass read it so (make_fx's dead getitem of a None slot)
             index = user.args[1]
             layout = f"its tuple has {size} elements" if size is not None else "its tuple has an unknown length"
             if names is not None:
@@ -259,57 +270,139 @@ def _check_getitems(pair: Any, afs: list[torch.fx.Node]) -> tuple[list[Violation
     return violations, broken
 
 
+def _as_before(getitem: torch.fx.Node, before: dict[str, torch.fx.Node]) -> bool:
+    """Whether the graph before the pass has this ``getitem`` as it is: same name, index and meta,
+    of an auto_functionalized node of the same name, op and arguments. What the graph held before
+    the pass is never a finding against the pass."""
+    then = before.get(getitem.name)
+    if then is None or then.target is not operator.getitem or len(then.args) != 2 or then.args[1] != getitem.args[1]:
+        return False
+    af, then_af = getitem.args[0], then.args[0]
+    if not isinstance(then_af, torch.fx.Node) or then_af.name != af.name or then_af.target is not af.target:
+        return False
+
+    def names(node: torch.fx.Node) -> Any:
+        return torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.name)
+
+    same_meta = _describe_value(then.meta.get("val")) == _describe_value(getitem.meta.get("val"))
+    return same_meta and names(then_af) == names(af)
+
+
 # --- (b) Inductor's decomposition -----------------------------------------------------------
 
 
-def _reference_results(pair: Any) -> Any:
-    """The float64 reference of the graph before the pass on rank 0's inputs, lined up with the
-    outputs and inputs of the graph after it: the semantics oracle's (computed once per pair) in
-    direct mode, else a float64 run of ``pair.before`` (Inductor's post-grad graph); None where
-    there is none."""
-    if pair.compiled is None and pair.case.tp_world == 1:
-        return pair.results(0).reference
-    return float64_reference(pair.before, pair.case.inputs[0])
+def _ranks(pair: Any) -> range:
+    """The ranks whose rewritten graphs are checked: every rank of a tensor-parallel case in direct
+    mode (each has its own, :func:`rank_pair`), else rank 0."""
+    return range(pair.case.tp_world) if pair.compiled is None and pair.case.tp_world > 1 else range(1)
 
 
-def _check_decomposition(pair: Any) -> list[Violation]:
+def _in_world(pair: Any, fn: Any, args_per_rank: list[tuple]) -> list[Any]:
+    """``fn(*args_per_rank[r])`` for each rank of :func:`_ranks`: a tensor-parallel case's in one
+    threaded world of all its ranks (as the semantics oracle runs them), so that its collectives
+    reduce over every rank, not over one rank's rows alone. Only graph runs go in ``fn``: fake
+    propagation and graph edits are not thread-safe and are done before, rank by rank. Raises
+    :class:`~pmverify.distributed.SPMDError` where the world fails."""
+    if len(args_per_rank) == 1:
+        return [fn(*args_per_rank[0])]
+    from ..distributed import run_spmd
+
+    with deterministic_fill():
+        return run_spmd(fn, len(args_per_rank), args_per_rank)
+
+
+def _named(rank: int, pair: Any, message: str) -> str:
+    return f"rank {rank}: {message}" if len(_ranks(pair)) > 1 else message
+
+
+def _decomposed(after: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> torch.fx.GraphModule | str:
+    """A copy of ``after`` through Inductor's ``decompose_auto_functionalized``, or what fails."""
     from torch._inductor.fx_passes.post_grad import decompose_auto_functionalized
 
-    inputs = pair.case.inputs[0]
-    decomposed = copy.deepcopy(pair.after)
+    decomposed = copy.deepcopy(after)
     try:
         propagate_fake(decomposed, inputs)
     except Exception as exc:  # noqa: BLE001 - the structure oracle reports it; decompose with the meta left
         logger.debug("re-propagation failed, decomposing with the meta the pass left: %r", exc)
-        decomposed = copy.deepcopy(pair.after)
+        decomposed = copy.deepcopy(after)
     else:
         # the values the pass's trace recorded (symbolic sizes, on a symbolic case) describe another
         # trace than the concrete one just propagated: Inductor's decomposition, tracing its
         # replacement with both, asserts that the two graphs have as many nodes
         for node in decomposed.graph.nodes:
             node.meta.pop("eager_input_vals", None)
-    what = "Inductor's decompose_auto_functionalized (post_grad_passes)"
     try:
         decompose_auto_functionalized(decomposed.graph)
         decomposed.graph.lint()
         decomposed.recompile()
     except Exception as exc:  # noqa: BLE001 - a graph Inductor cannot lower is a finding
-        return [Violation("functionalization", f"{what} fails on the rewritten graph: {exc!r}")]
+        return f"{_DECOMPOSITION} fails on the rewritten graph: {exc!r}"
     left = [n.name for n in decomposed.graph.nodes if _is_af(n)]
     if left:
-        return [Violation("functionalization", f"{what} left {', '.join(left)} in the graph", tuple(left))]
+        return f"{_DECOMPOSITION} left {', '.join(left)} in the graph"
+    return decomposed
+
+
+_DECOMPOSITION = "Inductor's decompose_auto_functionalized (post_grad_passes)"
+
+
+def _decomposition_runs(before: Any, after: Any, decomposed: Any, inputs: tuple[Any, ...]) -> tuple[Any, Any, Any]:
+    """(the rewritten graph's results or None where it does not run, the decomposed graph's or the
+    exception it raised, the float64 reference of ``before`` or None when not asked for). Each run
+    is made whatever the others did, so that the ranks of a world call the same collectives."""
     try:
-        expected = named_results(pair.after, run_graph(pair.after, inputs))
+        expected = run_graph(after, inputs)
     except Exception as exc:  # noqa: BLE001 - the semantics oracle reports a graph that does not run
         logger.debug("the rewritten graph does not run: %r", exc)
-        return []
+        expected = None
     try:
-        got = named_results(pair.after, run_graph(decomposed, inputs))
+        got: Any = run_graph(decomposed, inputs)
     except Exception as exc:  # noqa: BLE001
-        return [Violation("functionalization", f"the rewritten graph runs, but raises after {what}: {exc!r}")]
-    if len(expected) != len(got):
-        return [Violation("functionalization", f"{what} changed the number of outputs")]
-    reference = _reference_results(pair)
+        got = exc
+    return expected, got, float64_reference(before, inputs) if before is not None else None
+
+
+def _check_decomposition(pair: Any) -> list[Violation]:
+    ranks = _ranks(pair)
+    afters = [rank_pair(pair, rank).after for rank in ranks]
+    prepared = []
+    for rank, after in zip(ranks, afters, strict=True):
+        decomposed = _decomposed(after, pair.case.inputs[rank])
+        if isinstance(decomposed, str):
+            nodes = tuple(n.name for n in after.graph.nodes if _is_af(n)) if "left" in decomposed else ()
+            return [Violation("functionalization", _named(rank, pair, decomposed), nodes)]
+        prepared.append(decomposed)
+    # the float64 reference of the graph before the pass: the semantics oracle's (computed once per
+    # pair) in direct mode on one rank, else a float64 run of ``pair.before`` (Inductor's post-grad
+    # graph in compiled mode; each rank's in the world)
+    own_reference = pair.compiled is None and pair.case.tp_world == 1
+    before = None if own_reference else pair.before
+    args = [(before, after, d, pair.case.inputs[rank]) for rank, after, d in zip(ranks, afters, prepared, strict=True)]
+    try:
+        runs = _in_world(pair, _decomposition_runs, args)
+    except Exception as exc:  # noqa: BLE001 - a world that fails is the semantics oracle's finding
+        logger.debug("the decomposition's runs fail on the tensor-parallel world: %s", exc)
+        return []
+    for rank, after, (expected_run, got_run, reference) in zip(ranks, afters, runs, strict=True):
+        if expected_run is None:
+            continue
+        if isinstance(got_run, BaseException):
+            message = f"the rewritten graph runs, but raises after {_DECOMPOSITION}: {got_run!r}"
+            return [Violation("functionalization", _named(rank, pair, message))]
+        expected, got = named_results(after, expected_run), named_results(after, got_run)
+        if len(expected) != len(got):
+            return [
+                Violation("functionalization", _named(rank, pair, f"{_DECOMPOSITION} changed the number of outputs"))
+            ]
+        if own_reference:
+            reference = pair.results(0).reference
+        violations = _compare_decomposed(pair, expected, got, reference)
+        if violations:
+            return [dataclasses.replace(v, message=_named(rank, pair, v.message)) for v in violations]
+    return []
+
+
+def _compare_decomposed(pair: Any, expected: list, got: list, reference: Any) -> list[Violation]:
     references = lined_up(reference, reference) if reference is not None else [None] * len(expected)
     violations = []
     for i, ((name, b), (_, a)) in enumerate(zip(expected, got, strict=True)):
@@ -324,7 +417,7 @@ def _check_decomposition(pair: Any) -> list[Violation]:
             violations.append(
                 Violation(
                     "functionalization",
-                    f'after {what} the rewritten graph computes otherwise ("before": as the pass left it, "after": decomposed): {message}',
+                    f'after {_DECOMPOSITION} the rewritten graph computes otherwise ("before": as the pass left it, "after": decomposed): {message}',
                 )
             )
     return violations
@@ -428,13 +521,18 @@ class _Read:
     reference, and, asked for only when a value is flagged, the region reference and noise floor
     of those values (:func:`_reads_module`), each computed once."""
 
-    def __init__(self, pair: Any, keys: list[tuple[str, tuple]]) -> None:
+    def __init__(self, pair: Any, keys: list[tuple[str, tuple]], runs: tuple | None = None) -> None:
+        """``runs``: ``(module, values, reference, drawn)`` as :func:`_reads_runs` made them (a
+        tensor-parallel case's, in its world; then no slack is asked for: a rank alone cannot run
+        the region reference and noise floor of a graph holding collectives), else made here."""
         self.pair, self.keys = pair, keys
-        self.module = _reads_module(pair.before, keys)
         self.inputs = pair.case.inputs[0]
-        self.drawn: dict[str, Any] = {}
-        self.values = run_graph(self.module, self.inputs, drawn=self.drawn)[0]
-        reference = float64_reference(self.module, self.inputs, drawn=self.drawn)
+        if runs is None:
+            module = _reads_module(pair.before, keys)
+            runs = (module, *_reads_runs(module, self.inputs))
+        self.module, values, reference, self.drawn = runs
+        self.values = values[0]
+        self.tp = len(_ranks(pair)) > 1
         self.reference = reference[0] if reference is not None else None
         self._reference_results = reference
         self._slack: tuple[Any, Any] | None = None
@@ -466,7 +564,7 @@ class _Read:
         before = self.values[i]
         reference = self.reference[i] if self.reference is not None else None
         message = compare("the value", before, after, reference)
-        if message is None or reference is None:
+        if message is None or reference is None or self.tp:
             return message
         region, noise = self.slack()
         return compare(
@@ -479,8 +577,23 @@ class _Read:
         )
 
 
-def _check_stand_ins(pair: Any) -> list[Violation]:
-    after_nodes = {node.name: node for node in pair.after.graph.nodes}
+def _reads_runs(module: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> tuple[Any, Any, dict]:
+    """(the values ``module`` (:func:`_reads_module`) reads, their float64 reference, what it drew)."""
+    drawn: dict[str, Any] = {}
+    values = run_graph(module, inputs, drawn=drawn)
+    return values, float64_reference(module, inputs, drawn=drawn), drawn
+
+
+def _stand_in_runs(after: Any, wanted: dict, module: Any, inputs: tuple[Any, ...]) -> tuple[dict, tuple]:
+    """One rank's runs of (c) in its world: what the rewritten graph's nodes read, and the runs of
+    the graph before the pass that read them (:func:`_reads_runs`)."""
+    return _capture(after, inputs, wanted), (module, *_reads_runs(module, inputs))
+
+
+def _wanted(pair: Any, after: torch.fx.GraphModule) -> tuple[dict, list[tuple[str, tuple]]]:
+    """The nodes of ``after`` to capture and the ``(node name, argument path)`` keys they read: the
+    nodes that read an auto_functionalized element before the pass and are still there after it."""
+    after_nodes = {node.name: node for node in after.graph.nodes}
     wanted_after: dict[torch.fx.Node, list[tuple]] = {}
     keys: list[tuple[str, tuple]] = []
     for node in pair.before.graph.nodes:
@@ -490,16 +603,50 @@ def _check_stand_ins(pair: Any) -> list[Violation]:
             continue
         wanted_after[twin] = paths
         keys += [(node.name, path) for path in paths]
-    if not keys:
+    return wanted_after, keys
+
+
+def _check_stand_ins(pair: Any) -> list[Violation]:
+    ranks = _ranks(pair)
+    afters = [rank_pair(pair, rank).after for rank in ranks]
+    wanted = [_wanted(pair, after) for after in afters]
+    if len(ranks) == 1:
+        wanted_after, keys = wanted[0]
+        if not keys:
+            return []
+        return _stand_in_violations(pair, afters[0], keys, _capture(afters[0], pair.case.inputs[0], wanted_after))
+    # a tensor-parallel case: every rank's graphs run in one world; the modules are built first
+    modules = [_reads_module(pair.before, keys) if keys else None for _, keys in wanted]
+    args = [
+        (after, w, m, pair.case.inputs[r]) for r, after, (w, _), m in zip(ranks, afters, wanted, modules, strict=True)
+    ]
+    if not any(keys for _, keys in wanted):
         return []
-    after = _capture(pair.after, pair.case.inputs[0], wanted_after)
+    try:
+        runs = _in_world(pair, _stand_in_runs, args)
+    except Exception as exc:  # noqa: BLE001 - a world that fails is the semantics oracle's finding
+        logger.debug("the stand-ins' runs fail on the tensor-parallel world: %s", exc)
+        return []
+    for rank, after, (_, keys), (captured, reads) in zip(ranks, afters, wanted, runs, strict=True):
+        if not keys:
+            continue
+        violations = _stand_in_violations(pair, after, keys, captured, reads)
+        if violations:
+            return [dataclasses.replace(v, message=_named(rank, pair, v.message)) for v in violations]
+    return []
+
+
+def _stand_in_violations(
+    pair: Any, after_gm: Any, keys: list, after: dict, reads: tuple | None = None
+) -> list[Violation]:
+    after_nodes = {node.name: node for node in after_gm.graph.nodes}
     read = None
     before_nodes = {node.name: node for node in pair.before.graph.nodes}
     violations = []
     for i, key in enumerate(keys):
         if key not in after:
             continue
-        read = _Read(pair, keys) if read is None else read
+        read = _Read(pair, keys, reads) if read is None else read
         difference = read.difference(i, after[key])
         if difference is None:
             continue

@@ -4,8 +4,10 @@ A near miss is the traced pattern graph with one thing changed that Inductor's p
 compares literally (``register_replacement`` re-traces its search function on the matched inputs
 and compares the literals exactly), so a pass registered for the pattern must not match it:
 
-- ``"constant"``: a float scalar argument (eps, a multiplier) doubled, or an int ``exponent`` /
-  ``other`` / ``alpha`` / ``value`` argument raised by one;
+- ``"constant"``: a float scalar argument (eps, a multiplier) moved far enough that a pass which
+  rewrites the near miss with its own literal computes visibly otherwise (:func:`moved_constant`:
+  a multiplier doubled; an epsilon, a literal below ``1e-2`` in magnitude, set to ``0.5``), or an
+  int ``exponent`` / ``other`` / ``alpha`` / ``value`` argument raised by one;
 - ``"dim"``: the ``dim`` argument of a reduction or other op moved to another dimension;
 - ``"split_sizes"``: one element moved across a boundary of a ``split_with_sizes`` (same total);
 - ``"dtype"``: the pattern traced on its float inputs cast to another float dtype (one the pattern
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +77,24 @@ def _rank(node: torch.fx.Node) -> int | None:
     return val.dim() if isinstance(val, torch.Tensor) else None
 
 
+#: Below this magnitude a float literal is an epsilon: a guard added to a value far larger (a
+#: variance, a norm, a denominator), where doubling it changes nothing a tolerance can see.
+EPSILON_BELOW = 1e-2
+
+
+def moved_constant(value: float) -> float:
+    """The ``"constant"`` near miss of a float literal, tied to its role so that the change is
+    visible in the values: 0 becomes 1.0; an epsilon (``0 < |value| < EPSILON_BELOW``: 1e-6 added to
+    a variance of order 1e-4 to 1) becomes 0.5 with its sign, of the order of the values drawn (in
+    [-2, 2]) and of their squares, so an rsqrt or division it guards moves by percents, visible in
+    bfloat16 and float8 too; any other literal (a multiplier, a bound) is doubled."""
+    if value == 0:
+        return 1.0
+    if abs(value) < EPSILON_BELOW:
+        return math.copysign(0.5, value)
+    return value * 2
+
+
 def _edits(gm: torch.fx.GraphModule, kind: str) -> list[tuple[int, int | str, Any]]:
     """Candidate changes ``(node index, arg position or kwarg name, new value)`` of one kind."""
     edits = []
@@ -88,7 +109,7 @@ def _edits(gm: torch.fx.GraphModule, kind: str) -> list[tuple[int, int | str, An
                 continue
             if kind == "constant":
                 if isinstance(value, float):
-                    edits.append((i, slot, value * 2 if value != 0 else 1.0))
+                    edits.append((i, slot, moved_constant(value)))
                 elif isinstance(value, int) and name in _INT_CONSTANT_ARGS:
                     edits.append((i, slot, value + 1))
             elif kind == "dim" and name == "dim":

@@ -25,7 +25,7 @@ class Traced:
     - ``must_match`` / ``reason``: the ground truth (see :class:`pmverify.PlantedInstance`).
     - ``extra_user``: name of the intermediate of ``gm`` to give a user outside the instance.
     - ``unused``: whether the instance's outputs are left unused.
-    - ``detail``: what a near miss changed, in words (``"aten.add.Tensor's other: 1e-06 -> 2e-06"``).
+    - ``detail``: what a near miss changed, in words (``"aten.add.Tensor's other: 1e-06 -> 0.5"``).
     - ``primals``: how many of ``args`` are the pattern's arguments (None: all); the others are the
       tangents of a joint trace (:mod:`._joint`), then any input a near miss added.
     - ``truth_from``: where ``must_match`` comes from (see :class:`pmverify.PlantedInstance`).

@@ -49,7 +49,7 @@ def _dtype(node: Any) -> torch.dtype | None:
     return val.dtype if isinstance(val, torch.Tensor) else None
 
 
-def _same_literals(config: VStyleConfig):
+def _same_literals(config: VStyleConfig, *, epsilon: bool = True):
     """An ``extra_check`` accepting a match whose ``auto_functionalized`` norms have the config's
     epsilon, whose norm writes into a buffer of its input's dtype, and whose quant writes the
     config's ``quant_dtype``: the literals the matcher does not compare."""
@@ -59,7 +59,7 @@ def _same_literals(config: VStyleConfig):
             if node.target is not auto_functionalized:
                 continue
             op, kwargs = node.args[0], node.kwargs
-            if op in _NORMS and kwargs.get("epsilon") != config.epsilon:
+            if epsilon and op in _NORMS and kwargs.get("epsilon") != config.epsilon:
                 return False
             if op is RMS and _dtype(kwargs["result"]) != _dtype(kwargs["input"]):
                 return False
@@ -94,6 +94,9 @@ class RMSNormQuantFusionPass(_FusionPass):
     def quant_scale(self, scale: torch.Tensor) -> torch.Tensor:
         return scale
 
+    def literal_check(self):
+        return _same_literals(self.config)
+
     def register(self) -> None:
         eps, quant_dtype = self.config.epsilon, self.config.quant_dtype
 
@@ -116,7 +119,7 @@ class RMSNormQuantFusionPass(_FusionPass):
             example,
             fwd_only,
             self.patterns,
-            extra_check=_same_literals(self.config),
+            extra_check=self.literal_check(),
         )
 
 
@@ -125,6 +128,14 @@ class ScaleInvertedQuantFusionPass(RMSNormQuantFusionPass):
 
     def quant_scale(self, scale: torch.Tensor) -> torch.Tensor:
         return scale.reciprocal()
+
+
+class EpsilonUncheckedQuantFusionPass(RMSNormQuantFusionPass):
+    """Bug: its ``extra_check`` leaves out epsilon, which the matcher does not compare, so it fuses
+    a norm of another epsilon with the config's baked into the replacement."""
+
+    def literal_check(self):
+        return _same_literals(self.config, epsilon=False)
 
 
 class EpsilonBlindUuidQuantFusionPass(RMSNormQuantFusionPass):
@@ -224,3 +235,51 @@ class RankZeroAllReduceFusionPass(AllReduceRMSNormFusionPass):
 
     def fused_rank(self) -> int:
         return 0
+
+
+class HandRMSQuantFusionPass(VStylePass):
+    """The quant fusion written by hand (no pattern matcher), as vLLM's older passes walk the graph:
+    ``auto_functionalized(rms_norm)`` whose new result only the quant reads becomes one
+    ``auto_functionalized(rms_norm_static_fp8_quant)`` with the config's epsilon, the quant's own
+    result buffer and scale. It refuses a norm of another epsilon (:attr:`checks_epsilon`)."""
+
+    uses: ClassVar[tuple[str, ...]] = ("epsilon",)
+    checks_epsilon: ClassVar[bool] = True
+
+    def apply(self, graph: torch.fx.Graph) -> int:
+        import operator
+
+        count = 0
+        for quant in list(graph.nodes):
+            if quant.target is not auto_functionalized or quant.args[0] is not QUANT:
+                continue
+            normed = quant.kwargs["input"]
+            if not (isinstance(normed, torch.fx.Node) and normed.target is operator.getitem and normed.args[1] == 1):
+                continue
+            norm = normed.args[0]
+            if norm.target is not auto_functionalized or norm.args[0] is not RMS or len(normed.users) != 1:
+                continue
+            if len(norm.users) != 1 or (self.checks_epsilon and norm.kwargs["epsilon"] != self.config.epsilon):
+                continue
+            kwargs = {
+                "result": quant.kwargs["result"],
+                "input": norm.kwargs["input"],
+                "weight": norm.kwargs["weight"],
+                "scale": quant.kwargs["scale"],
+                "epsilon": self.config.epsilon,
+            }
+            with graph.inserting_before(quant):
+                fused = graph.call_function(auto_functionalized, (RMS_QUANT,), kwargs)
+            fused.meta.update(quant.meta)
+            quant.replace_all_uses_with(fused)
+            graph.erase_node(quant)
+            graph.erase_node(normed)
+            graph.erase_node(norm)
+            count += 1
+        return count
+
+
+class EpsilonIgnoringHandFusionPass(HandRMSQuantFusionPass):
+    """Bug: fuses a norm of any epsilon, baking the config's into the fused op."""
+
+    checks_epsilon: ClassVar[bool] = False

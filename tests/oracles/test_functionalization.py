@@ -139,6 +139,27 @@ def test_none_slot_of_an_op_without_outputs_is_reported():
     assert len(messages) == 1 and "`getitem` reads element 0 of `auto_functionalized_v2` (output 0, None" in messages[0]
 
 
+def test_a_getitem_the_graph_held_before_the_pass_is_not_a_finding():
+    # make_fx leaves a dead getitem of the None slot of an op that returns nothing: a property of
+    # the graph before the pass, never a finding against it (a pass that reads that slot is one)
+    case = _scale_shift_case()
+    graph = case.gm.graph
+    af = _af(graph)
+    with graph.inserting_after(af):
+        _call(graph, "getitem_2", operator.getitem, af, 0)
+    case.gm.recompile()
+    assert check_case(_identity, case, oracles=["functionalization"]).ok
+
+    def reads_it(graph):
+        dead = next(n for n in graph.nodes if n.name == "getitem_2")
+        with graph.inserting_after(dead):
+            item = graph.call_function(operator.getitem, (_af(graph), 0))
+        graph.output_node().args = ((*graph.output_node().args[0], item),)
+
+    messages = _messages(check_case(reads_it, case, oracles=["functionalization"]))
+    assert any("reads element 0 of `auto_functionalized_v2` (output 0, None" in m for m in messages), messages
+
+
 def test_stale_meta_on_a_rebuilt_getitem_is_reported():
     """A rebuild over half-precision copies that keeps the old getitems' float32 meta."""
 

@@ -253,10 +253,10 @@ def test_a_rewritten_near_miss_finding_says_what_changed_and_what_to_do():
     from pmverify.oracles.expectations import _near_miss_message
 
     instance = pmverify.PlantedInstance(
-        "rms", ("add",), False, "constant", "aten.add.Tensor's other (argument 1): 1e-06 -> 2e-06"
+        "rms", ("add",), False, "constant", "aten.add.Tensor's other (argument 1): 1e-06 -> 0.5"
     )
     message = _near_miss_message(instance)
-    assert "aten.add.Tensor's other (argument 1): 1e-06 -> 2e-06" in message, message
+    assert "aten.add.Tensor's other (argument 1): 1e-06 -> 0.5" in message, message
     assert "scalar_workaround" in message and "planted(recorded)" in message
 
 
@@ -860,3 +860,13 @@ def test_bad_arguments_inputs_missing_or_no_context_for_no_instance():
         planted(_pattern)
     with pytest.raises(InvalidArgument, match="min_instances=0 must be at least 1 with context=nothing"):
         planted(_pattern, SPLIT_INPUTS, context=st.nothing())
+
+
+def test_a_constant_near_miss_moves_an_epsilon_far_enough_to_show():
+    # an epsilon doubled (1e-6 -> 2e-6) next to a variance of order 1 changes nothing a tolerance
+    # sees: a pass rewriting that near miss with its own epsilon would pass semantics
+    from pmverify.strategies._near_miss import moved_constant
+
+    assert moved_constant(1e-6) == 0.5 and moved_constant(-1e-5) == -0.5
+    assert moved_constant(0.0) == 1.0
+    assert moved_constant(0.125) == 0.25 and moved_constant(0.01) == 0.02  # multipliers doubled
