@@ -70,13 +70,15 @@ def test_a_reproducer_imports_the_module_that_registered_the_graphs_custom_ops(t
 
 
 def test_where_torch_library_recorded_a_custom_op():
-    import _user_op_library
     import _registered_ops
+    import _user_op_library
 
     from pmverify._factory import op_origins
 
     assert op_origins("pmverify_user::triple") == [("_registered_ops", _registered_ops.__file__)]  # Library.define
-    assert op_origins("pmverify_user::halve") == [("_registered_ops", _registered_ops.__file__)]  # torch.library.custom_op
+    assert op_origins("pmverify_user::halve") == [
+        ("_registered_ops", _registered_ops.__file__)
+    ]  # torch.library.custom_op
     # vLLM's direct_register_custom_op: the module of its fake function, and the library's
     assert op_origins("pmverify_user_lib::quarter") == [
         ("_registered_ops", _registered_ops.__file__),

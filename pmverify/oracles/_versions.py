@@ -152,6 +152,7 @@ class Versions:
         dead = {
             n for n in calls if n.name not in self.mutating and not is_view_or_unsafe(n.target) and _dead(n, self.order)
         }
+        unread: set[tuple[str, str]] = set()  # (a scatter, its first argument): replaced whole, not read
         for node in graph.nodes:
             if node.op not in ("call_function", "call_method", "output") or node in dead or _identity_copy(node):
                 continue
@@ -167,8 +168,15 @@ class Versions:
                         skipped.add(node.args[i])  # an ``out`` argument passed by position
                 skipped.update(_v2_out_bases(node))
                 region = _replaced(node) if node.op == "call_function" else None
+                if region is not None and isinstance(node.args[0], torch.fx.Node):
+                    whole = _layout.layout(node.args[0])
+                    if whole is not None and any(_layout.covers(r, whole) for r in region):
+                        skipped.add(node.args[0])  # replaced whole: its values are never read
+                        unread.add((node.name, node.args[0].name))
                 for i, value in enumerate(flat_nodes((node.args, node.kwargs))):
-                    if value not in skipped:
+                    if _empty(value):
+                        unread.add((node.name, value.name))  # no element: it reads no version
+                    elif value not in skipped:
                         self._read(node.name, self.storage(value), region if i == 0 else None)
             for storage in self._writes(node):
                 self.writes.setdefault(storage, []).append(node.name)
@@ -258,6 +266,8 @@ class Versions:
                 node.op == "call_function" and is_view_or_unsafe(node.target)
             ):
                 for value in flat_nodes((node.args, node.kwargs)):
+                    if (node.name, value.name) in unread:
+                        continue
                     while value.name not in copies and value.op == "call_function" and is_view_or_unsafe(value.target):
                         if not (value.args and isinstance(value.args[0], torch.fx.Node)):
                             break
@@ -355,6 +365,12 @@ def _chain(copy: torch.fx.Node) -> tuple[list[torch.fx.Node], Any]:
         chain.insert(0, value.args[0])
         value = unreshaped(base)  # through the ``alias`` functionalization puts between them
     return chain, value
+
+
+def _empty(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s value holds no element (a zero-length slice): reading it reads nothing."""
+    found = _layout.layout(node)
+    return found is not None and 0 in found[2]
 
 
 def _scattered_back(copy: torch.fx.Node) -> list[torch.fx.Node]:

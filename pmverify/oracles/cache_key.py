@@ -14,7 +14,9 @@ taking no argument: ``pass_.config`` and the class, as for a pass given built), 
 it that differ in one field each:
 
 - a dataclass or a dict config: each field in turn; ``bool`` flipped, ``int`` + 1, ``float`` × 2
-  (1.0 for 0), ``torch.dtype`` another floating dtype, ``str`` suffixed, an ``Enum`` another member;
+  (1.0 for 0), ``torch.dtype`` another floating dtype, ``str`` suffixed, an ``Enum`` another member,
+  a tuple or list with its first changeable element changed, a nested dataclass with its first
+  changeable field changed;
   variants the config or the pass refuses (``ValueError``, ``TypeError``) are skipped;
 - an equal copy (``copy.deepcopy``).
 
@@ -62,6 +64,17 @@ def _changed(value: Any) -> Any:
         return value + "_changed"
     if isinstance(value, enum.Enum):
         return next((member for member in type(value) if member != value), ...)
+    if isinstance(value, (tuple, list)):  # the first element that can be changed, changed
+        for i, item in enumerate(value):
+            if (changed := _changed(item)) is not ...:
+                items = [*value[:i], changed, *value[i + 1 :]]
+                try:
+                    return type(value)(items)
+                except TypeError:  # a named tuple
+                    return type(value)(*items)
+        return ...
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a nested config
+        return next((variant for *_, variant in config_variants(value)), ...)
     return ...
 
 

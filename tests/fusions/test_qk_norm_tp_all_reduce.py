@@ -12,6 +12,7 @@ import dataclasses
 
 import pytest
 import torch
+from _user_all_reduce import ALL_REDUCE, NO_BUG, NO_TP_DIVISOR, RANK_DIVISOR
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -20,7 +21,6 @@ from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, regist
 import pmverify
 from pmverify.fusions.qk_norm.testing import qk_norm_tp_cases
 from pmverify.fusions.qk_norm.tp import example_inputs, qk_norm_tp_forward
-from _user_all_reduce import ALL_REDUCE, NO_BUG, NO_TP_DIVISOR, RANK_DIVISOR
 
 
 class MiniMaxStylePass:

@@ -256,7 +256,7 @@ def _two_views_case(views: str) -> GraphCase:
     its new values scattered back into ``qkv``. ``views``: ``split`` (``split_with_sizes``, disjoint
     halves), ``split overlapping`` (its first half and ``[:, 2:6]``), ``halves`` (disjoint slices), ``interleaved`` (``[:, 0::2]``, ``[:, 1::2]``: disjoint,
     their address ranges meet) or ``overlapping`` (``[:, 0:4]``, ``[:, 2:6]``)."""
-    from tests._fused_norm_ops import AF, ops
+    from _fused_norm_ops import AF, ops
 
     g = torch.fx.Graph()
     a, w, weight = g.placeholder("a"), g.placeholder("w"), g.placeholder("weight")
@@ -288,7 +288,7 @@ def _two_views_case(views: str) -> GraphCase:
 def _defunctionalize_views(graph: torch.fx.Graph) -> None:
     """vLLM's ``FixFunctionalizationPass`` on rotary embedding of two views of ``qkv``: the op called
     in place on the views, the scatters of its new values replaced by ``qkv``."""
-    from tests._fused_norm_ops import AF
+    from _fused_norm_ops import AF
 
     (af,) = graph.find_nodes(op="call_function", target=AF)
     qkv = next(n for n in graph.nodes if n.name == "qkv")

@@ -85,3 +85,23 @@ def test_a_field_the_uuid_ignores_is_a_finding_only_where_it_changes_the_rewritt
     assert "group_name" not in violation.message and "max_tokens" not in violation.message
     (unjudged,) = uuid_violations(SourceOnlyUuid, CONFIG)  # without a case: every field
     assert "group_name" in unjudged.message and "max_tokens" in unjudged.message
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inner:
+    eps: float = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer:
+    epsilons: tuple = (1e-5, 1e-6)
+    names: list = dataclasses.field(default_factory=lambda: ["q", "k"])
+    inner: _Inner = _Inner()
+    empty: tuple = ()
+
+
+def test_tuple_list_and_nested_dataclass_fields_are_varied():
+    """vLLM's configs hold tuples of epsilons and nested configs: each is varied in its first
+    changeable element or field (an empty tuple cannot be)."""
+    variants = {name: changed for name, _, changed, _ in config_variants(_Outer())}
+    assert variants == {"epsilons": (2e-5, 1e-6), "names": ["q_changed", "k"], "inner": _Inner(eps=2e-6)}

@@ -372,3 +372,80 @@ def test_a_dropped_or_kept_functional_scatter_writes_nothing_and_a_misplaced_rei
     assert any("read of `neg" in v.message and "standing for slice_scatter" in v.message for v in result.violations), (
         result.violations
     )
+
+
+def _scatter_over_case(rows: int):
+    """``a = x + 1; s = select_scatter(a, y, 0, 0); x.copy_(a); return s`` with ``x`` of ``rows``
+    rows: with one row the scatter replaces the whole of ``a`` and reads none of it."""
+    g = torch.fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    a = g.call_function(aten.add.Tensor, (x, 1.0))
+    s = g.call_function(aten.select_scatter.default, (a, y, 0, 0))
+    g.call_function(aten.copy_.default, (x, a))
+    g.output((s,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    return GraphCase(gm, [(torch.randn(rows, 3), torch.randn(3))], form="inplace")
+
+
+def _reinplace_under_the_scatter(scatter_first: bool):
+    """``x.add_(1)`` at the ``add`` (Inductor's reinplacing), the scatter reading ``x`` after it, or
+    before it (a stale ``x`` where the scatter keeps rows of it)."""
+
+    def pass_(graph):
+        add = next(n for n in graph.nodes if n.target is aten.add.Tensor)
+        scatter = next(n for n in graph.nodes if n.target is aten.select_scatter.default)
+        copy = next(n for n in graph.nodes if n.target is aten.copy_.default)
+        x = add.args[0]
+        with graph.inserting_before(add):
+            if scatter_first:
+                new_scatter = graph.call_function(aten.select_scatter.default, (x, *scatter.args[1:]))
+                graph.call_function(aten.add_.Tensor, add.args)
+            else:
+                graph.call_function(aten.add_.Tensor, add.args)
+                new_scatter = graph.call_function(aten.select_scatter.default, (x, *scatter.args[1:]))
+        scatter.replace_all_uses_with(new_scatter)
+        for node in (copy, scatter, add):
+            graph.erase_node(node)
+
+    return pass_
+
+
+def test_a_scatter_replacing_its_whole_input_reads_none_of_it():
+    """Inductor's reinplacing chain turned ``select_scatter(af[1], y, 0, 0)`` of a one-row tensor into
+    ``select_scatter(x, y, 0, 0)`` after ``x``'s in-place op: the read of ``x`` is dead on both sides
+    (it was reported moved across the write). Where the scatter keeps a row, reading ``x`` before the
+    write is still caught."""
+    for scatter_first in (False, True):
+        result = check_case(
+            _reinplace_under_the_scatter(scatter_first), _scatter_over_case(1), oracles=["mutation_barriers"]
+        )
+        assert not result.violations, result.violations
+    assert (
+        check_case(_reinplace_under_the_scatter(False), _scatter_over_case(2), oracles=["mutation_barriers"]).violations
+        == []
+    )
+    caught = check_case(_reinplace_under_the_scatter(True), _scatter_over_case(2), oracles=["mutation_barriers"])
+    assert [v.oracle for v in caught.violations] == ["mutation_barriers"], caught.violations
+
+
+def _sliced_reader_case(end: int):
+    """``s = x[0:end]; a = x + 1; n = neg(s); x.copy_(a); return n``."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    s = g.call_function(aten.slice.Tensor, (x, 0, 0, end))
+    a = g.call_function(aten.add.Tensor, (x, 1.0))
+    n = g.call_function(aten.neg.default, (s,))
+    g.call_function(aten.copy_.default, (x, a))
+    g.output((n,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    return GraphCase(gm, [(torch.randn(3, 2),)], form="inplace")
+
+
+def test_a_read_of_no_element_sees_no_write():
+    """Reinplacing the add where it stands puts its write before ``neg`` reads ``x[0:end]``: with
+    ``end=0`` (a zero-length slice, as post-grad graphs may hold) nothing is read, so nothing moved;
+    with ``end=1`` the kept reader sees the new value, caught."""
+    quiet = check_case(_reinplace(at_copy=False), _sliced_reader_case(0), oracles=["mutation_barriers"])
+    assert not quiet.violations, quiet.violations
+    caught = check_case(_reinplace(at_copy=False), _sliced_reader_case(1), oracles=["mutation_barriers"])
+    assert [v.oracle for v in caught.violations] == ["mutation_barriers"], caught.violations

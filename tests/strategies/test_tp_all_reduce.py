@@ -11,6 +11,7 @@ import dataclasses
 
 import pytest
 import torch
+from _user_all_reduce import ALL_REDUCE, NO_BUG, NO_TP_DIVISOR, RANK_DIVISOR
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -20,7 +21,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import pmverify
 from pmverify.distributed import DEFAULT_GROUP_NAME
 from pmverify.strategies import fx_graphs, planted, tp_cases
-from _user_all_reduce import ALL_REDUCE, NO_BUG, NO_TP_DIVISOR, RANK_DIVISOR
 
 
 @dataclasses.dataclass(frozen=True)
