@@ -66,6 +66,12 @@ def _pmverify_import(name, path):
         except ModuleNotFoundError as exc:
             if path is None or (exc.name != name and not name.startswith(f"{exc.name}.")):
                 raise
+        if "." in name:  # a module of a package: import it from the folder holding the package
+            root = path
+            for _ in range(name.count(".") + 1):
+                root = os.path.dirname(root)
+            sys.path.insert(0, root)
+            return importlib.import_module(name)
     alias = "_pmverify_main" if name == "__main__" else name
     if alias in sys.modules:
         return sys.modules[alias]

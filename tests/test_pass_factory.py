@@ -220,3 +220,26 @@ def test_pmverify_fuzz_with_a_pass_factory_target(tmp_path):
     assert finding["violations"][0]["oracle"] == "semantics" and not run["errors"]
     run = _run(finding["reproducer"], tmp_path)
     assert run.returncode == 1 and "VIOLATION semantics" in run.stdout, run.stderr[-2000:]
+
+
+def test_a_reproducer_imports_a_module_of_a_package_from_its_file(tmp_path, monkeypatch):
+    """A pass in a package that is not on ``sys.path`` (``tests/_vllm_style/graph_passes.py``, with
+    relative imports) is imported from the folder holding the package, not loaded alone."""
+    import sys
+
+    from pmverify._factory import IMPORT_HELPER
+
+    package = tmp_path / "pmv_pkg_t29"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "other.py").write_text("VALUE = 29\n")
+    (package / "passes.py").write_text("from .other import VALUE\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    namespace = {"sys": sys, "os": __import__("os")}
+    exec(IMPORT_HELPER, namespace)
+    try:
+        module = namespace["_pmverify_import"]("pmv_pkg_t29.passes", str(package / "passes.py"))
+        assert module.VALUE == 29
+    finally:
+        for name in [n for n in sys.modules if n.startswith("pmv_pkg_t29")]:
+            del sys.modules[name]

@@ -29,6 +29,9 @@ aten = torch.ops.aten
 
 
 def _is_view(node: torch.fx.Node) -> bool:
+    """A view op's node, or an element of one returning several views (``split_with_sizes``)."""
+    if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        return _is_view(node.args[0])
     return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
 
 
