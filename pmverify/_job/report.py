@@ -88,7 +88,8 @@ def _failure(case: ET.Element, finding: dict) -> None:
 
 def junit_xml(report: dict) -> str:
     """JUnit XML of ``report``: a ``testsuite`` per target, a ``testcase`` per case family (a
-    ``failure`` per finding, an ``error`` for a search that could not run), a ``whole run``
+    ``failure`` per finding, an ``error`` for a search that could not run, ``skipped`` for a family
+    that checked no case: ``interrupted``, or the budget ended), a ``whole run``
     testcase for a finding of the whole run (``never_matched``), and a testcase per real-model
     check."""
     suites = ET.Element("testsuites", name="pmverify fuzz")
@@ -107,6 +108,9 @@ def junit_xml(report: dict) -> str:
                 time=f"{counts.get('seconds', 0.0):.3f}",
             )
             ET.SubElement(case, "system-out").text = f"{counts.get('cases', 0)} cases"
+            if family in target.get("unrun_families", ()):  # checked nothing: not a pass
+                interrupted = target.get("status") == "interrupted"
+                ET.SubElement(case, "skipped", message="interrupted" if interrupted else "not run: the budget ended")
             for finding in (f for f in target["findings"] if f["family"] == family):
                 failures += 1
                 _failure(case, finding)
@@ -130,6 +134,7 @@ def junit_xml(report: dict) -> str:
                 f"first:\n{target.get('first_internal_error') or ''}"
             )
         suite.set("tests", str(len(suite.findall("testcase"))))
+        suite.set("skipped", str(len(suite.findall("testcase/skipped"))))
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))
         suite.set("time", f"{target.get('elapsed_s', 0.0):.3f}")

@@ -581,8 +581,11 @@ def _run(job: _Job) -> tuple[dict[str, Any], int]:
             job.check_real_models()
         job.status = "finished"
     except KeyboardInterrupt:
+        searching = job.status == "running"  # (not in the budget's end: the searches were over)
         job.status = "interrupted"
         code = 130
+        for run in job.runs:  # each target not done, whatever its worker was doing, or not doing
+            run.interrupted = bool(run.renders) or (searching and not run.finished)
     finally:
         job.stop_workers()
         for run in job.runs:

@@ -219,11 +219,15 @@ def log_to(path: str) -> None:
 
 def die_with_parent() -> None:
     """End this process when the job's process dies (``kill -9`` of the job alone): by the
-    kernel's parent-death signal on Linux, else by a thread watching the parent."""
+    kernel's parent-death signal on Linux, else by a thread watching the parent; and ignore
+    SIGINT, which a Ctrl-C sends to the job's whole process group (the job stops its workers)."""
     import multiprocessing
     import signal
     import threading
 
+    # Ctrl-C reaches the whole process group: the job, not its workers, ends them and reports it
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
 

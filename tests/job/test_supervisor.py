@@ -149,6 +149,40 @@ def test_an_interrupt_before_any_case_says_so(make_job):
     assert "interrupted: mod:Pass (cases), between cases" in out
 
 
+def test_an_interrupt_with_no_worker_at_work_is_an_interrupt_and_skips_the_unrun_families(make_job, tmp_path):
+    # Ctrl-C between two searches, or while the first target's worker held the only turn: no worker
+    # at work, yet the job was interrupted, not out of budget, and the families it never ran did not pass
+    job = make_job("a:Pass", "b:Pass", junit=tmp_path / "j.xml")
+    job.runs[1].families = ["cases", "more"]
+    job.runs[1].family_stats = {name: {"cases": 0, "batches": 0, "seconds": 0.0} for name in ("cases", "more")}
+
+    def search(job):
+        job.runs[0].cases = job.runs[0].family_stats["cases"]["cases"] = 5
+        raise KeyboardInterrupt
+
+    data, code, out = _run_with(job, search)
+    a, b = data["targets"]
+    assert code == 130 and a["status"] == b["status"] == "interrupted"
+    assert b["no_cases_reason"] == "the job was interrupted before it checked a case"
+    assert "the budget ended" not in out and b["unrun_families"] == ["cases", "more"]
+    assert "  interrupted; not run: cases, more" not in out  # the summary table is the CLI's
+    junit = (tmp_path / "j.xml").read_text()
+    assert junit.count('<skipped message="interrupted" />') == 2  # b's two families; a's ran 5 cases
+    assert 'name="b:Pass" tests="2" skipped="2"' in junit
+
+
+def test_a_target_done_before_the_interrupt_is_not_interrupted(make_job):
+    job = make_job("mod:Pass")
+
+    def search(job):
+        job.runs[0].cases = job.runs[0].family_stats["cases"]["cases"] = 5
+        job.runs[0].retired.add(0)
+        raise KeyboardInterrupt
+
+    data, code, _ = _run_with(job, search)
+    assert code == 130 and data["targets"][0]["status"] == "done" and data["targets"][0]["unrun_families"] == []
+
+
 @pytest.mark.parametrize(
     ("state", "reason"),
     [
