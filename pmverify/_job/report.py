@@ -69,6 +69,9 @@ def xml_text(text: str) -> str:
 
 def _finding_text(finding: dict) -> str:
     lines = [f"{v['oracle']}: {v['message']}" for v in finding["violations"]]
+    if finding.get("stack"):
+        lines.append("where it hung (innermost frame first):")
+        lines += [f"  {frame}" for frame in finding["stack"].splitlines()]
     lines.append(f"case: {finding.get('case') or 'unknown'}")
     lines.append(f"reproducer: {finding.get('reproducer') or 'not written'}")
     for other in finding.get("other_failures") or ():

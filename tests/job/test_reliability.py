@@ -71,6 +71,7 @@ def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp
     assert "per-case timeout of 10s" in message["hangs"]
     # where the pass hung: the worker's Python stack, written before it was killed
     assert "in hangs" in findings["hangs"][0]["log_tail"]
+    assert findings["hangs"][0]["stack"].splitlines()[0].endswith(" in hangs")  # its innermost frame first
     assert findings["malformed_graph"][0]["violations"][0]["oracle"] == "structure"
     # the job's last searches still shrink their findings before it ends; crashes and hangs are
     # shrunk too, each candidate in a process forked for it
