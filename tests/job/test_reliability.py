@@ -380,6 +380,7 @@ def test_a_user_module_imports_from_the_current_folder(tmp_path):
     assert "NEVER MATCHED in userpass:keep: 3 cases, 0 rewritten" in run.stdout, run.stdout
 
 
+@pytest.mark.slow  # about 8 s: the job imports its target (torch) before its first checkpoint
 def test_ctrl_c_reports_the_run_interrupted(tmp_path):
     """Ctrl-C (SIGINT to the job's process group, workers too) while its workers start: exit 130,
     the report and console say "interrupted", never that the budget ended; no torch imported here."""
