@@ -422,10 +422,13 @@ def render(
         "    if PASS is None and PASS_FACTORY is None:",
         '        print("edit PASS in this script: pmverify could not rebuild the pass", file=sys.stderr)',
         "        sys.exit(2)",
+        "    import faulthandler",
+        "",
+        "    faulthandler.enable()  # a pass that kills the process: its Python stack on stderr",
+        "    name = getattr(PASS if PASS is not None else PASS_FACTORY, '__name__', None) or type(PASS).__name__",
+        '    print(f"running pass {name} on case {CASE!r}, then the oracles", file=sys.stderr, flush=True)',
         *(
             [
-                "    import faulthandler",
-                "",
                 f"    # the pass hung on this case in pmverify fuzz: the stacks and exit 1 after {hang_s:g}s",
                 f"    print('if the pass still hangs: its stack, and exit 1 after {hang_s:g}s', file=sys.stderr, flush=True)",
                 f"    faulthandler.dump_traceback_later({hang_s!r}, exit=True)",

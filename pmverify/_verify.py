@@ -36,6 +36,7 @@ from ._compat import (
     without_slow_shrinking_warning,
 )
 from ._factory import PassFactory
+from ._fatal import announce, call_named, case_label, fatal_stacks
 from ._settings import SUPPRESSED_HEALTH_CHECKS
 from ._severity import failure_key, key_label, most_severe, severity
 from ._summary import VerifySummary, vacuous_error
@@ -442,11 +443,17 @@ def verify(
     first: dict[tuple[str, str], CaseResult] = {}  # each (oracle, kind)'s first failing case
     progress = _Shrinking()
 
+    numbered = [0]
+
     @given(cases)
     def run_case(case: Any) -> None:
         if on_case is not None:
             on_case(case)
-        result = check_case(pass_, case, oracles=oracles, mode=mode, strict_order=strict_order)
+        numbered[0] += 1
+        label = case_label(numbered[0], case, seed)
+        announce(label)
+        # a process the pass kills: faulthandler's stack names the case (see pmverify._fatal)
+        result = call_named(label, check_case, pass_, case, oracles=oracles, mode=mode, strict_order=strict_order)
         tally[0] = tally[0] + VerifySummary.of(result)
         for violation in result.violations:
             first.setdefault(failure_key(violation), result)
@@ -466,6 +473,7 @@ def verify(
         # the draws depend on the seed only, not on what was imported
         with (
             no_local_constants(),
+            fatal_stacks(),
             max_shrinking_seconds(shrink_budget_s) as limit,
             stopped_because() as stopped,
             without_slow_shrinking_warning() if shrink_budget_s is not None else contextlib.nullcontext(),

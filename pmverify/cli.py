@@ -321,6 +321,9 @@ def _summary(report: dict[str, Any], out: Any) -> None:
             f"{target['worker_restarts']:>10}{target['cases_per_min']:>11.0f}",
             file=out,
         )
+        if target.get("status") == "interrupted":
+            unrun = target.get("unrun_families") or []
+            print(f"  interrupted{'; not run: ' + ', '.join(unrun) if unrun else ''}", file=out)
         worlds = ", ".join(
             f"tp {world}: {counts['cases']} cases / {counts['matches']} matches"
             for world, counts in target["tp_worlds"].items()

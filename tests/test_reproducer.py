@@ -59,6 +59,28 @@ def test_a_hang_reproducer_stops_with_exit_1_after_the_timeout_and_a_crash_one_s
     compile(hang, "repro.py", "exec")
 
 
+def test_a_reproducer_says_what_it_runs_before_running_it():
+    script = render(_case(), QKNormFusionPass, [])
+    before = script.index(
+        'print(f"running pass {name} on case {CASE!r}, then the oracles", file=sys.stderr, flush=True)'
+    )
+    assert script.index("faulthandler.enable()") < before < script.index("result = check_case(")
+
+
+@pytest.mark.slow  # end to end: runs in the slow step
+def test_a_reproducer_of_a_pass_that_aborts_names_the_pass_and_the_case_first(tmp_path):
+    import subprocess
+    import sys
+
+    from pmverify._reproducer import write
+
+    source = "import os\n\n\ndef PASS(graph):\n    os.abort()\n"
+    path = write(_case(), QKNormFusionPass, [], tmp_path, pass_source=source, dies=True)
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode in (134, -6), run.stderr
+    assert "running pass PASS on case GraphCase(" in run.stderr and "Fatal Python error: Aborted" in run.stderr
+
+
 def test_unimportable_oracle_is_refused():
     with pytest.raises(ValueError, match="cannot be imported by a reproducer"):
         render(_case(), QKNormFusionPass, [], oracles=[lambda pair: []])

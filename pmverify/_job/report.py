@@ -69,6 +69,9 @@ def xml_text(text: str) -> str:
 
 def _finding_text(finding: dict) -> str:
     lines = [f"{v['oracle']}: {v['message']}" for v in finding["violations"]]
+    if finding.get("stack"):
+        lines.append("where it hung (innermost frame first):")
+        lines += [f"  {frame}" for frame in finding["stack"].splitlines()]
     lines.append(f"case: {finding.get('case') or 'unknown'}")
     lines.append(f"reproducer: {finding.get('reproducer') or 'not written'}")
     for other in finding.get("other_failures") or ():
@@ -88,7 +91,8 @@ def _failure(case: ET.Element, finding: dict) -> None:
 
 def junit_xml(report: dict) -> str:
     """JUnit XML of ``report``: a ``testsuite`` per target, a ``testcase`` per case family (a
-    ``failure`` per finding, an ``error`` for a search that could not run), a ``whole run``
+    ``failure`` per finding, an ``error`` for a search that could not run, ``skipped`` for a family
+    that checked no case: ``interrupted``, or the budget ended), a ``whole run``
     testcase for a finding of the whole run (``never_matched``), and a testcase per real-model
     check."""
     suites = ET.Element("testsuites", name="pmverify fuzz")
@@ -107,6 +111,9 @@ def junit_xml(report: dict) -> str:
                 time=f"{counts.get('seconds', 0.0):.3f}",
             )
             ET.SubElement(case, "system-out").text = f"{counts.get('cases', 0)} cases"
+            if family in target.get("unrun_families", ()):  # checked nothing: not a pass
+                interrupted = target.get("status") == "interrupted"
+                ET.SubElement(case, "skipped", message="interrupted" if interrupted else "not run: the budget ended")
             for finding in (f for f in target["findings"] if f["family"] == family):
                 failures += 1
                 _failure(case, finding)
@@ -130,6 +137,7 @@ def junit_xml(report: dict) -> str:
                 f"first:\n{target.get('first_internal_error') or ''}"
             )
         suite.set("tests", str(len(suite.findall("testcase"))))
+        suite.set("skipped", str(len(suite.findall("testcase/skipped"))))
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))
         suite.set("time", f"{target.get('elapsed_s', 0.0):.3f}")

@@ -90,6 +90,8 @@ class TargetRun:
         #: ``{"doing": "starting" | "search" | "replay" | ..., "family": ..., "in_case_s": ...}``
         self.stopped_at_budget: dict[str, Any] | None = None
         self.interrupted_in: dict[str, Any] | None = None
+        #: the job was interrupted (Ctrl-C, SIGTERM) before this target's run was over
+        self.interrupted = False
 
     @property
     def finished(self) -> bool:
@@ -126,7 +128,7 @@ class TargetRun:
         if self.failed:
             return "its worker could not start (see its errors)"
         cut = self.interrupted_in or self.stopped_at_budget
-        ended = "the job was interrupted" if self.interrupted_in else "the budget ended"
+        ended = "the job was interrupted" if self.interrupted or self.interrupted_in else "the budget ended"
         if cut is not None and cut["doing"] == "starting":
             if self.families:
                 return f"{ended} while its worker was restarting"
@@ -140,6 +142,19 @@ class TargetRun:
         if self.errors and len(self.retired) == len(self.families):
             return "every family's search raised or ran no case (see its errors)"
         return f"{ended} before it checked a case"
+
+    def status(self) -> str:
+        """``interrupted`` (the job was, before this target was done), ``failed`` (its worker could not
+        start) or ``done``."""
+        if self.interrupted:
+            return "interrupted"
+        return "failed" if self.failed else "done"
+
+    def unrun_families(self) -> list[str]:
+        """Its families that checked no case and have no finding nor error."""
+        touched = {f["family"] for f in self.findings} | {e.get("family") for e in self.errors}
+        stats = self.family_stats
+        return [name for name in self.families if not stats.get(name, {}).get("cases") and name not in touched]
 
     def never_matched(self) -> dict[str, Any] | None:
         """The ``never_matched`` finding of a target whose whole run rewrote nothing (judged over
@@ -182,6 +197,7 @@ class TargetRun:
         ]
         return {
             "name": self.name,
+            "status": self.status(),
             "cases": self.cases,
             "matches": self.matches,
             "rewritten_cases": self.summary.rewritten_cases,
@@ -193,6 +209,7 @@ class TargetRun:
             "elapsed_s": round(self.searching_s(), 3),
             "cases_per_min": round(60 * self.cases / max(self.searching_s(), 1e-9), 1),
             "families": {name: dict(stats) for name, stats in self.family_stats.items()},
+            "unrun_families": self.unrun_families(),
             "tp_worlds": {str(world): dict(counts) for world, counts in sorted(self.tp_worlds.items())},
             "events": dict(sorted(self.events.items())),
             "findings": findings,

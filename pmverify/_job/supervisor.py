@@ -204,6 +204,10 @@ class _Job:
         self.display.line(f"FOUND in {run.name} ({finding['family']}): {finding['kind']}")
         for violation in finding["violations"]:
             self.display.line(f"  - {violation['oracle']}: {violation['message']}")
+        if finding.get("stack"):
+            self.display.line("  where it hung (innermost frame first):")
+            for frame in finding["stack"].splitlines():
+                self.display.line(f"    {frame}")
         self.display.line(f"  reproducer: {finding['reproducer'] or 'being written'}")
         if finding.get("note"):
             self.display.line(f"  note: {finding['note']}")
@@ -263,6 +267,8 @@ class _Job:
         if worker.log is not None and worker.log.exists():
             finding["log"] = str(worker.log)
             finding["log_tail"] = worker.log_tail()
+        if kind == "timeout" and (stack := worker.hang_stack()):
+            finding["stack"] = stack  # where it hung: the innermost frames of the case's thread
         if worker.case is not None and worker.case[1] is not None:
             finding["choices"] = worker.case[1]
             known = family < len(run.keys) and known_minimal(self.database, run.keys[family], worker.case[1])
@@ -581,8 +587,11 @@ def _run(job: _Job) -> tuple[dict[str, Any], int]:
             job.check_real_models()
         job.status = "finished"
     except KeyboardInterrupt:
+        searching = job.status == "running"  # (not in the budget's end: the searches were over)
         job.status = "interrupted"
         code = 130
+        for run in job.runs:  # each target not done, whatever its worker was doing, or not doing
+            run.interrupted = bool(run.renders) or (searching and not run.finished)
     finally:
         job.stop_workers()
         for run in job.runs:

@@ -22,6 +22,7 @@ __all__ = [
     "WorkerState",
     "describe_exit",
     "die_with_parent",
+    "hang_stack",
     "log_to",
     "poll",
     "quiet_tqdm",
@@ -126,6 +127,15 @@ class WorkerProcess:
         tail = text[fatal:].splitlines()[:60] if fatal >= 0 else text.splitlines()[-lines:]
         return "\n".join(line for line in tail if not line.startswith("Extension modules:")) or None
 
+    def hang_stack(self) -> str | None:
+        """Where the case hung: :func:`hang_stack` of what :meth:`dump_stacks` wrote, or None."""
+        if self.log is None or self.dump_from is None:
+            return None
+        try:
+            return hang_stack(self.log.read_text(errors="replace")[self.dump_from :])
+        except OSError:
+            return None
+
     def end(self) -> None:
         """:meth:`stop` it when idle, else :meth:`kill` it."""
         if self.state is WorkerState.IDLE:
@@ -141,6 +151,39 @@ class WorkerProcess:
             pass
         self.process.join(3)
         self.kill()
+
+
+#: the frame of pmverify that ran a case, found in the thread that hung
+_CASE_FRAME = " in check_case"
+_PACKAGE = str(pathlib.Path(__file__).resolve().parents[1])
+#: pmverify's users shipped with it: their frames are a pass's, not the tool's
+_USERS = tuple(os.path.join(_PACKAGE, user) + os.sep for user in ("fusions", "faults"))
+
+
+def _tool_frame(frame: str) -> bool:
+    """Whether a ``File "...", line N in f`` line of faulthandler is one of pmverify's own."""
+    path = frame.split('"')[1] if frame.count('"') >= 2 else ""
+    return path.startswith(_PACKAGE + os.sep) and not path.startswith(_USERS)
+
+
+def hang_stack(dump: str, *, most: int = 12, least: int = 3) -> str | None:
+    """The innermost frames of the thread that ran the case, from ``faulthandler``'s dump of every
+    thread (most recent call first): the thread holding pmverify's ``check_case`` (else the current
+    thread, else the first); its frames down to the first of pmverify's own (the one that called
+    the pass, or ran the graph), ``least`` at least and ``most`` at most. None when the dump holds
+    no frame."""
+    blocks = [block.strip().splitlines() for block in dump.split("\n\n") if "most recent call first" in block]
+    if not blocks:
+        return None
+    chosen = next((b for b in blocks if any(line.endswith(_CASE_FRAME) for line in b)), None)
+    chosen = chosen or next((b for b in blocks if b[0].startswith("Current thread")), blocks[0])
+    frames = [line.strip() for line in chosen[1:] if line.strip().startswith("File ")]
+    if not frames:
+        return None
+    ours = next((i for i, frame in enumerate(frames) if _tool_frame(frame)), len(frames))
+    keep = max(least, min(most, ours + 1))
+    cut = len(frames) - keep
+    return "\n".join(frames[:keep] + ([f"... {cut} outer frames"] if cut > 0 else []))
 
 
 def describe_exit(code: int | None) -> str:
@@ -219,11 +262,15 @@ def log_to(path: str) -> None:
 
 def die_with_parent() -> None:
     """End this process when the job's process dies (``kill -9`` of the job alone): by the
-    kernel's parent-death signal on Linux, else by a thread watching the parent."""
+    kernel's parent-death signal on Linux, else by a thread watching the parent; and ignore
+    SIGINT, which a Ctrl-C sends to the job's whole process group (the job stops its workers)."""
     import multiprocessing
     import signal
     import threading
 
+    # Ctrl-C reaches the whole process group: the job, not its workers, ends them and reports it
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
 

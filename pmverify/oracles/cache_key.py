@@ -27,8 +27,11 @@ not one on that case; a field that changes it (another eps baked into the replac
 that no longer matches) is. In compiled mode every such field is a finding.
 
 Not judged: a pass without ``uuid()`` or whose ``uuid()`` is None (Inductor bypasses its cache),
-one without a configuration, one that cannot be rebuilt from it. Results are cached per pass class
-and configuration, so the oracle costs one ``uuid()`` per new configuration.
+one without a configuration, one that cannot be rebuilt from it. The uuids are compared once per
+pass class and configuration (milliseconds, no graph); on a case, the fields whose change keeps the
+uuid are tried one by one, those that changed an earlier case's rewrite first, and the first that
+changes this case's rewrite is the finding (one match a failing case, not one a field); a pass
+built from a variant config is built once and reused across cases, as a pass given built is.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ __all__ = ["builder_and_config", "check", "config_variants", "uuid_violations"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _CACHE: dict[tuple[Any, str], tuple[Violation, ...]] = {}
+#: per pass class (or factory): the config fields found to change a case's rewrite, in order found
+_MATTERED: dict[Any, list[str]] = {}
+#: the passes built from config variants, per class (or factory) and config (see :func:`_built`)
+_BUILT: dict[tuple[Any, str], Any] = {}
+_MAX_BUILT = 64
 
 
 def _changed(value: Any) -> Any:
@@ -108,13 +116,25 @@ def _uuid_of(cls: Any, config: Any) -> Any:
         return ...
 
 
+def _built(cls: Any, variant: Any) -> Any:
+    """``cls(variant)``, built once per pass class (or factory) and config, and reused on every
+    case as ``verify`` reuses a pass given built: a build may trace patterns (tenths of a second),
+    a match takes milliseconds. Raises what ``cls`` raises."""
+    key = (cls, f"{type(variant).__qualname__}:{variant!r}")
+    if key not in _BUILT:
+        if len(_BUILT) >= _MAX_BUILT:
+            _BUILT.clear()
+        _BUILT[key] = cls(variant)
+    return _BUILT[key]
+
+
 def _same_graph(cls: Any, variant: Any, pair: RunPair) -> bool:
     """Whether the pass built with ``variant`` rewrites ``pair``'s case into the graph ``pair``'s
     pass did (same code); False where that cannot be told (no ``reapply``, compiled mode)."""
     if pair.reapply is None or pair.after is None:
         return False
     try:
-        after = pair.reapply(cls(variant))
+        after = pair.reapply(_built(cls, variant))
     except (ValueError, TypeError):
         return False
     return after is not None and after.code == pair.after.code
@@ -123,8 +143,9 @@ def _same_graph(cls: Any, variant: Any, pair: RunPair) -> bool:
 def uuid_violations(cls: Any, config: Any, pair: RunPair | None = None, name: str | None = None) -> list[Violation]:
     """The cache-key violations of pass class (or pass factory) ``cls`` built with ``config``
     (uncached); with ``pair``, a field whose change keeps the uuid counts only where it changes the
-    rewritten graph of ``pair``'s case. ``name``: the pass's class name in the messages (default
-    ``cls.__name__``)."""
+    rewritten graph of ``pair``'s case, and the first such field found is the finding (the fields
+    that changed an earlier case's rewrite are tried first). ``name``: the pass's class name in the
+    messages (default ``cls.__name__``)."""
     name = cls.__name__ if name is None else name
     uuid = _uuid_of(cls, config)
     if uuid is ... or uuid is None:
@@ -139,17 +160,22 @@ def uuid_violations(cls: Any, config: Any, pair: RunPair | None = None, name: st
                 "cache never hits",
             )
         )
-    same = [
-        f"{name} ({value!r} vs {changed!r})"
-        for name, value, changed, variant in config_variants(config)
-        if _uuid_of(cls, variant) == uuid and not (pair is not None and _same_graph(cls, variant, pair))
-    ]
+    suspects = [suspect for suspect in config_variants(config) if _uuid_of(cls, suspect[3]) == uuid]
+    if pair is not None:
+        # one field that changes this case's rewrite makes the finding: those that did before first
+        known = _MATTERED.setdefault(cls, [])
+        suspects.sort(key=lambda suspect: known.index(suspect[0]) if suspect[0] in known else len(known))
+        suspects = next(([s] for s in suspects if not _same_graph(cls, s[3], pair)), [])
+        if suspects and suspects[0][0] not in known:
+            known.append(suspects[0][0])
+    same = [f"{field} ({value!r} vs {changed!r})" for field, value, changed, _ in suspects]
     if same:
+        which = ", which changes the rewritten graph of this case" if pair is not None else ""
         violations.append(
             Violation(
                 "cache_key",
-                f"{name}.uuid() is the same for configs differing only in {', '.join(same)}: Inductor's "
-                "FX graph cache would reuse a graph compiled under another config",
+                f"{name}.uuid() is the same for configs differing only in {', '.join(same)}{which}: "
+                "Inductor's FX graph cache would reuse a graph compiled under another config",
             )
         )
     return violations

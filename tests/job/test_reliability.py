@@ -71,6 +71,7 @@ def test_crashes_hangs_and_malformed_graphs_are_findings_and_the_job_goes_on(tmp
     assert "per-case timeout of 10s" in message["hangs"]
     # where the pass hung: the worker's Python stack, written before it was killed
     assert "in hangs" in findings["hangs"][0]["log_tail"]
+    assert findings["hangs"][0]["stack"].splitlines()[0].endswith(" in hangs")  # its innermost frame first
     assert findings["malformed_graph"][0]["violations"][0]["oracle"] == "structure"
     # the job's last searches still shrink their findings before it ends; crashes and hangs are
     # shrunk too, each candidate in a process forked for it
@@ -377,3 +378,35 @@ def test_a_user_module_imports_from_the_current_folder(tmp_path):
     # it ran the cases: a pass that keeps every graph is then a never_matched finding, exit 1
     assert run.returncode == 1, run.stderr
     assert "NEVER MATCHED in userpass:keep: 3 cases, 0 rewritten" in run.stdout, run.stdout
+
+
+@pytest.mark.slow  # about 8 s: the job imports its target (torch) before its first checkpoint
+def test_ctrl_c_reports_the_run_interrupted(tmp_path):
+    """Ctrl-C (SIGINT to the job's process group, workers too) while its workers start: exit 130,
+    the report and console say "interrupted", never that the budget ended; no torch imported here."""
+    report = tmp_path / "r.json"
+    with open(tmp_path / "out", "w") as out:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "pmverify", "fuzz", "--cases", CASES, "--target", "_crashing_passes:identity"]
+            + ["--target", "_crashing_passes:hangs", "--budget", "10m", "--no-real-model", "--progress", "plain"]
+            + ["--db", str(tmp_path / "db"), "--report", str(report), "--junit", str(tmp_path / "j.xml")],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not report.exists() and time.monotonic() < deadline:  # the job's first checkpoint
+            time.sleep(0.1)
+        os.killpg(job.pid, signal.SIGINT)
+        assert job.wait(60) == 130
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+    data = json.loads(report.read_text())
+    lines = (tmp_path / "out").read_text()
+    assert data["status"] == "interrupted"
+    assert [target["status"] for target in data["targets"]] == ["interrupted", "interrupted"]
+    assert "budget ended" not in lines and "the job was interrupted" in lines, lines
+    assert "summary (interrupted" in lines

@@ -6,6 +6,7 @@ import io
 import json
 import time
 import types
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -37,6 +38,9 @@ class FakeWorker:
 
     def done(self):
         self.state, self.job = WorkerState.IDLE, None
+
+    def hang_stack(self):
+        return None
 
 
 @pytest.fixture
@@ -147,6 +151,40 @@ def test_an_interrupt_before_any_case_says_so(make_job):
     assert code == 130
     assert data["targets"][0]["no_cases_reason"] == "the job was interrupted before it checked a case"
     assert "interrupted: mod:Pass (cases), between cases" in out
+
+
+def test_an_interrupt_with_no_worker_at_work_is_an_interrupt_and_skips_the_unrun_families(make_job, tmp_path):
+    # Ctrl-C between two searches, or while the first target's worker held the only turn: no worker
+    # at work, yet the job was interrupted, not out of budget, and the families it never ran did not pass
+    job = make_job("a:Pass", "b:Pass", junit=tmp_path / "j.xml")
+    job.runs[1].families = ["cases", "more"]
+    job.runs[1].family_stats = {name: {"cases": 0, "batches": 0, "seconds": 0.0} for name in ("cases", "more")}
+
+    def search(job):
+        job.runs[0].cases = job.runs[0].family_stats["cases"]["cases"] = 5
+        raise KeyboardInterrupt
+
+    data, code, out = _run_with(job, search)
+    a, b = data["targets"]
+    assert code == 130 and a["status"] == b["status"] == "interrupted"
+    assert b["no_cases_reason"] == "the job was interrupted before it checked a case"
+    assert "the budget ended" not in out and b["unrun_families"] == ["cases", "more"]
+    assert "  interrupted; not run: cases, more" not in out  # the summary table is the CLI's
+    junit = (tmp_path / "j.xml").read_text()
+    assert junit.count('<skipped message="interrupted" />') == 2  # b's two families; a's ran 5 cases
+    assert 'name="b:Pass" tests="2" skipped="2"' in junit
+
+
+def test_a_target_done_before_the_interrupt_is_not_interrupted(make_job):
+    job = make_job("mod:Pass")
+
+    def search(job):
+        job.runs[0].cases = job.runs[0].family_stats["cases"]["cases"] = 5
+        job.runs[0].retired.add(0)
+        raise KeyboardInterrupt
+
+    data, code, _ = _run_with(job, search)
+    assert code == 130 and data["targets"][0]["status"] == "done" and data["targets"][0]["unrun_families"] == []
 
 
 @pytest.mark.parametrize(
@@ -357,3 +395,61 @@ def test_batches_are_seeded_by_the_one_batch_seed(make_job):
     assert [batch_seed(5, i) for i in range(3)] == [500_015, 500_016, 500_017]
     rewrite = AuditedRewrite("inductor", "mod", "name", "fwd_only", False)
     assert rewrite_seed(5, rewrite) == batch_seed(5, zlib.crc32(f"inductor/{rewrite.label}".encode()))
+
+
+def _dump(package):
+    """faulthandler's dump of a worker hung in a pass, its parent-watching thread first."""
+    return f"""Thread 0x00007f089cdea6c0 (most recent call first):
+  File "/usr/lib/python3.11/multiprocessing/connection.py", line 947 in wait
+  File "{package}/_job/workers.py", line 244 in watch
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007f089ec6ab80 (most recent call first):
+  File "/home/me/passes/slow.py", line 9 in spin
+  File "/home/me/passes/slow.py", line 45 in __call__
+  File "{package}/_apply.py", line 238 in run_pass
+  File "{package}/_apply.py", line 281 in _apply_rank
+  File "{package}/_apply.py", line 252 in apply_direct
+  File "{package}/_check.py", line 313 in check_case
+  File "{package}/_verify.py", line 449 in run_case
+  File "{package}/_job/worker.py", line 355 in serve
+  File "<string>", line 1 in <module>
+"""
+
+
+def test_hang_stack_is_the_innermost_frames_of_the_thread_that_ran_the_case():
+    from pmverify._job.workers import _PACKAGE, hang_stack
+
+    stack = hang_stack(_dump(_PACKAGE)).splitlines()
+    assert stack[0] == 'File "/home/me/passes/slow.py", line 9 in spin'
+    assert stack[2].endswith("in run_pass") and stack[3] == "... 6 outer frames"  # down to the pass's caller
+    assert "watch" not in "\n".join(stack)
+    assert hang_stack("no dump here") is None
+    # a pass shipped with pmverify (the fault bank) is a pass, not the tool
+    faults = hang_stack(_dump(_PACKAGE).replace("/home/me/passes", f"{_PACKAGE}/faults")).splitlines()
+    assert faults[0].endswith("in spin") and faults[2].endswith("in run_pass")
+
+
+def test_a_timeout_says_where_it_hung_on_the_console_in_the_report_and_in_junit(make_job, tmp_path):
+    from pmverify._job.workers import _PACKAGE, WorkerProcess
+
+    job = make_job("mod:Pass", junit=tmp_path / "j.xml")
+    (run,) = job.runs
+    worker = FakeWorker("busy", job=BatchRequest(0, 0, 25, False, 0.0), case=(0, None))
+    worker.log = tmp_path / "worker.log"
+    worker.log.write_text("started\n" + _dump(_PACKAGE))
+    worker.dump_from = len("started\n")
+    worker.hang_stack = types.MethodType(WorkerProcess.hang_stack, worker)
+    worker.log_tail = types.MethodType(WorkerProcess.log_tail, worker)
+    run.worker = worker
+    job.died(run, "timeout", "a case did not finish within the per-case timeout of 10s")
+    (finding,) = run.findings
+    assert finding["stack"].splitlines()[0].endswith("line 9 in spin")
+    out = job.out.getvalue()
+    assert (
+        "  where it hung (innermost frame first):" in out
+        and '    File "/home/me/passes/slow.py", line 9 in spin' in out
+    )
+    assert json.loads(job.options.report.read_text())["targets"][0]["findings"][0]["stack"] == finding["stack"]
+    failure = ET.fromstring((tmp_path / "j.xml").read_text()).find("testsuite/testcase/failure")
+    assert 'where it hung (innermost frame first):\n  File "/home/me/passes/slow.py", line 9 in spin' in failure.text

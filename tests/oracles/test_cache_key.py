@@ -81,7 +81,8 @@ def test_a_field_the_uuid_ignores_is_a_finding_only_where_it_changes_the_rewritt
     it (eps baked into the replacement) is."""
     case = build_case(CONFIG, [make_layer(CONFIG, "qk_norm", tokens=2)])
     (violation,) = check_case(SourceOnlyUuid, case, oracles=["cache_key"]).violations
-    assert "eps (1e-06 vs 2e-06)" in violation.message
+    # the first field, in the config's order, whose change changes the rewrite: q_size's no longer matches
+    assert "only in q_size (8 vs 9), which changes the rewritten graph of this case" in violation.message
     assert "group_name" not in violation.message and "max_tokens" not in violation.message
     (unjudged,) = uuid_violations(SourceOnlyUuid, CONFIG)  # without a case: every field
     assert "group_name" in unjudged.message and "max_tokens" in unjudged.message
@@ -105,3 +106,23 @@ def test_tuple_list_and_nested_dataclass_fields_are_varied():
     changeable element or field (an empty tuple cannot be)."""
     variants = {name: changed for name, _, changed, _ in config_variants(_Outer())}
     assert variants == {"epsilons": (2e-5, 1e-6), "names": ["q_changed", "k"], "inner": _Inner(eps=2e-6)}
+
+
+def test_a_failing_case_costs_one_match_not_one_a_field(monkeypatch):
+    """The field that changed an earlier case's rewrite is tried first: a case it changes too is a
+    finding after one match of a variant pass (QKNormUuidIgnoresConfig took 48.8 s to search and
+    shrink with a match per field per case), and a field no case showed is tried after it."""
+    from pmverify.oracles import cache_key
+
+    case = build_case(CONFIG, [make_layer(CONFIG, "qk_norm", tokens=2)])
+    monkeypatch.setitem(cache_key._MATTERED, SourceOnlyUuid, ["eps"])
+    tried = []
+    same_graph = cache_key._same_graph
+    monkeypatch.setattr(
+        cache_key, "_same_graph", lambda cls, variant, pair: tried.append(variant) or same_graph(cls, variant, pair)
+    )
+    (violation,) = check_case(SourceOnlyUuid, case, oracles=["cache_key"]).violations
+    assert "only in eps (1e-06 vs 2e-06), which changes" in violation.message
+    assert len(tried) == 1
+    tried.clear()
+    assert check_case(QKNormFusionPass, case, oracles=["cache_key"]).ok and not tried  # its uuid tells all apart
