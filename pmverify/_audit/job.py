@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from .._job.protocol import CheckRequest, Failed, Ready, RewriteChecked
 from .._job.workers import WorkerProcess, WorkerState, describe_exit, poll
+from .._settings import AUDIT_MAX_EXAMPLES
 from .._verify import batch_seed
 from .check import ERROR, FINDING, NOT_REGISTERED, NOT_RUN, STATUSES, describe_counts, planted_examples
 from .report import write_outputs
@@ -44,7 +45,7 @@ class AuditOptions:
     """What ``pmverify audit`` was asked; seconds throughout (``budget_s`` None: no budget)."""
 
     sources: list[str]
-    max_examples: int = 10
+    max_examples: int = AUDIT_MAX_EXAMPLES
     seed: int = 0
     jobs: int = 1
     timeout_s: float = 300.0
