@@ -28,8 +28,28 @@ rewritten as if it were ``add(x, x3)``), a true finding that every rewrite whose
 shows, the correct twins included; left in, it is found first and the finding says nothing of the
 constant. ``--leave-out`` with no kind measures the audit as it is.
 
-Figures, not assertions (timing on shared machines is not tested). Measured at issue 30 on 2 shared
-cores (torch 2.13.0+cpu): see the table in docs/AUDIT.md's header and README's audit section.
+Figures, not assertions (timing on shared machines is not tested). Measured at issue 30 on 2 cores
+shared with five other jobs (load 5-6; torch 2.13.0+cpu), so seconds are loose. Runs that found the
+wrong constant, ``--no-shrink`` (the first failing case; its seconds are those of finding it)::
+
+    --leave-out (none: the audit as is), 10 seeds   depth 3     5    10    25
+    gelu_tanh_0.0447                                      9/10  10/10 10/10 10/10
+    rms_eps_1e-5 (the bank's RMSNormHardCodedEps)         8/10   8/10 10/10 10/10
+
+    --leave-out optional_arg, 10 seeds              depth 3     5    10    25    50   100   200
+    gelu_tanh_0.0447                                      9/10   9/10 10/10 10/10 10/10 10/10 10/10
+    rms_eps_1e-5                                          7/10   7/10 10/10 10/10 10/10 10/10 10/10
+    gelu_tanh_0.0447_bf16 (3 seeds)                          -      -   0/3     -   0/3     -   0/3
+
+Seconds per run of a rewrite that runs all its cases (the correct twins, with shrinking: both quiet
+at every depth, 2 seeds; ``gelu_tanh_correct`` swung with the load)::
+
+    depth                 10    25    50   100   200
+    rms_eps_correct      0.9   2.3   4.0   9.4  24.5
+    gelu_tanh_correct   12.6  14.4  70.1  27.8  37.9
+
+A finding costs its shrinking (10-25 s here, up to the worker's shrink limit) at any depth.
+Chosen: 25 (``pmverify._settings.AUDIT_MAX_EXAMPLES``, where the reasoning is).
 """
 
 from __future__ import annotations
