@@ -259,7 +259,7 @@ def _audit_parser(sub: Any) -> None:
         action="append",
         metavar="GLOB",
         help="audit only the rewrites whose NAME or MODULE/NAME matches (repeatable), e.g. '_sfdp_pattern_1_*' or "
-        "'pad_mm/*', or is it as printed ('gelu_mul[bfloat16, fwd_only]': a name several rewrites share says their "
+        "'pad_mm/*', or equal to it as printed ('gelu_mul[bfloat16, fwd_only]': a name several rewrites share says their "
         "dtypes and trace)",
     )
     audit.add_argument(
