@@ -111,6 +111,7 @@ def junit_xml(report: dict[str, Any]) -> str:
                 element = ET.SubElement(case, "failure", message=reason, type=row.get("kind") or FINDING)
                 lines = [f"{v['oracle']}: {v['message']}" for v in row["violations"]]
                 lines.append(f"reproducer: {row.get('reproducer') or 'not written'}")
+                lines.append(f"cases: {describe_counts(row.get('cases'))}")
                 element.text = xml_text("\n".join(lines))
             elif row["status"] == "error":
                 errors += 1
@@ -120,7 +121,7 @@ def junit_xml(report: dict[str, Any]) -> str:
                 skipped += 1
                 ET.SubElement(case, "skipped", message=f"{row['status']}: {reason}")
             else:
-                ET.SubElement(case, "system-out").text = reason
+                ET.SubElement(case, "system-out").text = f"{reason} ({describe_counts(row.get('cases'))})"
         suite.set("tests", str(len(rows)))
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))

@@ -77,6 +77,8 @@ def test_statuses_and_a_dead_or_hung_worker_is_an_error_then_the_next_rewrite_go
     }
     failure = suite.find("testcase[@name='finding']/failure")
     assert failure.get("message") == "semantics: output 0 off" and "reproducer: /tmp/repro.py" in failure.text
+    assert "cases: 40 cases, 2 rewritten, 1 rejected" in failure.text
+    assert suite.find("testcase[@name='ok_1']/system-out").text.endswith("(15 cases, 6 rewritten, 1 void)")
     table_md = (tmp_path / "AUDIT.md").read_text()
     assert table_md.startswith("# Audit of the rewrites of `fake`") and "## Finding (1)" in table_md
     assert f"([reproducer]({os.path.relpath('/tmp/repro.py', tmp_path.resolve())}))" in table_md  # from the file
