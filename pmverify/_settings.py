@@ -40,7 +40,7 @@ _MAX_EXAMPLES = {"ci": 15, "dev": 50, "nightly": 2000}
 #:     RMSNormHardCodedEps (bank)   8/10   8/10  10/10  10/10
 #:
 #: 10 is the first depth at which both are found every time, twice the depth where RMS is missed in
-#: one audit of five; 25 gives a margin of five (a fault five times rarer to draw is still found at 90 %)
+#: one audit of five; 25 gives a margin of five (a fault five times rarer to draw is still found about 9 times in 10)
 #: for about 2.5 times the seconds of the rewrites that run all their cases (ok, not comparable:
 #: about a quarter of the audit's time at 10; findings spend theirs shrinking): Inductor's whole
 #: audit about 40 minutes instead of 30 with ``--jobs 2`` on 2 shared cores. The same constant
