@@ -28,7 +28,7 @@ from typing import Any
 
 from ._record import RecordedRewrite, record_patterns
 
-__all__ = ["record_inductor", "inductor_rewrite", "unique_labels"]
+__all__ = ["record_inductor", "inductor_rewrite", "trace_name", "unique_labels"]
 
 _PASSES = "torch._inductor.fx_passes"
 #: The initialisers record_inductor runs, in Inductor's order (module, function).
@@ -184,17 +184,43 @@ def record_inductor() -> list[RecordedRewrite]:
     return list(rewrites)
 
 
+def trace_name(trace_fn: Any) -> str:
+    """The name of a rewrite's trace function (``fwd_only``, ``joint_fwd_bwd``; a
+    ``functools.partial``'s function's; a callable object's class's)."""
+    while isinstance(trace_fn, functools.partial):
+        trace_fn = trace_fn.func
+    return getattr(trace_fn, "__name__", None) or type(trace_fn).__name__
+
+
+def _flavour(rewrite: RecordedRewrite) -> str:
+    """``dtype, trace``: the dtypes of the example inputs (distinct, in order, ``/``-joined; left
+    out when no input is a tensor) and the trace function's name, as in ``bfloat16, fwd_only``."""
+    import torch
+
+    dtypes = dict.fromkeys(
+        str(value.dtype).removeprefix("torch.") for value in rewrite.example_inputs if isinstance(value, torch.Tensor)
+    )
+    trace = trace_name(rewrite.trace_fn)
+    return f"{'/'.join(dtypes)}, {trace}" if dtypes else trace
+
+
 def unique_labels(rewrites: list[RecordedRewrite]) -> list[tuple[str, str]]:
-    """``(module, name)`` of each rewrite, a name that several rewrites of one module share
-    numbered in recording order (``pattern#1``, ``pattern#2``: a pass registering one search
-    function per dtype or config), so that each pair names one rewrite."""
-    counts = collections.Counter((r.module, r.name) for r in rewrites)
-    seen: collections.Counter[tuple[str, str]] = collections.Counter()
+    """``(module, name)`` of each rewrite, so that each pair names one rewrite. A name that one
+    rewrite of its module has is kept as it is; a name that several share (a pass registering one
+    search function per dtype or trace) gets their dtypes and trace function, ``gelu_mul[bfloat16,
+    fwd_only]`` (see :func:`_flavour`), and where those are shared too, a number in recording
+    order among the rewrites that share them: ``gelu_mul[float32, fwd_only]#2``. A label depends
+    only on the rewrites of its own name, so that registering another rewrite leaves it as it was."""
+    by_name = collections.Counter((r.module, r.name) for r in rewrites)
+    flavours = [_flavour(r) if by_name[r.module, r.name] > 1 else "" for r in rewrites]
+    by_flavour = collections.Counter((r.module, r.name, f) for r, f in zip(rewrites, flavours, strict=True))
+    seen: collections.Counter[tuple[str, str, str]] = collections.Counter()
     labels = []
-    for rewrite in rewrites:
-        key = (rewrite.module, rewrite.name)
+    for rewrite, flavour in zip(rewrites, flavours, strict=True):
+        key = (rewrite.module, rewrite.name, flavour)
         seen[key] += 1
-        labels.append((key[0], f"{key[1]}#{seen[key]}" if counts[key] > 1 else key[1]))
+        name = f"{rewrite.name}[{flavour}]" if flavour else rewrite.name
+        labels.append((rewrite.module, f"{name}#{seen[key]}" if by_flavour[key] > 1 else name))
     return labels
 
 

@@ -54,6 +54,7 @@ class RewriteResult:
     - ``capped_sizes``: the example sizes the default inputs drew smaller, ``{example size: drawn
       size}`` (e.g. ``{1024: 64, 128: 8}``; empty when none was, or ``inputs`` was given): see
       :func:`check_rewrite`.
+    - ``summary``: the search's :class:`VerifySummary` (void cases among them).
     """
 
     rewrite: RecordedRewrite
@@ -62,6 +63,7 @@ class RewriteResult:
     outcomes: dict[str, int]
     simulated: tuple[str, ...] = ()
     capped_sizes: dict[int, int] = dataclasses.field(default_factory=dict)
+    summary: VerifySummary | None = dataclasses.field(default=None, repr=False)
 
 
 def _never_matched(
@@ -342,7 +344,13 @@ def _search(
         ) from None
     sizes = {} if example is None else dict(example.capped_sizes)
     result = RewriteResult(
-        recorded, counts["examples"], counts["matched"], dict(outcomes), tuple(sorted(simulated)), capped_sizes=sizes
+        recorded,
+        counts["examples"],
+        counts["matched"],
+        dict(outcomes),
+        tuple(sorted(simulated)),
+        capped_sizes=sizes,
+        summary=summary,
     )
     if not result.rewritten_cases:
         raise _never_matched(result, summary, rewrite, force_extra_check)

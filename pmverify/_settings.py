@@ -31,6 +31,24 @@ __all__ = [
 #: pmverify's Hypothesis profiles, by short name; registered as ``pmverify-<name>``.
 PROFILES = ("ci", "dev", "nightly")
 _MAX_EXAMPLES = {"ci": 15, "dev": 50, "nightly": 2000}
+#: ``pmverify audit``'s default ``--max-examples`` (cases of check_rewrite per rewrite; the planted
+#: check runs half as many), measured with ``benchmarks/audit_depth.py`` on the constant faults (issue
+#: 30; 10 audit seeds each, torch 2.13 CPU, runs that found it / runs):
+#:
+#:     depth                         3      5     10     25
+#:     gelu_tanh 0.0447 (float32)   9/10  10/10  10/10  10/10
+#:     RMSNormHardCodedEps (bank)   8/10   8/10  10/10  10/10
+#:
+#: 10 is the first depth at which both are found every time, twice the depth where RMS is missed in
+#: one audit of five; 25 gives a margin of five (a fault five times rarer to draw is still found about 9 times in 10)
+#: for about 2.5 times the seconds of the rewrites that run all their cases (ok, not comparable:
+#: about a quarter of the audit's time at 10; findings spend theirs shrinking): Inductor's whole
+#: audit about 40 minutes instead of 30 with ``--jobs 2`` on 2 shared cores. The same constant
+#: registered for bfloat16 only is found at no depth (0/3 at 200): it is below a bfloat16 ulp, and
+#: the matcher does not fire it on float32 instances. The other knobs stay: the per-rewrite timeout (5 min) is
+#: about three times the slowest ok rewrite's time at 25 (42 s at 10, ``_sfdp_pattern_26_training``), and
+#: the shrink limit (a quarter of it) bounds what findings cost.
+AUDIT_MAX_EXAMPLES = 25
 #: The health checks every pmverify search suppresses: torch is slow, graphs are big.
 SUPPRESSED_HEALTH_CHECKS = (HealthCheck.too_slow, HealthCheck.data_too_large)
 

@@ -232,6 +232,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _audit_parser(sub: Any) -> None:
+    from ._settings import AUDIT_MAX_EXAMPLES
+
     audit = sub.add_parser(
         "audit",
         help="check every rewrite of Inductor (or of your pass modules) one by one, crash-isolated",
@@ -256,14 +258,17 @@ def _audit_parser(sub: Any) -> None:
         "--rewrite",
         action="append",
         metavar="GLOB",
-        help="audit only the rewrites whose NAME or MODULE/NAME matches (repeatable), e.g. '_sfdp_pattern_1_*' or 'pad_mm/*'",
+        help="audit only the rewrites whose NAME or MODULE/NAME matches (repeatable), e.g. '_sfdp_pattern_1_*' or "
+        "'pad_mm/*', or equal to it as printed ('gelu_mul[bfloat16, fwd_only]': a name several rewrites share says their "
+        "dtypes and trace)",
     )
     audit.add_argument(
         "--max-examples",
         type=_positive(int, "--max-examples"),
-        default=10,
+        default=AUDIT_MAX_EXAMPLES,
         metavar="N",
-        help="cases of check_rewrite per rewrite (default %(default)s); the planted check runs half as many",
+        help="cases of check_rewrite per rewrite (default %(default)s, measured: benchmarks/audit_depth.py); the "
+        "planted check runs half as many",
     )
     audit.add_argument(
         "--budget",

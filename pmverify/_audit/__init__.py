@@ -37,14 +37,13 @@ __all__ = [
 
 def list_rewrites(sources: Sequence[str], globs: Sequence[str] | None = None) -> list[AuditedRewrite]:
     """The rewrites of ``sources`` (in order, each source's in registration order) whose name or
-    ``module/name`` matches one of ``globs`` (``fnmatch``; None: all). Raises :class:`SourceError`
+    ``module/name`` matches one of ``globs`` (``fnmatch``, or equal: a name such as
+    ``gelu_mul[bfloat16, fwd_only]`` holds brackets, which ``fnmatch`` reads as a set; None: all). Raises :class:`SourceError`
     for a source that cannot be recorded, or for globs that match none of the rewrites."""
     rewrites = [rewrite for spec in sources for rewrite in listing(spec, record_source(spec))]
     if not globs:
         return rewrites
-    chosen = [
-        r for r in rewrites if any(fnmatch.fnmatchcase(r.name, g) or fnmatch.fnmatchcase(r.label, g) for g in globs)
-    ]
+    chosen = [r for r in rewrites if any(_matches(r, g) for g in globs)]
     if not chosen:
         shown = ", ".join(r.label for r in rewrites[:3])
         raise SourceError(
@@ -52,6 +51,12 @@ def list_rewrites(sources: Sequence[str], globs: Sequence[str] | None = None) ->
             f"(names such as {shown}; a glob is matched against NAME and MODULE/NAME)"
         )
     return chosen
+
+
+def _matches(rewrite: AuditedRewrite, glob: str) -> bool:
+    return glob in (rewrite.name, rewrite.label) or any(
+        fnmatch.fnmatchcase(n, glob) for n in (rewrite.name, rewrite.label)
+    )
 
 
 def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:

@@ -29,7 +29,16 @@ import time
 import traceback
 from typing import Any
 
-__all__ = ["STATUSES", "check_one", "error_text", "planted_examples", "rewritten_variants"]
+__all__ = [
+    "STATUSES",
+    "add_counts",
+    "case_counts",
+    "check_one",
+    "describe_counts",
+    "error_text",
+    "planted_examples",
+    "rewritten_variants",
+]
 
 OK = "ok"
 FINDING = "finding"
@@ -47,6 +56,38 @@ REASON_CHARS = 300
 def planted_examples(max_examples: int) -> int:
     """Cases of the planted check for ``max_examples`` cases of check_rewrite: half, at least one."""
     return max(1, math.ceil(max_examples / 2))
+
+
+def case_counts(summary: Any, outcomes: Any = None) -> dict[str, int] | None:
+    """The cases a search ran, from its :class:`pmverify.VerifySummary` (None: not known):
+    ``checked`` (shrinking's included), ``rewritten`` (the rewrite fired), ``void`` (semantics said
+    nothing: NaN/Inf reference, not comparable) and ``rejected`` (instances the rewrite's
+    ``extra_check`` refused, from check_rewrite's ground truth ``outcomes``)."""
+    if summary is None:
+        return None
+    return {
+        "checked": summary.cases,
+        "rewritten": summary.rewritten_cases,
+        "void": summary.void_cases,
+        "rejected": int((outcomes or {}).get("extra_check", 0)),
+    }
+
+
+def add_counts(*counts: dict[str, int] | None) -> dict[str, int] | None:
+    """The sum of the known ``counts`` (:func:`case_counts`; None when none is known)."""
+    known = [c for c in counts if c is not None]
+    if not known:
+        return None
+    return {key: sum(c[key] for c in known) for key in known[0]}
+
+
+def describe_counts(counts: dict[str, int] | None) -> str:
+    """``"15 cases, 4 rewritten, 1 void, 2 rejected"`` (the counts after ``cases`` left out when
+    zero); ``"cases not known"`` for None."""
+    if counts is None:
+        return "cases not known"
+    parts = [f"{counts[key]} {key}" for key in ("rewritten", "void", "rejected") if counts.get(key)]
+    return ", ".join([f"{counts['checked']} cases", *parts])
 
 
 def one_line(text: str, limit: int = REASON_CHARS) -> str:
@@ -108,6 +149,7 @@ def _finding(error: Any, check: str) -> dict[str, Any]:
         "violations": violations,
         "reproducer": str(error.reproducer) if error.reproducer else None,
         "other_reproducers": {k: str(v) for k, v in error.other_reproducers.items() if v},
+        "cases": case_counts(getattr(error, "summary", None)),
     }
 
 
@@ -124,7 +166,13 @@ def _never_matched(error: Any) -> dict[str, Any]:
         "check": "check_rewrite",
         "reason": one_line(reason),
         "violations": [{"oracle": "never_matched", "message": str(error)}],
+        "cases": _error_counts(error),
     }
+
+
+def _error_counts(error: Any) -> dict[str, int] | None:
+    result = getattr(error, "result", None)
+    return case_counts(getattr(error, "summary", None), getattr(result, "outcomes", None))
 
 
 def _check_rewrite(
@@ -154,17 +202,28 @@ def _check_rewrite(
     except PassVerificationError as error:
         return _finding(error, "check_rewrite")
     except RewriteUnsatisfiable as error:
-        return {"status": UNSATISFIABLE, "reason": one_line(error.condition), "message": str(error)}
+        return {
+            "status": UNSATISFIABLE,
+            "reason": one_line(error.condition),
+            "message": str(error),
+            "cases": _error_counts(error),
+        }
     except RewriteNeverMatched as error:
         return _never_matched(error)
     except RewriteNotComparable as error:
-        return {"status": NOT_COMPARABLE, "reason": one_line(error.reason), "message": str(error)}
+        return {
+            "status": NOT_COMPARABLE,
+            "reason": one_line(error.reason),
+            "message": str(error),
+            "cases": _error_counts(error),
+        }
     except AllCasesVoid as error:
         first = error.summary.first_void if error.summary is not None else None
         return {
             "status": NOT_COMPARABLE,
             "reason": one_line(f"void: every case's float64 reference was NaN or Inf (first: {first})"),
             "message": str(error),
+            "cases": _error_counts(error),
         }
     except Exception as exc:  # noqa: BLE001 - pmverify's own failure, reported as such
         return _error(exc, "check_rewrite")
@@ -173,6 +232,7 @@ def _check_rewrite(
         "reason": f"{result.examples} cases, {result.rewritten_cases} rewritten",
         "examples": result.examples,
         "matched": result.rewritten_cases,
+        "cases": case_counts(getattr(result, "summary", None), getattr(result, "outcomes", None)),
     }
 
 
@@ -196,7 +256,7 @@ def _planted(
         counts["rewritten"] += bool(result.rewrite_count)
 
     try:
-        verify(
+        summary = verify(
             rewrite.pattern_pass(),
             planted(rewrite),
             max_examples=max_examples,
@@ -212,7 +272,12 @@ def _planted(
         return _finding(error, "planted")
     except Exception as exc:  # noqa: BLE001 - pmverify's own failure, reported as such
         return _error(exc, "the planted check")
-    return {"status": OK, "reason": f"planted: {counts['cases']} cases, {counts['rewritten']} rewritten", **counts}
+    return {
+        "status": OK,
+        "reason": f"planted: {counts['cases']} cases, {counts['rewritten']} rewritten",
+        "planted": counts,
+        "cases": case_counts(summary),
+    }
 
 
 def check_one(
@@ -234,7 +299,8 @@ def check_one(
     ``hypothesis.settings`` of both searches (default the active profile).
     ``reproducer_prelude``: Python code the reproducers run first (:func:`pmverify.verify`). Returns the outcome
     as plain JSON: ``status``, ``reason`` (one line), ``check``, ``kind``, ``violations``,
-    ``reproducer``, ``seconds``..., as the module docstring says. Never raises for what the
+    ``reproducer``, ``cases`` (:func:`case_counts` of both searches summed, None when not
+    known), ``seconds``..., as the module docstring says. Never raises for what the
     rewrite or pmverify does (an exception of pmverify is an ``error`` outcome)."""
     start = time.monotonic()
     options = {
@@ -248,12 +314,15 @@ def check_one(
     if outcome["status"] == OK:
         options["seed"] = seed + 1
         second = _planted(rewrite, max_examples=planted or planted_examples(max_examples), **options)
+        first = outcome.get("cases")
         if second["status"] == OK:
             outcome["reason"] = f"{outcome['reason']}; {second['reason']}"
-            outcome["planted"] = {"cases": second["cases"], "rewritten": second["rewritten"]}
+            outcome["planted"] = second["planted"]
+            outcome["cases"] = add_counts(first, second["cases"])
         else:
-            outcome = {**second, "checked": outcome["reason"]}
+            outcome = {**second, "checked": outcome["reason"], "cases": add_counts(first, second.get("cases"))}
     outcome.setdefault("violations", [])
+    outcome.setdefault("cases", None)
     outcome.setdefault("reproducer", None)
     outcome["seconds"] = round(time.monotonic() - start, 3)
     return outcome

@@ -23,8 +23,9 @@ from typing import Any, TextIO
 
 from .._job.protocol import CheckRequest, Failed, Ready, RewriteChecked
 from .._job.workers import WorkerProcess, WorkerState, describe_exit, poll
+from .._settings import AUDIT_MAX_EXAMPLES
 from .._verify import batch_seed
-from .check import ERROR, FINDING, NOT_REGISTERED, NOT_RUN, STATUSES, planted_examples
+from .check import ERROR, FINDING, NOT_REGISTERED, NOT_RUN, STATUSES, describe_counts, planted_examples
 from .report import write_outputs
 from .sources import AuditedRewrite
 from .worker import serve
@@ -33,6 +34,8 @@ __all__ = ["AuditOptions", "run_audit", "rewrite_seed"]
 
 #: A worker that could not start this many times in a row ends the audit's checking.
 MAX_START_FAILURES = 3
+#: The case counts of a rewrite that was not checked (not registered, not run).
+NO_CASES = {"checked": 0, "rewritten": 0, "void": 0, "rejected": 0}
 #: The worker processes' main (a module-level function, for spawn): the tests give a light one.
 _WORKER_MAIN = serve
 
@@ -42,7 +45,7 @@ class AuditOptions:
     """What ``pmverify audit`` was asked; seconds throughout (``budget_s`` None: no budget)."""
 
     sources: list[str]
-    max_examples: int = 10
+    max_examples: int = AUDIT_MAX_EXAMPLES
     seed: int = 0
     jobs: int = 1
     timeout_s: float = 300.0
@@ -102,6 +105,7 @@ class _Audit:
                     "violations": [],
                     "reproducer": None,
                     "seconds": 0.0,
+                    "cases": dict(NO_CASES),
                 }
 
     # -- the report -------------------------------------------------------------------------
@@ -114,7 +118,13 @@ class _Audit:
         rows = []
         for rewrite, result in zip(self.rewrites, self.results, strict=True):
             if result is None:
-                result = {"status": NOT_RUN, "reason": self._not_run_reason(), "violations": [], "reproducer": None}
+                result = {
+                    "status": NOT_RUN,
+                    "reason": self._not_run_reason(),
+                    "violations": [],
+                    "reproducer": None,
+                    "cases": dict(NO_CASES),
+                }
             row = {
                 "module": rewrite.module,
                 "name": rewrite.name,
@@ -125,6 +135,7 @@ class _Audit:
                 **result,
             }
             row.setdefault("seconds", None)
+            row.setdefault("cases", None)
             rows.append(row)
         counts = collections.Counter(row["status"] for row in rows)
         return {
@@ -193,7 +204,8 @@ class _Audit:
         self.done += 1
         rewrite = self.rewrites[index]
         print(
-            f"[{self.done}/{self.to_check}] {rewrite.label}: {result['status']} ({result['seconds']:.1f}s) "
+            f"[{self.done}/{self.to_check}] {rewrite.label}: {result['status']} ({result['seconds']:.1f}s; "
+            f"{describe_counts(result.get('cases'))}) "
             f"{result.get('reason') or ''}".rstrip(),
             file=self.out,
             flush=True,

@@ -10,7 +10,9 @@ cross the process boundary:
   runs (a pass that registers lazily, on first use, registers nothing at import).
 
 Within a source, a rewrite is named by ``(module, name)``: :attr:`RecordedRewrite.module` and its
-name, numbered when several share it (:func:`pmverify._inductor_rewrites.unique_labels`).
+name; a name several rewrites of the module share gets their example inputs' dtypes and trace
+function, ``gelu_mul[bfloat16, fwd_only]``, and a number where those are shared too,
+``gelu_mul[float32, fwd_only]#2`` (:func:`pmverify._inductor_rewrites.unique_labels`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import importlib
 import sys
 from typing import Any
 
-from .._inductor_rewrites import record_inductor, unique_labels
+from .._inductor_rewrites import record_inductor, trace_name, unique_labels
 from .._record import RecordedRewrite, record_patterns
 
 __all__ = ["INDUCTOR", "SourceError", "AuditedRewrite", "record_source", "listing", "locate"]
@@ -35,7 +37,7 @@ class SourceError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class AuditedRewrite:
     """One rewrite of a source, as the audit names it: ``source`` (as given), ``module``, ``name``
-    (numbered when shared), ``trace_fn`` (its name), ``duplicate`` (:attr:`RecordedRewrite.duplicate`)."""
+    (with dtypes and trace when shared), ``trace_fn`` (its name), ``duplicate`` (:attr:`RecordedRewrite.duplicate`)."""
 
     source: str
     module: str
@@ -107,13 +109,9 @@ def record_source(spec: str) -> list[RecordedRewrite]:
 def listing(spec: str, rewrites: list[RecordedRewrite]) -> list[AuditedRewrite]:
     """The audit's names of ``rewrites`` (all of source ``spec``, in order)."""
     return [
-        AuditedRewrite(spec, module, name, _trace_name(rewrite.trace_fn), rewrite.duplicate)
+        AuditedRewrite(spec, module, name, trace_name(rewrite.trace_fn), rewrite.duplicate)
         for (module, name), rewrite in zip(unique_labels(rewrites), rewrites, strict=True)
     ]
-
-
-def _trace_name(trace_fn: Any) -> str:
-    return getattr(trace_fn, "__name__", None) or type(trace_fn).__name__
 
 
 def locate(spec: str, rewrites: list[RecordedRewrite], module: str, name: str) -> tuple[RecordedRewrite, str]:

@@ -28,10 +28,12 @@ def _outcome(request):
             "reason": "semantics: output 0 off",
             "violations": [{"oracle": "semantics", "message": "output 0: 3 of 4 elements off"}],
             "reproducer": "/tmp/repro.py",
+            "cases": {"checked": 40, "rewritten": 2, "void": 0, "rejected": 1},
         }
     if name.startswith("raises"):
         return {"status": ERROR, "reason": "check_rewrite raised ValueError: no", "violations": [], "reproducer": None}
-    return {"status": OK, "reason": f"seed {seed}", "violations": [], "reproducer": None}
+    cases = {"checked": 15, "rewritten": 6, "void": 1, "rejected": 0}
+    return {"status": OK, "reason": f"seed {seed}", "violations": [], "reproducer": None, "cases": cases}
 
 
 def serve(conn, sources, options):

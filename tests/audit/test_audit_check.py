@@ -29,26 +29,29 @@ def _check(recorded, spec, name, tmp_path, max_examples=3, prelude=None):
 def test_the_rewrites_of_a_module_are_named_numbered_and_their_duplicates_flagged(recorded):
     rewrites = listing(SOURCE, recorded[SOURCE])
     assert [(r.name, r.duplicate) for r in rewrites] == [
-        ("relu_relu#1", False),
+        ("relu_relu[float32, fwd_only]#1", False),
         ("silu", False),
         ("exits", False),
         ("hangs", False),
         ("complex_abs", False),
         ("never", False),
-        ("relu_relu#2", True),
+        ("relu_relu[float32, fwd_only]#2", True),
     ]
     assert {r.module for r in rewrites} == {SOURCE} and {r.trace_fn for r in rewrites} == {"fwd_only"}
-    _, source = locate(SOURCE, recorded[SOURCE], SOURCE, "relu_relu#2")
+    _, source = locate(SOURCE, recorded[SOURCE], SOURCE, "relu_relu[float32, fwd_only]#2")
     assert source.endswith(
         f"PASS = [r for r in rewrites if (r.module, r.name) == ('{SOURCE}', 'relu_relu')][1].pattern_pass()"
     )
 
 
 def test_a_correct_rewrite_is_ok_after_both_checks(recorded, tmp_path):
-    outcome = _check(recorded, SOURCE, "relu_relu#1", tmp_path)
+    outcome = _check(recorded, SOURCE, "relu_relu[float32, fwd_only]#1", tmp_path)
     assert outcome["status"] == "ok", outcome
     assert outcome["examples"] == 3 and outcome["matched"] > 0 and outcome["planted"]["cases"] == 2
     assert outcome["reason"].startswith("3 cases, ") and "; planted: 2 cases, " in outcome["reason"]
+    # the cases of both checks, summed
+    rewritten = outcome["matched"] + outcome["planted"]["rewritten"]
+    assert outcome["cases"] == {"checked": 5, "rewritten": rewritten, "void": 0, "rejected": 0}
 
 
 def test_a_wrong_rewrite_is_a_finding_whose_reproducer_rebuilds_the_pass(recorded, tmp_path):
@@ -69,6 +72,7 @@ def test_pmverifys_own_exception_is_an_error_with_its_text_and_a_rewrite_that_ne
     assert "Traceback" in outcome["traceback"]
     outcome = _check(recorded, SOURCE, "never", tmp_path)
     assert outcome["status"] == "finding" and outcome["kind"] == "never_matched", outcome
+    assert outcome["cases"]["checked"] == 3 and outcome["cases"]["rejected"] == 3  # its extra_check refused each
     assert outcome["reason"].startswith("never matched: none of 3 cases drawn like its example inputs was rewritten")
     assert outcome["violations"][0]["oracle"] == "never_matched"
 

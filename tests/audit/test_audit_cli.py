@@ -54,13 +54,13 @@ def test_a_users_module_audited_in_real_workers(tmp_path, capsys):
     assert code == 1 and report["status"] == "finished"
     rows = _rows(report)
     assert {name: row["status"] for name, row in rows.items()} == {
-        "relu_relu#1": "ok",
+        "relu_relu[float32, fwd_only]#1": "ok",
         "silu": "finding",
         "exits": "error",
         "hangs": "error",
         "complex_abs": "error",
         "never": "finding",
-        "relu_relu#2": "not registered",
+        "relu_relu[float32, fwd_only]#2": "not registered",
     }
     assert "exited with status 3 while auditing it" in rows["exits"]["reason"]
     assert "per-rewrite timeout of 30s" in rows["hangs"]["reason"] and "in hangs_replacement" in rows["hangs"]["error"]

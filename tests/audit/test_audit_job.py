@@ -77,6 +77,8 @@ def test_statuses_and_a_dead_or_hung_worker_is_an_error_then_the_next_rewrite_go
     }
     failure = suite.find("testcase[@name='finding']/failure")
     assert failure.get("message") == "semantics: output 0 off" and "reproducer: /tmp/repro.py" in failure.text
+    assert "cases: 40 cases, 2 rewritten, 1 rejected" in failure.text
+    assert suite.find("testcase[@name='ok_1']/system-out").text.endswith("(15 cases, 6 rewritten, 1 void)")
     table_md = (tmp_path / "AUDIT.md").read_text()
     assert table_md.startswith("# Audit of the rewrites of `fake`") and "## Finding (1)" in table_md
     assert f"([reproducer]({os.path.relpath('/tmp/repro.py', tmp_path.resolve())}))" in table_md  # from the file
@@ -85,9 +87,32 @@ def test_statuses_and_a_dead_or_hung_worker_is_an_error_then_the_next_rewrite_go
     summary(report, printed)
     out = printed.getvalue()
     table = out.splitlines()[1:]
-    assert table[1].split() == ["module", "rewrites", "ok", "finding", "error", "not", "registered"]
-    assert table[3].split() == ["fake_passes", "8", "3", "1", "3", "1"]
-    assert "FINDING fake_passes/finding: semantics: output 0 off" in out
+    assert table[1].split() == ["module", "rewrites", "ok", "finding", "error", "not", "registered", "cases"]
+    assert table[3].split() == ["fake_passes", "8", "3", "1", "3", "1", "85"]  # 3 x 15 + 40
+    assert "FINDING fake_passes/finding (40 cases, 2 rewritten, 1 rejected): semantics: output 0 off" in out
+
+
+def test_each_rewrite_says_how_many_cases_it_got(fake_workers, tmp_path):
+    names = ("ok_1", "finding", "exits", "dup")
+    report, _, out = _audit(
+        tmp_path, _rewrites(*names, duplicates=("dup",)), markdown=tmp_path / "AUDIT.md", report=tmp_path / "r.json"
+    )
+    rows = {row["name"]: row for row in report["rewrites"]}
+    assert rows["ok_1"]["cases"] == {"checked": 15, "rewritten": 6, "void": 1, "rejected": 0}
+    assert rows["finding"]["cases"] == {"checked": 40, "rewritten": 2, "void": 0, "rejected": 1}
+    assert rows["exits"]["cases"] is None  # its worker died: not known
+    assert rows["dup"]["cases"] == {"checked": 0, "rewritten": 0, "void": 0, "rejected": 0}
+    assert json.loads((tmp_path / "r.json").read_text())["rewrites"][0]["cases"]["checked"] == 15
+    assert "fake_passes/ok_1: ok (" in out and "s; 15 cases, 6 rewritten, 1 void) seed " in out
+    assert "s; cases not known) " in out  # the dead worker's line
+    table_md = (tmp_path / "AUDIT.md").read_text()
+    assert "| module | rewrites | ok | finding | error | not registered | cases |" in table_md
+    assert "| fake_passes | 4 | 1 | 1 | 1 | 1 | 55 |" in table_md
+    assert "- `fake_passes/finding` (fwd_only; 40 cases, 2 rewritten, 1 rejected): semantics: output 0 off" in table_md
+    per_rewrite = table_md.split("## Cases per rewrite")[1]
+    assert "| `fake_passes/ok_1` | fwd_only | ok | 15 | 6 | 1 | 0 |" in per_rewrite
+    assert "| `fake_passes/exits` | fwd_only | error | - | - | - | - |" in per_rewrite
+    assert "| `fake_passes/dup` | fwd_only | not registered | 0 | 0 | 0 | 0 | 0.0 |" in per_rewrite
 
 
 def test_the_budget_stops_starting_rewrites_and_the_rest_are_not_run(fake_workers, tmp_path):
