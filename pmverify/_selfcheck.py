@@ -6,8 +6,9 @@ own environment, and nothing generic imports ``pmverify.faults``. A bank is a ma
 ``families()``, ``requires``, ``strict_order``, ``name``).
 
 A row whose ``oracles`` hold ``"unfused"`` is detected by the search's warning instead
-(:func:`pmverify._summary.unfused_warnings` over all its cases, batches added up): a fault that
-breaks no property, such as a fusion never registered for a dtype its users run.
+(:func:`pmverify._summary.unfused_warnings` over its cases so far, batches added up, judged after
+each batch): a fault that breaks no property, such as a fusion never registered for a dtype its
+users run.
 
 For each fault, the case families of its bank row are searched in rotation, a batch of
 :data:`BATCH` cases from each in turn (as ``pmverify fuzz`` does), with :func:`pmverify.verify`,
@@ -64,7 +65,8 @@ class FaultResult:
     - ``status``: ``"detected"``, ``"escaped"`` (no case broke a property), ``"other oracles"``
       (only oracles the row does not name fired) or ``"error"`` (the search itself failed).
     - ``examples``: cases checked up to and including the first failing one (before shrinking);
-      None when none failed (for a detection by the ``"unfused"`` warning: the cases searched).
+      None when none failed (for a detection by the ``"unfused"`` warning: the cases searched up to
+      the batch after which it first held).
       ``cases``: cases checked in all, shrinking included.
     - ``seconds``: wall time of the search, shrinking and reproducer included.
     - ``nodes``: ``call_function`` nodes in the shrunk case's graph (the reproducer's size);
@@ -182,6 +184,8 @@ def run_fault(
                 result.nodes = _call_nodes(error.case)
                 result.reproducer = str(error.reproducer) if error.reproducer else None
                 break
+            if UNFUSED in fault.oracles and _warned(counter):
+                break  # the warning holds over the cases so far: detected (judged below)
     except Exception as exc:  # noqa: BLE001 - a search that cannot run is reported, not raised
         logger.debug("selfcheck of %s failed", fault.name, exc_info=True)
         result.status, result.error = ERROR, f"{type(exc).__name__}: {exc}"
@@ -192,14 +196,17 @@ def run_fault(
     if result.status != ERROR and result.family is not None:
         fired = set(result.oracles) | set(result.first_oracles)
         result.status = DETECTED if fired & set(fault.oracles) else OTHER
-    elif result.status != ERROR and UNFUSED in fault.oracles:
-        from ._summary import unfused_warnings
-
-        warned = unfused_warnings(counter.summary)
-        if warned:
-            result.status, result.oracles, result.examples = DETECTED, (UNFUSED,), counter.cases
-            result.case = warned[0]
+    elif result.status != ERROR and UNFUSED in fault.oracles and _warned(counter):
+        result.status, result.oracles, result.examples = DETECTED, (UNFUSED,), counter.cases
+        result.case = _warned(counter)[0]
     return result
+
+
+def _warned(counter: _Counter) -> list[str]:
+    """The search's :class:`~pmverify.UnfusedWarning` texts over its cases so far."""
+    from ._summary import unfused_warnings
+
+    return unfused_warnings(counter.summary)
 
 
 def selfcheck(

@@ -162,3 +162,12 @@ def test_the_warning_is_a_user_warning_pytest_shows():
         warnings.simplefilter("always")
         warnings.warn("x", pmverify.UnfusedWarning, stacklevel=1)
     assert caught[0].category is pmverify.UnfusedWarning
+
+
+def test_fuzz_targets_take_allow_unfused():
+    from pmverify._job.targets import Target
+
+    target = pmverify.FuzzTarget(pass_=lambda graph: None, families=[("f", st.nothing())], allow_unfused=["bfloat16"])
+    assert Target("t", target).allow_unfused == ("dtype bfloat16",)
+    with pytest.raises(ValueError, match=r"FuzzTarget\(allow_unfused\)=\['fp8'\]"):
+        pmverify.FuzzTarget(pass_=lambda graph: None, families=[("f", st.nothing())], allow_unfused=["fp8"])
