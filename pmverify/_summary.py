@@ -387,9 +387,9 @@ _WHAT = {
 
 _WHY = {
     "dtype": "the pass never fuses {value}: a register_replacement pattern traced on example inputs of one dtype "
-    "does not match another dtype's trace where that trace holds other ops (casts). Register the pattern per "
-    "dtype (example inputs in {value} too), or pass allow_unfused=[{value!r}] if the pass is not meant to fuse "
-    "{value}",
+    "does not match another dtype's trace where that trace holds other ops (casts), nor does a hand matcher that "
+    "does not expect them. Register the pattern per dtype (example inputs in {value} too) or match the casts, or "
+    "pass allow_unfused=[{value!r}] if the pass is not meant to fuse {value}",
     "form": "the pass never fuses an instance of a graph holding in-place ops (under torch.compile, "
     "functionalization puts write-backs among its nodes). Check its patterns against that form, or pass "
     "allow_unfused=[{value!r}]",
