@@ -20,7 +20,9 @@ Options (group ``pmverify``):
 - ``--pmverify-db DIR|redis://HOST:PORT[/N]``: the example database of the loaded profile.
 - ``--pmverify-report PATH``: a JSON report of the session, written at its end by the controller
   (under xdist too), with every ``PassVerificationError`` as a finding (each of its distinct
-  failures, most severe first, with its reproducer, under ``failures``): a file replaced atomically
+  failures, most severe first, with its reproducer, under ``failures``) and every
+  ``pmverify.UnfusedWarning`` under ``warnings`` (a group of planted instances a search never
+  rewrote, with the test's node id; pytest's own warnings summary shows them too): a file replaced atomically
   (a symlink's target), or ``-`` / ``/dev/stdout`` written after the terminal summary; a device,
   FIFO, socket or directory is a usage error.
 
@@ -318,6 +320,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def _is_pmverify_warning(category: Any) -> bool:
+    """Whether ``category`` is one of pmverify's warning classes (``pmverify.PmverifyWarning``),
+    told by its name and module: the plugin does not import pmverify's modules that hold it."""
+    return isinstance(category, type) and any(
+        cls.__name__ == "PmverifyWarning" and cls.__module__.startswith("pmverify") for cls in category.__mro__
+    )
+
+
 def _outcome(report: pytest.TestReport) -> str | None:
     """The outcome pytest's summary counts for ``report``, or None when it counts none."""
     xfail = hasattr(report, "wasxfail")
@@ -342,7 +352,13 @@ class _Report:
         self.started, self.clock = _now(), time.monotonic()
         self.tests: list[dict[str, Any]] = []
         self.findings: list[dict[str, Any]] = []
+        self.warnings: list[dict[str, Any]] = []
         self.collect_errors: set[str] = set()
+
+    def pytest_warning_recorded(self, warning_message: Any, when: str, nodeid: str, location: Any) -> None:
+        if _is_pmverify_warning(getattr(warning_message, "category", None)):
+            entry = {"nodeid": nodeid, "category": warning_message.category.__name__}
+            self.warnings.append(entry | {"message": str(warning_message.message)})
 
     def pytest_sessionstart(self) -> None:
         self.started, self.clock = _now(), time.monotonic()
@@ -395,6 +411,7 @@ class _Report:
             "counts": counts,
             "tests": self.tests,
             "findings": self.findings,
+            "warnings": self.warnings,
         }
         try:
             _write_json(self.path, data)

@@ -13,7 +13,13 @@ from ._case import GraphCase
 from ._execution import RunPair
 from .distributed import SPMDTimeoutError
 from .oracles import ORACLES, InternalError, PmverifyInternalError, Violation, aliasing, semantics
-from .oracles.expectations import matched_instances, near_miss_notes, pass_put_barriers, rewrite_count
+from .oracles.expectations import (
+    kept_intermediate_notes,
+    matched_instances,
+    near_miss_notes,
+    pass_put_barriers,
+    rewrite_count,
+)
 
 __all__ = ["CaseResult", "check_case", "judged_by", "graph_failure", "MODES"]
 
@@ -47,7 +53,9 @@ class CaseResult:
       the pass itself put a mutation among its nodes
       (:func:`pmverify.oracles.expectations.pass_put_barriers`), or a near miss the pass rewrote
       that is not a finding (duplicated work on an ``extra_user`` one, the pass's own pattern entry
-      matching it, :func:`pmverify.oracles.expectations.near_miss_notes`); empty otherwise, and
+      matching it, :func:`pmverify.oracles.expectations.near_miss_notes`), or a must-match instance
+      rewritten with an intermediate kept for its readers outside it
+      (:func:`pmverify.oracles.expectations.kept_intermediate_notes`); empty otherwise, and
       when the expectations oracle did not judge the case.
     - ``internal_errors``: the oracles that failed themselves on the case (:class:`InternalError`,
       each with its traceback): an error of pmverify, not of the pass; those oracles are not in
@@ -342,7 +350,7 @@ def check_case(
     notes: dict[int, str] = {}
     if "expectations" in judged:
         try:
-            notes = {**pass_put_barriers(pair), **near_miss_notes(pair)}
+            notes = {**kept_intermediate_notes(pair), **pass_put_barriers(pair), **near_miss_notes(pair)}
         except Exception:  # noqa: BLE001 - the expectations oracle has reported a graph it cannot read
             notes = {}
     return CaseResult(

@@ -5,6 +5,11 @@ own environment, and nothing generic imports ``pmverify.faults``. A bank is a ma
 -> row; a row has the attributes of ``pmverify.faults.Fault`` (``pass_cls``, ``bug``, ``oracles``,
 ``families()``, ``requires``, ``strict_order``, ``name``).
 
+A row whose ``oracles`` hold ``"unfused"`` is detected by the search's warning instead
+(:func:`pmverify._summary.unfused_warnings` over its cases so far, batches added up, judged after
+each batch): a fault that breaks no property, such as a fusion never registered for a dtype its
+users run.
+
 For each fault, the case families of its bank row are searched in rotation, a batch of
 :data:`BATCH` cases from each in turn (as ``pmverify fuzz`` does), with :func:`pmverify.verify`,
 until a case breaks a property or ``max_examples`` cases were checked. A fault is *detected* when
@@ -45,6 +50,9 @@ BATCH = 10
 #: Cases per fault, by default: enough to detect each fault of the bank.
 DEFAULT_MAX_EXAMPLES = 200
 
+#: The bank's name for detection by the search's :class:`~pmverify.UnfusedWarning`.
+UNFUSED = "unfused"
+
 #: ``FaultResult.status`` values.
 DETECTED, ESCAPED, OTHER, ERROR = "detected", "escaped", "other oracles", "error"
 
@@ -57,13 +65,16 @@ class FaultResult:
     - ``status``: ``"detected"``, ``"escaped"`` (no case broke a property), ``"other oracles"``
       (only oracles the row does not name fired) or ``"error"`` (the search itself failed).
     - ``examples``: cases checked up to and including the first failing one (before shrinking);
-      None when none failed. ``cases``: cases checked in all, shrinking included.
+      None when none failed (for a detection by the ``"unfused"`` warning: the cases searched up to
+      the batch after which it first held).
+      ``cases``: cases checked in all, shrinking included.
     - ``seconds``: wall time of the search, shrinking and reproducer included.
     - ``nodes``: ``call_function`` nodes in the shrunk case's graph (the reproducer's size);
       ``first_nodes``: in the first failing case's.
     - ``oracles``: oracles that fired on the shrunk cases (of every distinct failure of the search,
       ``PassVerificationError.failures``); ``first_oracles``: on the first failing case.
-    - ``family``: the case family the failure came from; ``case``: the shrunk case's repr;
+    - ``family``: the case family the failure came from; ``case``: the shrunk case's repr (for a
+      detection by the ``"unfused"`` warning: the warning's text);
       ``reproducer``: the reproducer script's path; ``error``: why the search failed.
     """
 
@@ -89,14 +100,21 @@ class FaultResult:
 
 
 class _Counter:
-    """``on_result`` of :func:`pmverify.verify`: counts cases and keeps the first failing one."""
+    """``on_result`` of :func:`pmverify.verify`: counts cases, adds up their summary and keeps the
+    first failing one."""
 
     def __init__(self) -> None:
+        from ._summary import VerifySummary
+
         self.cases = 0
         self.first: tuple[int, tuple[str, ...], int] | None = None
+        self.summary = VerifySummary()
 
     def __call__(self, result: Any) -> None:
+        from ._summary import VerifySummary
+
         self.cases += 1
+        self.summary = self.summary + VerifySummary.of(result)
         if result.violations and self.first is None:
             oracles = tuple(sorted({v.oracle for v in result.violations}))
             self.first = (self.cases, oracles, _call_nodes(result.case))
@@ -166,6 +184,8 @@ def run_fault(
                 result.nodes = _call_nodes(error.case)
                 result.reproducer = str(error.reproducer) if error.reproducer else None
                 break
+            if UNFUSED in fault.oracles and _warned(counter):
+                break  # the warning holds over the cases so far: detected (judged below)
     except Exception as exc:  # noqa: BLE001 - a search that cannot run is reported, not raised
         logger.debug("selfcheck of %s failed", fault.name, exc_info=True)
         result.status, result.error = ERROR, f"{type(exc).__name__}: {exc}"
@@ -176,7 +196,17 @@ def run_fault(
     if result.status != ERROR and result.family is not None:
         fired = set(result.oracles) | set(result.first_oracles)
         result.status = DETECTED if fired & set(fault.oracles) else OTHER
+    elif result.status != ERROR and UNFUSED in fault.oracles and _warned(counter):
+        result.status, result.oracles, result.examples = DETECTED, (UNFUSED,), counter.cases
+        result.case = _warned(counter)[0]
     return result
+
+
+def _warned(counter: _Counter) -> list[str]:
+    """The search's :class:`~pmverify.UnfusedWarning` texts over its cases so far."""
+    from ._summary import unfused_warnings
+
+    return unfused_warnings(counter.summary)
 
 
 def selfcheck(

@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from hypothesis.errors import InvalidArgument
+
 __all__ = [
     "VerifySummary",
     "VacuousSearch",
@@ -21,6 +23,13 @@ __all__ = [
     "AllCasesVoid",
     "vacuous_error",
     "outcome",
+    "PmverifyWarning",
+    "UnfusedWarning",
+    "UNFUSED_FAMILIES",
+    "unfused_warnings",
+    "check_allow_unfused",
+    "KEPT_FOR_READERS",
+    "either_by_pass",
 ]
 
 
@@ -38,6 +47,21 @@ def outcome(instance: Any) -> str:
 EITHER_BY_PASS = "must match, either is right (a mutation the pass put there)"
 
 
+#: In the note of a must-match instance rewritten with an intermediate kept for its readers outside
+#: it (``CaseResult.notes``, :func:`pmverify.oracles.expectations.kept_intermediate_notes`), and its
+#: outcome: matched, not "either is right".
+KEPT_FOR_READERS = "rewritten with an intermediate kept for its other readers"
+
+#: The outcome of such an instance.
+MATCHED_KEEPING = f"must match, {KEPT_FOR_READERS}"
+
+
+def either_by_pass(note: str) -> bool:
+    """Whether the note of a must-match instance makes it "either is right" (a mutation the pass put
+    among its nodes), rather than matched with an intermediate kept (:data:`KEPT_FOR_READERS`)."""
+    return KEPT_FOR_READERS not in note
+
+
 #: Appended to the outcome of a near miss the pass rewrote that is not a finding (``CaseResult.notes``:
 #: duplicated work on an ``extra_user`` one, the pass's own matcher matching it...).
 REWRITTEN_NOT_A_FINDING = ", rewritten: either is right (see the case's note)"
@@ -48,10 +72,13 @@ def _outcomes(result: Any) -> list[str]:
     :data:`EITHER_BY_PASS` (a must-match instance) or the outcome and
     :data:`REWRITTEN_NOT_A_FINDING` (a near miss)."""
     notes = getattr(result, "notes", {})
-    return [
-        (EITHER_BY_PASS if p.must_match is True else outcome(p) + REWRITTEN_NOT_A_FINDING) if i in notes else outcome(p)
-        for i, p in enumerate(result.case.planted)
-    ]
+
+    def with_note(p: Any, note: str) -> str:
+        if p.must_match is True:
+            return EITHER_BY_PASS if either_by_pass(note) else MATCHED_KEEPING
+        return outcome(p) + REWRITTEN_NOT_A_FINDING
+
+    return [with_note(p, notes[i]) if i in notes else outcome(p) for i, p in enumerate(result.case.planted)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +105,11 @@ class VerifySummary:
     - ``internal_errors``: errors of pmverify itself, summed over the cases (``CaseResult.internal_errors``:
       an oracle that raised while the rewritten graph runs; never a finding of the pass);
       ``first_internal_error``: the first of them, its oracle, exception and traceback.
+    - ``groups``: the planted instances a pass could be expected to rewrite, grouped by what may keep
+      a pass from fusing a whole class of them (:func:`unfused_warnings`): ``"dtype bfloat16"``,
+      ``"form inplace"``, ``"reason trace_differs"``... mapped to ``(instances, rewritten, cases)``.
+    - ``warnings``: the warnings of the search (:func:`unfused_warnings`: a group never rewritten),
+      set by :func:`pmverify.verify`; ``describe()`` adds them, a line each.
 
     Summaries add up: ``total = total + summary`` (what ``pmverify fuzz`` does over a target's
     batches). Example::
@@ -98,6 +130,8 @@ class VerifySummary:
     first_not_comparable: str | None = None
     internal_errors: int = 0
     first_internal_error: str | None = None
+    groups: Mapping[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, result: Any) -> VerifySummary:
@@ -116,6 +150,7 @@ class VerifySummary:
             first_not_comparable=getattr(result, "not_comparable", None),
             internal_errors=len(errors),
             first_internal_error=f"{errors[0]}\n{errors[0].traceback}" if errors else None,
+            groups=_groups(result),
         )
 
     def __add__(self, other: VerifySummary) -> VerifySummary:
@@ -134,6 +169,11 @@ class VerifySummary:
             first_not_comparable=self.first_not_comparable or other.first_not_comparable,
             internal_errors=self.internal_errors + other.internal_errors,
             first_internal_error=self.first_internal_error or other.first_internal_error,
+            groups={
+                key: _added(self.groups.get(key, (0, 0, 0)), other.groups.get(key, (0, 0, 0)))
+                for key in {**self.groups, **other.groups}
+            },
+            warnings=tuple(dict.fromkeys((*self.warnings, *other.warnings))),
         )
 
     def describe(self) -> str:
@@ -148,10 +188,16 @@ class VerifySummary:
         if self.internal_errors:
             first = (self.first_internal_error or "").splitlines()[0]
             internal = f"; {self.internal_errors} pmverify internal error{'s' if self.internal_errors != 1 else ''} (first: {first})"
+        warned = "".join(f"\nWARNING: {text}" for text in self.warnings)
         return (
             f"{self.cases} cases, {self.rewritten_cases} rewritten{counted}, {self.void_cases} void{incomparable}; "
-            f"planted: {planted}; judged: {judged}{internal}"
+            f"planted: {planted}; judged: {judged}{internal}{warned}"
         )
+
+
+def _added(one: tuple[int, int, int], two: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Two groups' ``(instances, rewritten, cases)`` added up."""
+    return (one[0] + two[0], one[1] + two[1], one[2] + two[2])
 
 
 class VacuousSearch(AssertionError):
@@ -245,3 +291,205 @@ def vacuous_error(summary: VerifySummary, what: str) -> VacuousSearch | None:
             summary,
         )
     return None
+
+
+# -- groups never rewritten ---------------------------------------------------------------------------
+
+
+class PmverifyWarning(UserWarning):
+    """Base of pmverify's warnings: what a search that found nothing still wants you to know."""
+
+
+class UnfusedWarning(PmverifyWarning):
+    """A whole group of planted instances (a dtype, a graph form, a kind of trace) was never
+    rewritten over a search in which the pass rewrote others (:func:`unfused_warnings`): the pass
+    silently never fuses them. Silenced per group by ``verify(..., allow_unfused=[...])``."""
+
+
+#: The families of groups a warning is given for, each with what its instances are, what may keep
+#: a pass from fusing them, and the remedy. Which instances each family counts:
+#:
+#: - ``dtype``: must-match instances, ``"dtype"`` near misses (the pattern on another float dtype,
+#:   whose trace differs: a pattern traced at float32 only does not match them) and
+#:   ``"trace_differs"`` instances (inputs drawn in another dtype than the example inputs'), by the
+#:   dtype of the instance's first floating input (its first tensor input when none is floating);
+#: - ``form``: must-match instances, by the case's form (``"inplace"``): under torch.compile, where
+#:   an in-place case's must-match instances count as may-match;
+#: - ``reason``: may-match instances whose ground truth is a matcher that cannot match them here:
+#:   ``"trace_differs"`` (their trace has another structure than the example inputs') and
+#:   ``"symbolic"`` (Inductor's matcher does not match them under symbolic sizes). Kept by dtype
+#:   (``"reason trace_differs@bfloat16"``): those of a dtype warned about (or allowed) count there only.
+#:
+#: Not counted: near misses (``must_match=False``: never rewriting them is right) and the other
+#: may-match kinds (``unused``, ``values``, ``optional_arg``, ``overload``, a wildcard ``constant``...):
+#: a correct pass may refuse each on purpose (README's recipe refuses ``optional_arg`` and
+#: ``overload`` in its ``extra_check``), and dead code left alone costs nothing. A near-miss kind
+#: *always* rewritten is not warned about either: each such rewrite is an expectations finding
+#: unless the pass's own matcher matches it (then either is right, and the semantics oracle judges it).
+UNFUSED_FAMILIES = ("dtype", "form", "reason")
+
+#: A group is warned about when it held at least this many instances over at least
+#: :data:`UNFUSED_MIN_CASES` cases, none rewritten, while the pass rewrote other planted instances.
+UNFUSED_MIN_INSTANCES = 5
+UNFUSED_MIN_CASES = 3
+
+_REASONS = ("trace_differs", "symbolic")
+_FORMS = ("functional", "inplace")
+
+
+def _instance_dtype(nodes: Mapping[str, Any], instance: Any) -> str | None:
+    """The dtype of ``instance``'s first floating input (a value read by its nodes from outside
+    them, in graph order), else of its first tensor input, by name (``"bfloat16"``); None unknown."""
+    members = set(instance.nodes)
+    first = None
+    for name in instance.nodes:
+        node = nodes.get(name)
+        for arg in node.all_input_nodes if node is not None else ():
+            val = arg.meta.get("val") if arg.name not in members else None
+            dtype = getattr(val, "dtype", None)
+            if dtype is None or not hasattr(val, "shape"):
+                continue
+            if getattr(dtype, "is_floating_point", False):
+                return str(dtype).removeprefix("torch.")
+            first = first or str(dtype).removeprefix("torch.")
+    return first
+
+
+def _groups(result: Any) -> dict[str, tuple[int, int, int]]:
+    """:attr:`VerifySummary.groups` of one case result (see :data:`UNFUSED_FAMILIES`)."""
+    case = result.case
+    notes = getattr(result, "notes", {})
+    nodes = {node.name: node for node in case.gm.graph.nodes} if case.planted else {}
+    counts: dict[str, list[int]] = {}
+    for index, (instance, matched) in enumerate(zip(case.planted, result.planted_matched, strict=True)):
+        if (index in notes and not matched) or instance.must_match is False:
+            continue
+        keys = []
+        dtype = _instance_dtype(nodes, instance)
+        if (instance.must_match is True or instance.reason in ("dtype", "trace_differs")) and dtype:
+            keys.append(f"dtype {dtype}")
+        if instance.must_match is True:
+            keys.append(f"form {case.form}")
+        elif instance.reason in _REASONS:
+            keys.append(f"reason {instance.reason}" + (f"@{dtype}" if dtype else ""))
+        for key in keys:
+            count = counts.setdefault(key, [0, 0])
+            count[0] += 1
+            count[1] += int(bool(matched))
+    return {key: (instances, rewritten, 1) for key, (instances, rewritten) in counts.items()}
+
+
+_WHAT = {
+    "dtype": "{value} instances",
+    "form": "instances in {value}-form graphs",
+    "reason": "{value} instances",
+}
+
+_WHY = {
+    "dtype": "the pass never fuses {value}: a register_replacement pattern traced on example inputs of one dtype "
+    "does not match another dtype's trace where that trace holds other ops (casts), nor does a hand matcher that "
+    "does not expect them. Register the pattern per dtype (example inputs in {value} too) or match the casts, or "
+    "pass allow_unfused=[{value!r}] if the pass is not meant to fuse {value}",
+    "form": "the pass never fuses an instance of a graph holding in-place ops (under torch.compile, "
+    "functionalization puts write-backs among its nodes). Check its patterns against that form, or pass "
+    "allow_unfused=[{value!r}]",
+    "reason": "{why}. Register the pattern for those inputs too, or pass allow_unfused=[{value!r}]",
+}
+
+_REASON_WHY = {
+    "trace_differs": "their search function traces to another graph than on the pattern's example inputs (a size "
+    "of 1, another dtype or layout), which the pattern traced on the example inputs does not match",
+    "symbolic": "Inductor's matcher does not match them under symbolic sizes (a size compared with an int, a "
+    "view's sizes baked in)",
+}
+
+
+def check_allow_unfused(allow_unfused: Any, name: str = "allow_unfused") -> frozenset[str]:
+    """The group keys (``"dtype bfloat16"``, ``"form inplace"``, ``"reason trace_differs"``) that
+    ``allow_unfused`` silences: None (none), a list of names (``["bfloat16", "float16"]``: a dtype,
+    a form or a reason of :data:`UNFUSED_FAMILIES`), or a dict of family to names
+    (``{"dtype": ["bfloat16"]}``). Raises ``InvalidArgument`` naming ``name`` and the value for
+    anything else, an unknown family or an unknown name."""
+    if allow_unfused is None:
+        return frozenset()
+    if isinstance(allow_unfused, Mapping):
+        pairs = []
+        for family, names in allow_unfused.items():
+            if family not in UNFUSED_FAMILIES:
+                raise InvalidArgument(
+                    f"{name}={allow_unfused!r}: {family!r} is not a family of groups; one of {UNFUSED_FAMILIES}"
+                )
+            if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)):
+                raise InvalidArgument(f"{name}={allow_unfused!r}: {family!r} must map to a list of names")
+            pairs += [(family, value) for value in names]
+    elif isinstance(allow_unfused, (list, tuple, set, frozenset)):
+        pairs = [(None, value) for value in allow_unfused]
+    else:
+        raise InvalidArgument(
+            f"{name}={allow_unfused!r} must be None, a list of group names (['bfloat16', 'inplace', "
+            "'trace_differs']) or a dict of family to names ({'dtype': ['bfloat16']})"
+        )
+    keys = set()
+    for family, value in pairs:
+        families = [family] if family is not None else [f for f in UNFUSED_FAMILIES if _known(f, value)]
+        if not isinstance(value, str) or not families or not _known(families[0], value):
+            where = f"a {family} of" if family else "a dtype, form or reason of"
+            raise InvalidArgument(
+                f"{name}={allow_unfused!r}: {value!r} is not {where} the groups warned about "
+                f"(dtypes: float32, bfloat16...; forms: {', '.join(_FORMS)}; reasons: {', '.join(_REASONS)})"
+            )
+        keys.update(f"{f} {value}" for f in families)
+    return frozenset(keys)
+
+
+def _known(family: str, value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    if family == "form":
+        return value in _FORMS
+    if family == "reason":
+        return value in _REASONS
+    import torch  # (a dtype's name: torch.bfloat16)
+
+    return isinstance(getattr(torch, value, None), torch.dtype)
+
+
+def _never_rewritten(groups: Mapping[str, tuple[int, int, int]], allow: frozenset[str]) -> set[str]:
+    return {
+        key
+        for key, (instances, done, cases) in groups.items()
+        if not done and key not in allow and instances >= UNFUSED_MIN_INSTANCES and cases >= UNFUSED_MIN_CASES
+    }
+
+
+def unfused_warnings(summary: VerifySummary, allow: frozenset[str] = frozenset()) -> list[str]:
+    """The warnings of ``summary``: each group of :attr:`VerifySummary.groups` (see
+    :data:`UNFUSED_FAMILIES`) not in ``allow`` (:func:`check_allow_unfused`) that held at least
+    :data:`UNFUSED_MIN_INSTANCES` instances over :data:`UNFUSED_MIN_CASES` cases, none rewritten,
+    in a search whose pass rewrote other planted instances (a pass that rewrites nothing is
+    :class:`RewriteNeverMatched`; a must-match instance left alone is an expectations finding), with
+    the count and the remedy: ``"0 of 37 bfloat16 instances rewritten over 20 cases (the pass rewrote
+    61 other instances): the pass never fuses bfloat16: ..."``."""
+    rewritten = sum(done for _, done, _ in summary.groups.values())
+    if not rewritten:
+        return []
+    texts: list[str] = []
+    groups = {key: counts for key, counts in summary.groups.items() if not key.startswith("reason ")}
+    warned = _never_rewritten(groups, allow) | {key for key in groups if key in allow}
+    # a reason's instances by dtype ("reason trace_differs@bfloat16"): those of a dtype warned about
+    # (or allowed) are that dtype's; the rest make the reason's group
+    for key, (instances, done, cases) in summary.groups.items():
+        reason, _, dtype = key.partition("@")
+        if key.startswith("reason ") and f"dtype {dtype}" not in warned:
+            total = groups.get(reason, (0, 0, 0))
+            groups[reason] = (total[0] + instances, total[1] + done, max(total[2], cases))
+    for key, (instances, done, cases) in sorted(groups.items()):
+        if key not in _never_rewritten({key: (instances, done, cases)}, allow):
+            continue
+        family, _, value = key.partition(" ")
+        what = _WHAT[family].format(value=value)
+        why = _WHY[family].format(value=value, why=_REASON_WHY.get(value, ""))
+        others = sum(d for k, (_, d, _) in summary.groups.items() if k.partition(" ")[0] == family and k != key)
+        besides = f"the pass rewrote {others} other instances" if others else "the pass rewrote other instances"
+        texts.append(f"0 of {instances} {what} rewritten over {cases} cases ({besides}): {why}")
+    return texts

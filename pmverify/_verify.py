@@ -11,6 +11,7 @@ import os
 import pathlib
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -39,7 +40,14 @@ from ._factory import PassFactory
 from ._fatal import announce, call_named, case_label, fatal_stacks
 from ._settings import SUPPRESSED_HEALTH_CHECKS
 from ._severity import failure_key, key_label, most_severe, severity
-from ._summary import VerifySummary, vacuous_error
+from ._summary import (
+    UnfusedWarning,
+    VerifySummary,
+    check_allow_unfused,
+    either_by_pass,
+    unfused_warnings,
+    vacuous_error,
+)
 
 __all__ = [
     "DEFAULT_SHRINK_BUDGET_S",
@@ -223,7 +231,9 @@ def case_events(result: CaseResult) -> list[str]:
     labels = [f"matches: {result.rewrite_count}"]
     notes = getattr(result, "notes", {})
     for index, (instance, matched) in enumerate(zip(result.case.planted, result.planted_matched, strict=True)):
-        if instance.must_match is True and index in notes:
+        if instance.must_match is True and index in notes and not either_by_pass(notes[index]):
+            labels.append(f"{instance.pattern}: matched, an intermediate kept for its other readers")
+        elif instance.must_match is True and index in notes:
             where = "matched" if matched else "left alone"
             labels.append(f"{instance.pattern}: either is right (the pass put a mutation among its nodes): {where}")
         elif instance.must_match is True:
@@ -306,6 +316,7 @@ def verify(
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S,
     pass_factory: Callable[..., Any] | None = None,
     reproducer_prelude: str | None = None,
+    allow_unfused: Any = None,
 ) -> VerifySummary:
     """Search ``cases`` for a case on which ``pass_`` breaks a property; return a
     :class:`VerifySummary` of what was checked when none is found, else raise
@@ -350,6 +361,14 @@ def verify(
     - ``allow_no_rewrites``: accept a search in which no case was rewritten, or every case was
       void (default False: those raise, see below); for cases on which the pass rightly rewrites
       nothing (a family of near misses) and for batches whose caller judges the whole run.
+    - ``allow_unfused``: groups of planted instances the pass is not meant to fuse, silenced from
+      the search's :class:`~pmverify.UnfusedWarning`: a list of names (``["float16", "bfloat16"]``:
+      dtypes; ``"inplace"``: a form; ``"trace_differs"``, ``"symbolic"``: reasons) or a dict of
+      family to names (``{"dtype": ["bfloat16"]}``). When no property broke, each group of at
+      least 5 instances over 3 cases (a dtype, a form, a may-match reason) that was never rewritten
+      while the pass rewrote other instances is warned about (``warnings.warn``, so pytest shows it)
+      with its count and remedy, and listed in the summary's ``warnings``
+      (:func:`pmverify._summary.unfused_warnings`). Default None: none silenced.
     - ``settings``: the ``hypothesis.settings`` the search runs under, as a parent: its
       ``max_examples``, ``database``, ``phases``, ``verbosity``... hold, except that ``deadline`` is
       always None (torch code trips it at random), ``too_slow`` and ``data_too_large`` are added to
@@ -383,7 +402,8 @@ def verify(
     ``InvalidArgument`` when both ``pass_`` and ``pass_factory`` are given (``TypeError`` when
     neither is), for a
     ``pass_factory`` that is a class, not callable, or not importable by its module path (a lambda,
-    a closure, a ``functools.partial``), and for a ``reproducer_prelude`` that is not a str.
+    a closure, a ``functools.partial``), for a ``reproducer_prelude`` that is not a str, and for an
+    ``allow_unfused`` that is not a list or dict of known group names.
 
     Example::
 
@@ -396,6 +416,7 @@ def verify(
         pmverify.verify(pass_factory=make_pass, cases=cases)
     """
     pass_ = pass_or_factory(pass_, pass_factory)
+    allowed = check_allow_unfused(allow_unfused)
     if reproducer_prelude is not None and not isinstance(reproducer_prelude, str):
         raise InvalidArgument(f"reproducer_prelude={reproducer_prelude!r} must be a str of Python code or None")
     if not isinstance(cases, SearchStrategy):
@@ -541,7 +562,10 @@ def verify(
     error = None if allow_no_rewrites else vacuous_error(summary, f"verify({_pass_name(pass_)}, {_short_repr(cases)})")
     if error is not None:
         raise error
-    return summary
+    texts = unfused_warnings(summary, allowed)
+    for text in texts:
+        warnings.warn(f"verify({_pass_name(pass_)}, ...): {text}", UnfusedWarning, stacklevel=2)
+    return dataclasses.replace(summary, warnings=tuple(texts)) if texts else summary
 
 
 def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct", strict_order: bool = False) -> bytes:
@@ -621,24 +645,27 @@ def verify_in_rotation(
     of one family at a time, while ``remaining()`` (checked before each batch) says how many cases
     may still be tried; yield ``(family name, the PassVerificationError or None)`` after each
     batch. Batch ``i`` is seeded :func:`batch_seed` ``(seed, i)``, so a run is reproducible batch by batch.
-    A batch that rewrites nothing is no error (``allow_no_rewrites=True``): the caller judges the
-    whole run, e.g. from ``on_result``. ``settings``: as for :func:`verify`. What ``pmverify
+    A batch that rewrites nothing is no error (``allow_no_rewrites=True``) and warns about no group
+    never rewritten (:class:`~pmverify.UnfusedWarning`): the caller judges the whole run, e.g. from
+    ``on_result``. ``settings``: as for :func:`verify`. What ``pmverify
     selfcheck`` searches with."""
     index = 0
     while (todo := min(batch, remaining())) > 0:
         family, cases = families[index % len(families)]
         try:
-            verify(
-                pass_,
-                cases,
-                max_examples=todo,
-                seed=batch_seed(seed, index),
-                on_result=on_result,
-                repro_dir=repro_dir,
-                strict_order=strict_order,
-                allow_no_rewrites=True,
-                settings=settings,
-            )
+            with warnings.catch_warnings():  # a batch's groups are too few to judge: the caller judges the run
+                warnings.simplefilter("ignore", UnfusedWarning)
+                verify(
+                    pass_,
+                    cases,
+                    max_examples=todo,
+                    seed=batch_seed(seed, index),
+                    on_result=on_result,
+                    repro_dir=repro_dir,
+                    strict_order=strict_order,
+                    allow_no_rewrites=True,
+                    settings=settings,
+                )
         except PassVerificationError as error:
             yield family, error
         else:

@@ -31,6 +31,7 @@ from pmverify.faults import (
 )
 from pmverify.faults._common import DtypesConfig
 from pmverify.faults.defunctionalize import DefuncConfig
+from pmverify.faults.dtypes import GeluMulConfig
 from pmverify.faults.dynamic import HeadRMSNormConfig
 from pmverify.faults.noop import NoOpConfig
 from pmverify.faults.scalars import RMSNormEpsConfig
@@ -106,6 +107,10 @@ _OTHER_CONFIGS = {
             faults.SoftmaxFusionIgnoresDim,
         )
     },
+    faults.GeluMulRegisteredAtFloat32Only: (
+        GeluMulConfig(),
+        GeluMulConfig(dtypes=(torch.float32, torch.bfloat16)),
+    ),
 }
 
 
@@ -138,7 +143,8 @@ def test_bank_rows_name_real_oracles_and_every_fault():
     assert faults.__all__ == list(BANK) and len(BANK) >= 10
     for name, row in BANK.items():
         assert getattr(faults, name) is row.pass_cls and row.name == name
-        assert set(row.oracles) <= {*ORACLES, "crash"}, row  # "crash": check_case's own verdict
+        # "crash": check_case's own verdict; "unfused": the search's UnfusedWarning
+        assert set(row.oracles) <= {*ORACLES, "crash", "unfused"}, row
         assert row.pass_cls.__doc__.lstrip().startswith("Bug kind:"), name
         assert all(family for family, _ in row.families())
 

@@ -473,3 +473,29 @@ def test_gpu_tests_are_skipped_under_the_ini_profile(pytester, clean_env, monkey
     pytester.makeini("[pytest]\npmverify_profile = ci\n")
     pytester.makepyfile(test_gpu_project=GPU_PROJECT)
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(skipped=1)
+
+
+UNFUSED = """
+import warnings
+
+import pmverify
+
+
+def test_search_with_a_group_never_rewritten():
+    warnings.warn("verify(P, ...): 0 of 6 bfloat16 instances rewritten over 5 cases", pmverify.UnfusedWarning)
+
+
+def test_other_warning():
+    warnings.warn("not pmverify's", UserWarning)
+"""
+
+
+def test_the_report_lists_unfused_warnings_under_xdist(pytester, clean_env):
+    pytester.makepyfile(test_unfused=UNFUSED)
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess("-n", "2", "--pmverify-report", str(report), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, warnings=2)
+    result.stdout.fnmatch_lines(["*UnfusedWarning: verify(P, ...): 0 of 6 bfloat16 instances rewritten*"])
+    (warning,) = json.loads(report.read_text())["warnings"]
+    assert warning["nodeid"].endswith("test_unfused.py::test_search_with_a_group_never_rewritten")
+    assert warning["category"] == "UnfusedWarning" and warning["message"].startswith("verify(P, ...): 0 of 6")

@@ -147,12 +147,14 @@ class Finding:
 class Ready:
     """A worker can take work. ``pid``: its process id; for a fuzz target's worker, the target's
     case ``families`` (names, in order: a request's ``family`` indexes them), each family's
-    example-database ``keys``, and its extra check (:class:`CheckInfo`), if it has one."""
+    example-database ``keys``, its extra check (:class:`CheckInfo`), if it has one, and the group
+    keys its ``allow_unfused`` silences."""
 
     pid: int
     families: tuple[str, ...] = ()
     keys: tuple[bytes, ...] = ()
     check: CheckInfo | None = None
+    allow_unfused: tuple[str, ...] = ()
 
 
 @_frozen

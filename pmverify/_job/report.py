@@ -93,8 +93,9 @@ def junit_xml(report: dict) -> str:
     """JUnit XML of ``report``: a ``testsuite`` per target, a ``testcase`` per case family (a
     ``failure`` per finding, an ``error`` for a search that could not run, ``skipped`` for a family
     that checked no case: ``interrupted``, or the budget ended), a ``whole run``
-    testcase for a finding of the whole run (``never_matched``), and a testcase per real-model
-    check."""
+    testcase for a finding of the whole run (``never_matched``), a testcase per real-model
+    check, and a target's warnings (:class:`~pmverify.UnfusedWarning` texts) as its suite's
+    ``system-out``."""
     suites = ET.Element("testsuites", name="pmverify fuzz")
     for target in report["targets"]:
         suite = ET.SubElement(suites, "testsuite", name=target["name"])
@@ -136,6 +137,9 @@ def junit_xml(report: dict) -> str:
                 f"{target['internal_errors']} pmverify internal error(s), not findings of the pass; "
                 f"first:\n{target.get('first_internal_error') or ''}"
             )
+        if target.get("warnings"):  # groups of planted instances never rewritten: not failures, shown
+            out = ET.SubElement(suite, "system-out")
+            out.text = xml_text("\n".join(f"WARNING: {text}" for text in target["warnings"]))
         suite.set("tests", str(len(suite.findall("testcase"))))
         suite.set("skipped", str(len(suite.findall("testcase/skipped"))))
         suite.set("failures", str(failures))

@@ -83,6 +83,8 @@ class TargetRun:
         self.matches = 0
         #: what its cases checked, added up case by case (:class:`pmverify.VerifySummary`)
         self.summary = VerifySummary()
+        #: the group keys its target's ``allow_unfused`` silences (from its worker's ``Ready``)
+        self.allow_unfused: frozenset[str] = frozenset()
         self.tp_worlds: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self.events: collections.Counter[str] = collections.Counter()
         self.seconds = 0.0
@@ -178,6 +180,13 @@ class TargetRun:
             "replayed": False,
         }
 
+    def unfused(self) -> list[str]:
+        """The warnings of its whole run: groups of planted instances never rewritten
+        (:func:`pmverify._summary.unfused_warnings`), less those its target allows."""
+        from .._summary import unfused_warnings
+
+        return unfused_warnings(self.summary, self.allow_unfused)
+
     def ordered_findings(self) -> list[dict[str, Any]]:
         """Its findings, most severe first (:mod:`pmverify._severity`: by the most severe violation
         of each), in the order found among equals."""
@@ -206,6 +215,7 @@ class TargetRun:
             "first_internal_error": self.summary.first_internal_error,
             "judged": dict(self.summary.judged),
             "planted": dict(sorted(self.summary.planted.items())),
+            "warnings": self.unfused(),
             "elapsed_s": round(self.searching_s(), 3),
             "cases_per_min": round(60 * self.cases / max(self.searching_s(), 1e-9), 1),
             "families": {name: dict(stats) for name, stats in self.family_stats.items()},

@@ -357,6 +357,7 @@ class _Job:
                 run.families = list(message.families)
                 run.keys = list(message.keys)
                 run.check = message.check
+                run.allow_unfused = frozenset(message.allow_unfused)
                 run.family_stats = {name: {"cases": 0, "batches": 0, "seconds": 0.0} for name in run.families}
                 run.replay_todo = list(range(len(run.families)))
         elif isinstance(message, Failed):
@@ -509,6 +510,12 @@ class _Job:
             run.findings.append(finding)
             self.display.line(f"NEVER MATCHED in {run.name}: {run.summary.describe()}")
 
+    def warn_unfused(self) -> None:
+        """Show each target's warnings: groups of planted instances its whole run never rewrote."""
+        for run in self.runs:
+            for text in run.unfused():
+                self.display.line(f"WARNING in {run.name}: {text}")
+
     def check_real_models(self) -> None:
         for run in self.runs:
             if not run.families or run.failed:
@@ -582,6 +589,7 @@ def _run(job: _Job) -> tuple[dict[str, Any], int]:
         job.stop_workers()
         job.finish_renders()
         job.judge_rewrites()
+        job.warn_unfused()
         job.checkpoint()
         if options.real_model:
             job.check_real_models()

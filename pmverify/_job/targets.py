@@ -104,6 +104,9 @@ class FuzzTarget:
     - ``strict_order``: searched with ``strict_order=True`` whatever ``--strict-order`` says.
     - ``pass_source``: code that defines ``PASS`` for the reproducers (``from mypkg import
       MyPass as PASS``-like), or None for the recipe pmverify derives from the pass.
+    - ``allow_unfused``: groups of planted instances the pass is not meant to fuse, as
+      ``verify(..., allow_unfused=)`` takes them (``["bfloat16"]``, ``{"dtype": [...]}``): left out
+      of the report's ``warnings`` (groups never rewritten over the whole run). None: none.
 
     Raises ``ValueError`` naming the field and its value when ``families`` is not a non-empty list
     of ``(str, strategy)`` pairs, when both or neither of ``pass_`` and ``pass_factory`` are given,
@@ -118,6 +121,7 @@ class FuzzTarget:
     strict_order: bool = False
     pass_source: str | None = None
     pass_factory: Callable[..., Any] | None = None
+    allow_unfused: Any = None
 
     def __post_init__(self) -> None:
         """Raises ``ValueError`` naming the field and its value for a field of the wrong kind."""
@@ -162,6 +166,12 @@ class FuzzTarget:
                 raise ValueError(f"FuzzTarget({field}={value!r}): must be {what} or None")
         if not isinstance(self.strict_order, bool):
             raise ValueError(f"FuzzTarget(strict_order={self.strict_order!r}): must be a bool")
+        from .._summary import check_allow_unfused
+
+        try:
+            check_allow_unfused(self.allow_unfused, "FuzzTarget(allow_unfused)")
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +207,13 @@ class Target:
     @property
     def reproducer_prelude(self) -> str | None:
         return self.fuzz.reproducer_prelude
+
+    @property
+    def allow_unfused(self) -> tuple[str, ...]:
+        """The group keys ``allow_unfused`` silences (``"dtype bfloat16"``...), sorted."""
+        from .._summary import check_allow_unfused
+
+        return tuple(sorted(check_allow_unfused(self.fuzz.allow_unfused)))
 
 
 def resolve(spec: str, what: str) -> Any:

@@ -11,10 +11,11 @@ import pathlib
 import time
 import traceback
 import unittest
+import warnings
 from typing import Any
 
 from .._severity import failure_key
-from .._summary import VerifySummary
+from .._summary import UnfusedWarning, VerifySummary
 from . import protocol
 from .shrink import current_choices, known_minimal, search_outcome, shrink_in_forks, shrinking_from, warm_up
 from .workers import die_with_parent, log_to, quiet_tqdm
@@ -105,6 +106,7 @@ class _Worker:
                 families=tuple(family for family, _ in self.target.families),
                 keys=tuple(self.keys),
                 check=self._check_info(),
+                allow_unfused=self.target.allow_unfused,
             )
         )
 
@@ -152,6 +154,11 @@ class _Worker:
                 set_max_shrinking_seconds(min(stop_at - time.time(), self.shrink_budget_s))
 
         def search(search_settings: settings) -> None:
+            with warnings.catch_warnings():  # a batch's groups are too few: the job judges the whole run
+                warnings.simplefilter("ignore", UnfusedWarning)
+                _search(search_settings)
+
+        def _search(search_settings: settings) -> None:
             verify(
                 target.pass_,
                 target.families[family][1],

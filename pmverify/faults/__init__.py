@@ -66,6 +66,7 @@ __all__ = [
     "ReinplaceReadsWhatItWrites",
     "WriteBackHoistStaleRegions",
     "BlindDefunctionalization",
+    "GeluMulRegisteredAtFloat32Only",
 ]
 
 #: Where each name lives, imported on first use (PEP 562): importing this package imports neither
@@ -110,6 +111,10 @@ _HOMES = {
     "BlindDefunctionalization": ".defunctionalize",
     "Defunctionalization": ".defunctionalize",
     "DefuncConfig": ".defunctionalize",
+    "GeluMulRegisteredAtFloat32Only": ".dtypes",
+    "GeluMulFusion": ".dtypes",
+    "GeluMulConfig": ".dtypes",
+    "gelu_mul_pattern": ".dtypes",
 }
 
 

@@ -17,6 +17,7 @@ from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
 from .defunctionalize import BlindDefunctionalization, DefuncConfig
+from .dtypes import GELU_MUL_EXAMPLE, GeluMulConfig, GeluMulRegisteredAtFloat32Only, gelu_mul_pattern
 from .dynamic import (
     HandHeadRMSNormIntViews,
     HeadRMSNormConfig,
@@ -63,7 +64,9 @@ class Fault:
 
     - ``pass_cls``: the faulty pass class, built per case as ``pass_cls(case.pass_config)``.
     - ``bug``: the bug kind, in a few words.
-    - ``oracles``: the oracles that catch it (a detection by any other oracle alone is not one).
+    - ``oracles``: the oracles that catch it (a detection by any other oracle alone is not one);
+      ``"unfused"`` stands for the search's :class:`~pmverify.UnfusedWarning` (a fault that breaks no
+      property: a group of instances it never rewrites), ``"crash"`` for ``check_case``'s own verdict.
     - ``families``: returns the ``(name, strategy)`` case families to search, in rotation (default
       the QK-norm fusion's :func:`~pmverify.fusions.qk_norm.testing.rotation`, what
       ``pmverify fuzz`` searches at tp_world 1).
@@ -199,6 +202,23 @@ def _hoisted_rms() -> Families:
 
 
 _T, _H = [(0, 0)], [(0, -1)]
+
+
+def _gelu_mul() -> Families:
+    """The README recipe for a GELU-mul fusion whose users run float32 and bfloat16: ``planted`` over
+    ``like`` of the float32 example inputs or of them in bfloat16 (``example_inputs=`` the float32
+    ones, so a bfloat16 instance, traced with casts, is ``trace_differs``); its ``dtype`` near misses
+    hold the pattern at float16 too."""
+    from hypothesis import strategies as st
+
+    from ..strategies import like, planted
+
+    bf16 = tuple(t.to(torch.bfloat16) for t in GELU_MUL_EXAMPLE)
+    inputs = st.one_of(like(GELU_MUL_EXAMPLE, vary="duck"), like(bf16, vary="duck"))
+    cases = planted(gelu_mul_pattern, inputs, example_inputs=GELU_MUL_EXAMPLE, pass_config=GeluMulConfig())
+    return [("planted(gelu_mul, float32 | bfloat16)", cases)]
+
+
 _softmax = _planted(softmax_pattern, (torch.empty(4, 8), torch.empty(4, 8)), "duck", DtypesConfig(), "softmax")
 _addcmul = _planted(addcmul_pattern, (torch.empty(4, 8),) * 3, "duck", DtypesConfig(), "addcmul")
 _rms_eps = _planted(
@@ -266,5 +286,7 @@ BANK: dict[str, Fault] = {
               ("mutation_barriers", "semantics"), _hoisted_rms),
         Fault(BlindDefunctionalization, "defunctionalizes in place though a later node reads the old operand",
               ("semantics", "mutation_barriers"), _defunc),
+        Fault(GeluMulRegisteredAtFloat32Only, "fusion registered at float32 only, never fuses bfloat16 (never-fused dtype)",
+              ("unfused",), _gelu_mul),
     )
 }  # fmt: skip

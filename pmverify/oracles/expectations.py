@@ -14,7 +14,12 @@ replacement may leave matched nodes dead, as Inductor's own passes do, relying o
   head of the instance);
 - a must-match instance is matched when every judged output is rewritten; a pattern covering only
   part of the planted function (the tail ``c -> d`` of ``a -> b -> c -> d``, reading ``b``) still
-  rewrites its outputs, and the nodes it keeps are not held against it. An instance with
+  rewrites its outputs, and the nodes it keeps are not held against it. An output that is also an
+  intermediate (read by the instance's own nodes as well as outside it) may be kept for its other
+  readers when another output was rewritten: Inductor's matcher matches such an instance where
+  its pattern reads that node more than once (``x.float()`` of a bfloat16 GELU), replaces the rest
+  and keeps the node; duplicated work, not a missed match, so the instance is matched and
+  :func:`kept_intermediate_notes` says so (``CaseResult.notes``). An instance with
   ``must_match=None`` (either is correct) is not judged;
 - a must-not-match instance (a near miss) is rewritten when a judged output is rewritten by a
   replacement that computes it from the instance's inputs or view nodes (the whole instance), or
@@ -96,10 +101,18 @@ import torch
 from .._execution import RunPair, quiet_fake_tensor_errors
 from .._fx import is_view
 from .._sizes import CompileRange
+from .._summary import KEPT_FOR_READERS
 from ._violation import Violation
 from .mutation_barriers import mutation_regions
 
-__all__ = ["check", "matched_instances", "rewrite_count", "pass_put_barriers", "near_miss_notes"]
+__all__ = [
+    "check",
+    "matched_instances",
+    "rewrite_count",
+    "pass_put_barriers",
+    "near_miss_notes",
+    "kept_intermediate_notes",
+]
 
 
 def _outputs(before: dict[str, Any], instance: Any) -> list[str]:
@@ -141,6 +154,30 @@ def _rewritten_outputs(pair: Any, instance: Any) -> tuple[list[str], list[str]]:
         name for name in judged if name not in live or (name in before and _fed_by_rewrite(name, before, live, members))
     ]
     return judged, rewritten
+
+
+def _kept_intermediates(pair: Any, instance: Any, judged: list[str], rewritten: list[str]) -> list[str] | None:
+    """For a must-match instance some of whose judged outputs were not rewritten: those outputs when
+    each is an intermediate (read by the instance's own nodes too) kept for its readers outside it
+    and another output was rewritten (see the module docstring), else None."""
+    if not rewritten:
+        return None
+    before = {node.name: node for node in pair.before.graph.nodes}
+    members = set(instance.nodes)
+    kept = [name for name in judged if name not in rewritten]
+    if all(name in before and any(user.name in members for user in before[name].users) for name in kept):
+        return kept
+    return None
+
+
+def _must_match_rewritten(pair: Any, instance: Any) -> tuple[bool, list[str], list[str] | None]:
+    """(whether the must-match ``instance`` is matched, its judged outputs left computed by its own
+    nodes, the intermediates kept for their other readers when that is why some were left)."""
+    judged, rewritten = _rewritten_outputs(pair, instance)
+    if len(rewritten) == len(judged):
+        return True, [], None
+    kept = _kept_intermediates(pair, instance, judged, rewritten)
+    return kept is not None, [name for name in judged if name not in rewritten], kept
 
 
 def _closure(start: set[str], step: Any) -> set[str]:
@@ -255,11 +292,11 @@ def matched_instances(pair: Any) -> list[bool]:
         return _compiled_guess(pair)
     matched = []
     for instance in pair.case.planted:
-        judged, rewritten = _rewritten_outputs(pair, instance)
         if instance.must_match is True:
-            matched.append(len(rewritten) == len(judged))
-        else:
-            matched.append(bool(rewritten) and not _partial_rewrite(pair, instance, rewritten))
+            matched.append(_must_match_rewritten(pair, instance)[0])
+            continue
+        judged, rewritten = _rewritten_outputs(pair, instance)
+        matched.append(bool(rewritten) and not _partial_rewrite(pair, instance, rewritten))
     return matched
 
 
@@ -398,18 +435,21 @@ def check(pair: RunPair) -> list[Violation]:
     for index, instance in enumerate(pair.case.planted):
         if instance.must_match is None or index in either:
             continue
-        judged, rewritten = _rewritten_outputs(pair, instance)
-        if instance.must_match is True and len(rewritten) != len(judged):
-            kept = tuple(name for name in judged if name not in rewritten)
-            violations.append(
-                Violation(
-                    "expectations",
-                    f"planted {instance.pattern} instance was not rewritten: {len(kept)} of its {len(judged)} "
-                    f"output(s) still computed by its own nodes after dead-code elimination{_symbolic_hint(pair)}",
-                    kept,
+        if instance.must_match is True:
+            matched, left, _ = _must_match_rewritten(pair, instance)
+            if not matched:
+                judged = _outputs({node.name: node for node in pair.before.graph.nodes}, instance)
+                violations.append(
+                    Violation(
+                        "expectations",
+                        f"planted {instance.pattern} instance was not rewritten: {len(left)} of its {len(judged)} "
+                        f"output(s) still computed by its own nodes after dead-code elimination{_symbolic_hint(pair)}",
+                        tuple(left),
+                    )
                 )
-            )
-        elif instance.must_match is False and rewritten and not _partial_rewrite(pair, instance, rewritten):
+            continue
+        judged, rewritten = _rewritten_outputs(pair, instance)
+        if instance.must_match is False and rewritten and not _partial_rewrite(pair, instance, rewritten):
             own = _own_entries(pair, instance)
             if _excuse(pair, instance, own) is None:
                 violations.append(Violation("expectations", _near_miss_message(instance, own), tuple(rewritten)))
@@ -558,6 +598,27 @@ def near_miss_notes(pair: RunPair) -> dict[int, str]:
         note = _excuse(pair, instance, _own_entries(pair, instance))
         if note is not None:
             notes[index] = note
+    return notes
+
+
+def kept_intermediate_notes(pair: RunPair) -> dict[int, str]:
+    """The must-match instances of ``pair.case.planted`` the pass rewrote while keeping an
+    intermediate of theirs for its readers outside them (see the module docstring), by index, each
+    with a note naming those intermediates. Empty in compiled mode and when the pass raised."""
+    if pair.after is None or getattr(pair, "mode", "direct") == "compiled":
+        return {}
+    notes = {}
+    for index, instance in enumerate(pair.case.planted):
+        if instance.must_match is not True:
+            continue
+        matched, _, kept = _must_match_rewritten(pair, instance)
+        if matched and kept:
+            notes[index] = (
+                f"planted {instance.pattern} instance ({', '.join(instance.nodes)}) was {KEPT_FOR_READERS}: "
+                f"{', '.join(kept)}, read outside it too, still computed beside the replacement (duplicated work, as "
+                "Inductor's matcher leaves a node its pattern reads more than once); the semantics and structure "
+                "oracles judge what those readers get"
+            )
     return notes
 
 

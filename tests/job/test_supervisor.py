@@ -378,6 +378,31 @@ def test_a_target_whose_whole_run_rewrote_nothing_is_a_never_matched_finding(mak
     assert "  never_matched: a:Pass on cases: the pass rewrote nothing" in table.getvalue()
 
 
+def test_a_group_the_whole_run_never_rewrote_is_a_warning(make_job):
+    """Judged over every case of the run (batches added up), less the groups the target's
+    ``allow_unfused`` names (sent with its worker's ``Ready``): console and JSON, not a finding."""
+    from pmverify import VerifySummary
+
+    job = make_job("a:Pass", "b:Pass")
+    job.runs[1].allow_unfused = frozenset({"dtype bfloat16"})
+
+    def search(job):
+        for run in job.runs:
+            for batch in range(3):
+                run.worker = FakeWorker("busy", job=BatchRequest(0, batch, 25, False, 0.0))
+                groups = {"dtype float32": (2, 2, 1), "dtype bfloat16": (2, 0, 1)}
+                one = VerifySummary(cases=1, rewritten_cases=1, groups=groups)
+                job._handle(run, CaseChecked(tp_world=1, matches=1, events=(), summary=one))
+            run.worker = None
+
+    data, code, out = _run_with(job, search)
+    assert code == 0 and data["targets"][0]["findings"] == []
+    (text,) = data["targets"][0]["warnings"]
+    assert text.startswith("0 of 6 bfloat16 instances rewritten over 3 cases (the pass rewrote 6 other instances)")
+    assert f"WARNING in a:Pass: {text}" in out
+    assert data["targets"][1]["warnings"] == [] and "WARNING in b:Pass" not in out
+
+
 def test_batches_are_seeded_by_the_one_batch_seed(make_job):
     """The fuzz job's batches, as ``selfcheck``'s rotation and the audit's rewrites, are seeded by
     ``batch_seed``: golden values, so that a seed draws the same cases across releases."""

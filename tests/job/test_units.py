@@ -98,6 +98,16 @@ def test_junit_shows_internal_errors_apart_from_failures():
     assert ET.fromstring(junit_xml(_report())).find("testsuite[@name='t']/system-err") is None
 
 
+def test_junit_shows_warnings_apart_from_failures():
+    report = _report()
+    report["targets"][0]["warnings"] = ["0 of 6 bfloat16 instances rewritten over 5 cases"]
+    suite = ET.fromstring(junit_xml(report)).find("testsuite[@name='t']")
+    assert suite.get("failures") == "1" and suite.find("system-out").text == (
+        "WARNING: 0 of 6 bfloat16 instances rewritten over 5 cases"
+    )
+    assert ET.fromstring(junit_xml(_report())).find("testsuite[@name='t']/system-out") is None
+
+
 def test_write_json_replaces_atomically(tmp_path):
     path = tmp_path / "sub" / "report.json"
     write_json(path, {"a": float("nan"), "b": b"\x01"})
