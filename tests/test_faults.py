@@ -32,6 +32,7 @@ from pmverify.faults import (
 from pmverify.faults._common import DtypesConfig
 from pmverify.faults.defunctionalize import DefuncConfig
 from pmverify.faults.dynamic import HeadRMSNormConfig
+from pmverify.faults.identities import IdentityConfig
 from pmverify.faults.noop import NoOpConfig
 from pmverify.faults.scalars import RMSNormEpsConfig
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
@@ -93,6 +94,7 @@ _OTHER_CONFIGS = {
     faults.NoOpSliceEndMinusOne: (NoOpConfig(), NoOpConfig(slices=False)),
     faults.NoOpSliceIgnoresStep: (NoOpConfig(), NoOpConfig(views=False)),
     faults.NoOpScatterUnpacksFiveArguments: (NoOpConfig(), NoOpConfig(scatters=False)),
+    faults.IdentityFoldingIgnoresPromotion: (IdentityConfig(), IdentityConfig(casts=False)),
     faults.RMSNormHardCodedEps: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
     faults.WriteBackHoistStaleRegions: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
     faults.HandHeadRMSNormIntViews: (HeadRMSNormConfig(), HeadRMSNormConfig(eps=1e-5)),
