@@ -68,6 +68,7 @@ __all__ = [
     "ANY_ONLY",
     "at_level",
     "IDENTITY_SHARE",
+    "INT_IDENTITY_SHARE",
     "identity_drawn",
     "dtype_limits",
 ]
@@ -321,11 +322,14 @@ def optional(draw: Any, choices: Sequence[Any]) -> Any:
 #: (``x * 1``, ``x + 0``, ``x * 0``, a cast to ``x``'s own dtype, a view to ``x``'s own shape, a
 #: clamp at the dtype's limits): 1 in ``IDENTITY_SHARE``, so that a peephole pass meets what it folds.
 IDENTITY_SHARE = 5
+#: The share for a number operand of an int value (1 in ``INT_IDENTITY_SHARE``): there an identity
+#: may be none, by type promotion (``x * 1.0`` of an int ``x`` is float32), so it is drawn more often.
+INT_IDENTITY_SHARE = 3
 
 
-def identity_drawn(draw: Any) -> bool:
-    """Whether this constant is an identity (or absorbing) one; shrinks to not."""
-    return draw(st.integers(0, IDENTITY_SHARE - 1)) == IDENTITY_SHARE - 1
+def identity_drawn(draw: Any, share: int = IDENTITY_SHARE) -> bool:
+    """Whether this constant is an identity (or absorbing) one, 1 in ``share``; shrinks to not."""
+    return draw(st.integers(0, share - 1)) == share - 1
 
 
 def dtype_limits(dtype: torch.dtype) -> tuple[Any, ...]:

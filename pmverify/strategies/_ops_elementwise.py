@@ -23,6 +23,8 @@ from ._ops_core import (
     CPU,
     EVERY_LEVEL,
     FLOAT,
+    IDENTITY_SHARE,
+    INT_IDENTITY_SHARE,
     NUMERIC,
     PRE_GRAD,
     Builder,
@@ -87,6 +89,11 @@ def _promotes_ints(op: GraphOp, dtypes: Sequence[torch.dtype]) -> tuple[torch.dt
     return tuple(d for d in dtypes if kind_of(d) in op.kinds and (d.is_floating_point or torch.float32 in dtypes))
 
 
+def _share(x: Val) -> int:
+    """How rarely a number operand of ``x`` is an identity (1 in this): more often on int values."""
+    return INT_IDENTITY_SHARE if x.kind == "int" else IDENTITY_SHARE
+
+
 def _result(x: Val, promotes: bool) -> torch.dtype:
     return torch.float32 if promotes and x.kind != "float" else x.dtype
 
@@ -137,7 +144,7 @@ def _powers(b: Builder, x: Val, exponents: Sequence[Any] = _EXPONENTS) -> list[A
 
 
 def _pow(b: Builder, x: Val) -> None:
-    identities = _powers(b, x, _IDENTITY_EXPONENTS) if identity_drawn(b.draw) else []
+    identities = _powers(b, x, _IDENTITY_EXPONENTS) if identity_drawn(b.draw, _share(x)) else []
     e = b.draw(st.sampled_from(identities or _powers(b, x)))
     nonneg = e in (2, 0) or x.nonneg  # 2.0 == 2, 0.0 == 0
     b.call(aten.pow.Tensor_Scalar, (x.node, e), bound=max(x.bound, x.bound**e, 1), nonneg=nonneg)
@@ -201,7 +208,7 @@ def _scalar_op(
             t = b.operand(zero_dim_ok(b, x), st.just(()), [x.dtype])
             b.call(tensor, (x.node, t.node), bound=bound(x.bound, t.bound))
             return
-        pool = constants(b, x, identities) if identities and identity_drawn(b.draw) else []
+        pool = constants(b, x, identities) if identities and identity_drawn(b.draw, _share(x)) else []
         c = b.draw(st.sampled_from(pool or constants(b, x)))
         target = {"Tensor": tensor, "Scalar": scalar, "reverse": reverse}[form]
         b.call(target, (x.node, c), bound=bound(x.bound, abs(c)))
