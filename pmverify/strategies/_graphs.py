@@ -178,8 +178,8 @@ def fx_graphs(
       ``full_like ones_like zeros_like``, ``scalar_tensor``.
 
     **Identity and absorbing constants**, so that a peephole pass meets what it folds: for 1 in 5
-    number operands (:data:`~._ops_core.IDENTITY_SHARE`) the op's identities, int and float ones for
-    int values too (``x + 0``, ``x - 0``, ``x * 1`` / ``0`` / ``-1.0``, ``x / 1`` / ``-1``, ``x ** 1``
+    number operands (:data:`~._ops_core.IDENTITY_SHARE`; 1 in 3 of int values) the op's identities,
+    int and float ones for int values too (``x + 0``, ``x - 0``, ``x * 1`` / ``0`` / ``-1.0``, ``x / 1`` / ``-1``, ``x ** 1``
     / ``0``: ``x * 1.0`` of an int ``x`` is float32, by torch's type promotion); for 1 in 5 clamps
     the dtype's limits (``finfo.min`` / ``-inf``, ``finfo.max`` / ``inf``, ``iinfo`` for ints); for 1
     in 5 casts the value's own dtype, and views, reshapes and expands to the value's own shape.
