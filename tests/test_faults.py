@@ -33,6 +33,7 @@ from pmverify.faults._common import DtypesConfig
 from pmverify.faults.defunctionalize import DefuncConfig
 from pmverify.faults.dtypes import GeluMulConfig
 from pmverify.faults.dynamic import HeadRMSNormConfig
+from pmverify.faults.identities import IdentityConfig
 from pmverify.faults.noop import NoOpConfig
 from pmverify.faults.scalars import RMSNormEpsConfig
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
@@ -94,6 +95,7 @@ _OTHER_CONFIGS = {
     faults.NoOpSliceEndMinusOne: (NoOpConfig(), NoOpConfig(slices=False)),
     faults.NoOpSliceIgnoresStep: (NoOpConfig(), NoOpConfig(views=False)),
     faults.NoOpScatterUnpacksFiveArguments: (NoOpConfig(), NoOpConfig(scatters=False)),
+    faults.IdentityFoldingIgnoresPromotion: (IdentityConfig(), IdentityConfig(casts=False)),
     faults.RMSNormHardCodedEps: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
     faults.WriteBackHoistStaleRegions: (RMSNormEpsConfig(), RMSNormEpsConfig(eps=1e-5)),
     faults.HandHeadRMSNormIntViews: (HeadRMSNormConfig(), HeadRMSNormConfig(eps=1e-5)),
@@ -175,7 +177,9 @@ def test_hand_matcher_is_caught_through_mutations_of_planted_instances(tmp_path,
     cases = with_mutations(_planted("rms_norm"))
     verify(QKNormFusionPass, cases, seed=0, max_examples=10)  # the shipped pass keeps to the regions
     with finding_only(), pytest.raises(PassVerificationError) as info:
-        verify(HandRMSNormIgnoresMutations, cases, seed=0, repro_dir=tmp_path)
+        # found at the 4th-29th case at seeds 0-5 (measured before and after fx_graphs drew identity
+        # constants, which shifted the context graphs seed 0 draws past the ci profile's 15)
+        verify(HandRMSNormIgnoresMutations, cases, seed=0, repro_dir=tmp_path, max_examples=40)
     assert any(v.oracle == "expectations" and "mutation_inside" in v.message for v in info.value.violations)
 
 

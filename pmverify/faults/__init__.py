@@ -13,6 +13,7 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.scalars`: dropped scalar kwargs (with :func:`~.scalars.addmm_cases`), an ``alpha`` a
   pattern never names, a hard-coded eps;
 - :mod:`.noop`: no-op elimination taking slices for the identity;
+- :mod:`.identities`: identity folding (``x * 1`` -> ``x``) ignoring type promotion;
 - :mod:`.reductions`: a dropped ``dtype=``, an ignored softmax dim;
 - :mod:`.cache_keys`: a ``uuid()`` blind to the configuration;
 - :mod:`.tensor_parallel`: the all-reduce QK norm's divisor, reduction and weight shards;
@@ -54,6 +55,7 @@ __all__ = [
     "NoOpSliceEndMinusOne",
     "NoOpSliceIgnoresStep",
     "NoOpScatterUnpacksFiveArguments",
+    "IdentityFoldingIgnoresPromotion",
     "AddcmulFusionDropsAlpha",
     "MeanDecompositionDropsDtype",
     "RMSNormHardCodedEps",
@@ -90,6 +92,9 @@ _HOMES = {
     "NoOpSliceEndMinusOne": ".noop",
     "NoOpSliceIgnoresStep": ".noop",
     "NoOpScatterUnpacksFiveArguments": ".noop",
+    "IdentityFoldingIgnoresPromotion": ".identities",
+    "HandIdentityFolding": ".identities",
+    "IdentityConfig": ".identities",
     "MeanDecompositionDropsDtype": ".reductions",
     "SoftmaxFusionIgnoresDim": ".reductions",
     "AddcmulFusionDropsAlpha": ".scalars",

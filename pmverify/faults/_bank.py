@@ -26,6 +26,7 @@ from .dynamic import (
     QKNormFakeImplConcreteRows,
     head_rms_norm_pattern,
 )
+from .identities import IdentityConfig, IdentityFoldingIgnoresPromotion
 from .kernels import (
     QKNormKernelGridCapped,
     QKNormKernelLeavesKOutUnwritten,
@@ -154,6 +155,31 @@ def _noop() -> Families:
     return [("fx_graphs", _with_config(fx_graphs(ops=NOOP_OPS, min_nodes=6, max_nodes=12), NoOpConfig()))]
 
 
+#: The ops an identity-folding peephole rewrites (number operands, casts, views and expands in
+#: the forms of the graphs' level) and a reader of their results.
+IDENTITY_OPS = (
+    "mul_scalar",
+    "add_scalar",
+    "sub_scalar",
+    "div_scalar",
+    "pow",
+    "convert_element_type",
+    "to_copy",
+    "view",
+    "aten_reshape",
+    "expand",
+    "neg",
+)
+
+
+def _identities() -> Families:
+    """Random graphs of :data:`IDENTITY_OPS`, 4 to 10 op nodes: ``fx_graphs`` draws identity
+    constants (``x * 1.0`` of an int ``x`` among them) for a share of its number operands."""
+    from ..strategies import fx_graphs
+
+    return [("fx_graphs", _with_config(fx_graphs(ops=IDENTITY_OPS, min_nodes=4, max_nodes=10), IdentityConfig()))]
+
+
 def _reductions() -> Families:
     """Random graphs of reductions (``dtype=`` given or not) and ops around them."""
     from ..strategies import fx_graphs
@@ -265,6 +291,8 @@ BANK: dict[str, Fault] = {
         Fault(NoOpSliceIgnoresStep, "no-op elimination ignores the slice step", ("structure", "semantics"), _noop),
         Fault(NoOpScatterUnpacksFiveArguments, "no-op elimination unpacks five slice_scatter arguments", ("crash",),
               _noop),
+        Fault(IdentityFoldingIgnoresPromotion, "identity folding (x * 1.0 -> x) ignores type promotion",
+              ("structure", "semantics"), _identities),
         Fault(AddcmulFusionDropsAlpha, "rewrite drops the alpha its pattern never names",
               ("semantics", "expectations"), _addcmul),
         Fault(MeanDecompositionDropsDtype, "rewrite drops a reduction's dtype=", ("structure", "semantics"), _reductions),

@@ -25,6 +25,10 @@ Each op (:data:`OP_LEVELS`) and argument form (``START_FORMS``, ``SCATTER_FORMS`
 ``CREATION_FORMS``, ``CLAMP_FORMS``, ``WHERE_FORMS``...) is tagged with the levels (:data:`LEVELS`)
 whose graphs hold it; a :class:`~._ops_core.Builder` draws only its level's.
 
+A share of number operands, clamp bounds, cast dtypes and view sizes (1 in
+:data:`~._ops_core.IDENTITY_SHARE`) are identities: ``x * 1``, ``x + 0``, ``x * 0``, a clamp at the
+dtype's limits, a cast to the value's own dtype, a view to its own shape (what a peephole folds).
+
 Values stay finite by construction: every value carries a ``bound`` on its magnitude (a new input's
 is its real magnitude, at least 2 for floats), each op computes the bound of its result, and an op
 applies only where that bound stays under the cap of the result's dtype (:func:`bound_cap`: 1024 in

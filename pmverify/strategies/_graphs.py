@@ -177,6 +177,13 @@ def fx_graphs(
       ``empty_fill`` (``empty.memory_format`` + the functional ``fill.Scalar``), ``arange``,
       ``full_like ones_like zeros_like``, ``scalar_tensor``.
 
+    **Identity and absorbing constants**, so that a peephole pass meets what it folds: for 1 in 5
+    number operands (:data:`~._ops_core.IDENTITY_SHARE`; 1 in 3 of int values) the op's identities,
+    int and float ones for int values too (``x + 0``, ``x - 0``, ``x * 1`` / ``0`` / ``-1.0``, ``x / 1`` / ``-1``, ``x ** 1``
+    / ``0``: ``x * 1.0`` of an int ``x`` is float32, by torch's type promotion); for 1 in 5 clamps
+    the dtype's limits (``finfo.min`` / ``-inf``, ``finfo.max`` / ``inf``, ``iinfo`` for ints); for 1
+    in 5 casts the value's own dtype, and views, reshapes and expands to the value's own shape.
+
     A binary op's other operand is a recent value whose shape fits (broadcasts, same size along the
     contracted dim...) or a new input shaped to fit. Empty values (from ``slice``, ``narrow``...)
     flow on only into ops that take them (elementwise ops, views, ``sum``, ``cat``...; never a

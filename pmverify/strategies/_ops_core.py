@@ -67,6 +67,10 @@ __all__ = [
     "PRE_GRAD",
     "ANY_ONLY",
     "at_level",
+    "IDENTITY_SHARE",
+    "INT_IDENTITY_SHARE",
+    "identity_drawn",
+    "dtype_limits",
 ]
 
 aten = torch.ops.aten
@@ -312,6 +316,32 @@ def signed_dim(draw: Any, dim: int, rank: int) -> int:
 def optional(draw: Any, choices: Sequence[Any]) -> Any:
     """``None`` (omitted, the simplest) or one of ``choices``."""
     return draw(st.sampled_from([None, *choices]))
+
+
+#: The share of scalar constants, cast dtypes and view sizes drawn as an identity or absorbing one
+#: (``x * 1``, ``x + 0``, ``x * 0``, a cast to ``x``'s own dtype, a view to ``x``'s own shape, a
+#: clamp at the dtype's limits): 1 in ``IDENTITY_SHARE``, so that a peephole pass meets what it folds.
+IDENTITY_SHARE = 5
+#: The share for a number operand of an int value (1 in ``INT_IDENTITY_SHARE``): there an identity
+#: may be none, by type promotion (``x * 1.0`` of an int ``x`` is float32), so it is drawn more often.
+INT_IDENTITY_SHARE = 3
+
+
+def identity_drawn(draw: Any, share: int = IDENTITY_SHARE) -> bool:
+    """Whether this constant is an identity (or absorbing) one, 1 in ``share``; shrinks to not."""
+    return draw(st.integers(0, share - 1)) == share - 1
+
+
+def dtype_limits(dtype: torch.dtype) -> tuple[Any, ...]:
+    """The limits of ``dtype``, lowest first: ``-inf, finfo.min`` and ``finfo.max, inf`` for a
+    floating dtype, ``iinfo.min`` and ``iinfo.max`` for an int one, none for bool."""
+    if dtype == torch.bool:
+        return ()
+    if dtype.is_floating_point:
+        info = torch.finfo(dtype)
+        return (-math.inf, float(info.min), float(info.max), math.inf)
+    info = torch.iinfo(dtype)
+    return (int(info.min), int(info.max))
 
 
 def kwargs_of(**given: Any) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from ._ops_core import (
     CPU,
     EVERY_LEVEL,
     FLOAT,
+    IDENTITY_SHARE,
+    INT_IDENTITY_SHARE,
     NUMERIC,
     PRE_GRAD,
     Builder,
@@ -32,8 +34,10 @@ from ._ops_core import (
     bound_cap,
     broadcast,
     broadcastable,
+    dtype_limits,
     fits,
     fresh_bound,
+    identity_drawn,
     kind_of,
     kwargs_of,
     of_kinds,
@@ -85,6 +89,11 @@ def _promotes_ints(op: GraphOp, dtypes: Sequence[torch.dtype]) -> tuple[torch.dt
     return tuple(d for d in dtypes if kind_of(d) in op.kinds and (d.is_floating_point or torch.float32 in dtypes))
 
 
+def _share(x: Val) -> int:
+    """How rarely a number operand of ``x`` is an identity (1 in this): more often on int values."""
+    return INT_IDENTITY_SHARE if x.kind == "int" else IDENTITY_SHARE
+
+
 def _result(x: Val, promotes: bool) -> torch.dtype:
     return torch.float32 if promotes and x.kind != "float" else x.dtype
 
@@ -126,15 +135,19 @@ def _gelu(b: Builder, x: Val) -> None:
 
 
 _EXPONENTS = (2, 2.0, 3)
+#: Identity and absorbing exponents, drawn for a share of ``pow`` nodes (:func:`identity_drawn`).
+_IDENTITY_EXPONENTS = (1, 1.0, 0, 0.0)
 
 
-def _powers(b: Builder, x: Val) -> list[Any]:
-    return [e for e in _EXPONENTS if b.allows(d := promoted(x, e)) and max(x.bound, x.bound**e) <= bound_cap(d)]
+def _powers(b: Builder, x: Val, exponents: Sequence[Any] = _EXPONENTS) -> list[Any]:
+    return [e for e in exponents if b.allows(d := promoted(x, e)) and max(x.bound, x.bound**e) <= bound_cap(d)]
 
 
 def _pow(b: Builder, x: Val) -> None:
-    e = b.draw(st.sampled_from(_powers(b, x)))
-    b.call(aten.pow.Tensor_Scalar, (x.node, e), bound=max(x.bound, x.bound**e), nonneg=e != 3 or x.nonneg)
+    identities = _powers(b, x, _IDENTITY_EXPONENTS) if identity_drawn(b.draw, _share(x)) else []
+    e = b.draw(st.sampled_from(identities or _powers(b, x)))
+    nonneg = e in (2, 0) or x.nonneg  # 2.0 == 2, 0.0 == 0
+    b.call(aten.pow.Tensor_Scalar, (x.node, e), bound=max(x.bound, x.bound**e, 1), nonneg=nonneg)
 
 
 # ---------------------------------------------------------------------------- scalar operands
@@ -155,20 +168,24 @@ def _scalar_op(
     ints: tuple[int, ...],
     bound: Callable[[float, float], float],
     *,
+    identities: tuple[Any, ...] = (),
     zero_dim: bool = True,
     reverse: Any = None,
     true_division: bool = False,
 ) -> GraphOp:
     """``tensor(x, c)`` / ``scalar(x, c)`` (/ ``reverse(x, c)``, e.g. ``rsub``) with a number ``c``,
     or ``tensor(x, t)`` with a 0-d tensor ``t``. Int values take int constants (or float ones,
-    promoting to float32)."""
+    promoting to float32). A share of constants (:func:`identity_drawn`) comes from ``identities``,
+    the op's identity and absorbing constants, int and float ones for every value (``x * 1.0`` of
+    an int ``x`` is float32)."""
 
     def result(x: Val, c: Any) -> torch.dtype:
         dtype = promoted(x, c)
         return torch.float32 if true_division and not dtype.is_floating_point else dtype
 
-    def constants(b: Builder, x: Val) -> list[Any]:
-        pool = floats if x.kind == "float" else ints + floats
+    def constants(b: Builder, x: Val, pool: tuple[Any, ...] | None = None) -> list[Any]:
+        if pool is None:
+            pool = floats if x.kind == "float" else ints + floats
         return [c for c in pool if b.allows(d := result(x, c)) and bound(x.bound, abs(c)) <= bound_cap(d)]
 
     def zero_dim_ok(b: Builder, x: Val) -> Callable[[Val], bool]:
@@ -191,7 +208,8 @@ def _scalar_op(
             t = b.operand(zero_dim_ok(b, x), st.just(()), [x.dtype])
             b.call(tensor, (x.node, t.node), bound=bound(x.bound, t.bound))
             return
-        c = b.draw(st.sampled_from(constants(b, x)))
+        pool = constants(b, x, identities) if identities and identity_drawn(b.draw, _share(x)) else []
+        c = b.draw(st.sampled_from(pool or constants(b, x)))
         target = {"Tensor": tensor, "Scalar": scalar, "reverse": reverse}[form]
         b.call(target, (x.node, c), bound=bound(x.bound, abs(c)))
 
@@ -379,22 +397,32 @@ CLAMP_FORMS = (
 
 def _clamp(b: Builder, x: Val) -> None:
     """``clamp(x, lo, hi)``, ``clamp(x, None, hi)``, ``clamp(x, lo)``, ``clamp_min(x, lo)`` or
-    ``clamp_max(x, hi)``."""
-    pairs = ((-1.0, 1.0), (0.0, 1.0), (-0.5, 0.5)) if x.kind == "float" else ((0, 3), (-2, 2))
-    low, high = b.draw(st.sampled_from(pairs))
+    ``clamp_max(x, hi)``; for a share of nodes (:func:`identity_drawn`) at the limits of ``x``'s
+    dtype (:func:`dtype_limits`: ``finfo.min`` or ``-inf`` below, ``finfo.max`` or ``inf`` above),
+    an identity."""
+    limits = dtype_limits(x.dtype)
+    if limits and identity_drawn(b.draw):
+        low = b.draw(st.sampled_from(limits[: len(limits) // 2][::-1]))
+        high = b.draw(st.sampled_from(limits[len(limits) // 2 :]))
+        bound_low = bound_high = bound_both = x.bound
+    else:
+        pairs = ((-1.0, 1.0), (0.0, 1.0), (-0.5, 0.5)) if x.kind == "float" else ((0, 3), (-2, 2))
+        low, high = b.draw(st.sampled_from(pairs))
+        bound_low, bound_high = max(x.bound, abs(low)), max(x.bound, abs(high))
+        bound_both = min(x.bound, max(abs(low), abs(high)))
     form = b.draw(st.sampled_from(at_level(b, CLAMP_FORMS)))
     if form == "both":
-        b.call(aten.clamp.default, (x.node, low, high), bound=min(x.bound, max(abs(low), abs(high))), nonneg=low >= 0)
+        b.call(aten.clamp.default, (x.node, low, high), bound=bound_both, nonneg=low >= 0)
     elif form in ("max_only", "clamp_max"):
         target, args = (
             (aten.clamp.default, (x.node, None, high))
             if form == "max_only"
             else (aten.clamp_max.default, (x.node, high))
         )
-        b.call(target, args, bound=max(x.bound, abs(high)))
+        b.call(target, args, bound=bound_high)
     else:
         target = aten.clamp.default if form == "min_only" else aten.clamp_min.default
-        b.call(target, (x.node, low), bound=max(x.bound, abs(low)), nonneg=low >= 0)
+        b.call(target, (x.node, low), bound=bound_low, nonneg=low >= 0)
 
 
 def _clamp_accepts(b: Builder, x: Val) -> bool:
@@ -416,8 +444,13 @@ def _cast_bound(x: Val, dtype: torch.dtype) -> float:
     return x.bound if dtype.is_floating_point or x.kind != "float" else math.floor(x.bound)
 
 
+def _cast_dtype(b: Builder, x: Val) -> torch.dtype:
+    """A dtype to cast ``x`` to: for a share of casts (:func:`identity_drawn`) its own, a no-op."""
+    return x.dtype if identity_drawn(b.draw) else b.draw(st.sampled_from(cast_targets(b, x)))
+
+
 def _convert(b: Builder, x: Val) -> None:
-    dtype = b.draw(st.sampled_from(cast_targets(b, x)))
+    dtype = _cast_dtype(b, x)
     b.call(prims.convert_element_type.default, (x.node, dtype), bound=_cast_bound(x, dtype), nonneg=x.nonneg)
 
 
@@ -428,7 +461,7 @@ TO_COPY_FORMS = ("dtype", "non_blocking", "memory_format", "layout_device", "to"
 def _to_copy(b: Builder, x: Val) -> None:
     """``_to_copy(x, dtype=d)`` (with ``non_blocking``, ``memory_format``, or ``layout`` and
     ``device`` too), or ``to.dtype(x, d)`` / ``to.dtype(x, d, False, True)`` (``copy=True``)."""
-    dtype = b.draw(st.sampled_from(cast_targets(b, x)))
+    dtype = _cast_dtype(b, x)
     form = b.draw(st.sampled_from(TO_COPY_FORMS))
     bound, nonneg = _cast_bound(x, dtype), x.nonneg
     if form == "to":
@@ -502,9 +535,26 @@ ELEMENTWISE_OPS: tuple[GraphOp, ...] = (
         operand_dtypes=_promotes_ints,
     ),
     GraphOp("pow", 1, _pow, lambda b, x: bool(_powers(b, x)), kinds=NUMERIC, empty_ok=True),
-    _scalar_op("add_scalar", aten.add.Tensor, aten.add.Scalar, (1.0, -0.5, 2.0), (1, 2), _plus),
-    _scalar_op("mul_scalar", aten.mul.Tensor, aten.mul.Scalar, (2.0, 0.5, -1.5), (2, -1), _times),
-    _scalar_op("sub_scalar", aten.sub.Tensor, aten.sub.Scalar, (1.0, 0.5), (1, 3), _plus, reverse=aten.rsub.Scalar),
+    _scalar_op("add_scalar", aten.add.Tensor, aten.add.Scalar, (1.0, -0.5, 2.0), (1, 2), _plus, identities=(0.0, 0)),
+    _scalar_op(
+        "mul_scalar",
+        aten.mul.Tensor,
+        aten.mul.Scalar,
+        (2.0, 0.5, -1.5),
+        (2, -1),
+        _times,
+        identities=(1.0, 1, 0.0, 0, -1.0),  # -1 is among the int constants
+    ),
+    _scalar_op(
+        "sub_scalar",
+        aten.sub.Tensor,
+        aten.sub.Scalar,
+        (1.0, 0.5),
+        (1, 3),
+        _plus,
+        identities=(0.0, 0),
+        reverse=aten.rsub.Scalar,
+    ),
     _scalar_op(
         "div_scalar",
         aten.div.Tensor,
@@ -512,6 +562,7 @@ ELEMENTWISE_OPS: tuple[GraphOp, ...] = (
         (2.0, 0.5, -4.0),
         (2, 3),
         lambda bx, c: bx / min(abs(c), 1.0),
+        identities=(1.0, 1, -1.0, -1),
         zero_dim=False,
         true_division=True,
     ),

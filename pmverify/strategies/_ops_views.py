@@ -24,6 +24,7 @@ from ._ops_core import (
     Builder,
     GraphOp,
     Val,
+    identity_drawn,
     refactored,
     signed_dim,
     with_inferred,
@@ -35,9 +36,15 @@ __all__ = ["VIEW_OPS"]
 aten = torch.ops.aten
 
 
+def _same_or_refactored(b: Builder, x: Val) -> list[int]:
+    """A size list with ``x``'s element count: for a share of views (:func:`identity_drawn`) ``x``'s
+    own shape (a no-op view, which a peephole folds)."""
+    return list(x.shape) if identity_drawn(b.draw) else list(b.draw(refactored(x.numel)))
+
+
 def _sizes(b: Builder, x: Val) -> list[int]:
     """A size list with ``x``'s element count, maybe with one -1 (not when it has no elements)."""
-    sizes = list(b.draw(refactored(x.numel)))
+    sizes = _same_or_refactored(b, x)
     return with_inferred(b.draw, sizes) if x.numel else sizes
 
 
@@ -52,7 +59,7 @@ def _view(b: Builder, x: Val) -> None:
 def _reshape(b: Builder, x: Val) -> None:
     """The decomposed form of ``reshape`` on a tensor that cannot be viewed."""
     copy = b.call(aten.clone.default, (x.node,), {"memory_format": torch.contiguous_format})
-    b.call(aten._unsafe_view.default, (copy, list(b.draw(refactored(x.numel)))), bound=x.bound, nonneg=x.nonneg)
+    b.call(aten._unsafe_view.default, (copy, _same_or_refactored(b, x)), bound=x.bound, nonneg=x.nonneg)
 
 
 def _aten_reshape(b: Builder, x: Val) -> None:
@@ -60,7 +67,7 @@ def _aten_reshape(b: Builder, x: Val) -> None:
 
 
 def _unsafe_view(b: Builder, x: Val) -> None:
-    b.call(aten._unsafe_view.default, (x.node, list(b.draw(refactored(x.numel)))), bound=x.bound, nonneg=x.nonneg)
+    b.call(aten._unsafe_view.default, (x.node, _same_or_refactored(b, x)), bound=x.bound, nonneg=x.nonneg)
 
 
 def _permute(b: Builder, x: Val) -> None:
@@ -130,10 +137,11 @@ def _unflatten(b: Builder, x: Val) -> None:
 
 def _expand(b: Builder, x: Val) -> None:
     """Size-1 dims grow, and maybe a leading dim is added; kept sizes may be written -1; at most
-    :data:`MAX_NUMEL` elements."""
-    room = MAX_NUMEL // max(1, x.numel)
+    :data:`MAX_NUMEL` elements. For a share of nodes (:func:`identity_drawn`) to ``x``'s own shape."""
+    same = identity_drawn(b.draw)
+    room = 1 if same else MAX_NUMEL // max(1, x.numel)
     sizes = []
-    if x.rank < MAX_RANK and b.draw(st.booleans()):
+    if not same and x.rank < MAX_RANK and b.draw(st.booleans()):
         sizes.append(b.draw(st.integers(1, max(1, min(4, room)))))
         room //= sizes[0]
     for side in x.shape:

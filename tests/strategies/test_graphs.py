@@ -266,10 +266,50 @@ def _features(case: GraphCase) -> set[str]:  # noqa: C901 - one feature per line
             seen.add("as_strided permuted")
         if isinstance(t, torch._ops.OpOverload):
             seen.add(str(t))
+    return seen | _identities(case)
+
+
+#: Identity and absorbing numbers of the scalar ops: ``op -> {number: name}``.
+_IDENTITY_NUMBERS = {
+    aten.mul: {1: "x * 1", 0: "x * 0", -1: "x * -1"},
+    aten.add: {0: "x + 0"},
+    aten.sub: {0: "x - 0"},
+    aten.div: {1: "x / 1"},
+    aten.pow: {1: "x ** 1"},
+}
+
+
+def _identities(case: GraphCase) -> set[str]:
+    """The identity and absorbing forms a case shows (``x * 1``, ``int * 1.0``, a cast to the
+    value's own dtype, a view to its own shape, a clamp at the dtype's limits...)."""
+    seen = set()
+    for node in _op_nodes(case):
+        t, args = node.target, node.args
+        x = _val(args[0]) if args and isinstance(args[0], torch.fx.Node) else None
+        if not isinstance(x, torch.Tensor):
+            continue
+        c = args[1] if len(args) > 1 else None
+        numbers = _IDENTITY_NUMBERS.get(getattr(t, "overloadpacket", None), {})
+        if isinstance(c, (int, float)) and not isinstance(c, bool) and c in numbers:
+            seen.add(numbers[c])
+            if not x.is_floating_point() and (isinstance(c, float) or t.overloadpacket is aten.div):
+                seen.add(f"int {numbers[c].replace('x ', '')}" + (".0" if isinstance(c, float) else ""))
+        if t in (prims.convert_element_type.default, aten.to.dtype) and c == x.dtype:
+            seen.add("cast to its own dtype")
+        if t is aten._to_copy.default and node.kwargs.get("dtype") == x.dtype:
+            seen.add("_to_copy to its own dtype")
+        if t in (aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.expand.default):
+            if list(_val(node).shape) == list(x.shape):
+                seen.add(f"{t._opname} to its own shape")
+        if t in (aten.clamp_min.default, aten.clamp_max.default, aten.clamp.default):
+            limits = torch.finfo(x.dtype) if x.is_floating_point() else torch.iinfo(x.dtype)
+            if any(isinstance(a, (int, float)) and abs(a) >= limits.max for a in args[1:]):
+                seen.add("clamp at the dtype's limit")
     return seen
 
 
-#: Small op groups and the forms each must show over a few dozen draws (deterministic).
+#: Small op groups (and dtypes, where given) and the forms each must show over a few dozen draws
+#: (deterministic).
 FORMS = {
     "slice": (
         ["slice", "neg"],
@@ -350,6 +390,20 @@ FORMS = {
         {f"input {d}" for d in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)}
         | {f"value {d}" for d in (torch.int64, torch.bool)},
     ),
+    "identities": (["mul_scalar", "add_scalar", "clamp"], {"x * 1", "x * 0", "x + 0", "clamp at the dtype's limit"}),
+    "identities sub div pow": (["sub_scalar", "div_scalar", "pow"], {"x - 0", "x / 1", "x ** 1"}),
+    # int values with float identities: the result is float32 (type promotion), not the int input
+    "int identities": (["mul_scalar", "add_scalar"], {"int * 1.0", "int + 0.0"}, (torch.int64, torch.float32)),
+    "int identities sub div pow": (
+        ["sub_scalar", "div_scalar", "pow"],
+        {"int - 0.0", "int / 1"},
+        (torch.int32, torch.float32),
+    ),
+    "identity casts and views": (
+        ["convert_element_type", "to_copy", "view", "aten_reshape", "reshape", "expand"],
+        {"cast to its own dtype", "_to_copy to its own dtype", "view to its own shape", "reshape to its own shape"}
+        | {"expand to its own shape", "_unsafe_view to its own shape"},
+    ),
     "type promotion": (
         ["add", "mul", "tanh"],
         {"bool and float promoted", "float and int32 promoted", "value torch.float32"}
@@ -366,11 +420,11 @@ class _AllSeen(Exception):
 def test_every_argument_form_shows_up(group):
     """Draws (deterministically, no shrinking) until every expected form was seen, at most 300 (the
     draws also depend on the constants Hypothesis collects from pmverify's own source, so a margin)."""
-    ops, expected = FORMS[group]
+    ops, expected, *dtypes = FORMS[group]
     seen = set()
 
     @settings(max_examples=300, derandomize=True, database=None, phases=[Phase.generate])
-    @given(fx_graphs(ops=ops, max_nodes=8, level="any"))
+    @given(fx_graphs(ops=ops, max_nodes=8, level="any", dtypes=dtypes[0] if dtypes else None))
     def draw(case):
         seen.update(_features(case))
         if expected <= seen:
