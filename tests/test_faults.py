@@ -104,6 +104,7 @@ _OTHER_CONFIGS = {
             faults.MeanDecompositionDropsDtype,
             faults.FusedAddRMSNormLeftUnsorted,
             faults.SoftmaxFusionIgnoresDim,
+            faults.GeluMulFlattensUnbroadcast,
         )
     },
 }

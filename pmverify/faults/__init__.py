@@ -66,6 +66,7 @@ __all__ = [
     "ReinplaceReadsWhatItWrites",
     "WriteBackHoistStaleRegions",
     "BlindDefunctionalization",
+    "GeluMulFlattensUnbroadcast",
 ]
 
 #: Where each name lives, imported on first use (PEP 562): importing this package imports neither
@@ -74,6 +75,8 @@ _HOMES = {
     "BANK": "._bank",
     "Fault": "._bank",
     "RMSNormUninitializedAccumulator": ".buffers",
+    "GeluMulFlattensUnbroadcast": ".broadcasts",
+    "GeluMulFlattens": ".broadcasts",
     "QKNormUuidIgnoresConfig": ".cache_keys",
     "QKNormCastsWeightToActivationDtype": ".casts",
     "QKNormDropsUpcast": ".casts",

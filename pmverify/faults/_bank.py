@@ -13,6 +13,7 @@ from hypothesis.strategies import SearchStrategy
 from ..fusions.qk_norm.testing.target import rotation
 from ._common import DtypesConfig
 from .aliasing import ReinplaceReadsWhatItWrites
+from .broadcasts import GELU_MUL_EXAMPLE, GeluMulFlattensUnbroadcast, gelu_mul_pattern
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
@@ -201,6 +202,7 @@ def _hoisted_rms() -> Families:
 _T, _H = [(0, 0)], [(0, -1)]
 _softmax = _planted(softmax_pattern, (torch.empty(4, 8), torch.empty(4, 8)), "duck", DtypesConfig(), "softmax")
 _addcmul = _planted(addcmul_pattern, (torch.empty(4, 8),) * 3, "duck", DtypesConfig(), "addcmul")
+_gelu_mul = _planted(gelu_mul_pattern, GELU_MUL_EXAMPLE, "duck", DtypesConfig(), "gelu_mul")
 _rms_eps = _planted(
     rms_norm_pattern,
     (torch.empty(8, 16), torch.empty(16)),
@@ -266,5 +268,6 @@ BANK: dict[str, Fault] = {
               ("mutation_barriers", "semantics"), _hoisted_rms),
         Fault(BlindDefunctionalization, "defunctionalizes in place though a later node reads the old operand",
               ("semantics", "mutation_barriers"), _defunc),
+        Fault(GeluMulFlattensUnbroadcast, "replacement ignores a broadcast operand", ("semantics",), _gelu_mul),
     )
 }  # fmt: skip
