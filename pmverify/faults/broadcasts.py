@@ -50,13 +50,16 @@ def _flat_kernel(expand: bool):
 def _patterns(expand: bool, dtypes: tuple[torch.dtype, ...]):
     from torch._inductor import pattern_matcher as pm
 
-    def of_dtypes(match) -> bool:
+    def can_fuse(match) -> bool:
+        # the README recipe's check: the pattern holds no keyword argument, so none may be matched
         value = match.output_node().meta.get("val")
+        if any(node.kwargs for node in match.nodes):
+            return False
         return isinstance(value, torch.Tensor) and value.dtype in dtypes
 
     patterns = pm.PatternMatcherPass(pass_name=f"pmverify_GeluMulFlat{'' if expand else 'Unbroadcast'}")
     pm.register_replacement(
-        gelu_mul_pattern, _flat_kernel(expand), list(GELU_MUL_EXAMPLE), pm.fwd_only, patterns, extra_check=of_dtypes
+        gelu_mul_pattern, _flat_kernel(expand), list(GELU_MUL_EXAMPLE), pm.fwd_only, patterns, extra_check=can_fuse
     )
     return patterns
 

@@ -924,8 +924,8 @@ def planted(
         exclusive_arg_names = tuple(k for k in rewrite.exclusive_arg_names if k in names)
         if name is None:
             name = rewrite.pattern_name
-        if inputs is None:
-            inputs = like(example_inputs, scales=recorded_args.scales)
+        if inputs is None:  # (no broadcast forms: the audit's cases stay as they were)
+            inputs = like(example_inputs, scales=recorded_args.scales, broadcast=False)
     if not callable(pattern):
         raise InvalidArgument(f"pattern={_name(pattern)} must be a function, as given to register_replacement")
     if inputs is None:

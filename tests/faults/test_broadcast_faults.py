@@ -50,8 +50,15 @@ def test_caught_by_the_readme_recipe(tmp_path, finding_only):
     assert len(results) <= settings.default.max_examples + 1
     error = info.value
     assert {v.oracle for v in error.violations} == {"semantics"}
-    shapes = {tuple(t.shape) for t in error.case.inputs[0] if isinstance(t, torch.Tensor)}
-    assert len(shapes) > 1 or any(0 in t.stride() for t in error.case.inputs[0])  # a broadcast operand
+    assert any(p.reason == "broadcast" for p in error.case.planted), (error.case.planted, error.case.inputs)
+
+
+def test_exact_without_broadcast_forms():
+    # what the recipe found before like() drew broadcast forms: nothing
+    cases = planted(gelu_mul_pattern, like(GELU_MUL_EXAMPLE, vary="duck", broadcast=False), min_instances=1)
+    results = []
+    verify(GeluMulFlattensUnbroadcast(), cases, seed=0, on_result=results.append)
+    assert sum(r.rewrite_count for r in results) >= 1
 
 
 @pytest.mark.slow
