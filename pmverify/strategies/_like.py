@@ -461,7 +461,21 @@ def like(
       never 0 (a zero scale makes the float64 reference NaN: a void case). ``planted`` of a
       recorded rewrite finds them itself (:func:`~pmverify.strategies._scales.scale_positions`).
 
-    Shrinks toward every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
+    - ``broadcast``: which broadcast forms are drawn (:mod:`._broadcast`), one draw in four, one
+      input in one form: a size-1 dim where the example's is above 1 (``w[1]``, ``y[T, 1]``), a
+      missing leading dim (``w`` 0-d, ``y[H]`` for ``y[T, H]``), or stride 0 along a dim (an expanded
+      input, its size kept); contiguous example tensors only, and only where ``pattern`` runs on the
+      form and its outputs keep their shapes and dtypes (it broadcasts that input), checked on zeros
+      at the example's sizes and again at each draw's. ``None`` (default): every position, when the
+      pattern is known (``pattern=``, or :func:`planted` consuming these inputs gives its search
+      function), else none; a sequence of ``(input index, dim)`` pairs: those positions only (a
+      missing leading dim where the dim is 0), drawn without a check when no pattern is known;
+      ``False``: none. Not with ``dynamic``. :func:`planted` records a plain pattern's instance
+      in a broadcast form ``must_match=None, reason="broadcast"``.
+    - ``pattern``: the search function the inputs are for (it takes the drawn tuple), to find the
+      broadcast forms; default None.
+
+    Shrinks toward no broadcast form, every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
     named) and all-zero tensors.
 
     Raises ``hypothesis.errors.InvalidArgument`` when ``example_inputs`` is not a tuple or list or
@@ -472,7 +486,9 @@ def like(
     its lower bound; and with ``dynamic``: a value that is not a bool, a symbol name or a
     non-empty list of them, more than two names, a named symbol whose bounds do not hold 11 and 13,
     a symbol whose every size is a multiple of 11 or 13, or a static example size that is; and
-    ``scales`` that is not a sequence of positions of floating example tensors.
+    ``scales`` that is not a sequence of positions of floating example tensors; ``broadcast`` that is
+    not None, False or a sequence of ``(input index, dim)`` pairs of tensors of rank 1 or more, or
+    is a sequence given with ``dynamic``; a ``pattern`` that is not callable.
 
     Example: for a norm pattern on ``(x[8, 16], weight[16], 1e-6)``::
 
