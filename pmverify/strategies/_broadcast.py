@@ -9,8 +9,8 @@ its example shape is wrong there only. A *form* changes one input at one dim:
 - ``"expand"``: stride 0 along that dim (one value read, ``expand``), its size kept.
 
 A form is drawn only where the pattern (the search function) runs on it and its outputs keep the
-shapes and dtypes of the inputs without the form (:func:`allows`): where the pattern broadcasts the
-input. Contiguous example tensors only (a strided one keeps its layout family).
+shapes and dtypes of the inputs without the form, and gain no stride-0 dim (:func:`allows`): where
+the pattern broadcasts the input. Contiguous example tensors only (a strided one keeps its layout family).
 """
 
 from __future__ import annotations
@@ -108,19 +108,25 @@ def apply_shape(form: BroadcastForm, shape: Sequence[int]) -> tuple[tuple[int, .
 
 
 def _outputs(pattern: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, ...] | None:
-    """The (shape, dtype) of each tensor output of ``pattern`` run eagerly on clones of ``args``
-    (no grad, a forked CPU RNG), or None when it raises."""
+    """The (shape, dtype, whether stride 0) of each tensor output of ``pattern`` run eagerly on
+    ``args`` themselves (throwaway zeros: a clone would make an expanded input dense; an in-place op
+    on an expanded one raises), no grad, a forked CPU RNG; None when it raises."""
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            out = pattern(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+            out = pattern(*args)
     except Exception:  # noqa: BLE001 - whatever the pattern raises: it does not run on these inputs
         return None
-    return tuple((tuple(t.shape), t.dtype) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+    return tuple(
+        (tuple(t.shape), t.dtype, any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride(), strict=True)))
+        for t in pytree.tree_leaves(out)
+        if isinstance(t, torch.Tensor)
+    )
 
 
 def allows(pattern: Callable[..., Any], plain: Sequence[Any], formed: Sequence[Any]) -> bool:
-    """Whether ``pattern`` runs on both input tuples and its tensor outputs have the same shapes and
-    dtypes: it broadcasts the input the form changed."""
+    """Whether ``pattern`` runs on both input tuples and its tensor outputs have the same shapes,
+    dtypes and no new stride-0 dim: it broadcasts the input the form changed (an output that is a
+    view of an expanded input passes the layout on, a question of strides, not of broadcasting)."""
     before = _outputs(pattern, plain)
     return before is not None and before == _outputs(pattern, formed)
 

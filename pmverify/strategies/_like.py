@@ -465,7 +465,7 @@ def like(
       input in one form: a size-1 dim where the example's is above 1 (``w[1]``, ``y[T, 1]``), a
       missing leading dim (``w`` 0-d, ``y[H]`` for ``y[T, H]``), or stride 0 along a dim (an expanded
       input, its size kept); contiguous example tensors only, and only where ``pattern`` runs on the
-      form and its outputs keep their shapes and dtypes (it broadcasts that input), checked on zeros
+      form and its outputs keep their shapes and dtypes, none stride 0 (it broadcasts that input), checked on zeros
       at the example's sizes and again at each draw's. ``None`` (default): every position, when the
       pattern is known (``pattern=``, or :func:`planted` consuming these inputs gives its search
       function), else none; a sequence of ``(input index, dim)`` pairs: those positions only (a

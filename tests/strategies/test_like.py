@@ -250,3 +250,10 @@ def test_broadcast_forms_need_a_pattern_or_named_positions():
     assert x.shape == (8, 16)
     with pytest.raises(NoSuchExample):
         minimal(like(NORM, vary=NORM_VARY, broadcast=False, pattern=_norm), lambda i: bool(_forms(i[0], i[1])))
+
+
+def test_no_broadcast_form_a_view_pattern_passes_on():
+    # x.t() of an expanded x is a stride-0 output: a layout passed on, not a broadcast (a clone of
+    # it is contiguous); forms of other sizes change the output's shape
+    with pytest.raises(NoSuchExample):
+        minimal(like((torch.empty(4, 6),), vary="duck", pattern=lambda x: x.t()), lambda i: 0 in i[0].stride())
