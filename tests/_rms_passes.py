@@ -33,6 +33,15 @@ def only_pattern_keywords(match) -> bool:
     return not any(node.kwargs for node in match.nodes) and not isinstance(match.kwargs.get("eps"), torch.fx.Node)
 
 
+def fused_op_takes(match) -> bool:
+    """``only_pattern_keywords``, and the shapes the fused op takes: ``w [H]`` with ``x [..., H]``
+    (the pattern also runs where ``w`` or ``x`` broadcasts, ``w[1]`` or ``x[T, 1]``, which
+    ``planted`` draws; the op's fake kernel gives ``x``'s shape)."""
+    x, w = (match.kwargs[name].meta.get("val") for name in ("x", "w"))
+    shapes = x.dim() >= 1 and w.dim() == 1 and w.shape[0] == x.shape[-1]
+    return only_pattern_keywords(match) and shapes
+
+
 def rms_replacement(x, w, eps):
     return torch.ops.pmverify_test_rms.rms_norm(x, w, eps)
 
@@ -57,7 +66,7 @@ class MyRMSNormPass:
             list(RMS_EXAMPLE_INPUTS),
             fwd_only,
             self.patterns,
-            extra_check=only_pattern_keywords,
+            extra_check=fused_op_takes,
             scalar_workaround={"eps": 1e-6},
         )
         self.matched_count = 0

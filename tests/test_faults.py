@@ -107,6 +107,7 @@ _OTHER_CONFIGS = {
             faults.MeanDecompositionDropsDtype,
             faults.FusedAddRMSNormLeftUnsorted,
             faults.SoftmaxFusionIgnoresDim,
+            faults.GeluMulFlattensUnbroadcast,
         )
     },
     faults.GeluMulRegisteredAtFloat32Only: (
@@ -169,7 +170,8 @@ def _planted(rewrite: str):
     from pmverify.strategies import like, planted
 
     found = {r.name: r for r in rewrites(CONFIG)}[rewrite]
-    inputs = like(found.example_inputs, vary={"tokens": [(0, 0)]})
+    # no broadcast forms: these tests pin the seed-0 findings of mutation and getitem faults
+    inputs = like(found.example_inputs, vary={"tokens": [(0, 0)]}, broadcast=False)
     return planted(found.search_fn, inputs, pass_config=CONFIG, name=rewrite, min_instances=1)
 
 

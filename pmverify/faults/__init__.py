@@ -69,6 +69,7 @@ __all__ = [
     "WriteBackHoistStaleRegions",
     "BlindDefunctionalization",
     "GeluMulRegisteredAtFloat32Only",
+    "GeluMulFlattensUnbroadcast",
 ]
 
 #: Where each name lives, imported on first use (PEP 562): importing this package imports neither
@@ -77,6 +78,8 @@ _HOMES = {
     "BANK": "._bank",
     "Fault": "._bank",
     "RMSNormUninitializedAccumulator": ".buffers",
+    "GeluMulFlattensUnbroadcast": ".broadcasts",
+    "GeluMulFlattens": ".broadcasts",
     "QKNormUuidIgnoresConfig": ".cache_keys",
     "QKNormCastsWeightToActivationDtype": ".casts",
     "QKNormDropsUpcast": ".casts",

@@ -13,6 +13,9 @@ from hypothesis.strategies import SearchStrategy
 from ..fusions.qk_norm.testing.target import rotation
 from ._common import DtypesConfig
 from .aliasing import ReinplaceReadsWhatItWrites
+from .broadcasts import GELU_MUL_EXAMPLE as BROADCAST_GELU_MUL_EXAMPLE
+from .broadcasts import GeluMulFlattensUnbroadcast
+from .broadcasts import gelu_mul_pattern as broadcast_gelu_mul_pattern
 from .buffers import RMSNormUninitializedAccumulator
 from .cache_keys import QKNormUuidIgnoresConfig
 from .casts import QKNormCastsWeightToActivationDtype, QKNormDropsUpcast, QKNormWrongRoundingOrder
@@ -247,6 +250,9 @@ def _gelu_mul() -> Families:
 
 _softmax = _planted(softmax_pattern, (torch.empty(4, 8), torch.empty(4, 8)), "duck", DtypesConfig(), "softmax")
 _addcmul = _planted(addcmul_pattern, (torch.empty(4, 8),) * 3, "duck", DtypesConfig(), "addcmul")
+_broadcast_gelu_mul = _planted(
+    broadcast_gelu_mul_pattern, BROADCAST_GELU_MUL_EXAMPLE, "duck", DtypesConfig(), "gelu_mul"
+)
 _rms_eps = _planted(
     rms_norm_pattern,
     (torch.empty(8, 16), torch.empty(16)),
@@ -316,5 +322,6 @@ BANK: dict[str, Fault] = {
               ("semantics", "mutation_barriers"), _defunc),
         Fault(GeluMulRegisteredAtFloat32Only, "fusion registered at float32 only, never fuses bfloat16 (never-fused dtype)",
               ("unfused",), _gelu_mul),
+        Fault(GeluMulFlattensUnbroadcast, "replacement ignores a broadcast operand", ("semantics",), _broadcast_gelu_mul),
     )
 }  # fmt: skip

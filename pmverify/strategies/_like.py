@@ -21,6 +21,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._symbolic import HINTS
 from .._validation import short_repr, validate_int, validate_optional_int, validate_order
+from ._broadcast import BroadcastForm, allows, apply_shape, candidate_forms, validate_broadcast
 from ._dynamic import validate_dynamic
 from ._public import public_call
 from ._scales import scale_tensors
@@ -300,6 +301,55 @@ def _hinted(draw: Any, dynamic: _Dynamic | None) -> dict[str, int]:
     return hinted
 
 
+class _Broadcasts:
+    """The broadcast forms :func:`like` may draw (:mod:`._broadcast`): those at the named
+    ``positions`` (None: every dim of a contiguous example tensor), where ``pattern`` (when known)
+    runs on them at the example's sizes; found on first use, as that runs the pattern."""
+
+    def __init__(self, described: tuple[Any, ...], positions: frozenset[tuple[int, int]] | None, pattern: Any) -> None:
+        self.described, self.positions, self.pattern = described, positions, pattern
+        self._forms: tuple[BroadcastForm, ...] | None = None
+
+    def forms(self) -> tuple[BroadcastForm, ...]:
+        if self._forms is None:
+            forms = candidate_forms(self.described, self.positions)
+            if self.pattern is not None:
+                shapes = {i: item.shape for i, item in enumerate(self.described) if isinstance(item, TensorLike)}
+                forms = tuple(form for form in forms if self.runs(form, shapes))
+            self._forms = forms
+        return self._forms
+
+    def runs(self, form: BroadcastForm, shapes: Mapping[int, Sequence[int]]) -> bool:
+        """Whether the pattern (if any) broadcasts input ``form.index`` in ``form`` at ``shapes``."""
+        if self.pattern is None:
+            return True
+        plain = tuple(
+            torch.zeros(tuple(shapes[i]), dtype=item.dtype) if isinstance(item, TensorLike) else item
+            for i, item in enumerate(self.described)
+        )
+        formed = list(plain)
+        shape, values = apply_shape(form, shapes[form.index])
+        formed[form.index] = torch.zeros(values, dtype=plain[form.index].dtype).expand(shape)
+        return allows(self.pattern, plain, formed)
+
+    def __repr__(self) -> str:
+        return f"broadcasts({self.positions!r}, {self.pattern!r})"
+
+
+#: One draw in this many is a broadcast form, where the example allows one.
+_BROADCAST_SHARE = 4
+
+
+def _draw_form(draw: Any, broadcasts: _Broadcasts | None, shapes: Mapping[int, Sequence[int]]) -> BroadcastForm | None:
+    """The broadcast form of this draw (one draw in :data:`_BROADCAST_SHARE`; shrinks to none),
+    kept where the pattern broadcasts it at the drawn sizes too."""
+    forms = () if broadcasts is None else broadcasts.forms()
+    if not forms or draw(st.integers(0, _BROADCAST_SHARE - 1)) < _BROADCAST_SHARE - 1:
+        return None
+    form = draw(st.sampled_from(forms))
+    return form if broadcasts.runs(form, shapes) else None
+
+
 @st.composite
 def _inputs(
     draw: Any,
@@ -308,6 +358,7 @@ def _inputs(
     dynamic: _Dynamic | None = None,
     fixed: bool = False,
     scales: frozenset[int] = frozenset(),
+    broadcasts: _Broadcasts | None = None,
 ) -> tuple[Any, ...]:
     shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, TensorLike)}
     hinted = _hinted(draw, dynamic)
@@ -322,14 +373,21 @@ def _inputs(
             size = draw(st.sampled_from(_not_at_hints(symbol.low, symbol.high)))
         for index, dim in symbol.positions:
             shapes[index][dim] = size
-    return tuple(
-        item.laid_out(
-            draw((scale_tensors if i in scales else tensors)(item.dtype, item.drawn_shape(shapes[i]))), shapes[i]
-        )
-        if isinstance(item, TensorLike)
-        else item
-        for i, item in enumerate(example)
-    )
+    form = _draw_form(draw, broadcasts, shapes)
+    drawn = []
+    for i, item in enumerate(example):
+        if not isinstance(item, TensorLike):
+            drawn.append(item)
+            continue
+        values = scale_tensors if i in scales else tensors
+        if form is not None and form.index == i:
+            shape, value_shape = apply_shape(form, shapes[i])
+            tensor = draw(values(item.dtype, value_shape)).expand(shape).requires_grad_(item.requires_grad)
+            tensor.pmverify_broadcast = form.kind  # planted's ground truth reads it
+            drawn.append(tensor)
+        else:
+            drawn.append(item.laid_out(draw(values(item.dtype, item.drawn_shape(shapes[i]))), shapes[i]))
+    return tuple(drawn)
 
 
 def _scales_spec(example: tuple[Any, ...], scales: Any) -> frozenset[int]:
@@ -354,6 +412,8 @@ def like(
     max_side: int = _DEFAULT_MAX_SIDE,
     dynamic: bool | str | Sequence[str] = False,
     scales: Sequence[int] = (),
+    broadcast: Sequence[tuple[int, int]] | bool | None = None,
+    pattern: Any = None,
 ) -> st.SearchStrategy[tuple[Any, ...]]:
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
@@ -401,7 +461,21 @@ def like(
       never 0 (a zero scale makes the float64 reference NaN: a void case). ``planted`` of a
       recorded rewrite finds them itself (:func:`~pmverify.strategies._scales.scale_positions`).
 
-    Shrinks toward every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
+    - ``broadcast``: which broadcast forms are drawn (:mod:`._broadcast`), one draw in four, one
+      input in one form: a size-1 dim where the example's is above 1 (``w[1]``, ``y[T, 1]``), a
+      missing leading dim (``w`` 0-d, ``y[H]`` for ``y[T, H]``), or stride 0 along a dim (an expanded
+      input, its size kept); contiguous example tensors only, and only where ``pattern`` runs on the
+      form and its outputs keep their shapes and dtypes, none stride 0 (it broadcasts that input), checked on zeros
+      at the example's sizes and again at each draw's. ``None`` (default): every position, when the
+      pattern is known (``pattern=``, or :func:`planted` consuming these inputs gives its search
+      function), else none; a sequence of ``(input index, dim)`` pairs: those positions only (a
+      missing leading dim where the dim is 0), drawn without a check when no pattern is known;
+      ``False``: none. Not with ``dynamic``. :func:`planted` records a plain pattern's instance
+      in a broadcast form ``must_match=None, reason="broadcast"``.
+    - ``pattern``: the search function the inputs are for (it takes the drawn tuple), to find the
+      broadcast forms; default None.
+
+    Shrinks toward no broadcast form, every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
     named) and all-zero tensors.
 
     Raises ``hypothesis.errors.InvalidArgument`` when ``example_inputs`` is not a tuple or list or
@@ -412,7 +486,9 @@ def like(
     its lower bound; and with ``dynamic``: a value that is not a bool, a symbol name or a
     non-empty list of them, more than two names, a named symbol whose bounds do not hold 11 and 13,
     a symbol whose every size is a multiple of 11 or 13, or a static example size that is; and
-    ``scales`` that is not a sequence of positions of floating example tensors.
+    ``scales`` that is not a sequence of positions of floating example tensors; ``broadcast`` that is
+    not None, False or a sequence of ``(input index, dim)`` pairs of tensors of rank 1 or more, or
+    is a sequence given with ``dynamic``; a ``pattern`` that is not callable.
 
     Example: for a norm pattern on ``(x[8, 16], weight[16], 1e-6)``::
 
@@ -432,8 +508,19 @@ def like(
     scale_set = _scales_spec(example, scales)
     symbols = _symbols(example, vary, min_side, max_side)
     described = tuple(map(TensorLike.of, example))
+    positions = validate_broadcast(broadcast, example)
+    if positions not in (None, False) and dynamic is not False:
+        raise InvalidArgument(
+            f"broadcast={broadcast!r} with dynamic={dynamic!r}: broadcast forms are drawn static only"
+        )
+    if pattern is not None and not callable(pattern):
+        raise InvalidArgument(f"pattern={pattern!r} must be callable (the search function)")
+    if dynamic is False and positions is not False and (pattern is not None or positions is not None):
+        broadcasts = _Broadcasts(described, positions, pattern)
+    else:
+        broadcasts = None
     if dynamic is False:
-        drawn = _inputs(described, symbols, scales=scale_set)
+        drawn = _inputs(described, symbols, scales=scale_set, broadcasts=broadcasts)
     else:
         fixed = vary is None
         candidates = (
@@ -441,8 +528,28 @@ def like(
         )
         drawn = _inputs(described, candidates, _dynamic_spec(example, candidates, dynamic, fixed), fixed, scale_set)
     strategy = public_call(
-        like, drawn, described, vary=vary, min_side=min_side, max_side=max_side, dynamic=dynamic, scales=tuple(scales)
+        like,
+        drawn,
+        described,
+        vary=vary,
+        min_side=min_side,
+        max_side=max_side,
+        dynamic=dynamic,
+        scales=tuple(scales),
+        broadcast=broadcast if positions is None or positions is False else tuple(broadcast),
+        pattern=pattern,
     )
-    # ``planted`` reads the example inputs to tell the traces a pass registered with them matches.
+    # ``planted`` reads the example inputs to tell the traces a pass registered with them matches,
+    # and gives its search function to draw the broadcast forms where it runs on them.
     strategy.pmverify_example_inputs = example
+    if pattern is None and positions is not False and dynamic is False:
+        strategy.pmverify_with_pattern = lambda search: like(
+            example_inputs,
+            vary=vary,
+            min_side=min_side,
+            max_side=max_side,
+            scales=scales,
+            broadcast=broadcast,
+            pattern=search,
+        )
     return strategy

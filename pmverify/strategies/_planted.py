@@ -46,6 +46,7 @@ from .._fx import GRADIENT_OUTPUTS, flat_nodes, trace
 from .._record import RecordedRewrite, isolated_pass
 from .._symbolic import HINTS, SymbolizeError, static_source
 from .._validation import short_repr, validate_choices, validate_int, validate_order, validate_strategy
+from ._broadcast import broadcast_kind
 from ._dtype_support import add_reader
 from ._dynamic import DYNAMIC_DIMS, symbolize_drawn, validate_dynamic
 from ._joint import detached, gradient_outputs, requires_grad_flags, tangents, with_requires_grad
@@ -456,6 +457,7 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
     args = draw(spec["inputs"])
     if not isinstance(args, (tuple, list)):
         raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
+    form = broadcast_kind(args)  # like() marks a tensor it drew in a broadcast form
     if "numbers" in spec:
         args = spec["numbers"].draw(draw, tuple(args))
     # requiring grad as the example does (a strategy of the caller's may draw plain tensors)
@@ -496,6 +498,8 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
             chosen = isolated_truth(wildcards.rewrite(args), chosen)
         elif chosen.reason in _ASKED_KINDS:
             chosen = _asked_truth(wildcards, args, chosen, signature(gm, loose=True))
+    if chosen.reason in (None, "trace_differs") and form is not None:
+        chosen = _broadcast_truth(spec, chosen)
     if spec.get("dynamic"):  # asked again on the symbolic graph (_planted_dynamic.symbolic_truth)
         if "rewrite" in spec:
             chosen = dataclasses.replace(chosen, matcher=spec["rewrite"].rewrite)
@@ -550,6 +554,33 @@ def _asked_truth(wildcards: _Wildcards, args: tuple[Any, ...], inst: Traced, str
             if wildcards.reference == structure:
                 return isolated_truth(rewrite, inst)
     return dataclasses.replace(inst, must_match=None)
+
+
+class _SearchCall:
+    """The search function called on a :func:`like` tuple (the ``scalar_workaround`` arguments at
+    their example values where the tuple leaves them out); shown by the function's name."""
+
+    def __init__(self, pattern: Callable[..., Any], positions: dict[int, Any]) -> None:
+        self.pattern, self.positions = pattern, positions
+
+    def __call__(self, *args: Any) -> Any:
+        return self.pattern(*_full_example(self.pattern, args, self.positions))
+
+    def __repr__(self) -> str:
+        return _name(self.pattern)
+
+
+def _broadcast_truth(spec: dict[str, Any], inst: Traced) -> Traced:
+    """The ground truth of an instance whose inputs :func:`like` drew in a broadcast form (a size
+    1, a missing leading dim, stride 0): a recorded rewrite's matcher was asked (its
+    ``extra_check`` included); a plain pattern's instance is ``must_match=None`` (a correct pass may
+    refuse the form: the semantics oracle judges it where it rewrites); reason ``"broadcast"`` for
+    one that need not match."""
+    if inst.must_match is True and "wildcards" in spec:
+        inst = dataclasses.replace(inst, must_match=None, reason="broadcast")
+    elif inst.reason == "trace_differs":
+        inst = dataclasses.replace(inst, reason="broadcast")
+    return inst
 
 
 def _go_on(draw: Any) -> bool:
@@ -893,8 +924,8 @@ def planted(
         exclusive_arg_names = tuple(k for k in rewrite.exclusive_arg_names if k in names)
         if name is None:
             name = rewrite.pattern_name
-        if inputs is None:
-            inputs = like(example_inputs, scales=recorded_args.scales)
+        if inputs is None:  # (no broadcast forms: the audit's cases stay as they were)
+            inputs = like(example_inputs, scales=recorded_args.scales, broadcast=False)
     if not callable(pattern):
         raise InvalidArgument(f"pattern={_name(pattern)} must be a function, as given to register_replacement")
     if inputs is None:
@@ -933,6 +964,9 @@ def planted(
     positions, exclusive = _check_wildcards(pattern, scalar_workaround, exclusive_arg_names)
     if example_inputs is not None:  # (its length checked now, not when drawing)
         example_inputs = _full_example(pattern, example_inputs, positions)
+    rebuild = getattr(inputs, "pmverify_with_pattern", None)
+    if rebuild is not None and not dynamic:  # like() draws broadcast forms where the pattern runs on them
+        inputs = rebuild(_SearchCall(pattern, positions))
     if positions:  # drawn around their example values, as Inductor matches them at any value
         count = len(_parameters(pattern))
         inputs = _with_scalars(inputs, count, tuple((i, _scalar_values(v)) for i, v in positions.items()))

@@ -7,7 +7,7 @@ import pytest
 import torch
 from _minimal import minimal
 from hypothesis import given, settings
-from hypothesis.errors import InvalidArgument
+from hypothesis.errors import InvalidArgument, NoSuchExample
 
 from pmverify.strategies._like import Dim, layout_strides, like
 from pmverify.strategies._tensors import max_magnitude_of
@@ -123,6 +123,14 @@ def test_sizes_vary():
         (lambda: like(NORM, min_side=-1), "min_side=-1 must be at least 0"),
         (lambda: like(NORM, min_side=5, max_side=4), "min_side=5 is larger than max_side=4"),
         (lambda: like(NORM, max_side=2.0), "max_side=2.0 must be an int"),
+        (lambda: like(NORM, broadcast=True), "broadcast=True must be None, False, or a sequence"),
+        (lambda: like(NORM, broadcast="w"), "broadcast='w' must be None, False, or a sequence"),
+        (lambda: like(NORM, broadcast=[(1,)]), "broadcast=[(1,)] holds (1,), not an (input index, dim) pair"),
+        (lambda: like(NORM, broadcast=[(3, 0)]), "broadcast=[(3, 0)]: input index=3 must be at most 2"),
+        (lambda: like(NORM, broadcast=[(2, 0)]), "example_inputs[2]=1e-06 is not a tensor of rank >= 1"),
+        (lambda: like(NORM, broadcast=[(1, 1)]), "broadcast=[(1, 1)]: dim=1 must be at most 0"),
+        (lambda: like(NORM, broadcast=[(1, 0)], dynamic=True), "broadcast forms are drawn static only"),
+        (lambda: like(NORM, pattern=3), "pattern=3 must be callable"),
         (lambda: Dim(""), "Dim name='' must be a non-empty str"),
         (lambda: Dim("t", min=-1), "Dim('t').min=-1 must be at least 0"),
         (lambda: Dim("t", min=4, max=2), "Dim('t').min=4 is larger than Dim('t').max=2"),
@@ -177,3 +185,75 @@ def test_strided_examples_at_their_own_sizes_have_their_strides():
     drawn = minimal(like(STRIDED))
     assert [t.stride() for t in drawn] == [t.stride() for t in STRIDED]
     assert "stride=(2304, 128, 1, 16)" in repr(like(STRIDED))  # the layout keys the example database
+
+
+# ------------------------------------------------------------------------------- broadcast forms
+
+
+def _norm(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+
+
+def _forms(x, w):
+    """The broadcast forms of a norm draw: w 0-d, w[1] at H > 1, w or x expanded (stride 0)."""
+    forms = set()
+    if w.dim() == 0:
+        forms.add("w_drop")
+    elif w.shape[0] == 1 and x.shape[1] > 1:
+        forms.add("w_one")
+    if any(st == 0 and n > 1 for t in (x, w) for n, st in zip(t.shape, t.stride(), strict=True)):
+        forms.add("expand")
+    return forms
+
+
+@settings(max_examples=60)
+@given(like(NORM, vary=NORM_VARY, pattern=_norm))
+def test_broadcast_forms_keep_the_patterns_output_shapes(inputs):
+    # only forms the pattern broadcasts: x keeps its rank and sizes, so the output is x's shape
+    x, w, eps = inputs
+    assert x.dim() == 2 and x.shape[1] >= 4 and (w.dim() == 0 or w.shape[0] in (1, x.shape[1]))
+    assert _norm(x, w, eps).shape == x.shape
+
+
+@pytest.mark.parametrize("form", ["w_drop", "w_one", "expand"])
+def test_broadcast_forms_are_drawn_examples(form):
+    # each form of the norm is drawn; its minimal draw keeps the other input plain
+    x, w, _ = minimal(like(NORM, vary=NORM_VARY, pattern=_norm), lambda i: form in _forms(i[0], i[1]))
+    assert _forms(x, w) == {form}
+
+
+def test_broadcast_forms_the_pattern_rejects_are_never_drawn():
+    # a pattern that needs one shape (a flat add) allows only the expanded forms
+    def flat_add(x, y):
+        return x.reshape(-1) + y.reshape(-1)
+
+    example = (torch.empty(3, 4), torch.empty(3, 4))
+    found = []
+
+    @settings(max_examples=80, database=None)
+    @given(like(example, vary="duck", pattern=flat_add))
+    def draws(inputs):
+        x, y = inputs
+        assert x.shape == y.shape
+        found.append(any(0 in t.stride() for t in (x, y)))
+
+    draws()
+    assert any(found) and not all(found)
+
+
+def test_broadcast_forms_need_a_pattern_or_named_positions():
+    # without the search function like draws as before; named positions are drawn without one
+    with pytest.raises(NoSuchExample):
+        minimal(like(NORM, vary=NORM_VARY), lambda i: bool(_forms(i[0], i[1])))
+    x, w, _ = minimal(like(NORM, broadcast=[(1, 0)]), lambda i: i[1].dim() == 0)
+    assert x.shape == (8, 16)
+    with pytest.raises(NoSuchExample):
+        minimal(like(NORM, vary=NORM_VARY, broadcast=False, pattern=_norm), lambda i: bool(_forms(i[0], i[1])))
+
+
+def test_no_broadcast_form_a_view_pattern_passes_on():
+    # x.t() of an expanded x is a stride-0 output: a layout passed on, not a broadcast (a clone of
+    # it is contiguous); forms of other sizes change the output's shape
+    with pytest.raises(NoSuchExample):
+        minimal(like((torch.empty(4, 6),), vary="duck", pattern=lambda x: x.t()), lambda i: 0 in i[0].stride())
