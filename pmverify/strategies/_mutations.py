@@ -456,16 +456,22 @@ def _add_mutation(draw: Any, editor: Editor) -> None:
         _add_inplace(draw, editor)
 
 
-def another_follows(draw: Any, count: int, low: int, high: int, first_odds: int = 8) -> bool:
+#: Booleans drawn for the first mutation, any of which draws it: absent in 1 of 2**3 cases
+#: nominally. One boolean or an integer whose 0 means none is not enough: Hypothesis' generation
+#: favours the simplest choice (a fixed ``integers(0, 7) > 0`` left half of the cases without a
+#: mutation), while the shrinker still lowers these one by one to none.
+_FIRST_COINS = 3
+
+
+def another_follows(draw: Any, count: int, low: int, high: int) -> bool:
     """Whether mutation ``count + 1`` (of ``low``..``high``) is drawn: always below ``low``, never at
-    ``high``; else the first with ``first_odds - 1`` in ``first_odds``, each later one with 1 in 2.
-    The draw (an integer whose 0 means no) comes *before* the mutation, and is made even where
-    ``low`` forces the answer, so that every mutation's span of choices looks alike; its 0 is what
-    the shrinker tries first: no (further) mutation."""
+    ``high``; else the first where any of :data:`_FIRST_COINS` booleans is True, each later one on
+    one boolean. Drawn *before* the mutation, and even where ``low`` forces the answer, so that every
+    mutation's span of choices looks alike; False, what the shrinker tries, is no (further) mutation."""
     if count >= high:
         return False
-    go_on = draw(st.integers(0, first_odds - 1 if count == 0 else 1)) > 0
-    return go_on or count < low
+    coins = [draw(st.booleans()) for _ in range(_FIRST_COINS if count == 0 else 1)]
+    return any(coins) or count < low
 
 
 @st.composite
@@ -504,8 +510,9 @@ def with_mutations(
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for the in-place form (``form="inplace"``) of cases drawn from ``cases``.
 
-    Each case gets ``min_mutations``..``max_mutations`` in-place aten ops (one or more in 7 of 8
-    cases by default, 2 in 7 of 16; a case that gets none is the drawn case, its form unchanged): ``add_`` (a scalar in {1, -0.5, 0.25,
+    Each case gets ``min_mutations``..``max_mutations`` in-place aten ops (by default one or more
+    in 7 of 8 cases nominally, about 6 in 10 as Hypothesis generates, which favours the simplest
+    choices; a case that gets none is the drawn case, its form unchanged): ``add_`` (a scalar in {1, -0.5, 0.25,
     -2}, or a new input in [-2, 2) of the written shape or its last dim), ``mul_`` (a scalar in
     {-1, -0.5, -0.75}, or a new input in [0.5, 1)), ``copy_`` (from a new input in [-2, 2) or
     from an input or buffer of the same shape and dtype) and ``index_put_`` (distinct int64 row

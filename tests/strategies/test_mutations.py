@@ -95,7 +95,7 @@ _EXAMPLES = {
         ),
     ),
     "buffer_inside_chained_layers": (
-        lambda: with_mutations(qk_norm_cases(min_instances=2)),
+        lambda: with_mutations(qk_norm_cases(min_instances=2), min_mutations=2),
         lambda c: any(
             n.op == "call_function" and placements_of(c, [s.node]) & {"inside"}
             for s in c.mutations
