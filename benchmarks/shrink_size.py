@@ -30,7 +30,11 @@ Every shrinking that ran to its end left one instance; before, one mutation alwa
 add_ of a scalar to an input: one op node of ``ops``), after, none where the failure does not
 need it, and the one inside the norm for HandRMSNormIgnoresMutations. AddcmulFusionDropsAlpha
 seed 0 found another failure after (mutation_barriers and expectations: the peephole, matching
-by target, also fuses across an in-place op), which keeps the two mutations it shrank to. ``--inside-rate 200`` (cases with a mutation / with
+by target, also fuses across an in-place op), which keeps the two mutations it shrank to.
+HandRMSNormIgnoresMutations seed 0 again at load 1-2: before 105 cases, 30 s, 7/1/1/1; after 786
+cases, 174 s, 7/1/1/1 (three distinct failures each shrunk; the after search found them at case 4
+in a larger case: 3 instances, 20 ops), so one fault's shrinking can take longer where its first
+failing case is larger; the other rows shrank faster after. ``--inside-rate 200`` (cases with a mutation / with
 one inside an instance, what HandRMSNormIgnoresMutations needs): before 200 / 38, after 114 / 44.
 """
 
