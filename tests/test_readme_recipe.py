@@ -57,3 +57,58 @@ def test_the_dynamic_recipe_passes_a_correct_pass_on_symbolic_cases(finding_only
     assert case.symbols and case.symbols[0].name == "s0"
     with finding_only():
         recipe["test_my_pass_on_symbolic_token_counts"]()
+
+
+# Issue 30: a shrunk case keeps only the mutations and instances its failure needs (cheap twins of
+# these searches: tests/strategies/test_mutations.py, the shrinking section).
+
+
+def _shrunk(pass_, cases, seed=0):
+    """The case ``verify`` shrinks to (seeded, no database), and its oracles."""
+    from hypothesis import settings
+
+    with pytest.raises(pmverify.PassVerificationError) as raised:
+        # past the default 180 s: a loaded machine cuts less (Hypothesis' own limit, 300 s, still holds)
+        pmverify.verify(
+            pass_, cases, max_examples=100, seed=seed, settings=settings(database=None), shrink_budget_s=900
+        )
+    assert not raised.value.shrink_note, raised.value.shrink_note  # shrinking ran to its end
+    return raised.value.case, {v.oracle for v in raised.value.violations}
+
+
+@pytest.mark.slow  # the search and its shrinking: 30-200 s on 2 shared cores
+def test_the_recipe_shrinks_a_hard_coded_eps_to_no_mutation_and_one_instance(tmp_path, monkeypatch):
+    from _rms_passes import HardCodedEpsPass
+
+    monkeypatch.setenv("PMVERIFY_REPRO_DIR", str(tmp_path))
+    case, oracles = _shrunk(HardCodedEpsPass(), _recipe()["cases"])
+    assert oracles == {"semantics"}
+    assert case.mutations == () and len(case.planted) == 1 and case.planted[0].reason is None
+
+
+def _minimax_rms(x, w):
+    """transformers' float32 RMS norm, as HandRMSNormIgnoresMutations matches it."""
+    import torch
+
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+@pytest.mark.slow  # the search and its shrinking: 30-200 s on 2 shared cores
+def test_the_recipe_shrinks_a_mutation_barrier_fault_to_the_one_mutation_inside(tmp_path, monkeypatch):
+    import torch
+
+    from pmverify.faults.mutations import HandRMSNormIgnoresMutations
+    from pmverify.strategies import like, planted, with_mutations
+
+    monkeypatch.setenv("PMVERIFY_REPRO_DIR", str(tmp_path))
+    inputs = like((torch.empty(8, 16), torch.empty(16)), vary={"t": [(0, 0)], "h": [(0, 1), (1, 0)]})
+    # seed 1: found at the 3rd case, shrunk in about 190 cases (seed 0 finds three distinct failures
+    # whose shrinking outlasts the budget on a loaded machine)
+    case, oracles = _shrunk(
+        HandRMSNormIgnoresMutations(None), with_mutations(planted(_minimax_rms, inputs, min_instances=1)), seed=1
+    )
+    assert oracles & {"expectations", "mutation_barriers"}
+    assert len(case.mutations) == 1 and len(case.planted) == 1
+    order = {node.name: i for i, node in enumerate(case.gm.graph.nodes)}
+    span = [order[name] for name in case.planted[0].nodes]
+    assert min(span) < order[case.mutations[0].node] < max(span)  # the one mutation, inside the norm

@@ -1,7 +1,8 @@
 """``with_mutations``: the in-place form of a case, as ``torch.fx.symbolic_trace`` and pre-grad
 graphs have it.
 
-A drawn case is extended by 1..``max_mutations`` mutations. Each is an in-place aten op (``add_``,
+A drawn case is extended by ``min_mutations``..``max_mutations`` mutations (default 0..2; the
+presence of each drawn before it, so the shrinker drops those a failure does not need). Each is an in-place aten op (``add_``,
 ``mul_``, ``copy_``, ``index_put_``) on a graph input, a buffer (a node computing a fresh tensor) or
 a view of either (``slice`` / ``select`` / ``view`` made just before the op), placed before, inside
 or after a planted instance; or, where a planted instance computes a value, a write-back of that
@@ -35,7 +36,7 @@ from .._case import GraphCase, MutationSite, PlantedInstance
 from .._execution import propagate_fake
 from .._fx import flat_nodes, is_view
 from .._symbolic import MIN_SIZE, static_source
-from .._validation import validate_int, validate_strategy
+from .._validation import validate_int, validate_order, validate_strategy
 from ._drawn import validate_drawn_case
 from ._dtype_support import running_on
 from ._dynamic import Dynamic, resymbolize, validate_dynamic
@@ -367,7 +368,9 @@ class Editor:
         # A write-back's extra user first: it outlasts functionalization, a barrier does not.
         planted = mark_write_back_readers(self.graph, self.case.planted, {n.name for n in self.write_backs})
         planted = mark_mutations_inside(self.graph, planted)
-        label = f"{self.case.label} + {', '.join(self.tags)}" if self.case.label else ", ".join(self.tags)
+        label = ", ".join(self.tags)
+        if self.case.label:
+            label = f"{self.case.label} + {label}" if label else self.case.label
         return dataclasses.replace(
             self.case,
             gm=self.gm,
@@ -453,27 +456,63 @@ def _add_mutation(draw: Any, editor: Editor) -> None:
         _add_inplace(draw, editor)
 
 
+#: Booleans drawn for the first mutation, any of which draws it: absent in 1 of 2**3 cases
+#: nominally. One boolean or an integer whose 0 means none is not enough: Hypothesis' generation
+#: favours the simplest choice (a fixed ``integers(0, 7) > 0`` left half of the cases without a
+#: mutation), while the shrinker still lowers these one by one to none.
+_FIRST_COINS = 3
+
+
+def another_follows(draw: Any, count: int, low: int, high: int) -> bool:
+    """Whether mutation ``count + 1`` (of ``low``..``high``) is drawn: always below ``low``, never at
+    ``high``; else the first where any of :data:`_FIRST_COINS` booleans is True, each later one on
+    one boolean. Drawn *before* the mutation, and even where ``low`` forces the answer, so that every
+    mutation's span of choices looks alike; False, what the shrinker tries, is no (further) mutation."""
+    if count >= high:
+        return False
+    coins = [draw(st.booleans()) for _ in range(_FIRST_COINS if count == 0 else 1)]
+    return any(coins) or count < low
+
+
 @st.composite
-def _inplace_cases(draw: Any, cases: st.SearchStrategy, max_mutations: int, dynamic: Dynamic | None) -> GraphCase:
+def mutation_chain(draw: Any, add: Any, count: int, low: int, high: int) -> int:
+    """Mutations ``count + 1`` and on, as a linked list (``add(draw)`` adds one; returns how many
+    were added in all): each one's span holds the mutation, whether another follows, and the rest
+    nested inside, so that the shrinker drops a mutation the failure does not need by putting the
+    rest in its place (as :func:`~pmverify.strategies.planted` drops an instance)."""
+    add(draw)
+    count += 1
+    if another_follows(draw, count, low, high):
+        return draw(mutation_chain(add, count, low, high))
+    return count
+
+
+@st.composite
+def _inplace_cases(
+    draw: Any, cases: st.SearchStrategy, min_mutations: int, max_mutations: int, dynamic: Dynamic | None
+) -> GraphCase:
     case = draw(cases)
     validate_drawn_case("cases", case)
     editor = Editor(static_source(case), draw(st.integers(0, 2**32 - 1)))
     editor.symbolic = bool(case.symbols) if dynamic is None else bool(dynamic)
-    _add_mutation(draw, editor)
-    while len(editor.mutations) < max_mutations and draw(st.booleans()):
-        _add_mutation(draw, editor)
-    return resymbolize(draw, editor.finish("inplace"), case, dynamic)
+    if another_follows(draw, 0, min_mutations, max_mutations):
+        draw(mutation_chain(lambda d: _add_mutation(d, editor), 0, min_mutations, max_mutations))
+    # without a mutation, the drawn case as it was (its form too)
+    return resymbolize(draw, editor.finish("inplace" if editor.mutations else case.form), case, dynamic)
 
 
 def with_mutations(
     cases: st.SearchStrategy[GraphCase],
     *,
+    min_mutations: int = 0,
     max_mutations: int = 2,
     dynamic: bool | str | Sequence[str] | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for the in-place form (``form="inplace"``) of cases drawn from ``cases``.
 
-    Each case gets 1..``max_mutations`` in-place aten ops: ``add_`` (a scalar in {1, -0.5, 0.25,
+    Each case gets ``min_mutations``..``max_mutations`` in-place aten ops (by default one or more
+    in 7 of 8 cases nominally, about 6 in 10 as Hypothesis generates, which favours the simplest
+    choices; a case that gets none is the drawn case, its form unchanged): ``add_`` (a scalar in {1, -0.5, 0.25,
     -2}, or a new input in [-2, 2) of the written shape or its last dim), ``mul_`` (a scalar in
     {-1, -0.5, -0.75}, or a new input in [0.5, 1)), ``copy_`` (from a new input in [-2, 2) or
     from an input or buffer of the same shape and dtype) and ``index_put_`` (distinct int64 row
@@ -501,12 +540,19 @@ def with_mutations(
     span becomes ``must_match=False, reason="mutation_inside"`` (see
     :func:`mark_mutations_inside`); one whose intermediate (a node read only inside it, not
     returned) a write-back reads becomes ``must_match=False, reason="extra_user"`` (Inductor's
-    matcher counts an intermediate's users; a write-back of an output leaves it a match). Shrinks
-    toward one ``add_`` of a scalar to a graph input, before the first instance.
+    matcher counts an intermediate's users; a write-back of an output leaves it a match).
+
+    Shrinks toward no mutation (``min_mutations`` of them), and a mutation toward an ``add_`` of a
+    scalar to a graph input, before the first instance: whether a mutation follows is drawn before
+    it, and each mutation's choices are nested in the one before, so the shrinker drops every
+    mutation a failure does not need (a semantics bug unrelated to mutation shrinks to a case with
+    none; one that needs a mutation inside an instance, to a case with that one).
 
     - ``cases``: a strategy of :class:`~pmverify.GraphCase` in the functional form, e.g.
       :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`; its instance nodes may be interleaved with context.
-    - ``max_mutations``: most in-place ops per case (an int >= 1; default 2).
+    - ``min_mutations``: fewest in-place ops per case (an int >= 0; default 0); 1 keeps every case
+      in the in-place form.
+    - ``max_mutations``: most in-place ops per case (an int >= 1 and >= ``min_mutations``; default 2).
     - ``dynamic``: symbolic sizes (see :func:`~pmverify.strategies.fx_graphs`). ``None`` (default):
       as the drawn case: a symbolic case is extended in its concrete form (its ``source``) and
       symbolized again with the same symbols (new inputs of a written shape share its symbols, an
@@ -517,7 +563,8 @@ def with_mutations(
       ``None`` and ``False`` matter for it.
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy, a
-    ``max_mutations`` that is not an int >= 1, or a ``dynamic`` that is not None, a bool,
+    ``min_mutations`` that is not an int >= 0, a ``max_mutations`` that is not an int >= 1, a
+    ``min_mutations`` above ``max_mutations``, or a ``dynamic`` that is not None, a bool,
     ``"tokens"`` or a non-empty list of it.
 
     Example::
@@ -528,12 +575,15 @@ def with_mutations(
             assert result.ok and result.rewrite_count == case.expected_matches, result.violations
     """
     validate_strategy("cases", cases)
+    validate_int("min_mutations", min_mutations, 0)
     validate_int("max_mutations", max_mutations, 1)
+    validate_order("min_mutations", min_mutations, "max_mutations", max_mutations)
     canonical = validate_dynamic("dynamic", dynamic, follow=True)
     return public_call(
         with_mutations,
-        _inplace_cases(cases, max_mutations, canonical),
+        _inplace_cases(cases, min_mutations, max_mutations, canonical),
         cases,
+        min_mutations=min_mutations,
         max_mutations=max_mutations,
         dynamic=dynamic,
     )

@@ -169,7 +169,7 @@ def test_hand_matcher_fault_is_caught_by_this_oracle():
 
 
 @settings(max_examples=10)
-@given(with_mutations(qk_norm_cases()) | with_mutating_custom_ops(qk_norm_cases()))
+@given(with_mutations(qk_norm_cases(), min_mutations=1) | with_mutating_custom_ops(qk_norm_cases()))
 def test_shipped_pass_never_crosses(case):
     result = check_case(QKNormFusionPass, case, oracles=["mutation_barriers"])
     assert result.ok, result.violations
@@ -187,7 +187,7 @@ def _rebuild_every_node(graph):
 
 
 @settings(max_examples=10)
-@given(with_mutations(fx_graphs()))
+@given(with_mutations(fx_graphs(), min_mutations=1))
 def test_rebuilding_nodes_in_place_holds(case):
     result = check_case(_rebuild_every_node, case, oracles=["mutation_barriers", "semantics", "structure"])
     assert result.ok, result.violations

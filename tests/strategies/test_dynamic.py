@@ -137,7 +137,7 @@ def test_fx_graphs_tokens_are_symbolic_and_check_clean(case):
 
 
 @_FEW
-@given(with_mutations(fx_graphs(dynamic="tokens", max_nodes=4)))
+@given(with_mutations(fx_graphs(dynamic="tokens", max_nodes=4), min_mutations=1))
 def test_with_mutations_keeps_a_symbolic_case_symbolic(case):
     assert case.form == "inplace" and case.mutations
     if case.dynamic:
@@ -203,8 +203,10 @@ def _symbolic_val(node: torch.fx.Node) -> bool:
 
 @pytest.mark.parametrize("wrap", [with_mutations, with_mutating_custom_ops])
 def test_minimal_symbolic_mutation_writes_a_symbolic_tensor(wrap):
-    case = minimal(wrap(fx_graphs(dynamic="tokens")), lambda c: c.dynamic)
+    kwargs = {"min_mutations": 1} if wrap is with_mutations else {}  # one mutation at least, to look at
+    case = minimal(wrap(fx_graphs(dynamic="tokens"), **kwargs), lambda c: c.dynamic)
     _assert_symbolic(case)
+    assert case.mutations
     by_name = {n.name: n for n in case.gm.graph.nodes}
     assert all(_symbolic_val(by_name[site.node]) for site in case.mutations)
     if case.form == "inplace":  # readers still read the written tensor, not the in-place op
