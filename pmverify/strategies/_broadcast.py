@@ -57,18 +57,22 @@ def validate_broadcast(broadcast: Any, example: Sequence[Any]) -> frozenset[tupl
     where = f"broadcast={broadcast!r}"
     if broadcast is True or isinstance(broadcast, (str, bytes)) or not isinstance(broadcast, Sequence):
         raise InvalidArgument(f"{where} must be None, False, or a sequence of (input index, dim) pairs")
-    positions = set()
-    for position in broadcast:
-        if not isinstance(position, (tuple, list)) or len(position) != 2:
-            raise InvalidArgument(f"{where} holds {position!r}, not an (input index, dim) pair")
-        index, dim = position
-        validate_int(f"{where}: input index", index, 0, len(example) - 1)
-        item = example[index]
-        if not isinstance(item, torch.Tensor) or item.dim() == 0:
-            raise InvalidArgument(f"{where}: example_inputs[{index}]={short_repr(item)} is not a tensor of rank >= 1")
-        validate_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
-        positions.add((index, dim % item.dim()))
-    return frozenset(positions)
+    return frozenset(validate_position(where, position, example) for position in broadcast)
+
+
+def validate_position(where: str, position: Any, example: Sequence[Any]) -> tuple[int, int]:
+    """An ``(input index, dim)`` position of ``example`` (``like``'s ``vary=`` and ``broadcast=``),
+    its dim made non-negative. InvalidArgument, starting with ``where``, for anything else: not a
+    pair, an index out of range, an item that is not a tensor of rank >= 1, a dim out of range."""
+    if not isinstance(position, (tuple, list)) or len(position) != 2:
+        raise InvalidArgument(f"{where} holds {position!r}, not an (input index, dim) pair")
+    index, dim = position
+    validate_int(f"{where}: input index", index, 0, len(example) - 1)
+    item = example[index]
+    if not isinstance(item, torch.Tensor) or item.dim() == 0:
+        raise InvalidArgument(f"{where}: example_inputs[{index}]={short_repr(item)} is not a tensor of rank >= 1")
+    validate_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
+    return index, dim % item.dim()
 
 
 def candidate_forms(

@@ -21,7 +21,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._symbolic import HINTS
 from .._validation import short_repr, validate_int, validate_optional_int, validate_order
-from ._broadcast import BroadcastForm, allows, apply_shape, candidate_forms, validate_broadcast
+from ._broadcast import BroadcastForm, allows, apply_shape, candidate_forms, validate_broadcast, validate_position
 from ._dynamic import validate_dynamic
 from ._public import public_call
 from ._scales import scale_tensors
@@ -78,17 +78,7 @@ def _positions(name: str, value: Any, example: Sequence[Any]) -> tuple[tuple[int
     where = f"vary[{name!r}]={value!r}"
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
         raise InvalidArgument(f"{where} must be a non-empty list of (input index, dim) pairs")
-    positions = []
-    for position in value:
-        if not isinstance(position, (tuple, list)) or len(position) != 2:
-            raise InvalidArgument(f"{where} holds {position!r}, not an (input index, dim) pair")
-        index, dim = position
-        validate_int(f"{where}: input index", index, 0, len(example) - 1)
-        item = example[index]
-        if not isinstance(item, torch.Tensor):
-            raise InvalidArgument(f"{where}: example_inputs[{index}]={short_repr(item)} is not a tensor")
-        validate_int(f"{where}: dim", dim, -item.dim(), item.dim() - 1)
-        positions.append((index, dim % item.dim()))
+    positions = [validate_position(where, position, example) for position in value]
     sizes = {example[i].shape[d] for i, d in positions}
     if len(sizes) > 1:
         raise InvalidArgument(f"{where} ties dims of different sizes {sorted(sizes)} in example_inputs")
