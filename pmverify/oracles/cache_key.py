@@ -26,6 +26,13 @@ whose change leaves the rewritten graph as it was (a logging flag, a field anoth
 not one on that case; a field that changes it (another eps baked into the replacement, a pattern
 that no longer matches) is. In compiled mode every such field is a finding.
 
+Graph-free first (:func:`entries_violation`): for a pass whose rewrites are ``register_replacement``
+entries, the registrations of the passes built with the config and with a same-uuid variant (each
+run once on an empty graph, for a pass that registers on first use) are recorded and compared by
+their search patterns and replacement graphs, traced on the same example inputs; a difference is
+the finding on any case, cached per pass and config pair. Entries that are equal or cannot be
+compared leave the field to the per-case check below.
+
 Not judged: a pass without ``uuid()`` or whose ``uuid()`` is None (Inductor bypasses its cache),
 one without a configuration, one that cannot be rebuilt from it. The uuids are compared once per
 pass class and configuration (milliseconds, no graph); on a case, the fields whose change keeps the
@@ -394,14 +401,18 @@ def entries_violation(cls: Any, config: Any, suspects: list[tuple[str, Any, Any,
     per config, built before), the variant is compared with one whose field is changed once more
     and whose uuid is the same too: two configs the cache confuses as well."""
     uuid = _uuid_of(cls, config)
+    known = _MATTERED.setdefault(cls, [])  # fields that mattered before (on a case, or here) first
+    suspects = sorted(suspects, key=lambda suspect: known.index(suspect[0]) if suspect[0] in known else len(known))
     for field, value, changed, variant in suspects:
         verdict = _entries_verdict(cls, config, variant)
-        if verdict is ...:
+        if verdict is ... and _recorded_build(cls, config) is None:  # config's own registration cached
             again, variant2 = _twice_changed(config, field, changed)
             if variant2 is ... or _uuid_of(cls, variant2) != uuid:
                 continue
             value, changed, verdict = changed, again, _entries_verdict(cls, variant, variant2)
         if isinstance(verdict, str):
+            if field not in known:
+                known.append(field)
             return Violation(
                 "cache_key",
                 f"{name}.uuid() is the same for configs differing only in {field} ({value!r} vs {changed!r}), "
