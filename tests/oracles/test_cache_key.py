@@ -82,7 +82,7 @@ def per_case_only(monkeypatch):
     from pmverify.oracles import cache_key
 
     monkeypatch.setattr(cache_key, "_entries_differ", lambda cls, config, variant: ...)
-    for cache in ("_ENTRIES", "_FOUND"):
+    for cache in ("_ENTRIES", "_FOUND", "_MATTERED"):  # no field known to matter from earlier tests
         monkeypatch.setattr(cache_key, cache, {})
 
 
