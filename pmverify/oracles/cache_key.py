@@ -26,6 +26,13 @@ whose change leaves the rewritten graph as it was (a logging flag, a field anoth
 not one on that case; a field that changes it (another eps baked into the replacement, a pattern
 that no longer matches) is. In compiled mode every such field is a finding.
 
+Graph-free first (:func:`entries_violation`): for a pass whose rewrites are ``register_replacement``
+entries, the registrations of the passes built with the config and with a same-uuid variant (each
+run once on an empty graph, for a pass that registers on first use) are recorded and compared by
+their search patterns and replacement graphs, traced on the same example inputs; a difference is
+the finding on any case, cached per pass and config pair. Entries that are equal or cannot be
+compared leave the field to the per-case check below.
+
 Not judged: a pass without ``uuid()`` or whose ``uuid()`` is None (Inductor bypasses its cache),
 one without a configuration, one that cannot be rebuilt from it. The uuids are compared once per
 pass class and configuration (milliseconds, no graph); on a case, the fields whose change keeps the
@@ -39,6 +46,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import inspect
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,6 +60,8 @@ __all__ = ["builder_and_config", "check", "config_variants", "uuid_violations"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _CACHE: dict[tuple[Any, str], tuple[Violation, ...]] = {}
+#: per pass class (or factory) and config: the violation :func:`entries_violation` found, or None
+_FOUND: dict[tuple[Any, str], Violation | None] = {}
 #: per pass class (or factory): the config fields found to change a case's rewrite, in order found
 _MATTERED: dict[Any, list[str]] = {}
 #: the passes built from config variants, per class (or factory) and config (see :func:`_built`)
@@ -195,6 +206,13 @@ def check(pair: RunPair) -> list[Violation]:
         _CACHE[key] = tuple(uuid_violations(builder, config, name=name))
     if not _CACHE[key] or pair.reapply is None:
         return list(_CACHE[key])
+    if key not in _FOUND:  # graph-free: a same-uuid field that changes the pattern entries registered
+        uuid = _uuid_of(builder, config)
+        suspects = [suspect for suspect in config_variants(config) if _uuid_of(builder, suspect[3]) == uuid]
+        _FOUND[key] = entries_violation(builder, config, suspects, name)
+    if (violation := _FOUND[key]) is not None:
+        # the same for every case: found at the first, in milliseconds after it
+        return [*_CACHE[key][:-1], violation]  # an unstable uuid's violation kept, the same-uuid one named
     return uuid_violations(builder, config, pair, name)  # which fields matter depends on the case
 
 
@@ -211,3 +229,194 @@ def builder_and_config(pair: RunPair) -> tuple[Any, Any]:
     if config is None and not factory:
         config = pair.case.pass_config
     return type(pass_), config
+
+
+# ---- graph-free: the pattern entries two configs register ---------------------------------------
+#: per (pass class or factory, config, variant): the verdict of :func:`_entries_differ` (None: same
+#: entries; ``...``: not comparable)
+_ENTRIES: dict[tuple[Any, str, str], Any] = {}
+#: per (pass class or factory, config): the rewrites its build registered (see :func:`_recorded_build`)
+_RECORDS: dict[tuple[Any, str], list[Any] | None] = {}
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _text(value: Any) -> str:
+    """``str(value)`` without object addresses (``<function f at 0x7f..>`` → ``<function f>``)."""
+    return _ADDRESS.sub("", str(value))
+
+
+def _recorded_build(cls: Any, config: Any) -> list[Any] | None:
+    """The ``register_replacement`` calls made while ``cls(config)`` is built and run once on an
+    empty graph (a pass that registers lazily, on first use), recorded once per pass class (or
+    factory) and config; None when it registered nothing (a hand pass; a registration made before
+    and cached by the pass per config) or failed."""
+    key = (cls, f"{type(config).__qualname__}:{config!r}")
+    if key not in _RECORDS:
+        if len(_RECORDS) >= _MAX_BUILT:
+            _RECORDS.clear()
+        _RECORDS[key] = _record_build(cls, config)
+    return _RECORDS[key]
+
+
+def _record_build(cls: Any, config: Any) -> list[Any] | None:
+    from .._record import record_patterns
+
+    graph = torch.fx.Graph()
+    graph.output(graph.placeholder("x"))
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)  # a graph a pass runs on has its module
+    try:
+        with record_patterns() as records:
+            pass_ = cls(config)
+            pass_(module.graph)
+    except Exception:  # a pass that refuses an empty graph or a config: not comparable here
+        return None
+    records = [r for r in records if r.result is not False]
+    return records or None
+
+
+def _rewrite_form(record: Any, inputs: tuple[Any, ...]) -> tuple[str, str]:
+    """``(the search pattern with its constants, the replacement's code)`` of a recorded rewrite,
+    both traced on ``inputs`` (the search function's arguments) as Inductor traces them when it
+    re-checks a match: the pattern printed as Inductor prints it, its scalar-workaround arguments
+    given its own workaround values (wildcards, whatever their value), the replacement given
+    ``inputs`` as they are (at a match, the matched values)."""
+    from torch._inductor import pattern_matcher as pm
+
+    names = list(inspect.signature(record.search_fn).parameters)
+    workaround = dict(record.scalar_workaround or {})
+    own = [workaround[n] if n in workaround else value for n, value in zip(names, inputs, strict=False)]
+    search = record.trace_fn(record.search_fn, own)
+    pattern = pm.fx_to_pattern(
+        search, argnames=names, exclusive_arg_names=record.exclusive_arg_names, scalar_workaround=workaround
+    )
+    replacement = record.trace_fn(record.replace_fn, list(inputs))
+    return _text(pm.PatternPrettyPrinter.run(pattern)), _text(replacement.code)
+
+
+def _entries_differ(cls: Any, config: Any, variant: Any) -> Any:
+    """What differs between the pattern entries ``cls(config)`` and ``cls(variant)`` register (both
+    built and recorded afresh), as ``"pattern entry NAME: WHAT"``; None when they are the same, and
+    ``...`` when they cannot be compared (a hand pass, a registration cached from an earlier build,
+    a rewrite that does not trace here). Each rewrite of one is paired with the rewrite of the other
+    that has the same search, replacement and trace function names (in order), and both are traced
+    on the first one's example inputs: the search pattern (constants included) and the replacement
+    graph must be the same, order of registration apart. An ``extra_check`` (and whatever the pass
+    does besides its pattern entries) is left to the per-case check: whether it changes a rewrite
+    is a property of the graph."""
+    ours, theirs = _recorded_build(cls, config), _recorded_build(cls, variant)
+    if ours is None or theirs is None:
+        return ...
+    if len(ours) != len(theirs):
+        return f"{len(ours)} pattern entries vs {len(theirs)}"
+
+    def key(record: Any) -> tuple[str, str, str]:
+        return _qualname(record.search_fn), _qualname(record.replace_fn), _qualname(record.trace_fn)
+
+    pending = list(theirs)
+    pairs = []
+    for record in ours:
+        other = next((r for r in pending if key(r) == key(record)), None)
+        if other is None:
+            return ...  # another function registered: not told apart by value here
+        pending.remove(other)
+        pairs.append((record, other))
+    try:
+        for record, other in pairs:
+            inputs = record.search_args
+            if len(inspect.signature(other.search_fn).parameters) != len(inputs):
+                return ...
+            (pattern, replacement), (pattern2, replacement2) = (_rewrite_form(r, inputs) for r in (record, other))
+            if pattern != pattern2:
+                return f"pattern entry {record.name}: {_first_difference(pattern, pattern2, 'the search pattern')}"
+            if replacement != replacement2:
+                return f"pattern entry {record.name}: {_first_difference(replacement, replacement2, 'the replacement')}"
+    except Exception:  # a rewrite that does not trace outside the pass's own setting: not comparable
+        return ...
+    return None
+
+
+def _first_difference(ours: str, theirs: str, where: str) -> str:
+    """The first difference between two texts, in ``where``: the differing part of the first line
+    that differs, and that line (``"constant 1e-06 vs 1e-05 in the search pattern (`add = ...`)"``)."""
+    for line, other in zip(ours.splitlines(), theirs.splitlines(), strict=False):
+        if line != other:
+            start = next(
+                (i for i, (a, b) in enumerate(zip(line, other, strict=False)) if a != b), min(len(line), len(other))
+            )
+            end = 0
+            while end < min(len(line), len(other)) - start and line[-1 - end] == other[-1 - end]:
+                end += 1
+            # widen to whole tokens (a number, a name)
+            while start and (line[start - 1].isalnum() or line[start - 1] in "._-+"):
+                start -= 1
+            part, part2 = line[start : len(line) - end], other[start : len(other) - end]
+            while end and (line[len(line) - end].isalnum() or line[len(line) - end] in "._-+"):
+                part, part2, end = part + line[len(line) - end], part2 + other[len(other) - end], end - 1
+            kind = "constant " if _is_number(part) and _is_number(part2) else ""
+            return f"{kind}{_short(part, 40)} vs {_short(part2, 40)} in {where} (`{_short(line)}`)"
+    return f"{len(ours.splitlines())} lines vs {len(theirs.splitlines())} in {where}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _short(line: str, limit: int = 120) -> str:
+    line = line.strip()
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _qualname(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def _twice_changed(config: Any, field: str, changed: Any) -> tuple[Any, Any]:
+    """``(the field's value changed once more, config with it)`` (``(..., ...)`` when none)."""
+    again = _changed(changed)
+    if again is ... or again == getattr(config, field, None if not isinstance(config, dict) else config.get(field)):
+        return ..., ...
+    try:
+        if isinstance(config, dict):
+            return again, {**config, field: again}
+        return again, dataclasses.replace(config, **{field: again})
+    except (ValueError, TypeError):
+        return ..., ...
+
+
+def _entries_verdict(cls: Any, config: Any, variant: Any) -> Any:
+    key = (cls, f"{type(config).__qualname__}:{config!r}", f"{type(variant).__qualname__}:{variant!r}")
+    if key not in _ENTRIES:
+        _ENTRIES[key] = _entries_differ(cls, config, variant)
+    return _ENTRIES[key]
+
+
+def entries_violation(cls: Any, config: Any, suspects: list[tuple[str, Any, Any, Any]], name: str) -> Violation | None:
+    """The violation of the first same-uuid field among ``suspects`` whose change changes the
+    pattern entries the pass registers (graph-free, cached per pass and config pair), or None.
+    Where ``config``'s own registration cannot be recorded again (a pass caching its pattern pass
+    per config, built before), the variant is compared with one whose field is changed once more
+    and whose uuid is the same too: two configs the cache confuses as well."""
+    uuid = _uuid_of(cls, config)
+    known = _MATTERED.setdefault(cls, [])  # fields that mattered before (on a case, or here) first
+    suspects = sorted(suspects, key=lambda suspect: known.index(suspect[0]) if suspect[0] in known else len(known))
+    for field, value, changed, variant in suspects:
+        verdict = _entries_verdict(cls, config, variant)
+        if verdict is ... and _recorded_build(cls, config) is None:  # config's own registration cached
+            again, variant2 = _twice_changed(config, field, changed)
+            if variant2 is ... or _uuid_of(cls, variant2) != uuid:
+                continue
+            value, changed, verdict = changed, again, _entries_verdict(cls, variant, variant2)
+        if isinstance(verdict, str):
+            if field not in known:
+                known.append(field)
+            return Violation(
+                "cache_key",
+                f"{name}.uuid() is the same for configs differing only in {field} ({value!r} vs {changed!r}), "
+                f"which changes the pattern entries the pass registers ({verdict}): Inductor's FX graph "
+                "cache would reuse a graph compiled under another config",
+            )
+    return None
