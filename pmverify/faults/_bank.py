@@ -238,13 +238,11 @@ def _gelu_mul() -> Families:
     ``like`` of the float32 example inputs or of them in bfloat16 (``example_inputs=`` the float32
     ones, so a bfloat16 instance, traced with casts, is ``trace_differs``); its ``dtype`` near misses
     hold the pattern at float16 too."""
-    from hypothesis import strategies as st
 
     from ..strategies import like, planted
 
-    bf16 = tuple(t.to(torch.bfloat16) for t in GELU_MUL_EXAMPLE)
-    inputs = st.one_of(like(GELU_MUL_EXAMPLE, vary="duck"), like(bf16, vary="duck"))
-    cases = planted(gelu_mul_pattern, inputs, example_inputs=GELU_MUL_EXAMPLE, pass_config=GeluMulConfig())
+    inputs = like(GELU_MUL_EXAMPLE, vary="duck", dtypes=[torch.float32, torch.bfloat16])
+    cases = planted(gelu_mul_pattern, inputs, pass_config=GeluMulConfig())
     return [("planted(gelu_mul, float32 | bfloat16)", cases)]
 
 

@@ -291,6 +291,52 @@ def _hinted(draw: Any, dynamic: _Dynamic | None) -> dict[str, int]:
     return hinted
 
 
+def _validate_dtypes(dtypes: Any) -> tuple[torch.dtype, ...]:
+    where = f"dtypes={dtypes!r}"
+    if isinstance(dtypes, (str, bytes, torch.dtype)) or not isinstance(dtypes, Sequence) or not dtypes:
+        raise InvalidArgument(f"{where} must be a non-empty list of floating dtypes")
+    for dtype in dtypes:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype not in TENSOR_DTYPES:
+            raise InvalidArgument(f"{where} holds {dtype!r}, not a floating dtype tensors() draws")
+    return tuple(dict.fromkeys(dtypes))
+
+
+def _like_in_dtypes(
+    example_inputs: Sequence[Any], dtypes: tuple[torch.dtype, ...], options: dict, broadcast: Any, pattern: Any
+) -> st.SearchStrategy[tuple[Any, ...]]:
+    """:func:`like` with ``dtypes``: one branch per dtype (the floating example tensors cast to it),
+    keeping what :func:`planted` reads: the example inputs as given and the hook that gives the
+    search function to every branch."""
+
+    def branches(search: Any) -> list[st.SearchStrategy]:
+        return [
+            like(
+                [t.to(d) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in example_inputs],
+                broadcast=broadcast,
+                pattern=search,
+                **options,
+            )
+            for d in dtypes
+        ]
+
+    first = branches(pattern)  # validates every argument now, in each dtype
+    strategy = public_call(
+        like,
+        st.one_of(first),
+        tuple(map(TensorLike.of, example_inputs)),
+        **options,
+        broadcast=broadcast,
+        pattern=pattern,
+        dtypes=list(dtypes),
+    )
+    strategy.pmverify_example_inputs = tuple(example_inputs)
+    if all(hasattr(b, "pmverify_with_pattern") for b in first):
+        strategy.pmverify_with_pattern = lambda search: like(
+            example_inputs, **options, broadcast=broadcast, pattern=search, dtypes=list(dtypes)
+        )
+    return strategy
+
+
 class _Broadcasts:
     """The broadcast forms :func:`like` may draw (:mod:`._broadcast`): those at the named
     ``positions`` (None: every dim of a contiguous example tensor), where ``pattern`` (when known)
@@ -305,9 +351,27 @@ class _Broadcasts:
             forms = candidate_forms(self.described, self.positions)
             if self.pattern is not None:
                 shapes = {i: item.shape for i, item in enumerate(self.described) if isinstance(item, TensorLike)}
+                self._check_runs(shapes)
                 forms = tuple(form for form in forms if self.runs(form, shapes))
             self._forms = forms
         return self._forms
+
+    def _check_runs(self, shapes: Mapping[int, Sequence[int]]) -> None:
+        """InvalidArgument when the pattern raises on the example inputs themselves (zeros): no
+        broadcast form could ever be drawn, silently (a pattern taking a scalar the tuple lacks)."""
+        plain = tuple(
+            torch.zeros(tuple(shapes[i]), dtype=item.dtype) if isinstance(item, TensorLike) else item
+            for i, item in enumerate(self.described)
+        )
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                self.pattern(*plain)
+        except Exception as exc:  # noqa: BLE001 - whatever it raises, said in the error
+            raise InvalidArgument(
+                f"like(pattern={self.pattern!r}) raises on example_inputs ({type(exc).__name__}: {exc}); "
+                "give a function of the drawn tuple (functools.partial fixes a scalar the tuple lacks), "
+                "or broadcast=False"
+            ) from exc
 
     def runs(self, form: BroadcastForm, shapes: Mapping[int, Sequence[int]]) -> bool:
         """Whether the pattern (if any) broadcasts input ``form.index`` in ``form`` at ``shapes``."""
@@ -404,6 +468,7 @@ def like(
     scales: Sequence[int] = (),
     broadcast: Sequence[tuple[int, int]] | bool | None = None,
     pattern: Any = None,
+    dtypes: Sequence[torch.dtype] | None = None,
 ) -> st.SearchStrategy[tuple[Any, ...]]:
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
@@ -463,7 +528,14 @@ def like(
       ``False``: none. Not with ``dynamic``. :func:`planted` records a plain pattern's instance
       in a broadcast form ``must_match=None, reason="broadcast"``.
     - ``pattern``: the search function the inputs are for (it takes the drawn tuple), to find the
-      broadcast forms; default None.
+      broadcast forms; default None. It must run on ``example_inputs`` (a pattern taking a scalar
+      the tuple lacks: ``functools.partial(rms_pattern, eps=1e-6)``), else InvalidArgument when the
+      first tuple is drawn.
+    - ``dtypes``: the floating dtypes your users run (``[torch.float32, torch.bfloat16]``): each
+      tuple is drawn with every floating example tensor cast to one of them, the first shrinking
+      simplest; integer and bool tensors keep theirs. Default None: the example's dtypes. Unlike
+      ``st.one_of(like(...), like(...))`` it keeps :func:`planted`'s search function, so the
+      broadcast forms are drawn, and the example inputs ``planted`` traces are the ones given.
 
     Shrinks toward no broadcast form, every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
     named) and all-zero tensors.
@@ -478,7 +550,9 @@ def like(
     a symbol whose every size is a multiple of 11 or 13, or a static example size that is; and
     ``scales`` that is not a sequence of positions of floating example tensors; ``broadcast`` that is
     not None, False or a sequence of ``(input index, dim)`` pairs of tensors of rank 1 or more, or
-    is a sequence given with ``dynamic``; a ``pattern`` that is not callable.
+    is a sequence given with ``dynamic``; a ``pattern`` that is not callable, or raises on
+    ``example_inputs`` (when drawing); ``dtypes`` that is not a non-empty sequence of floating dtypes
+    that :func:`~pmverify.strategies.tensors` draws.
 
     Example: for a norm pattern on ``(x[8, 16], weight[16], 1e-6)``::
 
@@ -488,6 +562,9 @@ def like(
     """
     if not isinstance(example_inputs, (tuple, list)):
         raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
+    if dtypes is not None:
+        options = dict(vary=vary, min_side=min_side, max_side=max_side, dynamic=dynamic, scales=scales)
+        return _like_in_dtypes(example_inputs, _validate_dtypes(dtypes), options, broadcast, pattern)
     example = tuple(example_inputs)
     for i, item in enumerate(example):
         if isinstance(item, torch.Tensor) and item.dtype not in TENSOR_DTYPES:

@@ -9,6 +9,7 @@ from _minimal import minimal
 from hypothesis import given, settings
 from hypothesis.errors import InvalidArgument, NoSuchExample
 
+from pmverify.strategies._broadcast import broadcast_kind
 from pmverify.strategies._like import Dim, layout_strides, like
 from pmverify.strategies._tensors import max_magnitude_of
 
@@ -131,6 +132,9 @@ def test_sizes_vary():
         (lambda: like(NORM, broadcast=[(1, 1)]), "broadcast=[(1, 1)]: dim=1 must be at most 0"),
         (lambda: like(NORM, broadcast=[(1, 0)], dynamic=True), "broadcast forms are drawn static only"),
         (lambda: like(NORM, pattern=3), "pattern=3 must be callable"),
+        (lambda: like(NORM, dtypes=[]), "dtypes=[] must be a non-empty list of floating dtypes"),
+        (lambda: like(NORM, dtypes=torch.bfloat16), "dtypes=torch.bfloat16 must be a non-empty list"),
+        (lambda: like(NORM, dtypes=[torch.int32]), "dtypes=[torch.int32] holds torch.int32, not a floating dtype"),
         (lambda: Dim(""), "Dim name='' must be a non-empty str"),
         (lambda: Dim("t", min=-1), "Dim('t').min=-1 must be at least 0"),
         (lambda: Dim("t", min=4, max=2), "Dim('t').min=4 is larger than Dim('t').max=2"),
@@ -257,3 +261,28 @@ def test_no_broadcast_form_a_view_pattern_passes_on():
     # it is contiguous); forms of other sizes change the output's shape
     with pytest.raises(NoSuchExample):
         minimal(like((torch.empty(4, 6),), vary="duck", pattern=lambda x: x.t()), lambda i: 0 in i[0].stride())
+
+
+def test_dtypes_draws_each_floating_dtype_and_keeps_int_inputs():
+    example = (torch.empty(4, 8), torch.empty(8, dtype=torch.int64))
+    strategy = like(example, dtypes=[torch.float32, torch.bfloat16])
+    assert minimal(strategy)[0].dtype == torch.float32  # the first shrinks simplest
+    drawn = minimal(strategy, lambda xs: xs[0].dtype == torch.bfloat16)
+    assert drawn[1].dtype == torch.int64
+
+
+def test_dtypes_keeps_the_hook_planted_gives_its_pattern_to():
+    """``st.one_of(like(...), like(...))`` loses it: no broadcast form is drawn through it."""
+    strategy = like((torch.empty(4, 8), torch.empty(8)), vary="duck", dtypes=[torch.float32, torch.float16])
+    assert strategy.pmverify_example_inputs[0].dtype == torch.float32
+    rebuilt = strategy.pmverify_with_pattern(lambda x, w: x * w)
+    drawn = minimal(rebuilt, lambda xs: xs[0].dtype == torch.float16 and broadcast_kind(xs) is not None)
+    assert drawn[0].dtype == drawn[1].dtype == torch.float16  # a broadcast form, in the other dtype
+
+
+def test_a_pattern_that_raises_on_the_example_is_an_invalid_argument():
+    def rms(x, w, eps):
+        return x * w * eps
+
+    with pytest.raises(InvalidArgument, match=re.escape("raises on example_inputs (TypeError")):
+        minimal(like(NORM[:2], pattern=rms))
