@@ -56,6 +56,27 @@ def test_passes_without_a_cache_key_are_not_judged():
     assert uuid_violations(QKNormFusionPass, None) == []  # TypeError building it: not judged
 
 
+@dataclasses.dataclass(frozen=True)
+class NamedDtypesConfig:
+    dtypes: tuple[str, ...] = ("float32", "bfloat16")
+    eps: float = 1e-6
+
+
+class NamedDtypesPass(SourceOnlyUuid):
+    """Built from dtype names: a name it does not know raises AttributeError, not a config a user
+    can give (the cache-key variant ``"float32_changed"``)."""
+
+    def __init__(self, config: NamedDtypesConfig) -> None:
+        self.dtypes = [getattr(torch, name) for name in config.dtypes]
+        super().__init__(dataclasses.replace(CONFIG, eps=config.eps))
+
+
+def test_a_variant_the_pass_cannot_be_built_from_is_no_verdict():
+    (violation,) = uuid_violations(NamedDtypesPass, NamedDtypesConfig())
+    assert "eps (1e-06 vs 2e-06)" in violation.message  # the field it can vary is still judged
+    assert "dtypes" not in violation.message
+
+
 def test_variants_change_one_field_each():
     variants = list(config_variants(CONFIG))
     names = ["q_size", "kv_size", "eps", "dtype", "max_tokens", "tp_world", "group_name"]  # tp_rank + 1 is refused
