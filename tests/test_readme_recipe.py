@@ -112,3 +112,31 @@ def test_the_recipe_shrinks_a_mutation_barrier_fault_to_the_one_mutation_inside(
     order = {node.name: i for i, node in enumerate(case.gm.graph.nodes)}
     span = [order[name] for name in case.planted[0].nodes]
     assert min(span) < order[case.mutations[0].node] < max(span)  # the one mutation, inside the norm
+
+
+def _pass_module(tmp_path, monkeypatch):
+    """README's "A whole pass module" block, written to my_project/passes.py under ``tmp_path`` and
+    imported as that module (its ``uuid()`` hashes its own file)."""
+    section = README.read_text().split("**A whole pass module**", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    package = tmp_path / "my_project"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "passes.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    return importlib.import_module("my_project.passes")
+
+
+def test_the_whole_pass_module_is_quiet_under_the_recipe(finding_only, tmp_path, monkeypatch):
+    module = _pass_module(tmp_path, monkeypatch)
+    monkeypatch.setitem(__import__("sys").modules, "my_project.passes", module)
+    section = README.read_text().split("## Testing your own pass", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, str(README), "exec"), namespace)
+    assert namespace["MyRMSNormPass"] is module.MyRMSNormPass
+    assert module.MyRMSNormPass().uuid() != module.MyRMSNormPass(module.RMSConfig(max_hidden=16)).uuid()
+    with finding_only():
+        namespace["test_my_pass"]()
