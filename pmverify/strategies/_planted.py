@@ -560,6 +560,10 @@ class _SearchCall:
     """The search function called on a :func:`like` tuple (the ``scalar_workaround`` arguments at
     their example values where the tuple leaves them out); shown by the function's name."""
 
+    #: ``planted`` reports a pattern that does not trace itself ("does not trace"); ``like`` draws
+    #: no broadcast form for it rather than raising first.
+    pmverify_from_planted = True
+
     def __init__(self, pattern: Callable[..., Any], positions: dict[int, Any]) -> None:
         self.pattern, self.positions = pattern, positions
 

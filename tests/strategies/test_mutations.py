@@ -158,7 +158,7 @@ _FEATURES = {
 
 @pytest.mark.parametrize("feature", sorted(_FEATURES))
 def test_each_feature_is_drawn(feature):
-    _check_inplace(first(with_mutations(base_cases()), _FEATURES[feature]))
+    _check_inplace(first(with_mutations(base_cases(), min_mutations=1), _FEATURES[feature]))
 
 
 @given(with_mutations(qk_norm_cases(max_instances=3), max_mutations=3))
