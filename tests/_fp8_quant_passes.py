@@ -14,6 +14,13 @@ FP8_MAX = torch.finfo(FP8).max  # 448
 EPS = 1e-6
 
 
+def _no_keywords(match) -> bool:
+    """Refuse calls with keyword arguments the pattern's calls do not hold: Inductor's matcher ignores
+    them (``mean(x, [-1], True, dtype=...)``, ``add(..., alpha=...)``) and the fused op would drop them
+    (README's recipe; the ``optional_arg`` near miss, found on a 300-case run)."""
+    return not any(node.kwargs for node in match.nodes)
+
+
 def rms_quant_pattern(x, weight, scale):
     """x [T, H] bfloat16, weight [H] bfloat16, scale [1] float32 -> [T, H] float8_e4m3fn."""
     xf = x.float()
@@ -68,7 +75,9 @@ class RMSQuantPass:
             return op(x, weight, scale)
 
         self.patterns = PatternMatcherPass(pass_name=type(self).__name__)
-        register_replacement(rms_quant_pattern, replacement, list(EXAMPLE_INPUTS), fwd_only, self.patterns)
+        register_replacement(
+            rms_quant_pattern, replacement, list(EXAMPLE_INPUTS), fwd_only, self.patterns, extra_check=_no_keywords
+        )
         self.matched_count = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:

@@ -25,7 +25,7 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   removed, inserted or rewired must see the same set of versions. A read moved before or after a
   write to its storage is a finding; reads moved across writes to other tensors, a correct
   reinplacing, dead code removed and the read of a value overwritten whole before anything reads it
-  (a clone passed as ``out``) are not. A clone the pass dropped for its source (``remove_noop_ops``)
+  (a clone passed as ``out``) are not. A clone (or a cast to the same dtype) the pass dropped for its source (``remove_noop_ops``)
   is taken for that source when nothing writes the source after the clone. A functional scatter
   is a write only where the pass reinplaced it (an inserted write stands for it); one the pass kept,
   rebuilt or dropped writes nothing, and one it dropped for an argument (a no-op scatter) is taken
@@ -186,7 +186,7 @@ def _merged_clones(before: _Versions, after: _Versions, functional: frozenset[st
     for name, node in before.nodes.items():
         if node.op != "call_function" or name in after.nodes:
             continue
-        if node.target is torch.ops.aten.clone.default:
+        if _is_copy(node):
             source = node.args[0] if node.args else None
         elif name in functional:
             source = _replaced_by(node, after)
@@ -198,6 +198,20 @@ def _merged_clones(before: _Versions, after: _Versions, functional: frozenset[st
         if all(before.order[w] < before.order[name] for w in before.writes.get(storage, ())):
             merged[name] = storage
     return merged
+
+
+def _is_copy(node: torch.fx.Node) -> bool:
+    """Whether ``node`` makes a fresh copy of its first argument's values: a ``clone``, or a cast to
+    the argument's own dtype (``prims.convert_element_type`` / ``aten._to_copy``), which
+    ``remove_noop_ops`` drops for its source as it drops a clone."""
+    if node.target is torch.ops.aten.clone.default:
+        return True
+    if node.target not in (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default):
+        return False
+    source = node.args[0] if node.args else None
+    value = node.meta.get("val")
+    original = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and isinstance(original, torch.Tensor) and value.dtype == original.dtype
 
 
 def _replaced_by(node: torch.fx.Node, after: _Versions) -> torch.fx.Node | None:

@@ -4,6 +4,7 @@ that writes before another reader of the old value is caught."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from pmverify import GraphCase, check_case
@@ -285,9 +286,16 @@ def test_an_in_place_op_stands_for_the_functional_node_of_its_kind():
     assert result.ok, result.violations
 
 
-def _clone_case(reader_after: bool):
-    """``s = -x; c = s.clone(); add_into(c, y)`` functionalized, returning the new ``c`` and
-    ``s * 2`` taken before the op or after it."""
+#: The copies ``remove_noop_ops`` drops for their source: a clone, a cast to the same dtype.
+_COPIES = {
+    "clone": lambda g, s: g.call_function(aten.clone.default, (s,)),
+    "same-dtype cast": lambda g, s: g.call_function(torch.ops.prims.convert_element_type.default, (s, torch.float32)),
+}
+
+
+def _clone_case(reader_after: bool, copy: str = "clone"):
+    """``s = -x; c = s.clone(); add_into(c, y)`` functionalized (or ``c`` a cast of ``s`` to its own
+    dtype), returning the new ``c`` and ``s * 2`` taken before the op or after it."""
     import operator
 
     from pmverify.strategies._custom_ops import register
@@ -296,7 +304,7 @@ def _clone_case(reader_after: bool):
     g = torch.fx.Graph()
     x, y = g.placeholder("x"), g.placeholder("y")
     s = g.call_function(aten.neg.default, (x,))
-    c = g.call_function(aten.clone.default, (s,))
+    c = _COPIES[copy](g, s)
     if not reader_after:
         m = g.call_function(aten.mul.Tensor, (s, 2.0))
     node = g.call_function(
@@ -312,7 +320,8 @@ def _clone_case(reader_after: bool):
 def _drop_the_clone_and_reinplace(graph):
     """What ``remove_noop_ops`` and ``reinplace_inplaceable_ops`` do: the clone replaced by its
     source, the op then called in place on it."""
-    clone = next(n for n in graph.nodes if n.target is aten.clone.default)
+    copies = (aten.clone.default, torch.ops.prims.convert_element_type.default)
+    clone = next(n for n in graph.nodes if n.target in copies)
     hop = next(n for n in graph.nodes if n.target is torch.ops.higher_order.auto_functionalized)
     source = clone.args[0]
     with graph.inserting_before(hop):
@@ -323,10 +332,13 @@ def _drop_the_clone_and_reinplace(graph):
         graph.erase_node(dead)
 
 
-def test_a_dropped_clone_whose_source_nothing_reads_later_is_quiet_and_one_read_later_caught():
-    result = check_case(_drop_the_clone_and_reinplace, _clone_case(False), oracles=["mutation_barriers", "semantics"])
+@pytest.mark.parametrize("copy", sorted(_COPIES))
+def test_a_dropped_clone_whose_source_nothing_reads_later_is_quiet_and_one_read_later_caught(copy):
+    # the same-dtype cast: found by the 300-case run of Inductor's reinplacing chain, once fx_graphs drew such casts
+    case = _clone_case(False, copy)
+    result = check_case(_drop_the_clone_and_reinplace, case, oracles=["mutation_barriers", "semantics"])
     assert result.ok, result.violations
-    result = check_case(_drop_the_clone_and_reinplace, _clone_case(True), oracles=["mutation_barriers"])
+    result = check_case(_drop_the_clone_and_reinplace, _clone_case(True, copy), oracles=["mutation_barriers"])
     assert any("kept node `mul_tensor`" in v.message for v in result.violations), result.violations
 
 
