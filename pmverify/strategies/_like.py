@@ -357,13 +357,17 @@ class _Broadcasts:
             self._forms = forms
         return self._forms
 
-    def _check_runs(self, shapes: Mapping[int, Sequence[int]]) -> None:
-        """InvalidArgument when the pattern raises on the example inputs themselves (zeros): no
-        broadcast form could ever be drawn, silently (a pattern taking a scalar the tuple lacks)."""
-        plain = tuple(
+    def _zeros(self, shapes: Mapping[int, Sequence[int]]) -> tuple[Any, ...]:
+        """The example tuple at ``shapes``: zeros for its tensors, its other items as they are."""
+        return tuple(
             torch.zeros(tuple(shapes[i]), dtype=item.dtype) if isinstance(item, TensorLike) else item
             for i, item in enumerate(self.described)
         )
+
+    def _check_runs(self, shapes: Mapping[int, Sequence[int]]) -> None:
+        """InvalidArgument when the pattern raises on the example inputs themselves (zeros): no
+        broadcast form could ever be drawn, silently (a pattern taking a scalar the tuple lacks)."""
+        plain = self._zeros(shapes)
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 self.pattern(*plain)
@@ -378,10 +382,7 @@ class _Broadcasts:
         """Whether the pattern (if any) broadcasts input ``form.index`` in ``form`` at ``shapes``."""
         if self.pattern is None:
             return True
-        plain = tuple(
-            torch.zeros(tuple(shapes[i]), dtype=item.dtype) if isinstance(item, TensorLike) else item
-            for i, item in enumerate(self.described)
-        )
+        plain = self._zeros(shapes)
         formed = list(plain)
         shape, values = apply_shape(form, shapes[form.index])
         formed[form.index] = torch.zeros(values, dtype=plain[form.index].dtype).expand(shape)
