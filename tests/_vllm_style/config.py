@@ -6,6 +6,7 @@ its MRO up to :class:`VStylePass`) and the config fields it declares in ``uses``
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import hashlib
 import inspect
@@ -39,7 +40,7 @@ class VStyleConfig:
     debug: bool = False
 
 
-class VStylePass:
+class VStylePass(abc.ABC):
     """A graph pass built from a :class:`VStyleConfig`; ``__call__(graph)`` rewrites in place and
     sets ``matched_count``. Subclasses name the config fields they read in ``uses``."""
 
@@ -54,8 +55,9 @@ class VStylePass:
     def __call__(self, graph: torch.fx.Graph) -> None:
         self.matched_count = self.apply(graph)
 
+    @abc.abstractmethod
     def apply(self, graph: torch.fx.Graph) -> int:
-        raise NotImplementedError
+        """Rewrite ``graph`` in place; return the number of rewrites."""
 
     @classmethod
     def hash_source(cls) -> str:

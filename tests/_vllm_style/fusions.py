@@ -20,6 +20,7 @@ pass refuses an instance whose epsilon or buffer dtypes differ from those its re
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar
 
 import torch
@@ -81,8 +82,9 @@ class _FusionPass(VStylePass):
         with FakeTensorMode():
             self.register()
 
+    @abc.abstractmethod
     def register(self) -> None:
-        raise NotImplementedError
+        """Register the fusion's patterns into ``self.patterns``."""
 
     def apply(self, graph: torch.fx.Graph) -> int:
         return self.patterns.apply(graph)
