@@ -1,0 +1,204 @@
+"""``check_entry``: one entry of a pattern pass checked alone, its instances drawn from its ``PatternExpr``.
+
+Where :func:`pmverify.check_rewrite` checks a ``register_replacement`` rewrite (its search function
+traced, its replacement compared), ``check_entry`` checks any entry a ``PatternMatcherPass`` holds,
+above all a ``GraphPatternEntry``, whose hand-written handler edits the graph: the pass holds that
+entry alone (:meth:`RecordedEntry.pattern_pass`), the cases hold one instance of its pattern drawn
+from the expression itself (:func:`pmverify.strategies._expr_instances.expr_cases`: targets,
+literals, ``KeywordArg`` / ``Arg`` / ``Ignored`` drawn by schema type, ``_users``, ``ListOf``,
+``MultiOutputPattern``, repeated expressions, an optional argument the pattern does not bind set),
+and every oracle of :func:`pmverify.check_case` judges what the handler did: values against a
+float64 reference, structure, mutation barriers. A handler may leave a match alone: the instances
+are ground truth ``must_match=None``; what the matcher and ``extra_check`` said is counted.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from hypothesis.errors import InvalidArgument
+
+from ._check import CaseResult
+from ._entries import RecordedEntry
+from ._summary import AllCasesVoid, RewriteNeverMatched, RewriteUnsatisfiable, VerifySummary, vacuous_error
+from ._verify import PassVerificationError, verify
+
+__all__ = ["EntryResult", "check_entry"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryResult:
+    """What :func:`check_entry` checked.
+
+    - ``entry``: the :class:`~pmverify._entries.RecordedEntry`.
+    - ``examples``: cases run (each one instance of the entry's pattern).
+    - ``rewritten_cases``: the cases in which the entry fired (its handler ran on a match its
+      ``extra_check`` accepted; the handler may still have left the graph as it was).
+    - ``outcomes``: the ground truth of the instances, counted: ``"matched"`` (the matcher matched
+      and ``extra_check`` accepted), ``"extra_check"`` (it rejected), ``"pattern"`` (the matcher
+      refused the drawn instance); ``", optional_arg"`` added where an optional argument the
+      pattern does not bind was set.
+    - ``summary``: the search's :class:`VerifySummary`.
+    """
+
+    entry: RecordedEntry
+    examples: int
+    rewritten_cases: int
+    outcomes: dict[str, int]
+    summary: VerifySummary | None = dataclasses.field(default=None, repr=False)
+
+
+def check_entry(
+    entry: RecordedEntry,
+    *,
+    max_examples: int | None = None,
+    seed: int | None = None,
+    repro_dir: str | os.PathLike[str] | None = None,
+    pass_source: str | None = None,
+    config_patches: Mapping[str, Any] | None = None,
+    settings: Any = None,
+    reproducer_prelude: str | None = None,
+) -> Any:
+    """Check one entry of a pattern pass alone: whatever its handler does to an instance of its
+    pattern keeps the graph's values (against a float64 reference), structure and mutation
+    barriers; return an :class:`EntryResult` (a :class:`~pmverify.RewriteResult` for a
+    ``"replacement"`` entry, checked by :func:`~pmverify.check_rewrite`).
+
+    - ``entry``: a :class:`~pmverify._entries.RecordedEntry` (:func:`pmverify.record_inductor`).
+    - ``max_examples``, ``seed``, ``repro_dir``, ``settings``, ``reproducer_prelude``: as for
+      :func:`~pmverify.check_rewrite`.
+    - ``pass_source``: Python code defining ``PASS`` (the one-entry pass) for the reproducer.
+    - ``config_patches``: ``torch._inductor.config`` options set while the search runs.
+
+    Raises :class:`PassVerificationError` (shrunk case, reproducer) when the handler breaks a
+    property; :class:`RewriteUnsatisfiable` when it never fired because its ``extra_check`` is gated
+    on what this machine or configuration lacks (see :mod:`pmverify._gates`), or for a
+    ``"lowering"`` entry (it lowers to Inductor IR, which only a compiled run holds);
+    :class:`RewriteNeverMatched` when it never fired and no gate was found; :class:`AllCasesVoid`
+    when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
+    is not a :class:`~pmverify._entries.RecordedEntry`.
+    """
+    import contextlib
+
+    from torch._inductor import config
+
+    from ._gates import validate_config_patches
+
+    if not isinstance(entry, RecordedEntry):
+        raise InvalidArgument(f"entry={entry!r} must be a RecordedEntry (from pmverify.record_inductor())")
+    if entry.kind == "replacement":
+        from ._rewrite import check_rewrite
+
+        return check_rewrite(
+            entry.rewrite,
+            max_examples=max_examples,
+            seed=seed,
+            repro_dir=repro_dir,
+            pass_source=pass_source,
+            config_patches=config_patches,
+            settings=settings,
+            reproducer_prelude=reproducer_prelude,
+        )
+    if entry.kind == "lowering":
+        condition = "a compiled run (a LoweringPatternEntry lowers its match to Inductor IR while the graph is lowered)"
+        raise RewriteUnsatisfiable(
+            f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
+        )
+    patches = validate_config_patches(config_patches)
+    with config.patch(patches) if patches else contextlib.nullcontext():
+        return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude)
+
+
+def _search(
+    entry: RecordedEntry,
+    max_examples: int | None,
+    seed: int | None,
+    repro_dir: Any,
+    pass_source: str | None,
+    settings: Any,
+    reproducer_prelude: str | None,
+) -> EntryResult:
+    from .strategies._expr_instances import expr_cases
+
+    rejected: list[Any] = []  # matches the extra_check rejected, for the gate search
+
+    def extra_check(match: Any) -> bool:
+        accepted = bool(entry.extra_check(match))
+        if not accepted and len(rejected) < 8:
+            rejected.append(match)
+        return accepted
+
+    cases = expr_cases(entry.pattern, name=entry.label, extra_check=extra_check)
+    outcomes: collections.Counter[str] = collections.Counter()
+    counts = {"examples": 0, "fired": 0}
+
+    def count(result: CaseResult) -> None:
+        counts["examples"] += 1
+        counts["fired"] += result.rewrite_count > 0
+        outcomes.update(instance.reason or "matched" for instance in result.case.planted)
+
+    note = f"the pass is {entry.kind} entry {entry.label} of {entry.pass_name} alone (check_entry)"
+    try:
+        summary = verify(
+            entry.pattern_pass(),
+            cases,
+            max_examples=max_examples,
+            seed=seed,
+            repro_dir=repro_dir,
+            pass_source=pass_source,
+            on_result=count,
+            allow_no_rewrites=True,
+            settings=settings,
+            reproducer_prelude=reproducer_prelude,
+        )
+    except PassVerificationError as error:
+        extra = error.note.replace(
+            "give verify() pass_factory= a module-level function building the pass, or pass_source",
+            "give check_entry() pass_source",
+        )
+        raise PassVerificationError(
+            error.result,
+            error.reproducer,
+            "; ".join([note, *([extra] if extra else [])]),
+            error.pictures,
+            failures=error.failures,
+            shrink_note=error.shrink_note,
+            summary=error.summary,
+        ) from None
+    result = EntryResult(entry, counts["examples"], counts["fired"], dict(outcomes), summary)
+    if not result.rewritten_cases:
+        raise _never_fired(entry, result, summary, rejected)
+    error = vacuous_error(summary, f"check_entry({entry.label})")
+    if isinstance(error, AllCasesVoid):
+        raise error
+    return result
+
+
+def _never_fired(entry: RecordedEntry, result: EntryResult, summary: VerifySummary, rejected: list[Any]) -> Any:
+    from ._gates import find_gate
+
+    why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items())) or "none"
+    drawn = f"{result.examples} instances drawn from its pattern (ground truth: {why})"
+    for match in rejected:
+        try:
+            gate = find_gate(entry.extra_check, match)
+        except Exception:  # noqa: BLE001 - a check that cannot be re-run has no gate found
+            gate = None
+        if gate is not None:
+            return RewriteUnsatisfiable(
+                f"entry {entry.label} is unsatisfiable here: its extra_check rejected every match in the {drawn} and "
+                f"accepts one only with {gate.condition} (simulated); nothing was compared",
+                gate.condition,
+                summary,
+                result,
+            )
+    return RewriteNeverMatched(
+        f"entry {entry.label} never fired: Inductor's matcher holding only it fired on none of the {drawn}; "
+        "nothing was compared",
+        summary,
+        result,
+    )
