@@ -80,7 +80,7 @@ def record_source(spec: str) -> list[RecordedRewrite]:
     objects made anew). Raises :class:`SourceError` when it cannot be imported or run, or records
     no rewrite."""
     if spec == INDUCTOR:
-        return record_inductor()
+        return [entry.rewrite for entry in record_inductor(kinds=("replacement",))]
     if ":" in spec:
         build = _builder(spec)
         try:
