@@ -190,12 +190,13 @@ def entry_key(entry: Any) -> tuple[Any, ...]:
 
 
 def handler_name(entry: Any) -> tuple[str, str]:
-    """``(module, name)`` of an entry's handler: its module's last part and its qualified name
-    without ``<locals>`` (``("mkldnn_fusion", "_register_unary_fusion_lowering.fn")``)."""
+    """``(module, name)`` of an entry's handler: its module (Inductor's pass modules by their last
+    part, as :attr:`pmverify.RecordedRewrite.module` names them) and its qualified name without
+    ``<locals>`` (``("mkldnn_fusion", "_register_unary_fusion_lowering.fn")``)."""
     handler = _unwrapped(entry.handler)
     module = getattr(handler, "__module__", None) or type(handler).__module__
     name = getattr(handler, "__qualname__", None) or type(handler).__qualname__
-    return module.rsplit(".", 1)[-1], name.replace(".<locals>", "")
+    return module.removeprefix(PASSES + "."), name.replace(".<locals>", "")
 
 
 def _op_name(fn: Any) -> str:

@@ -75,6 +75,20 @@ def _positive(kind: type, name: str):
     return parse
 
 
+def _kinds(text: str) -> tuple[str, ...]:
+    """``--kinds``: a comma-separated list of :data:`pmverify._entries.KINDS`, as a tuple in the
+    order given, without repeats."""
+    from ._entries import KINDS
+
+    kinds = tuple(dict.fromkeys(part.strip() for part in text.split(",")))
+    bad = [kind for kind in kinds if kind not in KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"--kinds={text!r} must be kinds among {', '.join(KINDS)}, comma-separated (e.g. replacement,graph)"
+        )
+    return kinds
+
+
 def _duration(name: str):
     def parse(text: str) -> float:
         from ._job import parse_duration
@@ -253,6 +267,15 @@ def _audit_parser(sub: Any) -> None:
         help="what to audit: inductor (Inductor's rewrites, the default), a pass module (its rewrites recorded while it "
         "is imported) or MODULE:ATTR, a callable building the pass (recorded while it runs); imported from the current "
         "folder or the installed packages",
+    )
+    audit.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=("replacement", "graph"),
+        metavar="KINDS",
+        help="which entries of the pattern passes to audit, comma-separated: replacement (register_replacement "
+        "rewrites), graph (register_graph_pattern handlers), lowering (register_lowering_pattern handlers: they lower "
+        "to Inductor IR, checked only under torch.compile); default replacement,graph",
     )
     audit.add_argument(
         "--rewrite",
