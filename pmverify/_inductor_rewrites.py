@@ -1,13 +1,17 @@
-"""``record_inductor``: every rewrite Inductor's own pattern passes register, recorded in a clean state.
+"""``record_inductor``: every entry Inductor's own pattern passes hold (rewrites, graph and lowering
+handlers), recorded in a clean state.
 
-Inductor registers its rewrites lazily: ``joint_graph.lazy_init`` (``pad_mm``, ``fuse_attention``,
+Inductor registers most of its entries lazily: ``joint_graph.lazy_init`` (``pad_mm``, ``fuse_attention``,
 ``misc_patterns``), ``post_grad.lazy_init`` and ``freezing_patterns.lazy_init`` each run once per
 process (``init_once_fakemode`` wraps them in ``functools.cache``, and so are the initialisers
 they call), inside a ``FakeTensorMode``, registering into module-level ``PatternMatcherPass``
 objects. :func:`record_inductor` runs them again in a sandbox: Inductor's pattern passes emptied,
 its ``fx_passes`` caches swapped for fresh ones, its module-level registries saved; all is put
 back afterwards, so the rewrites are recorded as a fresh process registers them (duplicates
-skipped against each other only) and Inductor's own state is what it was, initialised or not.
+skipped against each other only) and Inductor's own state is what it was, initialised or not (a
+cached initialiser that another module imported is swapped there for the same fresh cache). The
+entries its modules register when imported are read from the passes before the sandbox, less
+those the initialisers register again (:func:`pmverify._inductor_passes.entry_key`).
 
 Why not record the lazy initialisers as they run: they run once a process, and a process that
 compiled something has run them already.
