@@ -250,14 +250,16 @@ def _audit_parser(sub: Any) -> None:
 
     audit = sub.add_parser(
         "audit",
-        help="check every rewrite of Inductor (or of your pass modules) one by one, crash-isolated",
-        description="Record every register_replacement rewrite of Inductor's own pattern passes at the installed torch "
-        "(default), or of your pass modules, and check each alone in a worker process: pmverify.check_rewrite, then the "
-        "rewrite planted into random graphs with near misses. Each gets a status: ok; finding (oracles, reproducer; a "
+        help="check every pattern entry of Inductor (or of your pass modules) one by one, crash-isolated",
+        description="Record every pattern entry of the --kinds of Inductor's own pattern passes at the installed torch "
+        "(default), or of your pass modules, and check each alone in a worker process: a rewrite by "
+        "pmverify.check_rewrite, then planted into random graphs with near misses; a graph handler by check_entry; a "
+        "lowering handler is unsatisfiable here (checked only under torch.compile). Each gets a status: ok; finding (oracles, reproducer; a "
         "rewrite that never fired and has no gate is a never_matched finding); unsatisfiable here (gated on what this "
         "machine lacks); not comparable (random numbers drawn otherwise, or no finite reference); error (pmverify's own "
         "failure, a worker that died or hung included: never a finding); not registered (register_replacement skipped "
-        "it as a duplicate: it never runs); not run (budget spent or interrupted). Prints a table per module. Exit "
+        "it as a duplicate: it never runs); not run (budget spent or interrupted). Prints a table per kind and module, "
+        "and one per pass. Exit "
         "status 1 when a rewrite has a finding, 0 otherwise, 130 when interrupted, 2 for bad usage.",
     )
     audit.add_argument(
