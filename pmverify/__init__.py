@@ -4,8 +4,8 @@ Strategies (``pmverify.strategies``) draw random FX graphs with planted pattern 
 is applied to them and oracles check that semantics are preserved, no rewrite crosses a mutation
 barrier, auto_functionalized tuples are routed right, the graph stays well formed, planted
 instances are rewritten exactly when they must be, and ``uuid()`` tells configs apart.
-``record_patterns`` captures a pass's ``register_replacement`` calls (``record_inductor``: those of
-Inductor's own passes); ``check_rewrite`` checks one in isolation. ``verify`` returns a ``VerifySummary`` of what it checked, and raises a
+``record_patterns`` captures a pass's ``register_replacement`` calls (``record_inductor``: every
+entry of Inductor's own passes, rewrites and hand-written graph and lowering handlers); ``check_rewrite`` checks one in isolation. ``verify`` returns a ``VerifySummary`` of what it checked, and raises a
 ``VacuousSearch`` (``RewriteNeverMatched`` and its ``RewriteUnsatisfiable``,
 ``RewriteNotComparable``, ``AllCasesVoid``) for a search that checked nothing.
 """
@@ -25,6 +25,7 @@ _WHERE = {
     "symbolize": "_symbolic",
     "CaseResult": "_check",
     "check_case": "_check",
+    "inductor_entry": "_inductor_rewrites",
     "inductor_rewrite": "_inductor_rewrites",
     "record_inductor": "_inductor_rewrites",
     "RecordedRewrite": "_record",
@@ -52,7 +53,7 @@ _WHERE = {
 if TYPE_CHECKING:
     from ._case import GraphCase, MutationSite, PlantedInstance, Symbol
     from ._check import CaseResult, check_case
-    from ._inductor_rewrites import inductor_rewrite, record_inductor
+    from ._inductor_rewrites import inductor_entry, inductor_rewrite, record_inductor
     from ._job.targets import ExtraCheck, FuzzTarget
     from ._record import RecordedRewrite, record_patterns
     from ._rewrite import RewriteResult, check_rewrite
@@ -98,6 +99,7 @@ __all__ = [
     "__version__",
     "check_case",
     "check_rewrite",
+    "inductor_entry",
     "inductor_rewrite",
     "record_inductor",
     "record_patterns",

@@ -1,13 +1,17 @@
-"""``record_inductor``: every rewrite Inductor's own pattern passes register, recorded in a clean state.
+"""``record_inductor``: every entry Inductor's own pattern passes hold (rewrites, graph and lowering
+handlers), recorded in a clean state.
 
-Inductor registers its rewrites lazily: ``joint_graph.lazy_init`` (``pad_mm``, ``fuse_attention``,
+Inductor registers most of its entries lazily: ``joint_graph.lazy_init`` (``pad_mm``, ``fuse_attention``,
 ``misc_patterns``), ``post_grad.lazy_init`` and ``freezing_patterns.lazy_init`` each run once per
 process (``init_once_fakemode`` wraps them in ``functools.cache``, and so are the initialisers
 they call), inside a ``FakeTensorMode``, registering into module-level ``PatternMatcherPass``
 objects. :func:`record_inductor` runs them again in a sandbox: Inductor's pattern passes emptied,
 its ``fx_passes`` caches swapped for fresh ones, its module-level registries saved; all is put
 back afterwards, so the rewrites are recorded as a fresh process registers them (duplicates
-skipped against each other only) and Inductor's own state is what it was, initialised or not.
+skipped against each other only) and Inductor's own state is what it was, initialised or not (a
+cached initialiser that another module imported is swapped there for the same fresh cache). The
+entries its modules register when imported are read from the passes before the sandbox, less
+those the initialisers register again (:func:`pmverify._inductor_passes.entry_key`).
 
 Why not record the lazy initialisers as they run: they run once a process, and a process that
 compiled something has run them already.
@@ -23,12 +27,22 @@ import gc
 import importlib
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ._entries import KINDS, RecordedEntry
+from ._inductor_passes import (
+    bound_passes,
+    entry_key,
+    entry_labels,
+    held_entries,
+    import_pass_modules,
+    kind_of,
+    pass_config,
+)
 from ._record import RecordedRewrite, record_patterns
 
-__all__ = ["record_inductor", "inductor_rewrite", "trace_name", "unique_labels"]
+__all__ = ["record_inductor", "inductor_entry", "inductor_rewrite", "trace_name", "unique_labels"]
 
 _PASSES = "torch._inductor.fx_passes"
 #: The initialisers record_inductor runs, in Inductor's order (module, function).
@@ -120,13 +134,15 @@ def _sandbox() -> Iterator[None]:
     }
     passes = _pattern_passes()
     states = {id(p): (p, {name: getattr(p, name) for name in _PASS_STATE}) for p in passes}
+    names = {module.__name__ for module in modules}
+    fresh: dict[int, Any] = {}  # a cache imported by another module is swapped there for the same fresh one
     try:
         for module, namespace in bindings.items():
             for key, value in namespace.items():
-                if isinstance(value, functools._lru_cache_wrapper) and getattr(value, "__module__", None) == (
-                    module.__name__
-                ):
-                    setattr(module, key, _fresh_cache(value))
+                if isinstance(value, functools._lru_cache_wrapper) and getattr(value, "__module__", None) in names:
+                    if id(value) not in fresh:
+                        fresh[id(value)] = _fresh_cache(value)
+                    setattr(module, key, fresh[id(value)])
         for p, _ in states.values():
             for name in _PASS_STATE:
                 setattr(p, name, collections.defaultdict(list))
@@ -150,38 +166,129 @@ def _sandbox() -> Iterator[None]:
                     setattr(module, key, value)
 
 
-def record_inductor() -> list[RecordedRewrite]:
-    """Return every rewrite Inductor's own pattern passes register with ``register_replacement``
-    at the installed torch, in registration order (the same order every run): those of
-    ``joint_graph.lazy_init`` (``pad_mm``, ``fuse_attention``, with its pre-serialized patterns
-    registered through ``gen_register_replacement``, ``misc_patterns``), ``post_grad.lazy_init``
-    and ``freezing_patterns.lazy_init``, as :class:`RecordedRewrite` (its ``module``:
-    ``"pad_mm"``, ``"fuse_attention"``...; ``duplicate``: Inductor skipped it as a duplicate, so
-    it is registered nowhere; its fake example inputs re-created as plain tensors).
+def record_inductor(kinds: Sequence[str] = KINDS) -> list[RecordedEntry]:
+    """Return every entry of the ``kinds`` (default all: ``"replacement"``, ``"graph"``,
+    ``"lowering"``; :data:`pmverify._entries.KINDS`) that Inductor's own pattern passes hold at the
+    installed torch, as :class:`~pmverify._entries.RecordedEntry`, kind by kind in that order:
 
-    The initialisers run again, in a sandbox, as a fresh process runs them: whether or not Inductor
-    was initialised in this process, the same rewrites are recorded and Inductor's own pattern
-    passes, caches and registries are left as they were (see :mod:`pmverify._inductor_rewrites`).
-    They run outside inference mode and with grad enabled (where Inductor skips its training
-    rewrites). Rewrites registered with ``register_graph_pattern`` / ``register_lowering_pattern``
-    (mkldnn, quantization, binary folding) are not ``register_replacement`` calls and are not
-    recorded. Takes a few seconds; not thread-safe (as :func:`record_patterns`).
+    - ``"replacement"``: each ``register_replacement`` call of ``joint_graph.lazy_init`` (``pad_mm``,
+      ``fuse_attention``, with its pre-serialized patterns, ``misc_patterns``), ``post_grad.lazy_init``
+      and ``freezing_patterns.lazy_init``, in registration order (the same every run): ``rewrite``
+      its :class:`RecordedRewrite` (its fake example inputs re-created as plain tensors), ``entry``
+      the ``ReplacementPatternEntry`` it registered, None and ``duplicate`` where Inductor skipped it
+      as a duplicate (it is registered nowhere);
+    - ``"graph"`` / ``"lowering"``: each ``GraphPatternEntry`` / ``LoweringPatternEntry`` of a
+      ``PatternMatcherPass`` bound at module level in ``torch._inductor.fx_passes`` (those its modules
+      register when imported, as post_grad's lowerings and split_cat's pre-grad passes, and those of
+      the lazy initialisers), each once, pass by pass (:mod:`pmverify._inductor_passes`); named by
+      its handler (``module``, ``name``: ``("binary_folding", "folded_op[add.Tensor]")``). Inductor
+      skips no graph or lowering entry: none is a ``duplicate``.
+
+    Each names its pass (``pass_name``: ``"post_grad.pass_patterns[2]"``), the pass's ``(pass_name,
+    subsystem)`` and the config options that enable the pass. The initialisers run again, in a
+    sandbox, as a fresh process runs them: whether or not Inductor was initialised in this process,
+    the same entries are recorded and Inductor's own pattern passes, caches and registries are left
+    as they were (see :mod:`pmverify._inductor_rewrites`). They run outside inference mode and with
+    grad enabled (where Inductor skips its training rewrites). Every module of
+    ``torch._inductor.fx_passes`` is imported first. Names do not depend on ``kinds``. Takes a few
+    seconds; not thread-safe (as :func:`record_patterns`). Raises ``InvalidArgument`` for kinds not
+    in :data:`~pmverify._entries.KINDS`.
 
     Example::
 
-        for rewrite in pmverify.record_inductor():
-            if not rewrite.duplicate:
-                print(rewrite.module, rewrite.name)
+        for entry in pmverify.record_inductor(kinds=("graph",)):
+            print(entry.pass_name, entry.label)
     """
+    from ._validation import validate_choices
+
+    chosen = validate_choices("kinds", kinds, KINDS)
+    return [entry for entry in _record_all() if entry.kind in chosen]
+
+
+def _record_all() -> list[RecordedEntry]:
+    """Every entry of every kind, kind by kind (see :func:`record_inductor`)."""
     import torch
 
     for name in ("joint_graph", "post_grad", "freezing_patterns", *_LAZY_IMPORTS):
         with contextlib.suppress(ImportError):  # mkldnn_fusion needs a build with mkldnn
             importlib.import_module(f"{_PASSES}.{name}")
+    import_pass_modules()
+    saved = held_entries(bound_passes())
     with torch.inference_mode(False), torch.enable_grad(), _sandbox(), record_patterns() as rewrites:
         for module, function in _INITIALISERS:
             getattr(sys.modules[f"{_PASSES}.{module}"], function)()
-    return list(rewrites)
+        passes = bound_passes()
+        fresh = held_entries(passes)
+    replacements = _replacements(list(rewrites), fresh, passes)
+    taken = {(entry.module, entry.name) for entry in replacements}
+    return replacements + _handled(saved, fresh, [name for name, _ in passes], taken)
+
+
+def _replacements(
+    rewrites: list[RecordedRewrite], fresh: list[tuple[str, Any, Any]], passes: list[tuple[str, Any]]
+) -> list[RecordedEntry]:
+    """The recorded ``rewrites`` as entries: each with the ``ReplacementPatternEntry`` that holds
+    the pattern it returned (None for a duplicate) and the pass it was registered into."""
+    by_pattern = {id(entry.pattern): (name, p, entry) for name, p, entry in fresh if kind_of(entry) == "replacement"}
+    names = {id(p): name for name, p in passes}
+    entries = []
+    for (module, name), rewrite in zip(unique_labels(rewrites), rewrites, strict=True):
+        held = by_pattern.get(id(rewrite.result)) if rewrite.result is not False else None
+        if held is not None:
+            pass_name, p, entry = held
+        else:
+            targets = rewrite.pass_dicts if isinstance(rewrite.pass_dicts, (list, tuple)) else [rewrite.pass_dicts]
+            p, entry = targets[0], None
+            pass_name = names.get(id(p), "?")
+        entries.append(
+            RecordedEntry(
+                "replacement",
+                entry,
+                pass_name,
+                module,
+                name,
+                config=_config(pass_name),
+                duplicate=rewrite.duplicate,
+                rewrite=rewrite,
+                torch_pass=(getattr(p, "pass_name", None), getattr(p, "subsystem", None)),
+            )
+        )
+    return entries
+
+
+def _handled(
+    saved: list[tuple[str, Any, Any]], fresh: list[tuple[str, Any, Any]], order: list[str], taken: set[tuple[str, str]]
+) -> list[RecordedEntry]:
+    """The graph and lowering entries, kind by kind, pass by pass in ``order``: in each pass those
+    registered at import (held before the sandbox, less those the initialisers register again, by
+    :func:`entry_key`, when this process had run them), then the initialisers'; labelled apart
+    from the replacements' labels ``taken``."""
+    fresh = [row for row in fresh if kind_of(row[2]) != "replacement"]
+    again = {entry_key(entry) for _, _, entry in fresh}
+    kept = [row for row in saved if kind_of(row[2]) != "replacement" and entry_key(row[2]) not in again]
+    rank = {name: i for i, name in enumerate(order)}
+    rows = sorted(kept + fresh, key=lambda row: rank.get(row[0], len(rank)))  # stable: saved first in a pass
+    labels = entry_labels([entry for _, _, entry in rows], taken)
+    entries = [
+        RecordedEntry(
+            kind_of(entry),
+            entry,
+            pass_name,
+            module,
+            name,
+            config=_config(pass_name),
+            torch_pass=(p.pass_name, p.subsystem),
+        )
+        for (pass_name, p, entry), (module, name) in zip(rows, labels, strict=True)
+    ]
+    return [entry for kind in KINDS for entry in entries if entry.kind == kind]
+
+
+def _config(pass_name: str) -> tuple[str, ...]:
+    try:
+        return pass_config(pass_name)
+    except LookupError:
+        return ("?",)
 
 
 def trace_name(trace_fn: Any) -> str:
@@ -225,9 +332,22 @@ def unique_labels(rewrites: list[RecordedRewrite]) -> list[tuple[str, str]]:
 
 
 @functools.cache
-def _recorded() -> dict[tuple[str, str], RecordedRewrite]:
-    rewrites = record_inductor()
-    return dict(zip(unique_labels(rewrites), rewrites, strict=True))
+def _recorded() -> dict[tuple[str, str], RecordedEntry]:
+    return {(entry.module, entry.name): entry for entry in record_inductor()}
+
+
+def _missing(recorded: dict[tuple[str, str], Any], module: str, name: str, what: str) -> LookupError:
+    names = [n for m, n in recorded if m == module]
+    if names:
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.0)
+        return LookupError(
+            f"Inductor's {module} registers no {what} {name!r} at this torch; the closest of its {len(names)}: "
+            f"{', '.join(close)}"
+        )
+    modules = sorted({m for m, _ in recorded})
+    return LookupError(
+        f"module={module!r} is not one of Inductor's pattern modules at this torch: {', '.join(modules)}"
+    )
 
 
 def inductor_rewrite(module: str, name: str) -> RecordedRewrite:
@@ -241,16 +361,26 @@ def inductor_rewrite(module: str, name: str) -> RecordedRewrite:
 
     Raises ``LookupError`` naming the closest rewrites of ``module`` (or the modules) when there is
     no such rewrite at the installed torch."""
+    rewrites = {key: entry for key, entry in _recorded().items() if entry.kind == "replacement"}
+    entry = rewrites.get((module, name))
+    if entry is None:
+        raise _missing(rewrites, module, name, "rewrite")
+    return entry.rewrite
+
+
+def inductor_entry(module: str, name: str) -> RecordedEntry:
+    """Return Inductor's pattern entry ``name`` of module ``module``, of any kind (as
+    :attr:`RecordedEntry.module` and :attr:`RecordedEntry.name` say, e.g. ``inductor_entry("joint_graph",
+    "pointless_view")``), from :func:`record_inductor`, recorded once a process: the same object every
+    call (its :meth:`~RecordedEntry.pattern_pass` is built once). What ``pmverify audit``'s
+    reproducers of graph entries rebuild their pass with::
+
+        PASS = pmverify.inductor_entry("joint_graph", "pointless_view").pattern_pass()
+
+    Raises ``LookupError`` naming the closest entries of ``module`` (or the modules) when there is
+    no such entry at the installed torch."""
     recorded = _recorded()
-    rewrite = recorded.get((module, name))
-    if rewrite is not None:
-        return rewrite
-    names = [n for m, n in recorded if m == module]
-    if names:
-        close = difflib.get_close_matches(name, names, n=5, cutoff=0.0)
-        raise LookupError(
-            f"Inductor's {module} registers no rewrite {name!r} at this torch; the closest of its {len(names)}: "
-            f"{', '.join(close)}"
-        )
-    modules = sorted({m for m, _ in recorded})
-    raise LookupError(f"module={module!r} is not one of Inductor's pattern modules at this torch: {', '.join(modules)}")
+    entry = recorded.get((module, name))
+    if entry is None:
+        raise _missing(recorded, module, name, "pattern entry")
+    return entry

@@ -75,6 +75,20 @@ def _positive(kind: type, name: str):
     return parse
 
 
+def _kinds(text: str) -> tuple[str, ...]:
+    """``--kinds``: a comma-separated list of :data:`pmverify._entries.KINDS`, as a tuple in the
+    order given, without repeats."""
+    from ._entries import KINDS
+
+    kinds = tuple(dict.fromkeys(part.strip() for part in text.split(",")))
+    bad = [kind for kind in kinds if kind not in KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"--kinds={text!r} must be kinds among {', '.join(KINDS)}, comma-separated (e.g. replacement,graph)"
+        )
+    return kinds
+
+
 def _duration(name: str):
     def parse(text: str) -> float:
         from ._job import parse_duration
@@ -236,14 +250,16 @@ def _audit_parser(sub: Any) -> None:
 
     audit = sub.add_parser(
         "audit",
-        help="check every rewrite of Inductor (or of your pass modules) one by one, crash-isolated",
-        description="Record every register_replacement rewrite of Inductor's own pattern passes at the installed torch "
-        "(default), or of your pass modules, and check each alone in a worker process: pmverify.check_rewrite, then the "
-        "rewrite planted into random graphs with near misses. Each gets a status: ok; finding (oracles, reproducer; a "
+        help="check every pattern entry of Inductor (or of your pass modules) one by one, crash-isolated",
+        description="Record every pattern entry of the --kinds of Inductor's own pattern passes at the installed torch "
+        "(default), or of your pass modules, and check each alone in a worker process: a rewrite by "
+        "pmverify.check_rewrite, then planted into random graphs with near misses; a graph handler by check_entry; a "
+        "lowering handler is unsatisfiable here (checked only under torch.compile). Each gets a status: ok; finding (oracles, reproducer; a "
         "rewrite that never fired and has no gate is a never_matched finding); unsatisfiable here (gated on what this "
         "machine lacks); not comparable (random numbers drawn otherwise, or no finite reference); error (pmverify's own "
         "failure, a worker that died or hung included: never a finding); not registered (register_replacement skipped "
-        "it as a duplicate: it never runs); not run (budget spent or interrupted). Prints a table per module. Exit "
+        "it as a duplicate: it never runs); not run (budget spent or interrupted). Prints a table per kind and module, "
+        "and one per pass. Exit "
         "status 1 when a rewrite has a finding, 0 otherwise, 130 when interrupted, 2 for bad usage.",
     )
     audit.add_argument(
@@ -253,6 +269,15 @@ def _audit_parser(sub: Any) -> None:
         help="what to audit: inductor (Inductor's rewrites, the default), a pass module (its rewrites recorded while it "
         "is imported) or MODULE:ATTR, a callable building the pass (recorded while it runs); imported from the current "
         "folder or the installed packages",
+    )
+    audit.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=("replacement", "graph"),
+        metavar="KINDS",
+        help="which entries of the pattern passes to audit, comma-separated: replacement (register_replacement "
+        "rewrites), graph (register_graph_pattern handlers), lowering (register_lowering_pattern handlers: they lower "
+        "to Inductor IR, checked only under torch.compile); default replacement,graph",
     )
     audit.add_argument(
         "--rewrite",

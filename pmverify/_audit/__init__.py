@@ -1,7 +1,8 @@
-"""``pmverify audit``: every rewrite of a pass module (Inductor's own by default) recorded, then
-audited one by one in crash-isolated workers: :func:`pmverify.check_rewrite`, and the rewrite
-planted into random graphs with near misses; a status per rewrite, a table per module, JSON,
-JUnit and Markdown reports.
+"""``pmverify audit``: every pattern entry of a pass module (Inductor's own by default) of the kinds
+asked (``--kinds``: rewrites, graph and lowering handlers) recorded, then audited one by one in
+crash-isolated workers: a rewrite by :func:`pmverify.check_rewrite` and planted into random graphs
+with near misses, a graph handler by ``check_entry``; a status per entry, a table per kind and
+module and per pass, JSON, JUnit and Markdown reports.
 
 - :mod:`.sources`: what is audited (``inductor``, ``MODULE``, ``MODULE:ATTR``) and how a worker or
   a reproducer gets one rewrite back;
@@ -11,6 +12,7 @@ JUnit and Markdown reports.
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import os
 import pathlib
@@ -35,22 +37,29 @@ __all__ = [
 ]
 
 
-def list_rewrites(sources: Sequence[str], globs: Sequence[str] | None = None) -> list[AuditedRewrite]:
-    """The rewrites of ``sources`` (in order, each source's in registration order) whose name or
-    ``module/name`` matches one of ``globs`` (``fnmatch``, or equal: a name such as
-    ``gelu_mul[bfloat16, fwd_only]`` holds brackets, which ``fnmatch`` reads as a set; None: all). Raises :class:`SourceError`
-    for a source that cannot be recorded, or for globs that match none of the rewrites."""
-    rewrites = [rewrite for spec in sources for rewrite in listing(spec, record_source(spec))]
+def list_rewrites(
+    sources: Sequence[str], globs: Sequence[str] | None = None, kinds: Sequence[str] = ("replacement", "graph")
+) -> list[AuditedRewrite]:
+    """The entries of the ``kinds`` of ``sources`` (in order, each source's kind by kind, in
+    registration order) whose name or ``module/name`` matches one of ``globs`` (``fnmatch``, or
+    equal: a name such as ``gelu_mul[bfloat16, fwd_only]`` holds brackets, which ``fnmatch`` reads
+    as a set; None: all). Raises :class:`SourceError` for a source that cannot be recorded, or
+    records no entry of those kinds, or for globs that match none of the entries."""
+    rewrites = [rewrite for spec in sources for rewrite in listing(spec, _recorded(spec, kinds))]
     if not globs:
         return rewrites
     chosen = [r for r in rewrites if any(_matches(r, g) for g in globs)]
     if not chosen:
         shown = ", ".join(r.label for r in rewrites[:3])
         raise SourceError(
-            f"--rewrite={' '.join(globs)!r} matches none of the {len(rewrites)} rewrites of {', '.join(sources)} "
+            f"--rewrite={' '.join(globs)!r} matches none of the {len(rewrites)} entries of {', '.join(sources)} "
             f"(names such as {shown}; a glob is matched against NAME and MODULE/NAME)"
         )
     return chosen
+
+
+def _recorded(spec: str, kinds: Sequence[str]) -> list[Any]:
+    return record_source(spec, kinds=tuple(kinds))
 
 
 def _matches(rewrite: AuditedRewrite, glob: str) -> bool:
@@ -69,16 +78,18 @@ def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:
     from .report import summary, write_outputs
 
     sources = list(dict.fromkeys(args.modules or [INDUCTOR]))
+    kinds = tuple(getattr(args, "kinds", None) or ("replacement", "graph"))
     # a user's module imports from the current folder, as with python -m (the workers inherit it)
     if any(spec != INDUCTOR for spec in sources) and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        rewrites = list_rewrites(sources, args.rewrite)
+        rewrites = list_rewrites(sources, args.rewrite, kinds)
     except SourceError as exc:
         print(f"pmverify audit: {exc}", file=sys.stderr)
         return 2
     options = AuditOptions(
         sources=sources,
+        kinds=kinds,
         max_examples=args.max_examples,
         seed=args.seed,
         jobs=args.jobs,
@@ -93,8 +104,10 @@ def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:
         reproducer_prelude=getattr(args, "reproducer_prelude", None),
     )
     skipped = sum(r.duplicate for r in rewrites)
+    by_kind = collections.Counter(r.kind for r in rewrites)
+    counts = ", ".join(f"{by_kind[kind]} {kind}" for kind in kinds if by_kind[kind])
     print(
-        f"pmverify {__version__}: auditing {len(rewrites)} rewrites of {', '.join(sources)} "
+        f"pmverify {__version__}: auditing {len(rewrites)} entries ({counts}) of {', '.join(sources)} "
         f"({len(rewrites) - skipped} to check, {skipped} not registered) with {args.jobs} job(s): "
         f"{args.max_examples} cases each, {planted_examples(args.max_examples)} planted (seed {args.seed}"
         f"{f', budget {options.budget_text}' if args.budget is not None else ''}, "

@@ -1,5 +1,7 @@
-"""One rewrite audited: :func:`pmverify.check_rewrite`, then the rewrite planted into random graphs
-with near misses, the outcome mapped to the audit's status.
+"""One entry audited, the outcome mapped to the audit's status: a rewrite (``replacement``) by
+:func:`pmverify.check_rewrite`, then planted into random graphs with near misses; a ``graph`` entry
+by ``pmverify._entry_check.check_entry``; a ``lowering`` entry is ``unsatisfiable here`` (it lowers
+to Inductor IR: checked only under torch.compile).
 
 Statuses (:data:`STATUSES`), each with a one-line ``reason``:
 
@@ -9,9 +11,11 @@ Statuses (:data:`STATUSES`), each with a one-line ``reason``:
   ``check_rewrite`` or in the planted check (``check`` says which; a rewrite that fires on a near
   miss shows there; ``variants``: the near misses or variants of the pattern the rewrite fired on in
   the failing case, with what each changed, the first named in the reason), or ``check_rewrite`` never saw the rewrite fire and found no gate for it
-  (``kind`` ``never_matched``: nothing was compared);
+  (``kind`` ``never_matched``: nothing was compared; the report's row names it ``finding_kind``, its
+  ``kind`` being the entry's);
 - ``unsatisfiable here``: it never fired because it is gated on what this machine or configuration
-  lacks (reason: :attr:`pmverify.RewriteUnsatisfiable.condition`);
+  lacks (reason: :attr:`pmverify.RewriteUnsatisfiable.condition`), or it is a lowering entry
+  (reason: :data:`LOWERING_CONDITION`);
 - ``not comparable``: before and after cannot be compared value by value (reason:
   :attr:`pmverify.RewriteNotComparable.reason`), or every case's float64 reference was NaN/Inf;
 - ``error``: pmverify itself failed (reason: the exception's type and text; ``traceback``);
@@ -153,17 +157,17 @@ def _finding(error: Any, check: str) -> dict[str, Any]:
     }
 
 
-def _never_matched(error: Any) -> dict[str, Any]:
+def _never_matched(error: Any, check: str = "check_rewrite", drawn: str = "like its example inputs") -> dict[str, Any]:
     result = error.result
     if result is not None:
         truth = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items())) or "none"
-        reason = f"never matched: none of {result.examples} cases drawn like its example inputs was rewritten (ground truth: {truth})"
+        reason = f"never matched: none of {result.examples} cases drawn {drawn} was rewritten (ground truth: {truth})"
     else:
         reason = f"never matched: {one_line(str(error))}"
     return {
         "status": FINDING,
         "kind": "never_matched",
-        "check": "check_rewrite",
+        "check": check,
         "reason": one_line(reason),
         "violations": [{"oracle": "never_matched", "message": str(error)}],
         "cases": _error_counts(error),
@@ -175,32 +179,22 @@ def _error_counts(error: Any) -> dict[str, int] | None:
     return case_counts(getattr(error, "summary", None), getattr(result, "outcomes", None))
 
 
-def _check_rewrite(
-    rewrite: Any,
-    *,
-    max_examples: int,
-    seed: int,
-    repro_dir: Any,
-    pass_source: str,
-    settings: Any,
-    reproducer_prelude: str | None = None,
-) -> dict[str, Any]:
-    from .._rewrite import check_rewrite
+#: Why a lowering entry is not checked here (until a compiled check of lowerings lands).
+LOWERING_CONDITION = (
+    "a LoweringPatternEntry lowers to Inductor IR: checked only under torch.compile (--kinds lowering, nightly)"
+)
+
+
+def _search(check: Any, step: str, drawn: str) -> dict[str, Any]:
+    """The outcome of ``check()`` (``check_rewrite`` or ``check_entry``, named ``step``; ``drawn``:
+    how its cases are drawn, for a never-matched reason), mapped to a status."""
     from .._summary import AllCasesVoid, RewriteNeverMatched, RewriteNotComparable, RewriteUnsatisfiable
     from .._verify import PassVerificationError
 
     try:
-        result = check_rewrite(
-            rewrite,
-            max_examples=max_examples,
-            seed=seed,
-            repro_dir=repro_dir,
-            pass_source=pass_source,
-            settings=settings,
-            reproducer_prelude=reproducer_prelude,
-        )
+        result = check()
     except PassVerificationError as error:
-        return _finding(error, "check_rewrite")
+        return _finding(error, step)
     except RewriteUnsatisfiable as error:
         return {
             "status": UNSATISFIABLE,
@@ -209,7 +203,7 @@ def _check_rewrite(
             "cases": _error_counts(error),
         }
     except RewriteNeverMatched as error:
-        return _never_matched(error)
+        return _never_matched(error, step, drawn)
     except RewriteNotComparable as error:
         return {
             "status": NOT_COMPARABLE,
@@ -226,7 +220,7 @@ def _check_rewrite(
             "cases": _error_counts(error),
         }
     except Exception as exc:  # noqa: BLE001 - pmverify's own failure, reported as such
-        return _error(exc, "check_rewrite")
+        return _error(exc, step)
     return {
         "status": OK,
         "reason": f"{result.examples} cases, {result.rewritten_cases} rewritten",
@@ -234,6 +228,20 @@ def _check_rewrite(
         "matched": result.rewritten_cases,
         "cases": case_counts(getattr(result, "summary", None), getattr(result, "outcomes", None)),
     }
+
+
+def _check_rewrite(rewrite: Any, **options: Any) -> dict[str, Any]:
+    from .._rewrite import check_rewrite
+
+    return _search(lambda: check_rewrite(rewrite, **options), "check_rewrite", "like its example inputs")
+
+
+def _check_entry(entry: Any, **options: Any) -> dict[str, Any]:
+    """A graph entry: ``pmverify._entry_check.check_entry`` (the instances drawn from its pattern,
+    near misses among them), its outcome mapped as check_rewrite's is."""
+    from .._entry_check import check_entry
+
+    return _search(lambda: check_entry(entry, **options), "check_entry", "from its pattern")
 
 
 def _planted(
@@ -281,7 +289,7 @@ def _planted(
 
 
 def check_one(
-    rewrite: Any,
+    recorded: Any,
     pass_source: str,
     *,
     max_examples: int,
@@ -291,17 +299,23 @@ def check_one(
     settings: Any = None,
     reproducer_prelude: str | None = None,
 ) -> dict[str, Any]:
-    """Audit one :class:`pmverify.RecordedRewrite`: :func:`pmverify.check_rewrite` with
-    ``max_examples`` cases, then, when that found nothing, ``planted`` cases (default
-    :func:`planted_examples`) of :func:`pmverify.strategies.planted` (random context graphs, near
-    misses) through :func:`pmverify.verify` with the one-rewrite pass; seeded ``seed`` and
-    ``seed + 1``. ``pass_source``: code defining ``PASS`` for the reproducers. ``settings``: the
-    ``hypothesis.settings`` of both searches (default the active profile).
+    """Audit one entry, a :class:`~pmverify._entries.RecordedEntry` (or a
+    :class:`pmverify.RecordedRewrite`, a replacement), by its kind:
+
+    - ``"replacement"``: :func:`pmverify.check_rewrite` with ``max_examples`` cases, then, when that
+      found nothing, ``planted`` cases (default :func:`planted_examples`) of
+      :func:`pmverify.strategies.planted` (random context graphs, near misses) through
+      :func:`pmverify.verify` with the one-rewrite pass; seeded ``seed`` and ``seed + 1``;
+    - ``"graph"``: ``pmverify._entry_check.check_entry`` with ``max_examples`` cases, seeded ``seed``;
+    - ``"lowering"``: not checked here, ``unsatisfiable here`` (:data:`LOWERING_CONDITION`).
+
+    ``pass_source``: code defining ``PASS`` for the reproducers. ``settings``: the
+    ``hypothesis.settings`` of the searches (default the active profile).
     ``reproducer_prelude``: Python code the reproducers run first (:func:`pmverify.verify`). Returns the outcome
     as plain JSON: ``status``, ``reason`` (one line), ``check``, ``kind``, ``violations``,
-    ``reproducer``, ``cases`` (:func:`case_counts` of both searches summed, None when not
+    ``reproducer``, ``cases`` (:func:`case_counts` of the searches summed, None when not
     known), ``seconds``..., as the module docstring says. Never raises for what the
-    rewrite or pmverify does (an exception of pmverify is an ``error`` outcome)."""
+    entry or pmverify does (an exception of pmverify is an ``error`` outcome)."""
     start = time.monotonic()
     options = {
         "seed": seed,
@@ -310,9 +324,29 @@ def check_one(
         "settings": settings,
         "reproducer_prelude": reproducer_prelude,
     }
+    kind = getattr(recorded, "kind", "replacement")
+    if kind == "lowering":
+        outcome = {"status": UNSATISFIABLE, "reason": LOWERING_CONDITION, "cases": None}
+    elif kind == "graph":
+        try:
+            outcome = _check_entry(recorded, max_examples=max_examples, **options)
+        except ImportError as exc:  # check_entry not there yet (issue 31): pmverify's own lack
+            outcome = _error(exc, "check_entry")
+    else:
+        rewrite = getattr(recorded, "rewrite", None) or recorded
+        outcome = _replacement(rewrite, max_examples, planted, options)
+    outcome.setdefault("violations", [])
+    outcome.setdefault("cases", None)
+    outcome.setdefault("reproducer", None)
+    outcome["seconds"] = round(time.monotonic() - start, 3)
+    return outcome
+
+
+def _replacement(rewrite: Any, max_examples: int, planted: int | None, options: dict[str, Any]) -> dict[str, Any]:
+    seed = options["seed"]
     outcome = _check_rewrite(rewrite, max_examples=max_examples, **options)
     if outcome["status"] == OK:
-        options["seed"] = seed + 1
+        options = {**options, "seed": seed + 1}
         second = _planted(rewrite, max_examples=planted or planted_examples(max_examples), **options)
         first = outcome.get("cases")
         if second["status"] == OK:
@@ -321,8 +355,4 @@ def check_one(
             outcome["cases"] = add_counts(first, second["cases"])
         else:
             outcome = {**second, "checked": outcome["reason"], "cases": add_counts(first, second.get("cases"))}
-    outcome.setdefault("violations", [])
-    outcome.setdefault("cases", None)
-    outcome.setdefault("reproducer", None)
-    outcome["seconds"] = round(time.monotonic() - start, 3)
     return outcome

@@ -1,4 +1,5 @@
-"""The audit job: each rewrite audited in a crash-isolated worker process, ``jobs`` at a time.
+"""The audit job: each entry (a rewrite, or a graph or lowering handler; "rewrite" below) audited in a
+crash-isolated worker process, ``jobs`` at a time.
 
 - Workers are spawned processes (:mod:`.worker`) that record the sources once and audit rewrites
   one after another. A worker that dies, or runs one rewrite past the per-rewrite timeout (it is
@@ -45,6 +46,7 @@ class AuditOptions:
     """What ``pmverify audit`` was asked; seconds throughout (``budget_s`` None: no budget)."""
 
     sources: list[str]
+    kinds: tuple[str, ...] = ("replacement", "graph")
     max_examples: int = AUDIT_MAX_EXAMPLES
     seed: int = 0
     jobs: int = 1
@@ -125,10 +127,19 @@ class _Audit:
                     "reproducer": None,
                     "cases": dict(NO_CASES),
                 }
+            result = dict(result)
+            # the outcome's kind of finding (violation, never_matched) goes by another name in the row,
+            # whose "kind" is the entry's
+            finding_kind = result.pop("kind", None)
+            if finding_kind is not None:
+                result["finding_kind"] = finding_kind
             row = {
+                "kind": rewrite.kind,
                 "module": rewrite.module,
                 "name": rewrite.name,
                 "source": rewrite.source,
+                "pass": rewrite.pass_name,
+                "handler": rewrite.handler,
                 "trace_fn": rewrite.trace_fn,
                 "duplicate": rewrite.duplicate,
                 "seed": rewrite_seed(self.options.seed, rewrite),
@@ -151,6 +162,7 @@ class _Audit:
             "budget_s": self.options.budget_s,
             "jobs": self.options.jobs,
             "sources": list(self.options.sources),
+            "kinds": list(self.options.kinds),
             "elapsed_s": round(time.monotonic() - self.start, 3),
             "counts": {status: counts[status] for status in STATUSES if counts[status]},
             "rewrites": rows,
@@ -195,7 +207,7 @@ class _Audit:
     def send(self, slot: _Slot) -> None:
         rewrite = self.rewrites[slot.index]
         seed = rewrite_seed(self.options.seed, rewrite)
-        slot.worker.send(CheckRequest(rewrite.source, rewrite.module, rewrite.name, seed))
+        slot.worker.send(CheckRequest(rewrite.source, rewrite.module, rewrite.name, seed, rewrite.kind))
 
     def finish(self, slot: _Slot, result: dict[str, Any]) -> None:
         index, slot.index = slot.index, None

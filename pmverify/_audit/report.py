@@ -10,6 +10,7 @@ import pathlib
 import xml.etree.ElementTree as ET
 from typing import Any, TextIO
 
+from .._entries import KINDS
 from .._io import output_stream, write_output
 from .._job.report import jsonable, xml_text
 from .check import FINDING, STATUSES, describe_counts
@@ -17,34 +18,70 @@ from .check import FINDING, STATUSES, describe_counts
 __all__ = ["summary", "junit_xml", "markdown", "write_outputs"]
 
 
-def _by_module(report: dict[str, Any]) -> dict[str, collections.Counter[str]]:
-    counts: dict[str, collections.Counter[str]] = {}
-    for row in report["rewrites"]:
-        counts.setdefault(row["module"], collections.Counter())[row["status"]] += 1
-    return counts
+def _kind(row: dict[str, Any]) -> str:
+    return row.get("kind") or "replacement"
 
 
-def _cases_by_module(report: dict[str, Any]) -> dict[str, int]:
-    cases: collections.Counter[str] = collections.Counter()
+def _grouped(report: dict[str, Any], key: Any) -> tuple[dict[Any, collections.Counter[str]], dict[Any, int]]:
+    """Per group (``key(row)``, in order of first row): the statuses' counts and the cases checked."""
+    counts: dict[Any, collections.Counter[str]] = {}
+    cases: collections.Counter[Any] = collections.Counter()
     for row in report["rewrites"]:
-        cases[row["module"]] += (row.get("cases") or {}).get("checked", 0)
-    return cases
+        group = key(row)
+        counts.setdefault(group, collections.Counter())[row["status"]] += 1
+        cases[group] += (row.get("cases") or {}).get("checked", 0)
+    return counts, cases
+
+
+def _statuses(report: dict[str, Any]) -> list[str]:
+    """The statuses that get a column: those that occur, ``ok`` and ``finding`` always."""
+    total = collections.Counter(row["status"] for row in report["rewrites"])
+    return [s for s in STATUSES if s in ("ok", FINDING) or total[s]]
 
 
 def _table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows (a row per module, then ``total``) of the per-status counts and the
-    cases checked; only the statuses that occur get a column, ``ok`` and ``finding`` always."""
-    counts = _by_module(report)
-    cases = _cases_by_module(report)
+    """The header and rows (a row per kind and module, kind by kind, then ``total``) of the
+    per-status counts and the cases checked."""
+    counts, cases = _grouped(report, lambda row: (_kind(row), row["module"]))
+    order = sorted(counts, key=lambda group: KINDS.index(group[0]) if group[0] in KINDS else len(KINDS))
+    statuses = _statuses(report)
     total = sum(counts.values(), collections.Counter())
-    statuses = [s for s in STATUSES if s in ("ok", FINDING) or total[s]]
-    header = ["module", "rewrites", *statuses, "cases"]
+    header = ["kind", "module", "entries", *statuses, "cases"]
     rows = [
-        [module, str(sum(c.values())), *(str(c[s]) for s in statuses), str(cases[module])]
-        for module, c in counts.items()
+        [kind, module, str(sum(counts[kind, module].values())), *(str(counts[kind, module][s]) for s in statuses)]
+        + [str(cases[kind, module])]
+        for kind, module in order
     ]
-    rows.append(["total", str(sum(total.values())), *(str(total[s]) for s in statuses), str(sum(cases.values()))])
+    rows.append(["total", "", str(sum(total.values())), *(str(total[s]) for s in statuses), str(sum(cases.values()))])
     return header, rows
+
+
+def _pass_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows (a row per pass, in order of first entry) of the per-status counts and
+    the cases checked."""
+    counts, cases = _grouped(report, lambda row: row.get("pass") or "?")
+    statuses = _statuses(report)
+    header = ["pass", "entries", *statuses, "cases"]
+    rows = [
+        [name, str(sum(c.values())), *(str(c[s]) for s in statuses), str(cases[name])] for name, c in counts.items()
+    ]
+    return header, rows
+
+
+def _print_table(header: list[str], rows: list[list[str]], out: TextIO, text: int = 1) -> None:
+    """``header`` and ``rows`` aligned, the first ``text`` columns to the left, the rest to the right."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            f"{c:<{w}}" if i < text else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    first = line(header)
+    print(first, file=out)
+    print("-" * len(first), file=out)
+    for row in rows:
+        print(line(row).rstrip(), file=out)
 
 
 def _count_cells(row: dict[str, Any]) -> list[str]:
@@ -56,21 +93,12 @@ def _count_cells(row: dict[str, Any]) -> list[str]:
 
 
 def summary(report: dict[str, Any], out: TextIO) -> None:
-    """The per-module table of statuses and cases checked, then a line per finding and per error
-    (with its cases)."""
-    header, rows = _table_rows(report)
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    """The table of statuses and cases checked per kind and module, then per pass, then a line per
+    finding and per error (with its cases)."""
     print(f"\nsummary ({report['status']}, {report['elapsed_s']:.0f}s)", file=out)
-    line = "  ".join(
-        f"{h:<{w}}" if i == 0 else f"{h:>{w}}" for i, (h, w) in enumerate(zip(header, widths, strict=True))
-    )
-    print(line, file=out)
-    print("-" * len(line), file=out)
-    for row in rows:
-        print(
-            "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(row, widths, strict=True))),
-            file=out,
-        )
+    _print_table(*_table_rows(report), out, text=2)
+    print("", file=out)
+    _print_table(*_pass_rows(report), out)
     for row in report["rewrites"]:
         if row["status"] in (FINDING, "error"):
             where = f"\n    reproducer: {row['reproducer']}" if row.get("reproducer") else ""
@@ -108,7 +136,7 @@ def junit_xml(report: dict[str, Any]) -> str:
             reason = xml_text(row.get("reason") or "")
             if row["status"] == FINDING:
                 failures += 1
-                element = ET.SubElement(case, "failure", message=reason, type=row.get("kind") or FINDING)
+                element = ET.SubElement(case, "failure", message=reason, type=row.get("finding_kind") or FINDING)
                 lines = [f"{v['oracle']}: {v['message']}" for v in row["violations"]]
                 lines.append(f"reproducer: {row.get('reproducer') or 'not written'}")
                 lines.append(f"cases: {describe_counts(row.get('cases'))}")
@@ -131,6 +159,11 @@ def junit_xml(report: dict[str, Any]) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def _flavour(row: dict[str, Any]) -> str:
+    """A rewrite's trace function (``fwd_only``), or the kind of a handler's entry (``graph``)."""
+    return row.get("trace_fn") or _kind(row)
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -139,7 +172,7 @@ def _title(sources: list[str]) -> str:
     named = [f"`{source}`" for source in sources if source != "inductor"]
     if "inductor" in sources:
         named.insert(0, "Inductor's own pattern passes")
-    return f"# Audit of the rewrites of {' and '.join(named) or 'Inductor'}"
+    return f"# Audit of the pattern entries of {' and '.join(named) or 'Inductor'}"
 
 
 def _link(path: str, markdown_path: Any) -> str:
@@ -156,12 +189,14 @@ def markdown(report: dict[str, Any], path: Any = None) -> str:
     its reproducer (relative to ``path``, the file it is written to), and a table of every
     rewrite's cases; regenerated by the command it names."""
     header, rows = _table_rows(report)
+    pass_header, pass_rows = _pass_rows(report)
     lines = [
         _title(report.get("sources") or ["inductor"]),
         "",
         f"pmverify {report['pmverify']} on torch {report['torch']}, {report['date']}: seed {report['seed']}, "
         f"{report['max_examples']} cases per rewrite for check_rewrite and {report['planted_examples']} planted "
-        f"among random graphs with near misses; {report['elapsed_s']:.0f}s with {report['jobs']} job(s) "
+        f"among random graphs with near misses, as many per graph entry for check_entry (kinds: "
+        f"{', '.join(report.get('kinds') or ['replacement'])}); {report['elapsed_s']:.0f}s with {report['jobs']} job(s) "
         f"({report['status']}).",
         "",
         f"Regenerate with `{report['command']}`.",
@@ -171,8 +206,14 @@ def markdown(report: dict[str, Any], path: Any = None) -> str:
         "NaN/Inf float64 reference, or not comparable) and the instances its `extra_check` refused (`rejected`).",
         "",
         "| " + " | ".join(header) + " |",
-        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+        "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|",
         *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+        "Per pass:",
+        "",
+        "| " + " | ".join(pass_header) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(pass_header) - 1)) + "|",
+        *("| " + " | ".join(_cell(c) for c in row) + " |" for row in pass_rows),
     ]
     order = [FINDING, *(s for s in STATUSES if s not in ("ok", FINDING))]
     for status in order:
@@ -183,19 +224,19 @@ def markdown(report: dict[str, Any], path: Any = None) -> str:
         for row in chosen:
             repro = f" ([reproducer]({_link(row['reproducer'], path)}))" if row.get("reproducer") else ""
             lines.append(
-                f"- `{row['module']}/{row['name']}` ({row['trace_fn']}; {describe_counts(row.get('cases'))}): "
+                f"- `{row['module']}/{row['name']}` ({_flavour(row)}; {describe_counts(row.get('cases'))}): "
                 f"{_cell(row.get('reason') or '')}{repro}"
             )
     lines += [
         "",
-        "## Cases per rewrite",
+        "## Cases per entry",
         "",
-        "| rewrite | trace | status | cases | rewritten | void | rejected | seconds |",
+        "| entry | kind or trace | status | cases | rewritten | void | rejected | seconds |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in report["rewrites"]:
         seconds = "-" if row.get("seconds") is None else f"{row['seconds']:.1f}"
-        cells = [f"`{row['module']}/{_cell(row['name'])}`", row["trace_fn"], row["status"], *_count_cells(row), seconds]
+        cells = [f"`{row['module']}/{_cell(row['name'])}`", _flavour(row), row["status"], *_count_cells(row), seconds]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -1,5 +1,6 @@
-"""The audit's worker process: records the sources once, then audits the rewrites the job sends it,
-one at a time, so that a rewrite that kills its process or hangs takes only the worker with it.
+"""The audit's worker process: records the sources once (every kind of entry), then audits the entries
+the job sends it, one at a time, so that an entry that kills its process or hangs takes only the
+worker with it.
 
 Requests, from the job (:mod:`pmverify._job.protocol`): :class:`CheckRequest`, :class:`Stop`.
 Messages, to the job: :class:`Ready` once the sources are recorded, or :class:`Failed`;
@@ -32,14 +33,14 @@ def _check(recorded: dict[str, list[Any]], request: CheckRequest, options: dict[
     from .sources import locate
 
     spec, module, name, seed = request.source, request.module, request.name, request.seed
-    print(f"pmverify audit: {module}/{name} (seed {seed})", flush=True)  # where the log's rewrites start
+    print(f"pmverify audit: {module}/{name} (seed {seed})", flush=True)  # where the log's entries start
     try:
-        rewrite, pass_source = locate(spec, recorded[spec], module, name)
+        entry, pass_source = locate(spec, recorded[spec], module, name, request.kind)
         # pmverify's ci profile (deadline None, its health checks) with no example database: a
         # rewrite's outcome depends on its seed only
         settings = fresh_settings(profile_settings("ci"))
         return check_one(
-            rewrite,
+            entry,
             pass_source,
             max_examples=options["max_examples"],
             seed=seed,

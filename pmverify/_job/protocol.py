@@ -284,12 +284,14 @@ class ExtraCheckDone:
 
 @_frozen
 class CheckRequest:
-    """Audit the rewrite ``name`` of module ``module`` of audit source ``source`` with seed ``seed``."""
+    """Audit the entry ``name`` of module ``module``, of kind ``kind`` (a rewrite: ``"replacement"``),
+    of audit source ``source`` with seed ``seed``."""
 
     source: str
     module: str
     name: str
     seed: int
+    kind: str = "replacement"
 
 
 @_frozen

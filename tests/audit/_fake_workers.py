@@ -46,4 +46,9 @@ def serve(conn, sources, options):
         print("this worker cannot start", flush=True)
         os._exit(4)
     conn.send(Ready(os.getpid()))
-    serve_requests(conn, CheckRequest, lambda request: RewriteChecked(_outcome(request)))
+    serve_requests(conn, CheckRequest, lambda request: RewriteChecked(_answer(request)))
+
+
+def _answer(request):
+    """The outcome, saying which kind of entry the request asked for (``request_kind``)."""
+    return {**_outcome(request), "request_kind": request.kind}

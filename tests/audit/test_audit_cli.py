@@ -20,8 +20,18 @@ SOURCE = "_audit_passes"
         (["no_such_module"], "'no_such_module': cannot import no_such_module: ModuleNotFoundError"),
         ([f"{SOURCE}:nothing"], f"'{SOURCE}:nothing': {SOURCE} has no attribute nothing"),
         ([f"{SOURCE}:PASS"], f"'{SOURCE}:PASS' is PatternMatcherPass, not a callable that builds the pass"),
-        (["_fake_workers"], "no register_replacement call was recorded while it was imported: if it registers lazily"),
-        ([SOURCE, "--rewrite", "nothing*"], "--rewrite='nothing*' matches none of the 7 rewrites of _audit_passes"),
+        (
+            ["_fake_workers"],
+            "no register_replacement or register_graph_pattern call was recorded while it was imported: if it "
+            "registers lazily",
+        ),
+        ([SOURCE, "--kinds", "lowering"], "no register_lowering_pattern call was recorded while it was imported"),
+        (
+            [SOURCE, "--kinds", "graph,scheduler"],
+            "--kinds='graph,scheduler' must be kinds among replacement, graph, lowering",
+        ),
+        ([SOURCE, "--kinds", ""], "--kinds='' must be kinds among"),
+        ([SOURCE, "--rewrite", "nothing*"], "--rewrite='nothing*' matches none of the 7 entries of _audit_passes"),
         ([SOURCE, "--timeout", "-5s"], "--timeout='-5s' must be a positive, finite duration"),
         ([SOURCE, "--max-examples", "0"], "--max-examples='0' must be positive and finite"),
         ([SOURCE, "--report", "-", "--markdown", "/dev/stdout"], "are one stream: give one of them a file"),
@@ -81,13 +91,16 @@ def test_a_users_module_audited_in_real_workers(tmp_path, capsys):
     assert run.returncode == 1, run.stdout + run.stderr
     assert ET.parse(junit).getroot().find("testsuite").get("name") == SOURCE
     out = capsys.readouterr().out
-    assert "_audit_passes         7   1        2      3               1" in out
+    table = [line.split() for line in out.splitlines()]
+    assert ["replacement", "_audit_passes", "7", "1", "2", "3", "1"] in [row[:7] for row in table]
+    assert ["_audit_passes.PASS", "7", "1", "2", "3", "1"] in [row[:6] for row in table]  # the count per pass
 
 
 @pytest.mark.slow
 def test_the_full_audit_of_inductor_gives_every_rewrite_a_status(tmp_path):
-    """The default audit at the installed torch: no crash of the audit, a status for each rewrite,
-    Inductor's duplicates not registered (the other statuses depend on check_rewrite's reach)."""
+    """The default audit at the installed torch (rewrites and graph entries): no crash of the audit, a
+    status for each entry, Inductor's duplicates not registered (the other statuses depend on
+    check_rewrite's and check_entry's reach)."""
     report_path = tmp_path / "r.json"
     code = main(
         ["audit", "--jobs", "2", "--max-examples", "5", "--report", str(report_path), "--repro-dir", str(tmp_path)]
@@ -96,8 +109,10 @@ def test_the_full_audit_of_inductor_gives_every_rewrite_a_status(tmp_path):
     assert code in (0, 1) and report["status"] == "finished"
     import torch
 
-    if torch.__version__.startswith("2.13."):
-        assert len(report["rewrites"]) == 149 and report["counts"]["not registered"] == 19
+    if torch.__version__.startswith("2.13."):  # replacement,graph by default
+        kinds = [row["kind"] for row in report["rewrites"]]
+        assert (kinds.count("replacement"), kinds.count("graph")) == (149, 273)
+        assert report["counts"]["not registered"] == 19 and report["kinds"] == ["replacement", "graph"]
     for row in report["rewrites"]:
         assert row["status"] != "not run" and row["reason"], row
         if row["status"] == "error":

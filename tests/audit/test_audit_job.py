@@ -80,15 +80,15 @@ def test_statuses_and_a_dead_or_hung_worker_is_an_error_then_the_next_rewrite_go
     assert "cases: 40 cases, 2 rewritten, 1 rejected" in failure.text
     assert suite.find("testcase[@name='ok_1']/system-out").text.endswith("(15 cases, 6 rewritten, 1 void)")
     table_md = (tmp_path / "AUDIT.md").read_text()
-    assert table_md.startswith("# Audit of the rewrites of `fake`") and "## Finding (1)" in table_md
+    assert table_md.startswith("# Audit of the pattern entries of `fake`") and "## Finding (1)" in table_md
     assert f"([reproducer]({os.path.relpath('/tmp/repro.py', tmp_path.resolve())}))" in table_md  # from the file
     assert "[2/7] fake_passes/exits: error" in out  # a line per rewrite as it is done
     printed = io.StringIO()
     summary(report, printed)
     out = printed.getvalue()
     table = out.splitlines()[1:]
-    assert table[1].split() == ["module", "rewrites", "ok", "finding", "error", "not", "registered", "cases"]
-    assert table[3].split() == ["fake_passes", "8", "3", "1", "3", "1", "85"]  # 3 x 15 + 40
+    assert table[1].split() == ["kind", "module", "entries", "ok", "finding", "error", "not", "registered", "cases"]
+    assert table[3].split() == ["replacement", "fake_passes", "8", "3", "1", "3", "1", "85"]  # 3 x 15 + 40
     assert "FINDING fake_passes/finding (40 cases, 2 rewritten, 1 rejected): semantics: output 0 off" in out
 
 
@@ -106,13 +106,42 @@ def test_each_rewrite_says_how_many_cases_it_got(fake_workers, tmp_path):
     assert "fake_passes/ok_1: ok (" in out and "s; 15 cases, 6 rewritten, 1 void) seed " in out
     assert "s; cases not known) " in out  # the dead worker's line
     table_md = (tmp_path / "AUDIT.md").read_text()
-    assert "| module | rewrites | ok | finding | error | not registered | cases |" in table_md
-    assert "| fake_passes | 4 | 1 | 1 | 1 | 1 | 55 |" in table_md
+    assert "| kind | module | entries | ok | finding | error | not registered | cases |" in table_md
+    assert "| replacement | fake_passes | 4 | 1 | 1 | 1 | 1 | 55 |" in table_md
     assert "- `fake_passes/finding` (fwd_only; 40 cases, 2 rewritten, 1 rejected): semantics: output 0 off" in table_md
-    per_rewrite = table_md.split("## Cases per rewrite")[1]
+    per_rewrite = table_md.split("## Cases per entry")[1]
     assert "| `fake_passes/ok_1` | fwd_only | ok | 15 | 6 | 1 | 0 |" in per_rewrite
     assert "| `fake_passes/exits` | fwd_only | error | - | - | - | - |" in per_rewrite
     assert "| `fake_passes/dup` | fwd_only | not registered | 0 | 0 | 0 | 0 | 0.0 |" in per_rewrite
+
+
+def test_entries_of_each_kind_are_sent_with_their_kind_and_counted_by_kind_module_and_pass(fake_workers, tmp_path):
+    entries = [
+        AuditedRewrite("fake", "fake_passes", "ok_1", "fwd_only", False, "replacement", "fake_passes.PASS"),
+        AuditedRewrite("fake", "fake_passes", "ok_h", "", False, "graph", "fake_passes.PASS", "fake_passes.ok_h"),
+        AuditedRewrite("fake", "other", "finding_h", "", False, "graph", "other.PASSES[1]", "other.finding_h"),
+    ]
+    report, code, _ = _audit(tmp_path, entries, markdown=tmp_path / "AUDIT.md")
+    rows = report["rewrites"]
+    assert code == 1 and [row["request_kind"] for row in rows] == ["replacement", "graph", "graph"]
+    assert rows[2]["finding_kind"] == "violation"  # the row's kind is the entry's
+    assert [(r["kind"], r["pass"], r["handler"]) for r in rows] == [
+        ("replacement", "fake_passes.PASS", None),
+        ("graph", "fake_passes.PASS", "fake_passes.ok_h"),
+        ("graph", "other.PASSES[1]", "other.finding_h"),
+    ]
+    printed = io.StringIO()
+    summary(report, printed)
+    lines = [line.split() for line in printed.getvalue().splitlines()]
+    assert ["replacement", "fake_passes", "1", "1", "0", "15"] in lines
+    assert ["graph", "fake_passes", "1", "1", "0", "15"] in lines
+    assert ["graph", "other", "1", "0", "1", "40"] in lines
+    assert ["total", "3", "2", "1", "70"] in lines
+    assert ["pass", "entries", "ok", "finding", "cases"] in lines  # the counts per pass
+    assert ["fake_passes.PASS", "2", "2", "0", "30"] in lines and ["other.PASSES[1]", "1", "0", "1", "40"] in lines
+    table_md = (tmp_path / "AUDIT.md").read_text()
+    assert "| graph | other | 1 | 0 | 1 | 40 |" in table_md and "| other.PASSES[1] | 1 | 0 | 1 | 40 |" in table_md
+    assert "- `other/finding_h` (graph; 40 cases" in table_md
 
 
 def test_the_budget_stops_starting_rewrites_and_the_rest_are_not_run(fake_workers, tmp_path):
