@@ -214,6 +214,8 @@ class _Instance:
         self.recorded: dict[Any, Any] | None = None  # leaves drawn, by (call pattern, position)
         self.replay: dict[Any, Any] | None = None  # leaves to draw again as recorded
         self.pattern: Any = None  # the call pattern being drawn
+        self.real: dict[torch.fx.Node, Any] = {}  # each call's result on zeros (see run)
+        self._last_real: Any = None
 
     # -- patterns ------------------------------------------------------------------------------
 
@@ -416,16 +418,36 @@ class _Instance:
         return value
 
     def run(self, fn: Any, args: tuple, kwargs: dict, op: str) -> Any:
-        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
-        fake_args = tuple(_faked(self, a) for a in fake_args)
-        fake_kwargs = {k: _faked(self, v) for k, v in fake_kwargs.items()}
+        """The call's fake result, once it ran on fake tensors and on real ones (zeros of the drawn
+        shapes and dtypes, and the real results of the nodes before): a fake kernel lets through
+        what the CPU kernel refuses (an ``mm`` of two dtypes). Raises :class:`_Retry` otherwise."""
+        fake = self._call(fn, op, *_mapped(args, kwargs, lambda v: _faked(self, v)), mode=self.b.mode)
+        real = self._call(fn, op, *_mapped(args, kwargs, self._real), mode=contextlib.nullcontext())
+        self._last_real = real
+        return fake
+
+    def _call(self, fn: Any, op: str, args: tuple, kwargs: dict, *, mode: Any) -> Any:
         try:
-            with self.b.mode, _quiet_fake_errors():
+            with mode, _quiet_fake_errors(), torch.no_grad():
                 if op == "call_method":
-                    return getattr(fake_args[0], fn)(*fake_args[1:], **fake_kwargs)
-                return fn(*fake_args, **fake_kwargs)
+                    return getattr(args[0], fn)(*args[1:], **kwargs)
+                return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any failure of the drawn call: draw again
             raise _Retry(str(exc)) from None
+
+    def _real(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self._real(v) for v in value]
+        if isinstance(value, torch.fx.Node):
+            if value in self.real:
+                return self.real[value]
+            meta = value.meta["val"]
+            return torch.zeros(meta.shape, dtype=meta.dtype)
+        if isinstance(value, _Pending):
+            if value.node is not None:
+                return self._real(value.node)
+            return torch.zeros(value.shape, dtype=value.dtype)
+        return value
 
     def add_node(self, op: str, fn: Any, args: tuple, kwargs: dict, fake: Any) -> torch.fx.Node:
         args = tuple(self.materialise(a) for a in args)
@@ -435,6 +457,7 @@ class _Instance:
         value = [snapshot_fake(r) for r in fake] if isinstance(fake, (list, tuple)) else snapshot_fake(fake)
         node.meta["val"] = value
         node.meta["example_value"] = value
+        self.real[node] = self._last_real
         self.order.append(node)
         return node
 
@@ -483,6 +506,8 @@ class _Instance:
             self.getitem_next[parent] = index + 1
         node = self.b.graph.create_node("call_function", operator.getitem, (parent, index), {}, name="getitem")
         node.meta["val"] = node.meta["example_value"] = parent.meta["val"][index]
+        if parent in self.real:
+            self.real[node] = self.real[parent][index]
         self.order.append(node)
         return node
 
@@ -859,6 +884,10 @@ def _quiet_fake_errors() -> Iterator[None]:
         logger.setLevel(level)
 
 
+def _mapped(args: tuple, kwargs: dict, fn: Callable[[Any], Any]) -> tuple[tuple, dict]:
+    return tuple(fn(a) for a in args), {k: fn(v) for k, v in kwargs.items()}
+
+
 def _again(value: Any) -> Any:
     """A leaf drawn again as recorded: a tensor of the same shape, dtype and value range (a new
     one), any other value as it was."""
@@ -872,6 +901,8 @@ def _again(value: Any) -> Any:
 def _faked(instance: _Instance, value: Any) -> Any:
     if isinstance(value, list):
         return [_faked(instance, v) for v in value]
+    if isinstance(value, torch.fx.Node):
+        return value.meta["val"]
     if isinstance(value, _Pending):
         if value.node is not None:
             return value.node.meta["val"]
