@@ -73,7 +73,9 @@ def check_entry(
     - ``max_examples``, ``seed``, ``repro_dir``, ``settings``, ``reproducer_prelude``: as for
       :func:`~pmverify.check_rewrite`.
     - ``pass_source``: Python code defining ``PASS`` (the one-entry pass) for the reproducer.
-    - ``config_patches``: ``torch._inductor.config`` options set while the search runs.
+    - ``config_patches``: ``torch._inductor.config`` options set while the search runs, over
+      those that enable the entry's pass (:func:`enabling_patches` of :attr:`RecordedEntry.config`,
+      always set: a handler runs as its pass runs it).
     - ``on_result``: called with each case's :class:`~pmverify.CaseResult` of a graph entry's search (as by
       :func:`~pmverify.verify`).
 
@@ -111,9 +113,34 @@ def check_entry(
         raise RewriteUnsatisfiable(
             f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
         )
-    patches = validate_config_patches(config_patches)
+    patches = {**enabling_patches(entry.config), **validate_config_patches(config_patches)}
     with config.patch(patches) if patches else contextlib.nullcontext():
         return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result)
+
+
+def enabling_patches(options: tuple[str, ...]) -> dict[str, Any]:
+    """The ``torch._inductor.config`` patches that enable an entry's pass, from its
+    :attr:`RecordedEntry.config` strings: ``"freezing"`` -> ``{"freezing": True}``, ``"not
+    fallback_random"`` -> ``{"fallback_random": False}``, ``"pre_grad_fusion_options['x']"`` -> the
+    options dict with ``x`` added (``{}``, its defaults) where it is missing. A handler reads its
+    pass's options as Inductor's run gives them (``split_cat``'s read their thresholds there)."""
+    import re
+
+    from torch._inductor import config
+
+    patches: dict[str, Any] = {}
+    for option in options:
+        keyed = re.fullmatch(r"(\w+)\[['\"](\w+)['\"]\]", option)
+        if keyed:
+            name, key = keyed.groups()
+            current = dict(patches.get(name, getattr(config, name, {}) or {}))
+            current.setdefault(key, {})
+            patches[name] = current
+        elif option.startswith("not "):
+            patches[option[4:]] = False
+        elif isinstance(getattr(config, option, None), bool):
+            patches[option] = True
+    return patches
 
 
 def _search(

@@ -65,6 +65,10 @@ _STR_CHOICES = {
     "binary_attr": ("sum", "add"),
     "unary_attr": ("none", "relu"),
 }
+#: Equations of the einsums drawn (a batched matmul, a pointwise product and reduction, a transpose...).
+_EINSUM = ("bcn,bcnm->bcm", "ij,jk->ik", "bij,bjk->bik", "ij,ij->ij", "bhd,d->bhd", "ij->ji", "i,i->", "bij,j->bi")
+#: Bool arguments that must stay False on a CPU-only machine (pinned memory needs an accelerator).
+_HOST_ONLY_FALSE = ("pin_memory",)
 _CONTRACTIONS = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "_linear_pointwise", "addmv", "mv", "dot"}
 _CONVOLUTIONS = {"convolution", "conv2d", "conv1d", "_convolution", "_convolution_pointwise"}
 
@@ -153,7 +157,9 @@ def _schemas(fn: Any) -> list[Any]:
     return [
         s
         for s in schemas
-        if not s.overload_name.endswith("out")
+        if s.arguments
+        and _kind(s.arguments[0]).startswith("Tensor")
+        and not s.overload_name.endswith("out")
         and "Dimname" not in str(s)
         and not any(a.alias_info is not None and a.alias_info.is_write for a in s.arguments)
         or isinstance(fn, torch._ops.OpOverload)
@@ -204,16 +210,22 @@ class _Instance:
         self.constants: dict[str, torch.Tensor] = {}
         self.frozen = False
         self.qdtype: torch.dtype | None = None  # the quantized dtype of the call being drawn
+        self.shaping: _Shaping | None = None  # the shapes the call being drawn needs
+        self.recorded: dict[Any, Any] | None = None  # leaves drawn, by (call pattern, position)
+        self.replay: dict[Any, Any] | None = None  # leaves to draw again as recorded
+        self.pattern: Any = None  # the call pattern being drawn
 
     # -- patterns ------------------------------------------------------------------------------
 
-    def build(self, p: Any, shared: dict[int, Any] | None = None) -> Any:
+    def build(self, p: Any, want: tuple[int | None, ...] | None = None) -> Any:
+        """The node(s) of ``p``; ``want``: the shape its parent needs of it (None where a dim is
+        free), a hint the leaves and size arguments below follow where they can."""
         from torch._inductor import pattern_matcher as pm
 
         if isinstance(p, pm.MultiOutputPattern):
             return [self.build(o) for o in p.outputs if o is not None]
         if isinstance(p, pm.RepeatedExpr):
-            first = self.build(p.inner_pattern)
+            first = self.build(p.inner_pattern, want)
             for _ in range(self.draw(st.integers(1, 2))):
                 self.build_fresh(p.inner_pattern)
             return first
@@ -222,7 +234,7 @@ class _Instance:
         if isinstance(p, pm._TargetExpr):
             if id(p) in self.nodes:
                 return self.nodes[id(p)]
-            node = self.call(p)
+            node = self.call(p, want)
             self.nodes[id(p)] = node
             return node
         raise ExprUnsupported(f"{type(p).__name__} ({p!r}) is not drawn")
@@ -248,15 +260,30 @@ class _Instance:
         return self.__dict__.setdefault("_patterns", {})
 
     def build_list(self, p: Any) -> list[Any]:
-        first = self.build_fresh(p.pattern)
+        """A ``ListOf``: its element built once, then again with the leaves it drew (sizes, dims,
+        numbers; new values), as the inputs of a ``cat`` or ``stack`` agree; getitem indices
+        excepted (the pieces of a split: all of them, in order, mostly)."""
+        outer, self.recorded = self.recorded, {}
+        try:
+            first = self.build_fresh(p.pattern)
+            recorded = self.recorded
+        finally:
+            self.recorded = outer
         count = self.draw(st.integers(1, 3))
         parent = _getitem_parent(first)
-        if parent is not None:  # the pieces of a split: all of them, in order, mostly
+        if parent is not None:
             pieces = len(parent.meta["val"])
             count = pieces - 1 if self.draw(st.integers(0, 3)) else self.draw(st.integers(0, max(0, pieces - 1)))
-        return [first, *(self.build_fresh(p.pattern) for _ in range(count))]
+        rest = []
+        for _ in range(count):
+            outer_replay, self.replay = self.replay, recorded if self.draw(st.integers(0, 5)) else None
+            try:
+                rest.append(self.build_fresh(p.pattern))
+            finally:
+                self.replay = outer_replay
+        return [first, *rest]
 
-    def call(self, p: Any) -> torch.fx.Node:
+    def call(self, p: Any, want: tuple[int | None, ...] | None = None) -> torch.fx.Node:
         from torch._inductor import pattern_matcher as pm
 
         self._register(p)
@@ -265,13 +292,18 @@ class _Instance:
         varargs = isinstance(p, pm._TargetExprVarArgs)
         held_args = () if varargs else tuple(p.args)
         held_kwargs = {} if varargs else dict(p.kwargs)
-        # sub-patterns first: what the leaves are drawn after
-        built_args = [self.build(a) if _is_sub(a) else a for a in held_args]
-        built_kwargs = {k: self.build(v) if _is_sub(v) else v for k, v in held_kwargs.items()}
+        schema = None if fn is operator.getitem else self.schema_for(fn, len(held_args), set(held_kwargs), varargs)
+        shaping = _Shaping(self, fn, want)
+        # sub-patterns first, each to the shape this call needs of it: what the leaves are drawn after
+        names = [_arg_name(schema, i) for i in range(len(held_args))]
+        built_args = []
+        for name, held in zip(names, held_args, strict=True):
+            built_args.append(self.build_sub(held, name, shaping))
+        built_kwargs = {k: self.build_sub(v, k, shaping) for k, v in held_kwargs.items()}
         for _ in range(TRIES):
             self.tries += 1
             try:
-                node = self.emit(p, fn, built_args, built_kwargs, varargs)
+                node = self.emit(p, fn, schema, built_args, built_kwargs, varargs, shaping)
             except _Retry:
                 continue
             if getattr(p, "users", 1) is pm.MULTIPLE and self.draw(st.booleans()):
@@ -280,6 +312,13 @@ class _Instance:
         assume(False)
         raise AssertionError("unreachable")
 
+    def build_sub(self, held: Any, name: str, shaping: _Shaping) -> Any:
+        if not _is_sub(held):
+            return held
+        node = self.build(held, shaping.want_of(name))
+        shaping.built(name, node)
+        return node
+
     def _register(self, p: Any) -> None:
         self._by_id[id(p)] = p
         for child in _children(p):
@@ -287,11 +326,23 @@ class _Instance:
 
     # -- one call ----------------------------------------------------------------------------
 
-    def emit(self, p: Any, fn: Any, args: list[Any], kwargs: dict[str, Any], varargs: bool) -> torch.fx.Node:
+    def emit(
+        self,
+        p: Any,
+        fn: Any,
+        schema: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        varargs: bool,
+        shaping: _Shaping,
+    ) -> torch.fx.Node:
         if fn is operator.getitem:
             return self.getitem(args)
+        if varargs and _base_name(fn) == "einsum" and not isinstance(fn, torch._ops.OpOverload):
+            return self.einsum(p, fn)
         self.qdtype = None
-        schema = self.schema_for(fn, len(args), set(kwargs), varargs)
+        self.shaping = shaping
+        self.pattern = p
         positions = self.positions(schema, args, kwargs, varargs)
         drawn: dict[int | str, Any] = {}
         keywords: dict[str, Any] = {}
@@ -330,6 +381,9 @@ class _Instance:
                 if a.has_default_value() and self.draw(st.integers(0, 2)):
                     break
                 out.append(_Arg(i, a, pm.Ignored()))
+            out += [
+                _Arg(a.name, a, pm.Ignored()) for a in schema.arguments if a.kwarg_only and not a.has_default_value()
+            ]
             return out
         by_name = {a.name: a for a in schema.arguments}
         out = [_Arg(i, schema.arguments[i], a) for i, a in enumerate(args)]
@@ -350,7 +404,13 @@ class _Instance:
                 return self.keywords[name]
             if name in keywords:
                 return keywords[name]
-        value = self.leaf(fn, position, drawn, positions)
+        key = (id(self.pattern), position.key)
+        if self.replay is not None and key in self.replay:
+            value = _again(self.replay[key])
+        else:
+            value = self.leaf(fn, position, drawn, positions)
+        if self.recorded is not None:
+            self.recorded[key] = value
         if isinstance(held, pm.KeywordArg) and name is not None:
             keywords[name] = value
         return value
@@ -377,6 +437,34 @@ class _Instance:
         node.meta["example_value"] = value
         self.order.append(node)
         return node
+
+    def consumer(self, root: torch.fx.Node) -> torch.fx.Node | None:
+        """A user of the instance's root, as a model has: ``root + root`` (``operator.add`` in a
+        graph of ``torch`` calls, ``aten.add.Tensor`` in an aten graph); None for a root that is not
+        one tensor."""
+        value = root.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.dtype == torch.bool:
+            return None
+        aten_graph = isinstance(root.target, torch._ops.OpOverload)
+        target = torch.ops.aten.add.Tensor if aten_graph else operator.add
+        with self.b.mode, _quiet_fake_errors():
+            fake = target(value, value)
+        node = self.b.graph.create_node("call_function", target, (root, root), {}, name="add")
+        node.meta["val"] = node.meta["example_value"] = snapshot_fake(fake)
+        return node
+
+    def einsum(self, p: Any, fn: Any) -> torch.fx.Node:
+        """``torch.einsum(equation, *operands)`` as a traced graph holds it, the operands sized by
+        the equation's letters."""
+        equation = self.draw(st.sampled_from(_EINSUM))
+        sizes: dict[str, int] = {}
+        operands = []
+        for term in equation.split("->")[0].split(","):
+            shape = tuple(sizes.setdefault(c, self.draw(st.integers(1, 4))) for c in term)
+            operands.append(_Pending(shape, self.dtype))
+        args = (equation, *operands)
+        fake = self.run(fn, args, {}, p.op)
+        return self.add_node(p.op, fn, args, {}, fake)
 
     def getitem(self, args: list[Any]) -> torch.fx.Node:
         parent = args[0]
@@ -429,7 +517,7 @@ class _Instance:
         if base in ("float", "Scalar", "number"):
             return self.draw(st.sampled_from(_NUMBERS))
         if base == "bool":
-            return self.draw(st.booleans())
+            return False if arg.name in _HOST_ONLY_FALSE else self.draw(st.booleans())
         if base == "ScalarType":
             return self.draw(st.sampled_from((*EXPR_DTYPES, torch.float64, torch.int64, torch.int32)))
         if base == "Layout":
@@ -440,10 +528,10 @@ class _Instance:
             return torch.contiguous_format
         if base == "Generator":
             return None
-        if base == "str":
-            choices = _STR_CHOICES.get(arg.name)
-            if choices:
-                return self.draw(st.sampled_from(choices))
+        if base == "str" and not arg.has_default_value():
+            return self.draw(st.sampled_from(_STR_CHOICES.get(arg.name, ("none", ""))))
+        if base == "str" and arg.name in _STR_CHOICES:
+            return self.draw(st.sampled_from(_STR_CHOICES[arg.name]))
         if arg.has_default_value():
             return arg.default_value
         raise ExprUnsupported(f"{_name(fn)}'s argument {arg.name} of type {kind} is not drawn")
@@ -470,7 +558,9 @@ class _Instance:
         if name == "axis":
             return 0
         if name == "input" and dequantize:
-            return _Pending(self.related_shape(None), qdtype, st.integers(info.min, info.max))
+            template = self.shaping.want_of(name) if self.shaping is not None else None
+            shape = _filled(self.draw, template) if template is not None else self.related_shape(None)
+            return _Pending(shape, qdtype, st.integers(info.min, info.max))
         positive = st.sampled_from((0.01, 0.02, 0.05, 0.1, 0.25))
         points = st.integers(max(info.min, -8), min(info.max, 8)) if qdtype == torch.int8 else st.integers(0, 255)
         if name == "scale":
@@ -498,6 +588,11 @@ class _Instance:
 
     def int_list(self, fn: Any, name: str, anchor: Any, drawn: dict) -> list[int]:
         shape = list(anchor.shape) if anchor is not None else [self.draw(st.integers(1, _MAX_SIDE))]
+        fixed = self.shaping.fixed.get(name) if self.shaping is not None else None
+        if fixed is not None:  # what makes this call's result the shape its parent needs
+            rank = len(fixed)
+            padded = [None] * max(rank - len(shape), 0) + [int(s) for s in shape][-rank:]
+            return [f if f is not None else (p if p is not None else 1) for f, p in zip(fixed, padded, strict=True)]
         rank = len(shape)
         op = _base_name(fn)
         if name in ("dims", "perm") or op == "permute":
@@ -536,10 +631,13 @@ class _Instance:
             size = anchor.shape[dim] if anchor is not None and anchor.dim() else 1
             shape = tuple(anchor.shape) if anchor is not None else (self.draw(st.integers(1, _MAX_SIDE)),)
             return _Pending(shape, torch.int64, st.integers(0, max(size - 1, 0)))
-        if op in _CONTRACTIONS:
-            shape = self.contraction_shape(op, name, anchor, drawn)
-        elif op in _CONVOLUTIONS:
-            shape = self.convolution_shape(name, anchor)
+        template = self.shaping.want_of(name) if self.shaping is not None else None
+        if template is not None and (op in _CONTRACTIONS or op in _CONVOLUTIONS or name in _FIRST or anchor is None):
+            shape = _filled(self.draw, template)
+            if name in _FIRST and op not in _CONTRACTIONS | _CONVOLUTIONS and not self.draw(st.integers(0, 3)):
+                shape = tuple(1 if self.draw(st.booleans()) else s for s in shape)  # the other side broadcasts
+        elif template is not None and self.draw(st.integers(0, 2)):
+            shape = self.related_shape(_Pending(_filled(self.draw, template), dtype))
         else:
             shape = self.related_shape(anchor)
         return _Pending(shape, dtype, None)
@@ -557,41 +655,6 @@ class _Instance:
             return shape[self.draw(st.integers(1, len(shape))) :]
         return tuple(self.draw(st.lists(st.integers(1, _MAX_SIDE), min_size=1, max_size=4)))
 
-    def contraction_shape(self, op: str, name: str, anchor: Any, drawn: dict) -> tuple[int, ...]:
-        sizes = self.__dict__.setdefault("_mk", {})
-        side = st.integers(1, _MAX_SIDE)
-        for key in "bmkn":
-            sizes.setdefault(key, self.draw(side))
-        tensors = [v for v in drawn.values() if isinstance(v, (_Pending, torch.fx.Node))]
-        batched = op in ("bmm", "baddbmm")
-        b, m, k, n = (sizes[c] for c in "bmkn")
-        if anchor is not None and anchor.dim() >= 2:
-            *batch, m, k = anchor.shape
-            b = batch[0] if batch else b
-        lead = (b,) if batched else ()
-        if name in ("self", "input") and op in ("addmm", "baddbmm"):
-            return self.draw(st.sampled_from([(*lead, m, n), (n,), (1, n)]))
-        if name in ("bias",):
-            return (n,)
-        if not tensors or name in ("mat1", "batch1", "input") and anchor is None:
-            return (*lead, m, k)
-        if op in ("linear", "_linear_pointwise") and name == "weight":
-            return (n, k)
-        return (*lead, k, n)
-
-    def convolution_shape(self, name: str, anchor: Any) -> tuple[int, ...]:
-        if name in ("input", "self", "x") or anchor is None:
-            return tuple(self.draw(st.lists(st.integers(1, 5), min_size=4, max_size=4)))
-        channels = anchor.shape[1]
-        out = self.__dict__.setdefault("_conv_out", self.draw(st.integers(1, 4)))
-        if name == "bias":
-            return (out,)
-        return (
-            out,
-            channels,
-            *self.draw(st.lists(st.integers(1, 3), min_size=anchor.dim() - 2, max_size=anchor.dim() - 2)),
-        )
-
     def tensor_list(self, fn: Any, position: _Arg, drawn: dict, positions: list[_Arg]) -> list[Any]:
         anchor = _anchor(drawn)
         if position.schema.name == "indices" and anchor is not None and anchor.dim():
@@ -608,7 +671,12 @@ class _Instance:
             return {}
         bound = {p.key for p in positions} | {schema.arguments[i].name for i in range(len(args))}
         free = [a for a in schema.arguments[len(args) :] if a.has_default_value() and a.name not in bound]
-        free = [a for a in free if _kind(a).removesuffix("?") in ("Scalar", "ScalarType", "bool", "int", "float")]
+        free = [
+            a
+            for a in free
+            if _kind(a).removesuffix("?") in ("Scalar", "ScalarType", "bool", "int", "float")
+            and a.name not in _HOST_ONLY_FALSE
+        ]
         if not free:
             return {}
         arg = free[self.draw(st.integers(0, len(free) - 1))]
@@ -655,6 +723,117 @@ class _Instance:
         return node
 
 
+_FIRST = ("self", "input", "a", "x", "inp", "0")
+
+
+def _arg_name(schema: Any, index: int) -> str:
+    if schema is not None and index < len(schema.arguments):
+        return schema.arguments[index].name
+    return str(index)
+
+
+class _Shaping:
+    """The shapes one call needs of its tensor arguments, from the shape its parent needs of it
+    (``want``, None where a dim is free): matmul sides sharing their inner size, convolution weights
+    matching the input's channels, the input of a permute, expand or view shaped so that the
+    result is ``want``; the others get ``want`` itself where it applies."""
+
+    def __init__(self, instance: _Instance, fn: Any, want: tuple[int | None, ...] | None) -> None:
+        self.instance = instance
+        self.op = _base_name(fn)
+        self.want = want
+        self.dims: dict[str, int] = {}
+        self.fixed: dict[str, Any] = {}
+        self.input_want: tuple[int | None, ...] | None = want
+        draw = instance.draw
+        if want is None:
+            return
+        rank = len(want)
+        if self.op in _CONTRACTIONS and rank >= 2:
+            self.dims.update({k: v for k, v in zip("mn", want[-2:], strict=True) if v is not None})
+            if rank == 3 and want[0] is not None:
+                self.dims["b"] = want[0]
+        elif self.op in _CONVOLUTIONS and rank >= 3:
+            self.dims.update({k: v for k, v in zip("NO", want[:2], strict=True) if v is not None})
+        elif self.op == "permute":
+            perm = draw(st.permutations(range(rank)))
+            self.fixed["dims"] = list(perm)
+            self.input_want = tuple(want[perm.index(i)] for i in range(rank))
+        elif self.op in ("expand", "broadcast_to"):
+            self.input_want = tuple(w if draw(st.integers(0, 2)) else 1 for w in want)
+            self.fixed["size"] = list(want)
+        elif self.op in ("view", "reshape", "_unsafe_view") and all(w is not None for w in want):
+            self.input_want = tuple(draw(refactored(math.prod(want))))  # type: ignore[arg-type]
+            self.fixed["size"] = list(want)
+
+    def dim(self, key: str) -> int:
+        if key not in self.dims:
+            self.dims[key] = self.instance.draw(st.integers(1, 4 if key in "NCO" else _MAX_SIDE))
+        return self.dims[key]
+
+    def want_of(self, name: str) -> tuple[int | None, ...] | None:
+        op, d = self.op, self.dim
+        if op in _CONTRACTIONS:
+            batched = op in ("bmm", "baddbmm") or (self.want is not None and len(self.want) == 3)
+            lead = (d("b"),) if batched else ()
+            table = {
+                "mat1": (d("m"), d("k")),
+                "mat2": (*lead, d("k"), d("n")),
+                "batch1": (d("b"), d("m"), d("k")),
+                "batch2": (d("b"), d("k"), d("n")),
+                "other": (*lead, d("k"), d("n")),
+                "weight": (d("n"), d("k")),
+                "bias": (d("n"),),
+                "b": (d("k"), d("n")),
+            }
+            if name in ("self", "input", "a", "x", "0"):
+                if op == "addmm":
+                    return self.instance.draw(st.sampled_from([(d("m"), d("n")), (d("n"),), (1, d("n"))]))
+                if op == "baddbmm":
+                    return (d("b"), d("m"), d("n"))
+                return (*lead, d("m"), d("k"))
+            return table.get(name)
+        if op in _CONVOLUTIONS:
+            spatial = self.__dict__.setdefault("spatial", self.instance.draw(st.integers(1, 2)))
+            if name in ("input", "self", "x", "0"):
+                return (d("N"), d("C"), *(self.instance.draw(st.integers(2, 5)) for _ in range(spatial)))
+            if name == "weight":
+                return (d("O"), d("C"), *(self.instance.draw(st.integers(1, 2)) for _ in range(spatial)))
+            if name == "bias":
+                return (d("O"),)
+            return None
+        if name in _FIRST:
+            return self.input_want
+        return self.want if self.op not in ("permute", "expand", "view", "reshape", "_unsafe_view") else None
+
+    def built(self, name: str, node: Any) -> None:
+        """Take the sizes a built argument fixes (a matmul side's, a convolution input's)."""
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor):
+            return
+        shape = [int(s) for s in value.shape]
+        if self.op in _CONTRACTIONS and len(shape) >= 2:
+            if name in ("self", "input", "a", "x", "0", "mat1", "batch1") and self.op not in ("addmm", "baddbmm"):
+                self.dims.update(m=shape[-2], k=shape[-1], **({"b": shape[0]} if len(shape) == 3 else {}))
+            elif name in ("mat1", "batch1"):
+                self.dims.update(m=shape[-2], k=shape[-1], **({"b": shape[0]} if len(shape) == 3 else {}))
+            elif name in ("mat2", "batch2", "other", "b"):
+                self.dims.update(k=shape[-2], n=shape[-1], **({"b": shape[0]} if len(shape) == 3 else {}))
+            elif name == "weight":
+                self.dims.update(n=shape[0], k=shape[1])
+        elif self.op in _CONVOLUTIONS and len(shape) >= 3:
+            if name in ("input", "self", "x", "0"):
+                self.dims.update(N=shape[0], C=shape[1])
+                self.spatial = len(shape) - 2
+            elif name == "weight":
+                self.dims.update(O=shape[0], C=shape[1])
+                self.spatial = len(shape) - 2
+
+
+def _filled(draw: Any, template: tuple[int | None, ...]) -> tuple[int, ...]:
+    return tuple(t if t is not None else draw(st.integers(1, _MAX_SIDE)) for t in template)
+
+
 @dataclasses.dataclass(eq=False)
 class _Pending:
     """A tensor leaf drawn for a call not yet emitted: its shape and dtype (and index range)."""
@@ -678,6 +857,16 @@ def _quiet_fake_errors() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+def _again(value: Any) -> Any:
+    """A leaf drawn again as recorded: a tensor of the same shape, dtype and value range (a new
+    one), any other value as it was."""
+    if isinstance(value, list):
+        return [_again(v) for v in value]
+    if isinstance(value, _Pending):
+        return _Pending(value.shape, value.dtype, value.elements)
+    return value
 
 
 def _faked(instance: _Instance, value: Any) -> Any:
@@ -818,7 +1007,8 @@ def expr_cases(
     if not roots:
         raise ExprUnsupported(f"{pattern!r} built no node")
     graph = instance.b.graph
-    outputs = list(dict.fromkeys([*roots, *instance.extra_users]))
+    consumer = instance.consumer(roots[0]) if draw(st.booleans()) else None
+    outputs = list(dict.fromkeys([*([consumer] if consumer is not None else roots), *instance.extra_users]))
     sinks = [n for n in instance.order if not n.users and n not in outputs]
     outputs += sinks
     outputs = [piece for node in outputs for piece in _pieces(instance, node)]
