@@ -4,7 +4,8 @@ Strategies (``pmverify.strategies``) draw random FX graphs with planted pattern 
 is applied to them and oracles check that semantics are preserved, no rewrite crosses a mutation
 barrier, auto_functionalized tuples are routed right, the graph stays well formed, planted
 instances are rewritten exactly when they must be, and ``uuid()`` tells configs apart.
-``record_patterns`` captures a pass's ``register_replacement`` calls (``record_inductor``: every
+``record_patterns`` captures a pass's ``register_replacement`` calls (``record_entries`` its every
+pattern entry, hand-written handlers too; ``record_inductor``: every
 entry of Inductor's own passes, rewrites and hand-written graph and lowering handlers); ``check_rewrite`` checks one in isolation. ``verify`` returns a ``VerifySummary`` of what it checked, and raises a
 ``VacuousSearch`` (``RewriteNeverMatched`` and its ``RewriteUnsatisfiable``,
 ``RewriteNotComparable``, ``AllCasesVoid``) for a search that checked nothing.
@@ -28,6 +29,7 @@ _WHERE = {
     "inductor_entry": "_inductor_rewrites",
     "inductor_rewrite": "_inductor_rewrites",
     "record_inductor": "_inductor_rewrites",
+    "record_entries": "_audit.sources",
     "RecordedRewrite": "_record",
     "record_patterns": "_record",
     "RewriteResult": "_rewrite",
@@ -51,6 +53,7 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
+    from ._audit.sources import record_entries
     from ._case import GraphCase, MutationSite, PlantedInstance, Symbol
     from ._check import CaseResult, check_case
     from ._inductor_rewrites import inductor_entry, inductor_rewrite, record_inductor
@@ -101,6 +104,7 @@ __all__ = [
     "check_rewrite",
     "inductor_entry",
     "inductor_rewrite",
+    "record_entries",
     "record_inductor",
     "record_patterns",
     "symbolize",

@@ -62,6 +62,7 @@ def check_entry(
     config_patches: Mapping[str, Any] | None = None,
     settings: Any = None,
     reproducer_prelude: str | None = None,
+    on_result: Any = None,
 ) -> Any:
     """Check one entry of a pattern pass alone: whatever its handler does to an instance of its
     pattern keeps the graph's values (against a float64 reference), structure and mutation
@@ -75,6 +76,8 @@ def check_entry(
     - ``config_patches``: ``torch._inductor.config`` options set while the search runs, over
       those that enable the entry's pass (:func:`enabling_patches` of :attr:`RecordedEntry.config`,
       always set: a handler runs as its pass runs it).
+    - ``on_result``: called with each case's :class:`~pmverify.CaseResult` of a graph entry's search (as by
+      :func:`~pmverify.verify`).
 
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the handler breaks a
     property; :class:`RewriteUnsatisfiable` when it never fired because its ``extra_check`` is gated
@@ -112,7 +115,7 @@ def check_entry(
         )
     patches = {**enabling_patches(entry.config), **validate_config_patches(config_patches)}
     with config.patch(patches) if patches else contextlib.nullcontext():
-        return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude)
+        return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result)
 
 
 def enabling_patches(options: tuple[str, ...]) -> dict[str, Any]:
@@ -148,6 +151,7 @@ def _search(
     pass_source: str | None,
     settings: Any,
     reproducer_prelude: str | None,
+    on_result: Any = None,
 ) -> EntryResult:
     from .strategies._expr_instances import expr_cases
 
@@ -167,6 +171,8 @@ def _search(
         counts["examples"] += 1
         counts["fired"] += result.rewrite_count > 0
         outcomes.update(instance.reason or "matched" for instance in result.case.planted)
+        if on_result is not None:
+            on_result(result)
 
     note = f"the pass is {entry.kind} entry {entry.label} of {entry.pass_name} alone (check_entry)"
     try:

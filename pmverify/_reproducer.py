@@ -262,18 +262,40 @@ def _graph_source(gm: torch.fx.GraphModule, imports: set[str]) -> str:
             if GRADIENT_OUTPUTS in node.meta:  # a joint graph's gradients (see the structure oracle)
                 lines.append(f"    g.output_node().meta[{GRADIENT_OUTPUTS!r}] = {tuple(node.meta[GRADIENT_OUTPUTS])!r}")
             continue
-        target = repr(node.target) if node.op == "placeholder" else _target(node.target, imports)
+        target = repr(node.target) if node.op in ("placeholder", "get_attr") else _target(node.target, imports)
         lines.append(
             f"    N[{node.name!r}] = g.create_node({node.op!r}, {target}, {_arg(tuple(node.args), imports)}, "
             f"{_arg(dict(node.kwargs), imports)}, name={node.name!r})"
         )
-    lines.append("    return torch.fx.GraphModule(torch.nn.Module(), g)")
+    lines.append("    root = torch.nn.Module()")
+    constants = {n.target: _attribute(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    if constants:  # frozen parameters: the graph's constants, saved as the inputs are
+        lines += [
+            "    CONSTANTS = torch.load(io.BytesIO(base64.b64decode(",
+            _blob(constants),
+            "    )), weights_only=True)",
+        ]
+        lines.append("    for name, value in CONSTANTS.items():")
+        lines.append("        root.register_buffer(name, value)")
+    lines.append("    return torch.fx.GraphModule(root, g)")
     return "\n".join(lines)
 
 
+def _attribute(gm: torch.fx.GraphModule, target: str) -> Any:
+    """The constant a ``get_attr`` node of ``gm`` reads (``target``: a plain attribute name)."""
+    if "." in target:
+        raise ValueError(f"cannot write get_attr {target!r} (a nested attribute) into a reproducer")
+    return getattr(gm, target)
+
+
 def _inputs_blob(inputs: Sequence[tuple[Any, ...]]) -> str:
+    return _blob([list(rank) for rank in inputs])
+
+
+def _blob(value: Any) -> str:
+    """``value`` (tensors in lists and dicts) saved by ``torch.save``, as base64 string lines."""
     buffer = io.BytesIO()
-    torch.save([list(rank) for rank in inputs], buffer)
+    torch.save(value, buffer)
     text = base64.b64encode(buffer.getvalue()).decode()
     return "\n".join(f'    "{text[i : i + 96]}"' for i in range(0, len(text), 96))
 

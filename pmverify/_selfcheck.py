@@ -3,7 +3,11 @@
 The bank is reached by name (:data:`DEFAULT_BANK`, resolved with importlib): the bank sets up its
 own environment, and nothing generic imports ``pmverify.faults``. A bank is a mapping of fault name
 -> row; a row has the attributes of ``pmverify.faults.Fault`` (``pass_cls``, ``bug``, ``oracles``,
-``families()``, ``requires``, ``strict_order``, ``name``).
+``families()``, ``requires``, ``strict_order``, ``name``, and optionally ``entries``).
+
+A row whose ``entries`` is not None (a function returning the pass's recorded pattern entries,
+:class:`~pmverify._entries.RecordedEntry`) is searched by :func:`pmverify._entry_check.check_entry`
+instead, entry by entry, each on instances drawn from its own pattern: its ``families`` are not read.
 
 A row whose ``oracles`` hold ``"unfused"`` is detected by the search's warning instead
 (:func:`pmverify._summary.unfused_warnings` over its cases so far, batches added up, judged after
@@ -165,18 +169,21 @@ def run_fault(
     try:
         if fault.requires is not None:
             fault.requires()
-        for family, error in verify_in_rotation(
-            fault.pass_cls,
-            fault.families(),
-            batch=BATCH,
-            remaining=lambda: max_examples - counter.cases,
-            seed=seed,
-            on_result=counter,
-            repro_dir=repro_dir,
-            # a bank row may ask for strict order (a fault only a graph judged unsorted shows)
-            strict_order=fault.strict_order,
-            settings=fresh_settings(shrink=shrink),
-        ):
+        searches = _entry_searches(fault, max_examples, counter, seed, repro_dir, shrink)
+        if searches is None:
+            searches = verify_in_rotation(
+                fault.pass_cls,
+                fault.families(),
+                batch=BATCH,
+                remaining=lambda: max_examples - counter.cases,
+                seed=seed,
+                on_result=counter,
+                repro_dir=repro_dir,
+                # a bank row may ask for strict order (a fault only a graph judged unsorted shows)
+                strict_order=fault.strict_order,
+                settings=fresh_settings(shrink=shrink),
+            )
+        for family, error in searches:
             if error is not None:
                 result.family = family
                 result.oracles = tuple(sorted({v.oracle for f in error.failures for v in f.result.violations}))
@@ -200,6 +207,43 @@ def run_fault(
         result.status, result.oracles, result.examples = DETECTED, (UNFUSED,), counter.cases
         result.case = _warned(counter)[0]
     return result
+
+
+def _entry_searches(fault: Any, max_examples: int, counter: _Counter, seed: int, repro_dir: Any, shrink: bool) -> Any:
+    """For a row with ``entries``: ``(family, error)`` of :func:`~pmverify._entry_check.check_entry`
+    on each entry in turn with the cases left (family ``check_entry(module/name)``; error None, or
+    the search's :class:`~pmverify.PassVerificationError`), up to the first error; None for a row
+    without. A vacuous search (the entry never fired) raises."""
+    entries = getattr(fault, "entries", None)
+    if entries is None:
+        return None
+    from ._entry_check import check_entry
+    from ._reproducer import pass_recipe
+    from ._verify import PassVerificationError, fresh_settings
+
+    recipe = pass_recipe(fault.pass_cls)  # the row's pass holds its entries: its reproducers rebuild it
+    pass_source = None if recipe is None else "\n".join([*recipe[0], f"PASS = {recipe[1]}()"])
+    searches: list[tuple[str, Any]] = []
+    for entry in entries():
+        left = max_examples - counter.cases
+        if left <= 0:
+            break
+        family = f"check_entry({entry.label})"
+        try:
+            check_entry(
+                entry,
+                max_examples=left,
+                seed=seed,
+                repro_dir=repro_dir,
+                pass_source=pass_source,
+                settings=fresh_settings(shrink=shrink),
+                on_result=counter,
+            )
+        except PassVerificationError as error:
+            searches.append((family, error))
+            break
+        searches.append((family, None))
+    return searches
 
 
 def _warned(counter: _Counter) -> list[str]:

@@ -51,3 +51,21 @@ def test_values_that_disagree_with_the_inputs_or_mix_modes_are_propagated_anew()
 
     del gm.graph.find_nodes(op="call_function", target=torch.ops.aten.add.Tensor)[0].meta["val"]
     assert propagated_or_own(gm, inputs).vals["add"] is not None  # a missing value: propagated anew
+
+
+def test_the_float64_reference_widens_frozen_parameters_too():
+    """``mm(x, w)`` with ``w`` a bfloat16 constant (a ``get_attr`` node, a frozen parameter): the
+    reference reads ``w`` in float64 (else it cannot run, and the semantics rule falls back to
+    comparing before with after alone: a false alarm on a rewrite more accurate than the graph)."""
+    from pmverify._execution._runs import float64_reference
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output((g.call_function(torch.ops.aten.mm.default, (x, g.get_attr("_frozen_param0"))),))
+    root = torch.nn.Module()
+    root.register_buffer("_frozen_param0", torch.randn(4, 3, dtype=torch.bfloat16))
+    gm = torch.fx.GraphModule(root, g)
+    x = torch.randn(2, 4, dtype=torch.bfloat16)
+    (out,), _ = float64_reference(gm, [x])
+    assert out.dtype == torch.float64 and torch.equal(out, x.double() @ root._frozen_param0.double())
+    assert gm._frozen_param0.dtype == torch.bfloat16  # the graph's own constant is left as it was

@@ -108,6 +108,9 @@ _OTHER_CONFIGS = {
             faults.FusedAddRMSNormLeftUnsorted,
             faults.SoftmaxFusionIgnoresDim,
             faults.GeluMulFlattensUnbroadcast,
+            faults.MmAddDropsAlpha,
+            faults.TransposePairIgnoresDims,
+            faults.SiluFusionReusesSigmoid,
         )
     },
     faults.GeluMulRegisteredAtFloat32Only: (

@@ -187,3 +187,29 @@ def test_a_symbolic_case_round_trips_and_its_finding_reproduces(tmp_path, monkey
     assert sorted(line for line in run.stdout.splitlines() if line.startswith("VIOLATION")) == sorted(
         f"VIOLATION {v}" for v in found
     )
+
+
+def _frozen_case():
+    """``mm(x, w) + b`` with ``w`` a bfloat16 frozen parameter (a ``get_attr`` node), as
+    ``expr_cases(frozen=True)`` draws them."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    w = g.get_attr("_frozen_param0")
+    g.output((g.call_function(torch.ops.aten.mm.default, (x, w)),))
+    root = torch.nn.Module()
+    root.register_buffer("_frozen_param0", torch.randn(4, 3, dtype=torch.bfloat16))
+    x = torch.randn(2, 4, dtype=torch.bfloat16)
+    return GraphCase(torch.fx.GraphModule(root, g), [(x,)])
+
+
+def test_a_case_with_frozen_parameters_round_trips(tmp_path):
+    """A ``get_attr`` node is written with the constant it reads (saved as the inputs are)."""
+    import runpy
+
+    from pmverify._reproducer import write
+
+    case = _frozen_case()
+    path = write(case, lambda graph: None, [], tmp_path, oracles=["semantics"])
+    rebuilt = runpy.run_path(str(path), run_name="not_main")["CASE"]
+    assert torch.equal(rebuilt.gm._frozen_param0, case.gm._frozen_param0)
+    assert torch.equal(rebuilt.gm(*rebuilt.inputs[0])[0], case.gm(*case.inputs[0])[0])

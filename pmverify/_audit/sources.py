@@ -35,7 +35,16 @@ from .._inductor_passes import entry_labels, handler_name, import_pass_modules, 
 from .._inductor_rewrites import record_inductor, trace_name, unique_labels
 from .._record import RecordedRewrite, record_patterns
 
-__all__ = ["INDUCTOR", "SourceError", "AuditedRewrite", "record_source", "listing", "locate", "as_entries"]
+__all__ = [
+    "INDUCTOR",
+    "SourceError",
+    "AuditedRewrite",
+    "record_entries",
+    "record_source",
+    "listing",
+    "locate",
+    "as_entries",
+]
 
 INDUCTOR = "inductor"
 
@@ -312,3 +321,35 @@ def _pass_source(spec: str, rewrite: RecordedRewrite, label: tuple[str, str], in
         f"with pmverify.record_patterns() as rewrites:  # the rewrites {spec} registers when imported\n"
         f"    importlib.import_module({spec!r})\n{select}"
     )
+
+
+@contextlib.contextmanager
+def record_entries(kinds: Sequence[str] = KINDS) -> Iterator[list[RecordedEntry]]:
+    """Record the pattern entries of ``kinds`` (default every kind of
+    :data:`~pmverify._entries.KINDS`) a pass registers while the block runs; yield a list filled with
+    them, as :class:`~pmverify._entries.RecordedEntry` objects, when the block ends: what ``pmverify
+    audit MODULE`` records, for a user's own pass (``register_replacement``, ``register_graph_pattern``
+    and ``register_lowering_pattern`` calls; Inductor's own entries, which its modules register when
+    first imported, are left out). Each entry holds its torch entry, the pass it was registered into
+    (named by its ``pass_name``, or as its handler's module binds it) and a name unique in its
+    module, as the audit names them; check one with ``pmverify._entry_check.check_entry``. Raises
+    ``InvalidArgument`` for a kind not in ``KINDS``. Example::
+
+        with pmverify.record_entries(kinds=("graph",)) as entries:
+            my_pass = MyPatternPass()  # registers lazily? trigger the registration inside the block
+        for entry in entries:
+            check_entry(entry)
+    """
+    from hypothesis.errors import InvalidArgument
+
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if isinstance(kinds, str) or unknown:
+        raise InvalidArgument(f"kinds={kinds!r} must be a sequence of {', '.join(KINDS)}")
+    import_pass_modules()  # Inductor's own entries registered at import are not the pass's
+    entries: list[RecordedEntry] = []
+    with record_patterns() as rewrites, _registered_entries() as handled:
+        yield entries
+    recorded = list(rewrites)
+    modules = [handler_name(entry)[0] for entry, _ in handled] + [rewrite.module for rewrite in recorded]
+    source = modules[0] if modules else ""
+    entries.extend(entry for entry in _user_entries(source, recorded, handled) if entry.kind in kinds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -105,9 +106,23 @@ def _float64_graph(gm: torch.fx.GraphModule) -> torch.fx.Graph:
 
 
 def float64_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` with every floating dtype in its nodes' arguments turned into float64."""
+    """A copy of ``gm`` with every floating dtype in its nodes' arguments, and every floating tensor
+    its ``get_attr`` nodes read (frozen parameters, constants), turned into float64."""
     ref = copy.deepcopy(gm)
     ref.graph = _float64_graph(gm)  # recompiles
+    for node in ref.graph.nodes:
+        if node.op == "get_attr":
+            *path, name = str(node.target).split(".")
+            owner = functools.reduce(getattr, path, ref)
+            value = getattr(owner, name, None)
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64:
+                widened = value.detach().double()
+                if name in owner._buffers:
+                    owner._buffers[name] = widened
+                elif name in owner._parameters:
+                    owner._parameters[name] = torch.nn.Parameter(widened, requires_grad=value.requires_grad)
+                else:
+                    setattr(owner, name, widened)
     return ref
 
 

@@ -24,7 +24,11 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 - :mod:`.stale_regions`: a pattern entry that moves a mutation, and later entries matching across
   it on stale mutation regions;
 - :mod:`.defunctionalize`: a defunctionalization of a project's own mutable ops that rewrites in
-  place though a later node reads the old operand (with the correct pass it should be).
+  place though a later node reads the old operand (with the correct pass it should be);
+- :mod:`.unbound_kwargs`, :mod:`.ignored_literals`, :mod:`.shared_intermediates`: hand-written
+  ``register_graph_pattern`` handlers (one entry a pass, :mod:`._entry_pass`) that drop an ``alpha``
+  their pattern does not bind, assume dims their pattern holds as ``Ignored()``, rewrite a
+  ``_users=MULTIPLE`` node in place; their bank rows are searched by ``check_entry``.
 
 ``__all__`` lists the faults only (``pmverify fuzz --target`` takes their names); :data:`BANK` holds one
 :class:`Fault` row per fault, with the oracles that must catch it and the case families to search
@@ -70,6 +74,9 @@ __all__ = [
     "BlindDefunctionalization",
     "GeluMulRegisteredAtFloat32Only",
     "GeluMulFlattensUnbroadcast",
+    "MmAddDropsAlpha",
+    "TransposePairIgnoresDims",
+    "SiluFusionReusesSigmoid",
 ]
 
 #: Where each name lives, imported on first use (PEP 562): importing this package imports neither
@@ -123,6 +130,15 @@ _HOMES = {
     "GeluMulFusion": ".dtypes",
     "GeluMulConfig": ".dtypes",
     "gelu_mul_pattern": ".dtypes",
+    "MmAddDropsAlpha": ".unbound_kwargs",
+    "MmAddToAddmm": ".unbound_kwargs",
+    "mm_add_pattern": ".unbound_kwargs",
+    "TransposePairIgnoresDims": ".ignored_literals",
+    "TransposePairElimination": ".ignored_literals",
+    "transpose_pair_pattern": ".ignored_literals",
+    "SiluFusionReusesSigmoid": ".shared_intermediates",
+    "SiluFusion": ".shared_intermediates",
+    "silu_pattern": ".shared_intermediates",
 }
 
 

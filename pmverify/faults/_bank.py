@@ -30,6 +30,7 @@ from .dynamic import (
     head_rms_norm_pattern,
 )
 from .identities import IdentityConfig, IdentityFoldingIgnoresPromotion
+from .ignored_literals import TransposePairIgnoresDims
 from .kernels import (
     QKNormKernelGridCapped,
     QKNormKernelLeavesKOutUnwritten,
@@ -54,8 +55,10 @@ from .scalars import (
     addmm_cases,
     rms_norm_pattern,
 )
+from .shared_intermediates import SiluFusionReusesSigmoid
 from .stale_regions import WriteBackHoistStaleRegions, hoisted_rms_norm_cases
 from .tensor_parallel import QKNormTPLeavesKUnreduced, QKNormTPReadsRankZeroWeights, QKNormWrongTPDivisor
+from .unbound_kwargs import MmAddDropsAlpha
 
 __all__ = ["Fault", "BANK"]
 
@@ -78,6 +81,10 @@ class Fault:
       run the fault (selfcheck reports it as an error, not as a search).
     - ``strict_order``: whether it is searched with ``verify(..., strict_order=True)`` (a fault
       only a pass manager without a sort between passes sees; default False).
+    - ``entries``: None, or a function returning the pattern entries the pass registers
+      (:func:`pmverify.record_entries` while it is built): selfcheck then searches each with
+      ``check_entry``, on instances drawn from its own pattern, instead of ``families`` (what
+      ``pmverify fuzz --target`` searches).
     """
 
     pass_cls: type
@@ -86,6 +93,7 @@ class Fault:
     families: Callable[[], Families] = rotation
     requires: Callable[[], None] | None = None
     strict_order: bool = False
+    entries: Callable[[], list[Any]] | None = None
 
     @property
     def name(self) -> str:
@@ -267,6 +275,36 @@ _add_rms = _planted(
 )
 
 
+def _recorded(pass_cls: type) -> Callable[[], list[Any]]:
+    """The graph entries ``pass_cls()`` registers, recorded (:func:`pmverify.record_entries`)."""
+
+    def entries() -> list[Any]:
+        import pmverify
+
+        with pmverify.record_entries(kinds=("graph",)) as recorded:
+            pass_cls()
+        return recorded
+
+    return entries
+
+
+def _expr(pass_cls: type) -> Callable[[], Families]:
+    """Instances drawn from ``pass_cls``'s entry's pattern (what ``check_entry`` searches), for
+    ``pmverify fuzz --target``."""
+
+    def families() -> Families:
+        from ..strategies._expr_instances import expr_cases
+
+        return [(f"expr_cases({pass_cls.pass_name})", expr_cases(pass_cls.pattern, name=pass_cls.pass_name))]
+
+    return families
+
+
+def _entry_fault(pass_cls: type, bug: str, oracles: tuple[str, ...]) -> Fault:
+    """A row whose pass holds one graph entry, searched by ``check_entry``."""
+    return Fault(pass_cls, bug, oracles, _expr(pass_cls), entries=_recorded(pass_cls))
+
+
 #: Every fault, by name; add a row to add one.
 BANK: dict[str, Fault] = {
     fault.name: fault
@@ -321,5 +359,10 @@ BANK: dict[str, Fault] = {
         Fault(GeluMulRegisteredAtFloat32Only, "fusion registered at float32 only, never fuses bfloat16 (never-fused dtype)",
               ("unfused",), _gelu_mul),
         Fault(GeluMulFlattensUnbroadcast, "replacement ignores a broadcast operand", ("semantics",), _broadcast_gelu_mul),
+        _entry_fault(MmAddDropsAlpha, "graph handler drops the alpha its pattern does not bind", ("semantics",)),
+        _entry_fault(TransposePairIgnoresDims, "graph handler assumes the dims its pattern ignores",
+                     ("structure", "semantics")),
+        _entry_fault(SiluFusionReusesSigmoid, "graph handler rewrites a _users=MULTIPLE node in place",
+                     ("semantics",)),
     )
 }  # fmt: skip
