@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from .._io import output_stream, write_output
 from .._job.report import jsonable, xml_text
-from .check import FINDING, STATUSES, describe_counts
+from .check import FINDING, LABELS, NOT_COVERED, describe_counts, label
 
 __all__ = ["summary", "junit_xml", "markdown", "write_outputs"]
 
@@ -20,7 +20,7 @@ __all__ = ["summary", "junit_xml", "markdown", "write_outputs"]
 def _by_module(report: dict[str, Any]) -> dict[str, collections.Counter[str]]:
     counts: dict[str, collections.Counter[str]] = {}
     for row in report["rewrites"]:
-        counts.setdefault(row["module"], collections.Counter())[row["status"]] += 1
+        counts.setdefault(row["module"], collections.Counter())[label(row)] += 1
     return counts
 
 
@@ -32,12 +32,13 @@ def _cases_by_module(report: dict[str, Any]) -> dict[str, int]:
 
 
 def _table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows (a row per module, then ``total``) of the per-status counts and the
-    cases checked; only the statuses that occur get a column, ``ok`` and ``finding`` always."""
+    """The header and rows (a row per module, then ``total``) of the counts per label (status, a
+    never-matched finding apart: :func:`.check.label`) and the cases checked; only the labels that
+    occur get a column, ``ok`` and ``finding`` always."""
     counts = _by_module(report)
     cases = _cases_by_module(report)
     total = sum(counts.values(), collections.Counter())
-    statuses = [s for s in STATUSES if s in ("ok", FINDING) or total[s]]
+    statuses = [s for s in LABELS if s in ("ok", FINDING) or total[s]]
     header = ["module", "rewrites", *statuses, "cases"]
     rows = [
         [module, str(sum(c.values())), *(str(c[s]) for s in statuses), str(cases[module])]
@@ -72,10 +73,10 @@ def summary(report: dict[str, Any], out: TextIO) -> None:
             file=out,
         )
     for row in report["rewrites"]:
-        if row["status"] in (FINDING, "error"):
+        if row["status"] in (FINDING, NOT_COVERED, "error"):
             where = f"\n    reproducer: {row['reproducer']}" if row.get("reproducer") else ""
             print(
-                f"  {row['status'].upper()} {row['module']}/{row['name']} ({describe_counts(row.get('cases'))}): "
+                f"  {label(row).upper()} {row['module']}/{row['name']} ({describe_counts(row.get('cases'))}): "
                 f"{row['reason']}{where}",
                 file=out,
             )
@@ -170,13 +171,18 @@ def markdown(report: dict[str, Any], path: Any = None) -> str:
         "table, also those the rewrite fired in (`rewritten`), those semantics could say nothing of (`void`: a "
         "NaN/Inf float64 reference, or not comparable) and the instances its `extra_check` refused (`rejected`).",
         "",
+        "`dead pattern (never matches)`: findings of a rewrite that never fired on inputs drawn like its example "
+        "inputs, with no gate found (dead code, not a wrong result: nothing was compared), counted apart from the "
+        "findings. `not covered`: nothing broke, but a near-miss kind that applies was never judged (its row says "
+        "which); an `ok` row judged every near-miss kind that applies to it.",
+        "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
         *("| " + " | ".join(row) + " |" for row in rows),
     ]
-    order = [FINDING, *(s for s in STATUSES if s not in ("ok", FINDING))]
+    order = [FINDING, *(s for s in LABELS if s not in ("ok", FINDING))]
     for status in order:
-        chosen = [row for row in report["rewrites"] if row["status"] == status]
+        chosen = [row for row in report["rewrites"] if label(row) == status]
         if not chosen:
             continue
         lines += ["", f"## {status[0].upper()}{status[1:]} ({len(chosen)})", ""]
