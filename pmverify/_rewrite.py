@@ -306,8 +306,10 @@ def check_rewrite(
       without it); default None.
 
     Each case holds one instance of the search function in no context, traced with the rewrite's
-    ``trace_fn``: the inputs as drawn, or (half the cases) a near miss of what the trace does not
-    pin, which Inductor's matcher may rewrite too (:func:`~pmverify.strategies.planted`'s
+    ``trace_fn``: the inputs as drawn, or a near miss of what the trace does not pin (two cases of
+    each kind that applies first, then half the random cases: :func:`covered_verify`; the kinds
+    judged are :attr:`RewriteResult.coverage`; ``max_examples`` counts them, and at least half of it
+    is random), which Inductor's matcher may rewrite too (:func:`~pmverify.strategies.planted`'s
     ``"optional_arg"``, ``"overload"``, ``"reduction_dim"``, ``"values"`` and ``"dtype"``): an
     optional argument the pattern omits set on a call (``alpha=0.5``, ``dtype=``: the matcher
     ignores keyword arguments its pattern does not hold), another overload, another reduction dim,

@@ -239,8 +239,11 @@ def _audit_parser(sub: Any) -> None:
         help="check every rewrite of Inductor (or of your pass modules) one by one, crash-isolated",
         description="Record every register_replacement rewrite of Inductor's own pattern passes at the installed torch "
         "(default), or of your pass modules, and check each alone in a worker process: pmverify.check_rewrite, then the "
-        "rewrite planted into random graphs with near misses. Each gets a status: ok; finding (oracles, reproducer; a "
-        "rewrite that never fired and has no gate is a never_matched finding); unsatisfiable here (gated on what this "
+        "rewrite planted into random graphs with near misses. Each check judges two cases of each near-miss kind that "
+        "applies first, then random ones. Each gets a status: ok (every near-miss kind that applies judged: its "
+        "reason names them); not covered (a kind that applies never judged); finding (oracles, reproducer; a "
+        "rewrite that never fired and has no gate is a never_matched finding, shown as a dead pattern apart from "
+        "the wrong results); unsatisfiable here (gated on what this "
         "machine lacks); not comparable (random numbers drawn otherwise, or no finite reference); error (pmverify's own "
         "failure, a worker that died or hung included: never a finding); not registered (register_replacement skipped "
         "it as a duplicate: it never runs); not run (budget spent or interrupted). Prints a table per module. Exit "
