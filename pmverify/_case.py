@@ -34,6 +34,9 @@ class PlantedInstance:
       ``scalar_workaround`` / ``exclusive_arg_names`` given); None when whoever built the case
       declared it. The expectations oracle holds a rewritten ``"pattern"`` near miss against a pass
       only where the pass's own matcher says it should not match.
+    - ``applicable_near_misses``: the near-miss kinds (of those :func:`~pmverify.strategies.planted`
+      drew from) this instance had candidates of, whichever it was made; () when not recorded. A
+      search reads from it which kinds apply to a pattern (``check_rewrite``'s coverage).
     """
 
     pattern: str
@@ -42,6 +45,7 @@ class PlantedInstance:
     reason: str | None = None
     detail: str | None = None
     truth_from: str | None = None
+    applicable_near_misses: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

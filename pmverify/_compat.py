@@ -18,6 +18,9 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
 - ``hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS``
   (:func:`set_max_shrinking_seconds`, :func:`max_shrinking_seconds`): Hypothesis' shrinking time
   limit has no setting; the jobs bound a shrink by their budget, ``verify`` by its ``shrink_budget_s``.
+- ``hypothesis.internal.conjecture.engine.time`` (:func:`counted_clock`): the engine's clock, read
+  for its shrinking time limit and to stop looking for more bugs 10 s after the first; the audit
+  makes both counts of test calls, so that a finding's shrunk case depends on its seed only.
 - ``hypothesis.statistics.collector`` (:func:`stopped_because`): why the engine stopped (its
   shrinking cut by the time limit, or done), read from the statistics Hypothesis reports; and
   ``hypothesis.reporting`` (:func:`without_slow_shrinking_warning`): its "more than five minutes"
@@ -54,10 +57,12 @@ from typing import Any
 from hypothesis.database import ExampleDatabase
 
 __all__ = [
+    "CountedClock",
     "HYPOTHESIS_READ_AT",
     "TORCH_READ_AT",
     "InternalMoved",
     "KeyedDatabase",
+    "counted_clock",
     "current_choices",
     "from_functional",
     "functionalize_key_excluded",
@@ -178,6 +183,57 @@ def max_shrinking_seconds(seconds: float | None) -> Iterator[float]:
         yield engine.MAX_SHRINKING_SECONDS
     finally:
         engine.MAX_SHRINKING_SECONDS = before
+
+
+class CountedClock:
+    """What :func:`counted_clock` gives Hypothesis' engine as its ``time`` module: ``perf_counter()``
+    and ``monotonic()`` read one second more at each read, or 10**9 more from the first read
+    ``wall_limit_s`` seconds of real time after the block was entered (then ``cut`` is True: past
+    any limit the engine set); the rest is the ``time`` module's."""
+
+    def __init__(self, wall_limit_s: float | None) -> None:
+        import time
+
+        self._time = time
+        self._deadline = None if wall_limit_s is None else time.monotonic() + wall_limit_s
+        self.reads = 0
+        self.cut = False
+
+    def _read(self) -> float:
+        if self._deadline is not None and self._time.monotonic() > self._deadline:
+            self.cut = True
+        self.reads += 1 if not self.cut else 10**9  # past any limit the engine set before
+        return float(self.reads)
+
+    perf_counter = monotonic = _read
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._time, name)
+
+
+@contextlib.contextmanager
+def counted_clock(wall_limit_s: float | None = None) -> Iterator[CountedClock]:
+    """Within the block, Hypothesis' engine times itself by its own reads of its clock, one second
+    each (:class:`CountedClock`), not by the wall clock: it reads it about once per test call while
+    shrinking (its limit, ``MAX_SHRINKING_SECONDS``, becomes about that many shrinking calls) and
+    once per case it generates after the first failure (it stops looking for more bugs after about
+    10 such cases, not 10 s). A search then depends on its seed only, not on how fast this machine
+    ran it. ``wall_limit_s``: a safety net; once that much real time has passed the clock jumps
+    past every limit (shrinking stops at once, as at its limit) and the yielded clock's ``cut`` is
+    True; None: no net. Raises :class:`InternalMoved` when the engine's clock moved."""
+    why = "the audit times Hypothesis in test calls, so that a finding's shrunk case depends on its seed only"
+    engine = internal("hypothesis.internal.conjecture", "engine", why)
+    before = getattr(engine, "time", None)
+    if before is None or not hasattr(before, "perf_counter") or not hasattr(before, "monotonic"):
+        raise InternalMoved(
+            "hypothesis.internal.conjecture.engine.time", why, AttributeError("no time module in the engine")
+        )
+    clock = CountedClock(wall_limit_s)
+    engine.time = clock
+    try:
+        yield clock
+    finally:
+        engine.time = before
 
 
 #: The start of the warning Hypothesis prints when its shrinking time limit cuts a shrink.

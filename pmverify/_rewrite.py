@@ -15,8 +15,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
+import math
+import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -33,9 +36,9 @@ from ._summary import (
     VerifySummary,
     vacuous_error,
 )
-from ._verify import PassVerificationError, verify
+from ._verify import PassVerificationError, batch_seed
 
-__all__ = ["RewriteResult", "RewriteNeverMatched", "check_rewrite"]
+__all__ = ["NearMissCoverage", "RewriteResult", "RewriteNeverMatched", "check_rewrite", "covered_verify"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +58,8 @@ class RewriteResult:
       size}`` (e.g. ``{1024: 64, 128: 8}``; empty when none was, or ``inputs`` was given): see
       :func:`check_rewrite`.
     - ``summary``: the search's :class:`VerifySummary` (void cases among them).
+    - ``coverage``: the near-miss kinds the search judged and those that apply but it never
+      judged (:class:`NearMissCoverage`).
     """
 
     rewrite: RecordedRewrite
@@ -64,6 +69,128 @@ class RewriteResult:
     simulated: tuple[str, ...] = ()
     capped_sizes: dict[int, int] = dataclasses.field(default_factory=dict)
     summary: VerifySummary | None = dataclasses.field(default=None, repr=False)
+    coverage: NearMissCoverage | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NearMissCoverage:
+    """Which near-miss kinds a search judged (:func:`covered_verify`), each tuple in the order of
+    the kinds asked.
+
+    - ``judged``: kinds a non-void case held an instance of (every oracle ran on it).
+    - ``missed``: kinds a case held an instance of, or some instance had candidates of
+      (``PlantedInstance.applicable_near_misses``) and none of its own cases was drawn, that no
+      non-void case held: they apply, and the search says nothing of them.
+    - ``no_valid``: kinds some instance had candidates of, none of which ran on the inputs drawn
+      (its cases fell through to other kinds): they do not apply to the inputs drawn.
+    """
+
+    judged: tuple[str, ...] = ()
+    missed: tuple[str, ...] = ()
+    no_valid: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """``"judged: optional_arg, values; missed: dtype"`` (``missed`` left out when none)."""
+        text = f"judged: {', '.join(self.judged) or 'none'}"
+        return f"{text}; missed: {', '.join(self.missed)}" if self.missed else text
+
+
+class _Coverage:
+    """The kinds judged, made and with candidates so far, from the cases' planted instances."""
+
+    def __init__(self, kinds: Sequence[str]) -> None:
+        self.kinds = tuple(kinds)
+        self.judged: set[str] = set()
+        self.made: set[str] = set()
+        self.candidates: set[str] = set()
+        self.tried: set[str] = set()
+        self.cases = 0
+
+    def saw(self, result: CaseResult) -> None:
+        self.cases += 1
+        for instance in result.case.planted:
+            self.candidates.update(k for k in instance.applicable_near_misses if k in self.kinds)
+            if instance.reason in self.kinds:
+                self.made.add(instance.reason)
+                if result.void_reason is None:
+                    self.judged.add(instance.reason)
+
+    def next_kind(self) -> str | None:
+        """The first kind not judged nor tried yet that has candidates (any kind before the first case)."""
+        for kind in self.kinds:
+            if kind not in self.judged and kind not in self.tried and (kind in self.candidates or not self.cases):
+                return kind
+        return None
+
+    def result(self) -> NearMissCoverage:
+        def among(kinds: set[str]) -> tuple[str, ...]:
+            return tuple(k for k in self.kinds if k in kinds)
+
+        unjudged = (self.made | self.candidates) - self.judged
+        missed = {k for k in unjudged if k in self.made or k not in self.tried}
+        return NearMissCoverage(among(self.judged), among(missed), among(unjudged - missed))
+
+
+#: The cases of each near-miss kind :func:`covered_verify` draws first: Hypothesis' first case is the
+#: simplest draw (smallest sizes and values, where a near miss often has no valid change or shows
+#: nothing), its second a random one.
+CASES_PER_KIND = 2
+
+
+def covered_verify(
+    pass_: Any,
+    cases: Callable[[str | None], SearchStrategy[Any]],
+    kinds: Sequence[str],
+    *,
+    max_examples: int | None,
+    seed: int | None,
+    on_result: Callable[[CaseResult], None] | None = None,
+    **options: Any,
+) -> tuple[VerifySummary, NearMissCoverage]:
+    """:func:`verify` of ``pass_`` on ``cases(kind)`` (every instance that near miss:
+    ``planted(..., near_miss=kind)``), :data:`CASES_PER_KIND` cases for each of ``kinds`` that
+    applies, then on ``cases(None)`` for the rest of ``max_examples``, at least half of it (None:
+    the profile's), then again on ``cases(kind)`` for each kind the random cases showed applicable and
+    none judged; return the summed :class:`VerifySummary` and the :class:`NearMissCoverage`.
+
+    Systematic first: a kind that applies is judged whatever the random draws, so an ``ok`` does not
+    hang on whether one case in ten drew it. Which kinds apply is read from the cases
+    (``PlantedInstance.applicable_near_misses``): the first case is that of the first kind, then
+    only kinds an instance had a valid candidate of get one. Each kind's case is seeded from
+    ``seed`` and the kind's place in ``kinds`` (``seed`` None: random). ``options`` go to
+    :func:`verify`; a :class:`PassVerificationError` of any of the searches is raised as is."""
+    from . import _verify  # (looked up when called: a test may stand in for verify)
+
+    if max_examples is not None and (
+        not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1
+    ):
+        raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
+    coverage = _Coverage(kinds)
+
+    def seen(result: CaseResult) -> None:
+        coverage.saw(result)
+        if on_result is not None:
+            on_result(result)
+
+    summaries: list[VerifySummary] = []
+
+    def cover() -> None:
+        while (kind := coverage.next_kind()) is not None:
+            coverage.tried.add(kind)
+            kind_seed = None if seed is None else batch_seed(seed, 1 + coverage.kinds.index(kind))
+            summaries.append(
+                _verify.verify(
+                    pass_, cases(kind), max_examples=CASES_PER_KIND, seed=kind_seed, on_result=seen, **options
+                )
+            )
+
+    cover()
+    random_cases = None if max_examples is None else max(math.ceil(max_examples / 2), max_examples - coverage.cases)
+    summaries.append(
+        _verify.verify(pass_, cases(None), max_examples=random_cases, seed=seed, on_result=seen, **options)
+    )
+    cover()
+    return functools.reduce(operator.add, summaries), coverage.result()
 
 
 def _never_matched(
@@ -179,8 +306,10 @@ def check_rewrite(
       without it); default None.
 
     Each case holds one instance of the search function in no context, traced with the rewrite's
-    ``trace_fn``: the inputs as drawn, or (half the cases) a near miss of what the trace does not
-    pin, which Inductor's matcher may rewrite too (:func:`~pmverify.strategies.planted`'s
+    ``trace_fn``: the inputs as drawn, or a near miss of what the trace does not pin (two cases of
+    each kind that applies first, then half the random cases: :func:`covered_verify`; the kinds
+    judged are :attr:`RewriteResult.coverage`; ``max_examples`` counts them, and at least half of it
+    is random), which Inductor's matcher may rewrite too (:func:`~pmverify.strategies.planted`'s
     ``"optional_arg"``, ``"overload"``, ``"reduction_dim"``, ``"values"`` and ``"dtype"``): an
     optional argument the pattern omits set on a call (``alpha=0.5``, ``dtype=``: the matcher
     ignores keyword arguments its pattern does not hold), another overload, another reduction dim,
@@ -288,14 +417,17 @@ def _search(
     from .strategies import planted
     from .strategies._recorded_inputs import recorded_example
 
-    cases = planted(
-        rewrite,
-        inputs,
-        context=st.nothing(),
-        min_instances=1,
-        max_instances=1,
-        near_misses=_NEAR_MISSES,
-    )
+    def cases(kind: str | None) -> SearchStrategy[Any]:
+        return planted(
+            rewrite,
+            inputs,
+            context=st.nothing(),
+            min_instances=1,
+            max_instances=1,
+            near_misses=_NEAR_MISSES,
+            near_miss=kind,
+        )
+
     example = recorded_example(rewrite) if inputs is None else None  # memoised: planted made it
     cap = None if example is None else example.describe_cap()
     outcomes: collections.Counter[str] = collections.Counter()
@@ -312,9 +444,10 @@ def _search(
 
     isolated_pass(rewrite).rejected.clear()
     try:
-        summary = verify(
+        summary, coverage = covered_verify(
             rewrite.pattern_pass(),
             cases,
+            _NEAR_MISSES,
             max_examples=max_examples,
             seed=seed,
             repro_dir=repro_dir,
@@ -351,6 +484,7 @@ def _search(
         tuple(sorted(simulated)),
         capped_sizes=sizes,
         summary=summary,
+        coverage=coverage,
     )
     if not result.rewritten_cases:
         raise _never_matched(result, summary, rewrite, force_extra_check)

@@ -3,11 +3,23 @@ golden: stable across releases of pmverify and Hypothesis); the message when an 
 
 from __future__ import annotations
 
+import contextlib
+import time
+
+import hypothesis
 import pytest
 from hypothesis import strategies as st
 from hypothesis.database import InMemoryExampleDatabase
 
-from pmverify._compat import InternalMoved, KeyedDatabase, internal, keyed
+from pmverify._compat import (
+    InternalMoved,
+    KeyedDatabase,
+    counted_clock,
+    internal,
+    keyed,
+    max_shrinking_seconds,
+    set_max_shrinking_seconds,
+)
 from pmverify._verify import database_key
 
 
@@ -103,3 +115,45 @@ def test_the_engines_stop_reason_is_read_and_an_outer_collector_still_gets_the_s
     with collector.with_value(outer.append), stopped_because() as reasons:
         passes()
     assert reasons == [outer[0]["stopped-because"]] and reasons[0] != finished_exit_reason()
+
+
+def _shrunk(*, stall: bool, counted: bool) -> list[int]:
+    """The list a seeded search shrinks a failure (sum over 100) to, under a shrinking limit of 1 s
+    (wall clock) or 1000 clock reads (:func:`counted_clock`); ``stall``: the machine stalls 1.1 s on
+    the first shrinking call."""
+    failed, stalled = [], []
+
+    @hypothesis.settings(database=None, max_examples=100, report_multiple_bugs=False)
+    @hypothesis.seed(0)
+    @hypothesis.given(st.lists(st.integers(0, 100), min_size=1))
+    def search(xs):
+        if stall and failed and not stalled:  # the first call after the first failure: shrinking's
+            stalled.append(True)
+            time.sleep(1.1)
+        if sum(xs) > 100:
+            failed.append(xs)
+            raise AssertionError(xs)
+
+    with counted_clock() if counted else contextlib.nullcontext(), max_shrinking_seconds(None):
+        set_max_shrinking_seconds(1000 if counted else 1)
+        with pytest.raises(AssertionError) as info:
+            search()
+    return info.value.args[0]
+
+
+def test_a_counted_clock_makes_a_shrink_independent_of_the_machines_speed():
+    """Under a time limit a stall cuts shrinking (the audit's reasons drifted between runs); timed
+    in its own clock reads, Hypothesis shrinks alike."""
+    assert _shrunk(stall=True, counted=True) == _shrunk(stall=False, counted=True) == [1, 100]
+    assert _shrunk(stall=True, counted=False) != _shrunk(stall=False, counted=False)
+
+
+def test_a_counted_clock_jumps_past_every_limit_after_its_wall_limit_and_is_restored():
+    from hypothesis.internal.conjecture import engine
+
+    before = engine.time
+    with counted_clock(0.05) as clock:
+        assert engine.time is clock and [clock.perf_counter(), clock.monotonic()] == [1.0, 2.0] and not clock.cut
+        time.sleep(0.06)
+        assert clock.perf_counter() > 10**9 and clock.cut
+    assert engine.time is before

@@ -6,13 +6,20 @@ to Inductor IR: checked only under torch.compile).
 Statuses (:data:`STATUSES`), each with a one-line ``reason``:
 
 - ``ok``: check_rewrite compared the rewrite where it fired and found nothing, and so did the
-  planted check (reason: the cases run and rewritten);
+  planted check, and every near-miss kind that applies to the rewrite was judged: each check draws
+  two cases of each kind that applies first (:func:`pmverify._rewrite.covered_verify`; the planted
+  check those check_rewrite did not judge), then random ones (reason: the cases run and rewritten,
+  then ``judged: optional_arg, reduction_dim, values``; ``near_misses``: the kinds ``judged``,
+  ``missed`` and ``no_valid``, those with candidates none of which ran on the inputs drawn);
+- ``not covered``: as ``ok``, but a kind that applies was never judged (made only in void cases):
+  the reason names it (``missed: values``); nothing is said of that kind;
 - ``finding``: a property broke (``violations``: oracle and message; ``reproducer``), in
   ``check_rewrite`` or in the planted check (``check`` says which; a rewrite that fires on a near
   miss shows there; ``variants``: the near misses or variants of the pattern the rewrite fired on in
-  the failing case, with what each changed, the first named in the reason), or ``check_rewrite`` never saw the rewrite fire and found no gate for it
-  (``kind`` ``never_matched``: nothing was compared; the report's row names it ``finding_kind``, its
-  ``kind`` being the entry's);
+  the failing case, with what each changed, the first named in the reason), or ``check_rewrite``
+  (``check_entry``) never saw the rewrite fire and found no gate for it (``kind`` ``never_matched``:
+  nothing was compared; the reports show it as :data:`DEAD_PATTERN`, apart from the wrong results;
+  the report's row names it ``finding_kind``, its ``kind`` being the entry's);
 - ``unsatisfiable here``: it never fired because it is gated on what this machine or configuration
   lacks (reason: :attr:`pmverify.RewriteUnsatisfiable.condition`), or it is a lowering entry
   (reason: :data:`LOWERING_CONDITION`);
@@ -20,6 +27,9 @@ Statuses (:data:`STATUSES`), each with a one-line ``reason``:
   :attr:`pmverify.RewriteNotComparable.reason`), or every case's float64 reference was NaN/Inf;
 - ``error``: pmverify itself failed (reason: the exception's type and text; ``traceback``);
   never a finding of the rewrite.
+
+Hypothesis is timed in test calls, not seconds (:func:`check_one`): a row depends on the seed and
+the rewrite only, its shrunk reason included.
 
 The job adds ``not registered`` (``register_replacement`` skipped the rewrite as a duplicate: it is
 registered nowhere, so it never rewrites a graph and is not checked) and ``not run`` (the budget was
@@ -31,20 +41,25 @@ from __future__ import annotations
 import math
 import time
 import traceback
+import types
 from typing import Any
 
 __all__ = [
+    "DEAD_PATTERN",
+    "LABELS",
     "STATUSES",
     "add_counts",
     "case_counts",
     "check_one",
     "describe_counts",
     "error_text",
+    "label",
     "planted_examples",
     "rewritten_variants",
 ]
 
 OK = "ok"
+NOT_COVERED = "not covered"
 FINDING = "finding"
 UNSATISFIABLE = "unsatisfiable here"
 NOT_COMPARABLE = "not comparable"
@@ -52,9 +67,28 @@ ERROR = "error"
 NOT_REGISTERED = "not registered"
 NOT_RUN = "not run"
 #: Every status, in the order the summary table shows them.
-STATUSES = (OK, FINDING, UNSATISFIABLE, NOT_COMPARABLE, ERROR, NOT_REGISTERED, NOT_RUN)
+STATUSES = (OK, NOT_COVERED, FINDING, UNSATISFIABLE, NOT_COMPARABLE, ERROR, NOT_REGISTERED, NOT_RUN)
+#: The test calls a finding's shrinking may take (:func:`check_one`). Measured on Inductor's attention
+#: findings at the default depth: 10-50 calls to shrink (the most, ``_sfdp_pattern_6_training``, at
+#: about 2 s a call on 2 loaded cores); twice that, and the wall-clock net (half the per-rewrite
+#: timeout) cuts a slower one, its row marked.
+AUDIT_SHRINK_CALLS = 100
+#: How the reports show a ``finding`` of kind ``never_matched``: the rewrite never fired, so nothing
+#: it computes was compared: dead code of the pass (or a gate pmverify did not find), not a wrong
+#: result; listed and counted apart from the findings (:func:`label`).
+DEAD_PATTERN = "dead pattern (never matches)"
+#: Every label a report shows (:func:`label`), in the order of its table.
+LABELS = (OK, NOT_COVERED, FINDING, DEAD_PATTERN, UNSATISFIABLE, NOT_COMPARABLE, ERROR, NOT_REGISTERED, NOT_RUN)
 #: The longest reason kept on one line (the violations keep their whole messages).
 REASON_CHARS = 300
+
+
+def label(row: dict[str, Any]) -> str:
+    """What the reports show of ``row`` (an outcome): its ``status``, but :data:`DEAD_PATTERN` for a
+    finding of kind ``never_matched``."""
+    if row["status"] == FINDING and row.get("kind") == "never_matched":
+        return DEAD_PATTERN
+    return row["status"]
 
 
 def planted_examples(max_examples: int) -> int:
@@ -227,6 +261,7 @@ def _search(check: Any, step: str, drawn: str) -> dict[str, Any]:
         "examples": result.examples,
         "matched": result.rewritten_cases,
         "cases": case_counts(getattr(result, "summary", None), getattr(result, "outcomes", None)),
+        "near_misses": _near_misses(getattr(result, "coverage", None)),
     }
 
 
@@ -244,6 +279,28 @@ def _check_entry(entry: Any, **options: Any) -> dict[str, Any]:
     return _search(lambda: check_entry(entry, **options), "check_entry", "from its pattern")
 
 
+def _near_misses(*coverages: Any) -> dict[str, list[str]]:
+    """The near-miss kinds ``coverages`` (:class:`pmverify._rewrite.NearMissCoverage` or alike;
+    None: none) judged, missed and found no valid near miss of, together, as JSON lists in
+    :data:`pmverify.strategies.NEAR_MISS_KINDS` order: a kind one judged is judged."""
+    from ..strategies import NEAR_MISS_KINDS
+
+    known = [c for c in coverages if c is not None]
+    judged = {k for c in known for k in c.judged}
+    missed = {k for c in known for k in c.missed} - judged
+    no_valid = {k for c in known for k in c.no_valid} - judged - missed
+    return {
+        name: [k for k in NEAR_MISS_KINDS if k in kinds]
+        for name, kinds in (("judged", judged), ("missed", missed), ("no_valid", no_valid))
+    }
+
+
+def _describe_near_misses(near_misses: dict[str, list[str]]) -> str:
+    """``"judged: optional_arg, values"``, then ``"; missed: dtype"`` when one was."""
+    text = f"judged: {', '.join(near_misses['judged']) or 'none'}"
+    return f"{text}; missed: {', '.join(near_misses['missed'])}" if near_misses["missed"] else text
+
+
 def _planted(
     rewrite: Any,
     *,
@@ -253,9 +310,11 @@ def _planted(
     pass_source: str,
     settings: Any,
     reproducer_prelude: str | None = None,
+    judged: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    from .._verify import PassVerificationError, verify
-    from ..strategies import planted
+    from .._rewrite import covered_verify
+    from .._verify import PassVerificationError
+    from ..strategies import NEAR_MISS_KINDS, planted
 
     counts = {"cases": 0, "rewritten": 0}
 
@@ -264,9 +323,10 @@ def _planted(
         counts["rewritten"] += bool(result.rewrite_count)
 
     try:
-        summary = verify(
+        summary, coverage = covered_verify(
             rewrite.pattern_pass(),
-            planted(rewrite),
+            lambda kind: planted(rewrite, near_miss=kind),
+            tuple(k for k in NEAR_MISS_KINDS if k not in judged),  # the kinds check_rewrite judged: covered
             max_examples=max_examples,
             seed=seed,
             repro_dir=repro_dir,
@@ -285,6 +345,7 @@ def _planted(
         "reason": f"planted: {counts['cases']} cases, {counts['rewritten']} rewritten",
         "planted": counts,
         "cases": case_counts(summary),
+        "coverage": coverage,
     }
 
 
@@ -298,6 +359,8 @@ def check_one(
     planted: int | None = None,
     settings: Any = None,
     reproducer_prelude: str | None = None,
+    shrink_calls: int = AUDIT_SHRINK_CALLS,
+    wall_limit_s: float | None = None,
 ) -> dict[str, Any]:
     """Audit one entry, a :class:`~pmverify._entries.RecordedEntry` (or a
     :class:`pmverify.RecordedRewrite`, a replacement), by its kind:
@@ -311,12 +374,50 @@ def check_one(
 
     ``pass_source``: code defining ``PASS`` for the reproducers. ``settings``: the
     ``hypothesis.settings`` of the searches (default the active profile).
-    ``reproducer_prelude``: Python code the reproducers run first (:func:`pmverify.verify`). Returns the outcome
+    ``reproducer_prelude``: Python code the reproducers run first (:func:`pmverify.verify`).
+
+    Hypothesis is timed in test calls, not seconds (:func:`pmverify._compat.counted_clock`): a
+    failure's shrinking stops after about ``shrink_calls`` calls, and the search for other failures
+    about 10 cases after the first; so the outcome, the shrunk reason included, depends on ``seed``
+    and the entry only, not on the machine's load. ``wall_limit_s``: the safety net of real time
+    (None: none); a check that runs past it has its shrinking cut, and its row says so
+    (``shrink_cut``, and in the reason). Returns the outcome
     as plain JSON: ``status``, ``reason`` (one line), ``check``, ``kind``, ``violations``,
     ``reproducer``, ``cases`` (:func:`case_counts` of the searches summed, None when not
     known), ``seconds``..., as the module docstring says. Never raises for what the
     entry or pmverify does (an exception of pmverify is an ``error`` outcome)."""
+    from .._compat import counted_clock, max_shrinking_seconds, set_max_shrinking_seconds
+
     start = time.monotonic()
+    with counted_clock(wall_limit_s) as clock, max_shrinking_seconds(None):  # (restored after)
+        set_max_shrinking_seconds(shrink_calls)  # calls, whatever limit in seconds was set
+        outcome = _check_kind(
+            recorded, pass_source, max_examples, seed, repro_dir, planted, settings, reproducer_prelude
+        )
+    if clock.cut:
+        outcome["shrink_cut"] = True
+        outcome["reason"] = one_line(
+            f"{outcome['reason']} (the checks ran past {wall_limit_s:g} s and shrinking was cut: this reason may "
+            "differ between runs)"
+        )
+    outcome.setdefault("violations", [])
+    outcome.setdefault("cases", None)
+    outcome.setdefault("reproducer", None)
+    outcome["seconds"] = round(time.monotonic() - start, 3)
+    return outcome
+
+
+def _check_kind(
+    recorded: Any,
+    pass_source: str,
+    max_examples: int,
+    seed: int,
+    repro_dir: Any,
+    planted: int | None,
+    settings: Any,
+    reproducer_prelude: str | None,
+) -> dict[str, Any]:
+    """The checks of ``recorded``'s kind (:func:`check_one`): its outcome."""
     options = {
         "seed": seed,
         "repro_dir": repro_dir,
@@ -326,20 +427,11 @@ def check_one(
     }
     kind = getattr(recorded, "kind", "replacement")
     if kind == "lowering":
-        outcome = {"status": UNSATISFIABLE, "reason": LOWERING_CONDITION, "cases": None}
-    elif kind == "graph":
-        try:
-            outcome = _check_entry(recorded, max_examples=max_examples, **options)
-        except ImportError as exc:  # check_entry not there yet (issue 31): pmverify's own lack
-            outcome = _error(exc, "check_entry")
-    else:
-        rewrite = getattr(recorded, "rewrite", None) or recorded
-        outcome = _replacement(rewrite, max_examples, planted, options)
-    outcome.setdefault("violations", [])
-    outcome.setdefault("cases", None)
-    outcome.setdefault("reproducer", None)
-    outcome["seconds"] = round(time.monotonic() - start, 3)
-    return outcome
+        return {"status": UNSATISFIABLE, "reason": LOWERING_CONDITION, "cases": None}
+    if kind == "graph":
+        return _check_entry(recorded, max_examples=max_examples, **options)
+    rewrite = getattr(recorded, "rewrite", None) or recorded
+    return _replacement(rewrite, max_examples, planted, options)
 
 
 def _replacement(rewrite: Any, max_examples: int, planted: int | None, options: dict[str, Any]) -> dict[str, Any]:
@@ -347,12 +439,23 @@ def _replacement(rewrite: Any, max_examples: int, planted: int | None, options: 
     outcome = _check_rewrite(rewrite, max_examples=max_examples, **options)
     if outcome["status"] == OK:
         options = {**options, "seed": seed + 1}
-        second = _planted(rewrite, max_examples=planted or planted_examples(max_examples), **options)
-        first = outcome.get("cases")
+        first = outcome["near_misses"]
+        judged = tuple(first["judged"])
+        second = _planted(rewrite, max_examples=planted or planted_examples(max_examples), judged=judged, **options)
+        cases = outcome.get("cases")
         if second["status"] == OK:
-            outcome["reason"] = f"{outcome['reason']}; {second['reason']}"
+            near_misses = _near_misses(types.SimpleNamespace(**first), second.pop("coverage"))
+            outcome["reason"] = f"{outcome['reason']}; {second['reason']}; {_describe_near_misses(near_misses)}"
             outcome["planted"] = second["planted"]
-            outcome["cases"] = add_counts(first, second["cases"])
+            outcome["cases"] = add_counts(cases, second["cases"])
+            outcome["near_misses"] = near_misses
+            if near_misses["missed"]:
+                outcome["status"] = NOT_COVERED
         else:
-            outcome = {**second, "checked": outcome["reason"], "cases": add_counts(first, second.get("cases"))}
+            outcome = {
+                **second,
+                "checked": outcome["reason"],
+                "cases": add_counts(cases, second.get("cases")),
+                "near_misses": first,
+            }
     return outcome

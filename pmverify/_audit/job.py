@@ -192,7 +192,8 @@ class _Audit:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             log = None
-        shrink_s = max(1.0, self.options.timeout_s / 4)  # two checks, each may shrink: well inside the timeout
+        # shrinking is bounded in calls (check_one); past this it is cut, well inside the timeout
+        shrink_s = max(1.0, self.options.timeout_s / 2)
         options = {
             "log": str(log) if log else None,
             "max_examples": self.options.max_examples,

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from .._entries import KINDS
 from .._io import output_stream, write_output
 from .._job.report import jsonable, xml_text
-from .check import FINDING, STATUSES, describe_counts
+from .check import FINDING, LABELS, NOT_COVERED, describe_counts, label
 
 __all__ = ["summary", "junit_xml", "markdown", "write_outputs"]
 
@@ -28,20 +28,21 @@ def _grouped(report: dict[str, Any], key: Any) -> tuple[dict[Any, collections.Co
     cases: collections.Counter[Any] = collections.Counter()
     for row in report["rewrites"]:
         group = key(row)
-        counts.setdefault(group, collections.Counter())[row["status"]] += 1
+        counts.setdefault(group, collections.Counter())[label(row)] += 1
         cases[group] += (row.get("cases") or {}).get("checked", 0)
     return counts, cases
 
 
 def _statuses(report: dict[str, Any]) -> list[str]:
-    """The statuses that get a column: those that occur, ``ok`` and ``finding`` always."""
-    total = collections.Counter(row["status"] for row in report["rewrites"])
-    return [s for s in STATUSES if s in ("ok", FINDING) or total[s]]
+    """The labels that get a column (statuses, a never-matched finding apart: :func:`.check.label`):
+    those that occur, ``ok`` and ``finding`` always."""
+    total = collections.Counter(label(row) for row in report["rewrites"])
+    return [s for s in LABELS if s in ("ok", FINDING) or total[s]]
 
 
 def _table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows (a row per kind and module, kind by kind, then ``total``) of the
-    per-status counts and the cases checked."""
+    """The header and rows (a row per kind and module, kind by kind, then ``total``) of the counts
+    per label (:func:`_statuses`) and the cases checked."""
     counts, cases = _grouped(report, lambda row: (_kind(row), row["module"]))
     order = sorted(counts, key=lambda group: KINDS.index(group[0]) if group[0] in KINDS else len(KINDS))
     statuses = _statuses(report)
@@ -100,10 +101,10 @@ def summary(report: dict[str, Any], out: TextIO) -> None:
     print("", file=out)
     _print_table(*_pass_rows(report), out)
     for row in report["rewrites"]:
-        if row["status"] in (FINDING, "error"):
+        if row["status"] in (FINDING, NOT_COVERED, "error"):
             where = f"\n    reproducer: {row['reproducer']}" if row.get("reproducer") else ""
             print(
-                f"  {row['status'].upper()} {row['module']}/{row['name']} ({describe_counts(row.get('cases'))}): "
+                f"  {label(row).upper()} {row['module']}/{row['name']} ({describe_counts(row.get('cases'))}): "
                 f"{row['reason']}{where}",
                 file=out,
             )
@@ -205,6 +206,11 @@ def markdown(report: dict[str, Any], path: Any = None) -> str:
         "table, also those the rewrite fired in (`rewritten`), those semantics could say nothing of (`void`: a "
         "NaN/Inf float64 reference, or not comparable) and the instances its `extra_check` refused (`rejected`).",
         "",
+        "`dead pattern (never matches)`: findings of a rewrite that never fired on inputs drawn like its example "
+        "inputs, with no gate found (dead code, not a wrong result: nothing was compared), counted apart from the "
+        "findings. `not covered`: nothing broke, but a near-miss kind that applies was never judged (its row says "
+        "which); an `ok` row judged every near-miss kind that applies to it.",
+        "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|",
         *("| " + " | ".join(row) + " |" for row in rows),
@@ -215,9 +221,9 @@ def markdown(report: dict[str, Any], path: Any = None) -> str:
         "|" + "|".join(["---"] + ["---:"] * (len(pass_header) - 1)) + "|",
         *("| " + " | ".join(_cell(c) for c in row) + " |" for row in pass_rows),
     ]
-    order = [FINDING, *(s for s in STATUSES if s not in ("ok", FINDING))]
+    order = [FINDING, *(s for s in LABELS if s not in ("ok", FINDING))]
     for status in order:
-        chosen = [row for row in report["rewrites"] if row["status"] == status]
+        chosen = [row for row in report["rewrites"] if label(row) == status]
         if not chosen:
             continue
         lines += ["", f"## {status[0].upper()}{status[1:]} ({len(chosen)})", ""]

@@ -14,16 +14,14 @@ from typing import Any
 
 from .._job.protocol import CheckRequest, Failed, Ready, RewriteChecked
 from .._job.workers import die_with_parent, log_to, quiet_tqdm, serve_requests
-from .check import ERROR, check_one, error_text
+from .check import AUDIT_SHRINK_CALLS, ERROR, check_one, error_text
 
 __all__ = ["serve"]
 
 
 def _start(sources: list[str], options: dict[str, Any]) -> dict[str, list[Any]]:
-    from .._compat import set_max_shrinking_seconds
     from .sources import record_source
 
-    set_max_shrinking_seconds(options["shrink_s"])  # fuzz's workers bound it too
     return {spec: record_source(spec) for spec in sources}
 
 
@@ -47,6 +45,8 @@ def _check(recorded: dict[str, list[Any]], request: CheckRequest, options: dict[
             repro_dir=options["repro_dir"],
             settings=settings,
             reproducer_prelude=options.get("reproducer_prelude"),
+            shrink_calls=options.get("shrink_calls", AUDIT_SHRINK_CALLS),
+            wall_limit_s=options.get("shrink_s"),  # shrinking is bounded in calls; this in seconds, a net
         )
     except Exception as exc:  # noqa: BLE001 - check_one catches what checking raises; this is the rest
         return {"status": ERROR, "reason": f"the worker raised {error_text(exc)}", "violations": [], "reproducer": None}
@@ -54,7 +54,9 @@ def _check(recorded: dict[str, list[Any]], request: CheckRequest, options: dict[
 
 def serve(conn: Any, sources: list[str], options: dict[str, Any]) -> None:
     """The worker process's main. ``options``: ``log`` (a file for its output, or None),
-    ``max_examples``, ``repro_dir``, ``shrink_s`` (Hypothesis' shrinking time limit)."""
+    ``max_examples``, ``repro_dir``, ``shrink_calls`` (default :data:`.check.AUDIT_SHRINK_CALLS`),
+    ``shrink_s`` (the real time after which a rewrite's checks
+    have their shrinking cut: :func:`.check.check_one`'s ``wall_limit_s``)."""
     if options.get("log"):
         log_to(options["log"])
     die_with_parent()

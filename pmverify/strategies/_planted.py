@@ -217,7 +217,11 @@ def _splice(
         records += [dataclasses.replace(p, nodes=tuple(rename[n] for n in p.nodes)) for p in context.planted]
     for i, inst in enumerate(instances):
         names = tuple(env[i][n].name for n in inst.gm.graph.nodes if n.op == "call_function")
-        records.append(PlantedInstance(name, names, inst.must_match, inst.reason, inst.detail, inst.truth_from))
+        records.append(
+            PlantedInstance(
+                name, names, inst.must_match, inst.reason, inst.detail, inst.truth_from, tuple(inst.applicable)
+            )
+        )
     return gm, tuple(values), tuple(records)
 
 
@@ -473,10 +477,13 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
     # choices whatever its kind, so that shrinking it to a simpler kind misaligns no later choice.
     # The kind is drawn among those the instance has candidates of, so that no kind is starved by
     # kinds that do not apply to it and fall through to the next one.
+    # With ``near_miss`` given, every instance is made that kind (the same choices drawn, ignored).
     near = bool(spec["kinds"]) and draw(st.booleans())
     applicable = tuple(k for k in spec["kinds"] if kind_applies(base, k))
     kind = draw(st.sampled_from(applicable or spec["kinds"])) if spec["kinds"] else None
     which = draw(st.integers(0, 255)) if spec["kinds"] else 0
+    if spec.get("near_miss") is not None:
+        near, kind = True, spec["near_miss"]
     chosen = base
     if near:
         start = spec["kinds"].index(kind)
@@ -508,7 +515,7 @@ def _instance(draw: Any, spec: dict[str, Any]) -> Traced:
     if chosen.reason is not None:  # a near miss: whose matcher its ground truth came from
         own = "rewrite" in spec or spec["wildcards"].given
         chosen = dataclasses.replace(chosen, truth_from="matcher" if own else "pattern")
-    return chosen
+    return dataclasses.replace(chosen, applicable=applicable)
 
 
 def _hinted(spec: dict[str, Any], args: tuple[Any, ...]) -> tuple[torch.fx.GraphModule, tuple[Any, ...]] | None:
@@ -718,6 +725,7 @@ def planted(
     min_instances: int = 0,
     max_instances: int = _DEFAULT_MAX_INSTANCES,
     near_misses: bool | Sequence[str] = True,
+    near_miss: str | None = None,
     trace_fn: Callable[..., Any] | None = None,
     example_inputs: Sequence[Any] | None = None,
     pass_config: Any = None,
@@ -766,7 +774,12 @@ def planted(
       (a case whose float64 reference is non-finite is void). Drop a kind your pass rightly does
       not compare. A kind a pattern has no valid near miss of falls through to the next kind, then
       to a plain instance. The finding for a rewritten near miss names what it changed
-      (``PlantedInstance.detail``).
+      (``PlantedInstance.detail``). Each instance records the kinds it had candidates of
+      (``PlantedInstance.applicable_near_misses``).
+    - ``near_miss``: one of the kinds of ``near_misses``: every instance is made that near miss
+      (falling through as above where it has no valid one), none plain; for a search that judges
+      each kind that applies at least once (:func:`pmverify.check_rewrite`). Default None: half
+      the instances plain, the others a kind drawn among those the instance has candidates of.
     - ``trace_fn``: how to trace ``pattern`` (default ``torch._inductor.pattern_matcher.fwd_only``,
       as ``register_replacement``).
     - ``example_inputs``: the example inputs the pass registers ``pattern`` with, with or without
@@ -893,6 +906,7 @@ def planted(
         "min_instances": min_instances,
         "max_instances": max_instances,
         "near_misses": near_misses,
+        "near_miss": near_miss,
         "trace_fn": trace_fn,
         "example_inputs": example_inputs,
         "pass_config": pass_config,
@@ -957,6 +971,8 @@ def planted(
         kinds = NEAR_MISS_KINDS if near_misses else ()
     else:
         kinds = validate_choices("near_misses", near_misses, NEAR_MISS_KINDS)
+    if near_miss is not None and near_miss not in kinds:
+        raise InvalidArgument(f"near_miss={near_miss!r} is not one of the kinds drawn (near_misses={near_misses!r})")
     if trace_fn is not None and not callable(trace_fn):
         raise InvalidArgument(f"trace_fn={trace_fn!r} must be callable")
     if name is not None and not isinstance(name, str):
@@ -995,6 +1011,8 @@ def planted(
         spec["wildcards"] = _Wildcards(spec, positions, exclusive)
     if positions:  # only when given, as it enters the repr
         spec["scalar_examples"] = positions
+    if near_miss is not None:  # likewise
+        spec["near_miss"] = near_miss
     if dynamic:  # likewise
         spec["dynamic"] = dynamic
     if rewrite is not None and recorded_args is not None:

@@ -31,6 +31,7 @@ class Traced:
     - ``truth_from``: where ``must_match`` comes from (see :class:`pmverify.PlantedInstance`).
     - ``matcher``: in a ``dynamic`` case, the rewrite whose Inductor matcher is asked about the
       instance on the symbolic graph (:mod:`._planted_dynamic`); None: none to ask.
+    - ``applicable``: the near-miss kinds the instance before any change had candidates of.
     """
 
     gm: torch.fx.GraphModule
@@ -43,6 +44,7 @@ class Traced:
     primals: int | None = None
     matcher: Any = None
     truth_from: str | None = None
+    applicable: tuple[str, ...] = ()
 
 
 #: Literal types Inductor's first, structural match ignores (``gen_pattern_and_search_gm``); its

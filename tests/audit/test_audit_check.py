@@ -47,11 +47,18 @@ def test_the_rewrites_of_a_module_are_named_numbered_and_their_duplicates_flagge
 def test_a_correct_rewrite_is_ok_after_both_checks(recorded, tmp_path):
     outcome = _check(recorded, SOURCE, "relu_relu[float32, fwd_only]#1", tmp_path)
     assert outcome["status"] == "ok", outcome
-    assert outcome["examples"] == 3 and outcome["matched"] > 0 and outcome["planted"]["cases"] == 2
-    assert outcome["reason"].startswith("3 cases, ") and "; planted: 2 cases, " in outcome["reason"]
+    # each check: two cases per near-miss kind that applies first, then random ones (at least half)
+    examples, planted = outcome["examples"], outcome["planted"]["cases"]
+    assert examples >= 3 and outcome["matched"] > 0 and planted >= 2
+    assert outcome["reason"] == (
+        f"{examples} cases, {outcome['matched']} rewritten; planted: {planted} cases, "
+        f"{outcome['planted']['rewritten']} rewritten; judged: values, extra_user, unused"
+    )
+    # relu(relu(x)) has no optional argument, overload, dim or literal; traced on another dtype, the same graph
+    assert outcome["near_misses"] == {"judged": ["values", "extra_user", "unused"], "missed": [], "no_valid": ["dtype"]}
     # the cases of both checks, summed
     rewritten = outcome["matched"] + outcome["planted"]["rewritten"]
-    assert outcome["cases"] == {"checked": 5, "rewritten": rewritten, "void": 0, "rejected": 0}
+    assert outcome["cases"] == {"checked": examples + planted, "rewritten": rewritten, "void": 0, "rejected": 0}
 
 
 def test_a_wrong_rewrite_is_a_finding_whose_reproducer_rebuilds_the_pass(recorded, tmp_path):
@@ -72,8 +79,9 @@ def test_pmverifys_own_exception_is_an_error_with_its_text_and_a_rewrite_that_ne
     assert "Traceback" in outcome["traceback"]
     outcome = _check(recorded, SOURCE, "never", tmp_path)
     assert outcome["status"] == "finding" and outcome["kind"] == "never_matched", outcome
-    assert outcome["cases"]["checked"] == 3 and outcome["cases"]["rejected"] == 3  # its extra_check refused each
-    assert outcome["reason"].startswith("never matched: none of 3 cases drawn like its example inputs was rewritten")
+    checked = outcome["cases"]["checked"]
+    assert checked >= 3 and 0 < outcome["cases"]["rejected"] <= checked  # its extra_check refused the plain ones
+    assert outcome["reason"].startswith(f"never matched: none of {checked} cases drawn like its example inputs was")
     assert outcome["violations"][0]["oracle"] == "never_matched"
 
 
@@ -135,7 +143,7 @@ def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch)
     monkeypatch.setattr(pmverify._rewrite, "check_rewrite", lambda *args, **kwargs: passed)
     monkeypatch.setattr(pmverify._verify, "PassVerificationError", _PlantedFinding)
     monkeypatch.setattr(pmverify._verify, "verify", _raising(_PlantedFinding()))
-    monkeypatch.setattr("pmverify.strategies.planted", lambda rewrite: None)
+    monkeypatch.setattr("pmverify.strategies.planted", lambda rewrite, **kwargs: None)
     outcome = check.check_one(types.SimpleNamespace(pattern_pass=lambda: None), "PASS = None", max_examples=4, seed=0)
     assert outcome["status"] == "finding" and outcome["check"] == "planted"
     assert outcome["reason"] == (
@@ -144,3 +152,26 @@ def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch)
     )
     assert outcome["variants"] == [{"pattern": "p", "reason": "reduction_dim", "detail": "dim -1 moved to -2"}]
     assert outcome["checked"] == "2 cases, 2 rewritten"
+
+
+def test_two_runs_at_the_same_seed_give_the_same_finding(recorded, tmp_path):
+    """The shrunk reason is a function of seed and rewrite (tests/test_compat.py shows the clock that
+    makes it so on a stalling machine)."""
+    rewrite, source = locate(f"{SOURCE}:build", recorded[f"{SOURCE}:build"], SOURCE, "silu")
+    first, second = (check.check_one(rewrite, source, max_examples=4, seed=3, repro_dir=tmp_path) for _ in range(2))
+    assert first["status"] == "finding" and "shrink_cut" not in first
+    assert first["reason"] == second["reason"] and first["violations"] == second["violations"]
+
+
+def test_a_rewrite_with_a_near_miss_kind_never_judged_is_not_covered(monkeypatch):
+    """ok in both checks, but check_rewrite made its values near miss only in void cases: not ok."""
+    coverage = pmverify._rewrite.NearMissCoverage(judged=("optional_arg",), missed=("values",))
+    passed = types.SimpleNamespace(examples=6, rewritten_cases=2, coverage=coverage)
+    monkeypatch.setattr(pmverify._rewrite, "check_rewrite", lambda *args, **kwargs: passed)
+    monkeypatch.setattr(pmverify._verify, "verify", lambda *args, **kwargs: pmverify.VerifySummary())
+    monkeypatch.setattr("pmverify.strategies.planted", lambda rewrite, **kwargs: None)
+    outcome = check.check_one(types.SimpleNamespace(pattern_pass=lambda: None), "PASS = None", max_examples=4, seed=0)
+    assert outcome["status"] == "not covered"
+    assert outcome["reason"].endswith("; judged: optional_arg; missed: values")
+    assert outcome["near_misses"] == {"judged": ["optional_arg"], "missed": ["values"], "no_valid": []}
+    assert "not covered" in check.STATUSES and check.label(outcome) == "not covered"

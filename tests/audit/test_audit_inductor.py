@@ -20,23 +20,12 @@ def recorded():
     return {INDUCTOR: record_source(INDUCTOR)}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _short_shrinking():
-    """Shrinking bounded as ``pmverify audit``'s workers bound it (``shrink_s``): a finding's
-    outcome is what these tests look at, not how small its case gets."""
-    from hypothesis.internal.conjecture import engine
-
-    from pmverify._compat import set_max_shrinking_seconds
-
-    before = engine.MAX_SHRINKING_SECONDS
-    set_max_shrinking_seconds(2)
-    yield
-    engine.MAX_SHRINKING_SECONDS = before
-
-
 def _audit(recorded, module, name, tmp_path):
     return worker._check(
-        recorded, CheckRequest("inductor", module, name, 0), {"max_examples": 10, "repro_dir": str(tmp_path)}
+        recorded,
+        CheckRequest("inductor", module, name, 0),
+        # a finding's outcome is what these tests look at, not how small its case gets
+        {"max_examples": 10, "repro_dir": str(tmp_path), "shrink_calls": 2},
     )
 
 
@@ -55,17 +44,15 @@ def _audit(recorded, module, name, tmp_path):
     ],
 )
 def test_rewrites_of_each_kind_are_compared(recorded, tmp_path, name, kind):
-    """Compared where they fired: ok, or a finding of the one bug these patterns share (their
-    serialized form ignores softmax's dim: docs/audit/sfdp_softmax_dim.py), whether a case drew
-    that variant depending on the seed."""
+    """Compared where they fired, and a finding of the one bug these patterns share (their
+    serialized form ignores softmax's dim: docs/audit/sfdp_softmax_dim.py) at any seed: the
+    near misses that show it (reduction_dim in check_rewrite, dim in the planted check) are
+    judged before the random cases (issue 31: at 10 + 5 random cases most of these were ok)."""
     outcome = _audit(recorded, "fuse_attention", name, tmp_path)
-    if outcome["status"] == "ok":
-        assert outcome["matched"] > 0 and outcome["planted"]["cases"] > 0
-    else:
-        assert outcome["status"] == "finding", (kind, outcome)
-        reasons = [v["reason"] for v in outcome["variants"]]  # one or both: shrinking is bounded
-        assert reasons and set(reasons) <= {"reduction_dim", "dim"}, (kind, outcome)
-        assert outcome["violations"][0]["oracle"] == "semantics"
+    assert outcome["status"] == "finding", (kind, outcome)
+    reasons = [v["reason"] for v in outcome["variants"]]  # one or both: shrinking is bounded
+    assert reasons and set(reasons) <= {"reduction_dim", "dim"}, (kind, outcome)
+    assert outcome["violations"][0]["oracle"] == "semantics"
 
 
 def test_a_gated_rewrite_is_unsatisfiable_here_naming_its_gate(recorded, tmp_path):

@@ -11,7 +11,7 @@ import _fake_workers
 import pytest
 
 from pmverify._audit import job
-from pmverify._audit.report import summary
+from pmverify._audit.report import markdown, summary
 from pmverify._audit.sources import AuditedRewrite
 
 
@@ -163,3 +163,36 @@ def test_workers_that_cannot_start_make_every_rewrite_an_error_saying_why(fake_w
             "no worker could start (3 tries in a row): the worker process exited with status 4"
         )
         assert "this worker cannot start" in row["error"]
+
+
+def test_a_never_matched_finding_is_a_dead_pattern_apart_from_the_wrong_results():
+    """Dead code (the rewrite never fired: nothing compared) is no wrong result: its own column and
+    section, as is a row not covered."""
+    rows = [
+        {"name": "wrong", "status": "finding", "kind": "violation", "reason": "semantics: output 0 off"},
+        {"name": "dead", "status": "finding", "kind": "never_matched", "reason": "never matched: none of 25"},
+        {"name": "partly", "status": "not covered", "reason": "6 cases; judged: dtype; missed: values"},
+        {"name": "fine", "status": "ok", "reason": "6 cases; judged: dtype"},
+    ]
+    common = {"module": "m", "trace_fn": "fwd_only", "cases": None, "reproducer": None, "seconds": 1.0}
+    report = {
+        "status": "finished",
+        "elapsed_s": 4.0,
+        "rewrites": [{**common, **row} for row in rows],
+        **dict.fromkeys(("pmverify", "torch", "date", "command"), "x"),
+        **{"seed": 0, "max_examples": 25, "planted_examples": 13, "jobs": 1, "sources": ["inductor"]},
+    }
+    printed = io.StringIO()
+    summary(report, printed)
+    out = printed.getvalue()
+    table = out.splitlines()[1:]
+    assert table[1].split("  ")[:4] == ["module", "rewrites", "ok", "not covered"]
+    assert [c for c in table[1].split("  ") if c][4:6] == ["finding", "dead pattern (never matches)"]
+    assert table[3].split() == ["m", "4", "1", "1", "1", "1", "0"]
+    assert "  FINDING m/wrong (cases not known): semantics" in out
+    assert "  DEAD PATTERN (NEVER MATCHES) m/dead (cases not known): never matched" in out
+    assert "  NOT COVERED m/partly (cases not known): 6 cases; judged: dtype; missed: values" in out
+    text = markdown(report)
+    assert "## Finding (1)\n\n- `m/wrong`" in text
+    assert "## Dead pattern (never matches) (1)\n\n- `m/dead`" in text
+    assert "## Not covered (1)\n\n- `m/partly`" in text

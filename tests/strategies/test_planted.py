@@ -183,6 +183,22 @@ def test_every_near_miss_kind_is_drawn(kind):
     assert kind in _seen(strategy, lambda case: {p.reason for p in case.planted}, examples=10)
 
 
+@pytest.mark.parametrize("kind", ["optional_arg", "reduction_dim", "constant"])
+def test_near_miss_makes_every_instance_that_kind_and_each_records_the_kinds_it_had(kind):
+    """``near_miss=``: no plain instance, none of another kind (rms has candidates of each of these);
+    every instance says which kinds it had candidates of, whichever it was made."""
+    strategy = cases("rms", near_misses=["constant", "optional_arg", "reduction_dim"], near_miss=kind, min_instances=1)
+    seen = _seen(strategy, lambda case: {(p.reason, p.applicable_near_misses) for p in case.planted}, examples=5)
+    assert {reason for reason, _ in seen} == {kind}
+    assert {applicable for _, applicable in seen} == {("constant", "optional_arg", "reduction_dim")}
+
+
+@pytest.mark.parametrize("near_miss", ["dim", "nope", 1])
+def test_a_near_miss_not_among_those_drawn_is_invalid(near_miss):
+    with pytest.raises(InvalidArgument, match=rf"near_miss={near_miss!r} is not one of the kinds drawn"):
+        cases("rms", near_misses=["constant"], near_miss=near_miss).example()
+
+
 def _layout(case: pmverify.GraphCase) -> set[str]:
     """What the layout of a case exercises: interleaved instances, late inputs, consumers."""
     order = {node.name: i for i, node in enumerate(case.gm.graph.nodes)}
