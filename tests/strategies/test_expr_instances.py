@@ -25,20 +25,26 @@ SPLIT_CAT = CallFunction(
     ListOf(CallFunction(operator.getitem, CallFunction(aten.split.Tensor, Arg(), Arg(), _users=MULTIPLE), Ignored())),
     Ignored(),
 )
-VIEW_PAIR = CallFunction(aten.view.default, CallFunction(aten.view.default, KeywordArg("arg"), KeywordArg("s1")), KeywordArg("s2"))
-QUANT = CallFunction(
-    aten.mm.default,
-    KeywordArg("x"),
+VIEW_PAIR = CallFunction(
+    aten.view.default, CallFunction(aten.view.default, KeywordArg("arg"), KeywordArg("s1")), KeywordArg("s2")
+)
+QUANT = (
     CallFunction(
-        torch.ops.quantized_decomposed.dequantize_per_tensor.default,
-        KeywordArg("w"),
-        KeywordArg("scale"),
-        KeywordArg("zp"),
-        KeywordArg("qmin"),
-        KeywordArg("qmax"),
-        KeywordArg("dtype"),
-    ),
-) if hasattr(torch.ops, "quantized_decomposed") else None
+        aten.mm.default,
+        KeywordArg("x"),
+        CallFunction(
+            torch.ops.quantized_decomposed.dequantize_per_tensor.default,
+            KeywordArg("w"),
+            KeywordArg("scale"),
+            KeywordArg("zp"),
+            KeywordArg("qmin"),
+            KeywordArg("qmax"),
+            KeywordArg("dtype"),
+        ),
+    )
+    if hasattr(torch.ops, "quantized_decomposed")
+    else None
+)
 
 PATTERNS = {"mm_add": MM_ADD, "softmax_head": SOFTMAX_HEAD, "split_cat": SPLIT_CAT, "view_pair": VIEW_PAIR}
 
