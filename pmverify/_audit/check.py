@@ -85,8 +85,9 @@ REASON_CHARS = 300
 
 def label(row: dict[str, Any]) -> str:
     """What the reports show of ``row`` (an outcome): its ``status``, but :data:`DEAD_PATTERN` for a
-    finding of kind ``never_matched``."""
-    if row["status"] == FINDING and row.get("kind") == "never_matched":
+    finding of kind ``never_matched`` (``finding_kind`` in a report's row, whose ``kind`` is the
+    entry's; ``kind`` in :func:`check_one`'s outcome)."""
+    if row["status"] == FINDING and "never_matched" in (row.get("finding_kind"), row.get("kind")):
         return DEAD_PATTERN
     return row["status"]
 

@@ -169,8 +169,8 @@ def test_a_never_matched_finding_is_a_dead_pattern_apart_from_the_wrong_results(
     """Dead code (the rewrite never fired: nothing compared) is no wrong result: its own column and
     section, as is a row not covered."""
     rows = [
-        {"name": "wrong", "status": "finding", "kind": "violation", "reason": "semantics: output 0 off"},
-        {"name": "dead", "status": "finding", "kind": "never_matched", "reason": "never matched: none of 25"},
+        {"name": "wrong", "status": "finding", "finding_kind": "violation", "reason": "semantics: output 0 off"},
+        {"name": "dead", "status": "finding", "finding_kind": "never_matched", "reason": "never matched: none of 25"},
         {"name": "partly", "status": "not covered", "reason": "6 cases; judged: dtype; missed: values"},
         {"name": "fine", "status": "ok", "reason": "6 cases; judged: dtype"},
     ]
@@ -186,9 +186,9 @@ def test_a_never_matched_finding_is_a_dead_pattern_apart_from_the_wrong_results(
     summary(report, printed)
     out = printed.getvalue()
     table = out.splitlines()[1:]
-    assert table[1].split("  ")[:4] == ["module", "rewrites", "ok", "not covered"]
-    assert [c for c in table[1].split("  ") if c][4:6] == ["finding", "dead pattern (never matches)"]
-    assert table[3].split() == ["m", "4", "1", "1", "1", "1", "0"]
+    assert [c.strip() for c in table[1].split("  ") if c][:5] == ["kind", "module", "entries", "ok", "not covered"]
+    assert [c.strip() for c in table[1].split("  ") if c][5:7] == ["finding", "dead pattern (never matches)"]
+    assert table[3].split() == ["replacement", "m", "4", "1", "1", "1", "1", "0"]
     assert "  FINDING m/wrong (cases not known): semantics" in out
     assert "  DEAD PATTERN (NEVER MATCHES) m/dead (cases not known): never matched" in out
     assert "  NOT COVERED m/partly (cases not known): 6 cases; judged: dtype; missed: values" in out
