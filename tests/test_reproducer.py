@@ -197,7 +197,6 @@ def test_a_finding_on_a_graph_that_draws_reproduces(monkeypatch, capsys):
     from _random_graphs import drawing_graph
 
     from pmverify import check_case
-
     from pmverify._execution import propagate_fake
 
     case = GraphCase(drawing_graph(), [(torch.rand(4, 8),)])
