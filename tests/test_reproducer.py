@@ -213,3 +213,33 @@ def test_a_case_with_frozen_parameters_round_trips(tmp_path):
     rebuilt = runpy.run_path(str(path), run_name="not_main")["CASE"]
     assert torch.equal(rebuilt.gm._frozen_param0, case.gm._frozen_param0)
     assert torch.equal(rebuilt.gm(*rebuilt.inputs[0])[0], case.gm(*case.inputs[0])[0])
+
+
+def test_a_finding_on_a_graph_that_draws_reproduces(monkeypatch, capsys):
+    """A dropout-style graph (``rand`` without a dtype, ``bernoulli``, ``native_dropout``) and a
+    wrong pass keeping every draw, found on a graph with fake values: the script rebuilds it without them, replays the
+    draws from the state the search ran from and exits 1 with the search's violation (it exited 0,
+    calling the replay not comparable)."""
+    from _random_graphs import drawing_graph
+
+    from pmverify import check_case
+    from pmverify._execution import propagate_fake
+
+    case = GraphCase(drawing_graph(), [(torch.rand(4, 8),)])
+    propagate_fake(case.gm, case.inputs[0])  # the search's graph has fake values, as a traced one does
+    wrong = (
+        "def PASS(graph):\n"
+        "    for node in graph.find_nodes(op='call_function', target=torch.ops.aten.mul.Tensor):\n"
+        "        node.target = torch.ops.aten.div.Tensor\n"
+    )
+    found = check_case(lambda graph: exec(wrong + "PASS(graph)", {"torch": torch, "graph": graph}), case).violations
+    assert [v.oracle for v in found] == ["semantics"]
+    source = render(case, None, found, pass_source=wrong)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))  # the script prepends its folders
+    monkeypatch.setattr("faulthandler.enable", lambda *args, **kwargs: None)  # no file descriptor under capsys
+    with pytest.raises(SystemExit) as info:
+        exec(compile(source, "repro.py", "exec"), {"__name__": "__main__"})  # noqa: S102 - the script under test
+    assert info.value.code == 1
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("VIOLATION")] == [
+        f"VIOLATION {v}" for v in found
+    ]

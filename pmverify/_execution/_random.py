@@ -5,7 +5,7 @@ for how the semantics oracle judges such cases)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -44,19 +44,23 @@ def draws(node: torch.fx.Node) -> bool:
     return not (isinstance(dropout, (int, float)) and dropout == 0) and train is not False
 
 
-def _shapes(node: torch.fx.Node) -> str:
-    values = pytree.tree_leaves(node.meta.get("val"))
+def _shapes(node: torch.fx.Node, vals: Mapping[str, Any] | None) -> str:
+    values = pytree.tree_leaves(node.meta.get("val") if vals is None else vals.get(node.name))
     shown = [f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}" for v in values if isinstance(v, torch.Tensor)]
     if shown:
         return ", ".join(shown)
     return ", ".join(repr(a) for a in node.args if not isinstance(a, torch.fx.Node))
 
 
-def random_calls(gm: torch.fx.GraphModule) -> list[str]:
+def random_calls(gm: torch.fx.GraphModule, vals: Mapping[str, Any] | None = None) -> list[str]:
     """What ``gm`` draws, in graph order: one ``"aten.randperm.default -> int64[8]"`` per node
-    that draws (the outputs' dtypes and shapes from ``meta["val"]``, else the call's constant
-    arguments)."""
-    return [f"{node.target} -> {_shapes(node)}" for node in gm.graph.nodes if draws(node)]
+    that draws (the outputs' dtypes and shapes from ``vals``, each node's fake value by name, when
+    given, else from ``meta["val"]``; the call's constant arguments where neither has one).
+
+    Why ``vals``: a graph rebuilt without fake values (a reproducer's, a hand-made case's) lists a
+    ``rand(size, dtype=...)`` by its arguments, the graph after the pass by its values: pass the
+    propagation of the graph before the pass so that both list the same thing."""
+    return [f"{node.target} -> {_shapes(node, vals)}" for node in gm.graph.nodes if draws(node)]
 
 
 @contextlib.contextmanager

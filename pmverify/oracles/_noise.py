@@ -14,8 +14,11 @@ randomness in floating-point arithmetic", UCLA CSD-970002, 1997; the "random rou
 Verificarlo, Denis et al. 2016, which perturbs the operands and the result of each operation): the
 graph runs :data:`RUNS` times in float64, every floating operand and result of a functional op
 multiplied by ``1 + u * d`` with ``d`` uniform in [-1, 1] and ``u`` the unit
-roundoff of float32 (2**-24; of float64 for an op that computes in float64), each run with its own
-seeded generator; the noise of an element is the RMS of its deviations from the unperturbed float64
+roundoff of float32 (2**-24; of float64 for an op that computes in float64), plus ``eta * d`` with
+``eta`` half the subnormal spacing of the dtype the op computes in (float16: 2**-25): near 0 a
+float16 value is rounded to an absolute step, not a relative one (a float16 gradient that is 0 in
+float64, its terms around 1e-6, is off by a few 6e-8 steps in any float16 implementation), each
+run with its own seeded generator; the noise of an element is the RMS of its deviations from the unperturbed float64
 reference. By default the perturbation stays at float32 level: the rounding of a float16 / bfloat16
 op to its own dtype is what the semantics rule compares, so it must not be excused as noise (a
 rewrite that adds a bf16 rounding is 2**16 times the float32 noise). A second set of runs perturbs each op at its own
@@ -56,6 +59,11 @@ _OWN_ROUNDOFF = {
     )
 }
 
+#: Absolute rounding error of each floating dtype near 0: half its subnormal spacing (float16:
+#: 2**-25, float8_e4m3fn: 2**-10), the ``eta`` of ``fl(x) = x (1 + delta) + eta`` under gradual
+#: underflow (Higham, "Accuracy and Stability of Numerical Algorithms", 2002, section 2.1), at both levels.
+_UNDERFLOW = {dtype: torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps / 2 for dtype in _OWN_ROUNDOFF}
+
 
 def _functional(node: torch.fx.Node) -> bool:
     """Whether ``node`` makes a new value: an ATen op whose schema neither writes nor aliases."""
@@ -78,24 +86,26 @@ class _Perturbing(Replayer):
         self.own = own
         self.generator = torch.Generator().manual_seed(seed)
 
-    def _perturb(self, value: Any, u: float) -> Any:
+    def _perturb(self, value: Any, u: float, eta: float) -> Any:
         if not isinstance(value, torch.Tensor) or value.dtype != torch.float64 or not value.numel():
             return value
         d = torch.rand(value.shape, generator=self.generator, dtype=torch.float64) * 2 - 1
-        return value * (1 + u * d)
+        return value * (1 + u * d) + eta * d
 
     def run_node(self, n: torch.fx.Node) -> Any:
         functional = n.name not in self.drawn and _functional(n)
-        roundoff = _OWN_ROUNDOFF.get(self.dtypes.get(n.name), _FLOAT32_ROUNDOFF)
+        dtype = self.dtypes.get(n.name)
+        roundoff = _OWN_ROUNDOFF.get(dtype, _FLOAT32_ROUNDOFF)
         self.u = (roundoff if self.own else min(roundoff, _FLOAT32_ROUNDOFF)) if functional else None
+        self.eta = _UNDERFLOW.get(dtype, _UNDERFLOW[torch.float32])
         return super().run_node(n)
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         if self.u is None:
             return super().call_function(target, args, kwargs)
-        u = self.u
-        args, kwargs = pytree.tree_map(lambda v: self._perturb(v, u), (args, kwargs))
-        return pytree.tree_map(lambda v: self._perturb(v, u), super().call_function(target, args, kwargs))
+        u, eta = self.u, self.eta
+        args, kwargs = pytree.tree_map(lambda v: self._perturb(v, u, eta), (args, kwargs))
+        return pytree.tree_map(lambda v: self._perturb(v, u, eta), super().call_function(target, args, kwargs))
 
 
 class _DtypeRecorder(torch.fx.Interpreter):

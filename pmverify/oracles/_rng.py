@@ -46,7 +46,8 @@ def rng_reason(pair: Any) -> str | None:
     """Why ``pair`` (a ``RunPair``) cannot be compared value by value because its graphs draw
     random numbers (``"rng: ..."``), or None: the graph before the pass draws nothing, or the
     graph after it draws the same numbers in the same order (see the module docstring)."""
-    before = random_calls(pair.case.gm)
+    propagation = getattr(pair, "before_propagation", None)  # its fake values, whether gm has them or not
+    before = random_calls(pair.case.gm, propagation.vals if propagation is not None else None)
     if not before:
         return None
     if pair.compiled is not None:

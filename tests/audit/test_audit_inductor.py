@@ -76,3 +76,29 @@ def test_a_rewrite_that_changes_the_output_strides_is_a_finding(recorded, tmp_pa
     outcome = _audit(recorded, "fuse_attention", "_sfdp_pattern_11_inference", tmp_path)
     assert outcome["status"] == "finding" and outcome["violations"][0]["oracle"] == "structure", outcome
     assert "had strides (512, 64, 16, 1) before the pass, (512, 16, 128, 1) after" in outcome["reason"]
+
+
+@pytest.mark.slow  # a training rewrite audited end to end (about a minute), then its script run
+def test_a_dropout_finding_reproducer_exits_1(recorded, tmp_path):
+    """A training pattern that draws its dropout mask (``rand`` in the joint graph): the finding's
+    script replays the draws as the search ran them and exits 1 (it exited 0, calling the replay
+    of a graph rebuilt without fake values not comparable)."""
+    import subprocess
+    import sys
+
+    from pmverify._audit.job import rewrite_seed
+    from pmverify._audit.sources import INDUCTOR, AuditedRewrite
+
+    name = "_sfdp_pattern_16_half_mask_fp32_bs1_training"
+    seed = rewrite_seed(0, AuditedRewrite(INDUCTOR, "fuse_attention", name, "joint_fwd_bwd", False))  # as --seed 0
+    outcome = worker._check(
+        recorded,
+        CheckRequest(INDUCTOR, "fuse_attention", name, seed),
+        {"max_examples": 10, "repro_dir": str(tmp_path)},
+    )
+    assert outcome["status"] == "finding" and outcome["violations"][0]["oracle"] == "semantics", outcome
+    script = outcome["reproducer"]
+    assert "torch.ops.aten.rand.default" in open(script).read()
+    run = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert "VIOLATION semantics" in run.stdout

@@ -4,8 +4,11 @@ that cancels, as slack for flagged results; a wrong value, and a rounding to bf1
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from pmverify import GraphCase, check_case
 from pmverify.oracles import semantics
 from pmverify.oracles._noise import noise_floor
+
+aten = torch.ops.aten
 
 
 def _graph(fn, *args):
@@ -79,3 +82,43 @@ def test_a_half_result_that_cancels_is_judged_by_its_own_dtypes_noise():
     ref = reference[0][0]
     assert semantics.compare("output 0", before, after, ref, noise=fp32) is not None
     assert semantics.compare("output 0", before, after, ref, noise=(fp32, own)) is None
+
+
+def _tiny_terms_cancel(x):
+    """0 in float64 (one sum taken twice), from float16 products near 1e-7, in float16's subnormal
+    range: each rounds to an absolute step of 2**-24, not a relative one."""
+    return ((x * 0.3).sum(-1) - (x * 0.3).sum(-1)) * 16
+
+
+def _refactored(second_scale):
+    """A pass rebuilding the whole result as ``((x * 0.3).sum(-1) - x.sum(-1) * second_scale) * 16``:
+    the same math for 0.3 (a correct pass), a dropped scale for 1."""
+
+    def rewrite(graph: torch.fx.Graph) -> None:
+        (x,) = graph.find_nodes(op="placeholder")
+        out = graph.output_node()
+        old = out.args[0][0] if isinstance(out.args[0], (list, tuple)) else out.args[0]
+        with graph.inserting_before(out):
+            first = graph.call_function(aten.sum.dim_IntList, (graph.call_function(aten.mul.Tensor, (x, 0.3)), [-1]))
+            second = graph.call_function(
+                aten.mul.Tensor, (graph.call_function(aten.sum.dim_IntList, (x, [-1])), second_scale)
+            )
+            new = graph.call_function(aten.mul.Tensor, (graph.call_function(aten.sub.Tensor, (first, second)), 16))
+        old.replace_all_uses_with(new)
+        graph.eliminate_dead_code()
+
+    return rewrite
+
+
+def test_a_half_result_exactly_0_in_float64_is_judged_at_float16s_absolute_floor():
+    """The float16 attention gradient class (issue 31): 0 in float64 and in the pattern, a few
+    float16 subnormal steps (6e-8 each, times 16 here) after a correct rewrite that sums otherwise.
+    The noise floor perturbs each op by half its dtype's subnormal step too, carried to the result
+    by the ops that follow: quiet. A dropped scale stays far off."""
+    x = (torch.rand(16, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 1e-6 + 1e-6).half()
+    case = GraphCase(make_fx(_tiny_terms_cancel)(x), [(x,)])
+    correct = check_case(_refactored(0.3), case)
+    assert correct.ok and "semantics" in correct.judged, correct.violations
+    assert correct.pair.results(0).after[0][0].abs().max() > 50 * 2.0**-24  # not quiet for being exact
+    wrong = check_case(_refactored(1), case)
+    assert [v.oracle for v in wrong.violations] == ["semantics"] and "far off" in wrong.violations[0].message

@@ -4,6 +4,7 @@ otherwise is not comparable, never a finding, and check_rewrite says so."""
 
 import pytest
 import torch
+from _random_graphs import drawing_graph
 from torch._inductor import pattern_matcher as pm
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -116,3 +117,21 @@ def test_like_draws_made_anew_are_not_comparable():
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     result = check_case(_remade_in_other_order, GraphCase(make_fx(_permuted_rows)(x, y), [(x, y)]))
     assert result.ok and result.not_comparable.startswith("rng: the graph draws 2 times")
+
+
+def _mul_to_div(graph: torch.fx.Graph) -> None:
+    """Wrong: ``x * rand`` becomes ``x / rand``; every draw kept as it was."""
+    for node in graph.find_nodes(op="call_function", target=aten.mul.Tensor):
+        node.target = aten.div.Tensor
+
+
+def test_draws_of_a_graph_without_fake_values_are_compared():
+    """The graph before the pass has no ``meta["val"]`` (a reproducer's, a hand-made case's), the
+    graph after it has: both list their draws from the same fake values, so a replacement keeping
+    every draw is compared (and a wrong one found), not called not comparable."""
+    case = GraphCase(drawing_graph(), [(torch.rand(4, 8),)])
+    assert not any("val" in node.meta for node in case.gm.graph.nodes)
+    kept = check_case(_on_adds(aten.add.Tensor), case)
+    assert kept.ok and kept.void_reason is None and "semantics" in kept.judged
+    wrong = check_case(_mul_to_div, case)
+    assert wrong.void_reason is None and [v.oracle for v in wrong.violations] == ["semantics"]
