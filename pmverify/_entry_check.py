@@ -83,6 +83,9 @@ def check_entry(
     property; :class:`RewriteUnsatisfiable` when it never fired because its ``extra_check`` is gated
     on what this machine or configuration lacks (see :mod:`pmverify._gates`), or for a
     ``"lowering"`` entry (it lowers to Inductor IR, which only a compiled run holds);
+    also when its pattern calls an op whose CPU kernel trusts its arguments (mkldnn, onednn: a
+    drawn call may crash the process, so none is drawn;
+    :func:`~pmverify.strategies._expr_instances.undrawable`);
     :class:`RewriteNeverMatched` when it never fired and no gate was found; :class:`AllCasesVoid`
     when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
     is not a :class:`~pmverify._entries.RecordedEntry`.
@@ -113,6 +116,12 @@ def check_entry(
         raise RewriteUnsatisfiable(
             f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
         )
+    from .strategies._expr_instances import undrawable
+
+    why = undrawable(entry.pattern)
+    if why is not None:
+        condition = f"an instance pmverify can draw ({why})"
+        raise RewriteUnsatisfiable(f"entry {entry.label} is unsatisfiable here: {why}; nothing was compared", condition)
     patches = {**enabling_patches(entry.config), **validate_config_patches(config_patches)}
     with config.patch(patches) if patches else contextlib.nullcontext():
         return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result)

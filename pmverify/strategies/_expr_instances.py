@@ -47,7 +47,7 @@ from .._case import GraphCase, PlantedInstance
 from ._ops_core import Builder, refactored
 from ._tensors import tensors
 
-__all__ = ["EXPR_DTYPES", "ExprUnsupported", "expr_cases", "ground_truth", "pattern_targets"]
+__all__ = ["EXPR_DTYPES", "ExprUnsupported", "expr_cases", "ground_truth", "pattern_targets", "undrawable"]
 
 #: The float dtypes an instance's tensors are drawn in (one per case, mostly).
 EXPR_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -108,6 +108,37 @@ def pattern_targets(pattern: Any) -> list[str]:
 
     walk(pattern)
     return out
+
+
+#: Ops whose CPU kernels trust their arguments (prepacked weights, matching RNN weight shapes): a
+#: drawn call may crash the process rather than raise, so pmverify draws none.
+_UNCHECKED_NAMESPACES = ("mkldnn", "onednn")
+
+
+def undrawable(pattern: Any) -> str | None:
+    """Why pmverify draws no instance of ``pattern`` (one line), or None when it does: a target of
+    :data:`_UNCHECKED_NAMESPACES` (``onednn.qlinear_pointwise`` wants weights prepacked by
+    ``onednn.qlinear_prepack``; ``aten.mkldnn_rnn_layer`` does not check its weights' shapes)."""
+    from torch._inductor import pattern_matcher as pm
+
+    seen: set[int] = set()
+    stack = [pattern]
+    while stack:
+        p = stack.pop()
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if isinstance(p, pm._TargetExpr):
+            for fn in p.fns:
+                if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+                    name = str(fn)
+                    if name.split(".")[0] in _UNCHECKED_NAMESPACES or "mkldnn" in name.split(".")[1]:
+                        return (
+                            f"its pattern calls {name}, whose CPU kernel trusts its arguments (prepacked "
+                            "weights, matching shapes): a drawn call may crash the process, so pmverify draws none"
+                        )
+        stack.extend(_children(p))
+    return None
 
 
 def _children(p: Any) -> list[Any]:
@@ -1029,6 +1060,9 @@ def expr_cases(
     after the first may be frozen parameters (``get_attr`` constants, as
     ``torch._inductor.config.freezing`` makes weights; each one in two), None: drawn per case. Raises :class:`ExprUnsupported` (from
     the draw) for a pattern holding what is not drawn."""
+    why = undrawable(pattern)
+    if why is not None:
+        raise ExprUnsupported(why)
     dtype = draw(st.sampled_from(EXPR_DTYPES))
     instance = _Instance(draw, dtype, near_misses)
     instance.frozen = draw(st.booleans()) if frozen is None else frozen
