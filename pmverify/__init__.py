@@ -27,6 +27,9 @@ _WHERE = {
     "CaseResult": "_check",
     "check_case": "_check",
     "inductor_entry": "_inductor_rewrites",
+    "check_entry": "_entry_check",
+    "EntryResult": "_entry_check",
+    "RecordedEntry": "_entries",
     "inductor_rewrite": "_inductor_rewrites",
     "record_inductor": "_inductor_rewrites",
     "record_entries": "_audit.sources",
@@ -56,6 +59,8 @@ if TYPE_CHECKING:
     from ._audit.sources import record_entries
     from ._case import GraphCase, MutationSite, PlantedInstance, Symbol
     from ._check import CaseResult, check_case
+    from ._entries import RecordedEntry
+    from ._entry_check import EntryResult, check_entry
     from ._inductor_rewrites import inductor_entry, inductor_rewrite, record_inductor
     from ._job.targets import ExtraCheck, FuzzTarget
     from ._record import RecordedRewrite, record_patterns
@@ -103,6 +108,9 @@ __all__ = [
     "check_case",
     "check_rewrite",
     "inductor_entry",
+    "check_entry",
+    "EntryResult",
+    "RecordedEntry",
     "inductor_rewrite",
     "record_entries",
     "record_inductor",

@@ -15,6 +15,7 @@ are ground truth ``must_match=None``; what the matcher and ``extra_check`` said 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -43,6 +44,9 @@ class EntryResult:
       refused the drawn instance); ``", optional_arg"`` added where an optional argument the
       pattern does not bind was set.
     - ``summary``: the search's :class:`VerifySummary`.
+    - ``levers``: None, or what the search was given because the entry's ``extra_check`` rejected
+      every match without it (``"with what its extra_check needs: inputs other as frozen
+      parameters..."``): config options set, tensors drawn as frozen parameters.
     """
 
     entry: RecordedEntry
@@ -50,6 +54,7 @@ class EntryResult:
     rewritten_cases: int
     outcomes: dict[str, int]
     summary: VerifySummary | None = dataclasses.field(default=None, repr=False)
+    levers: str | None = None
 
 
 def check_entry(
@@ -86,7 +91,8 @@ def check_entry(
     also when its pattern calls an op whose CPU kernel trusts its arguments (mkldnn, onednn: a
     drawn call may crash the process, so none is drawn;
     :func:`~pmverify.strategies._expr_instances.undrawable`);
-    :class:`RewriteNeverMatched` when it never fired and no gate was found; :class:`AllCasesVoid`
+    also (``condition`` saying so) when it never fired and no gate was found: pmverify drew no
+    instance the matcher and the ``extra_check`` accept, which is not shown to be the entry's fault; :class:`AllCasesVoid`
     when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
     is not a :class:`~pmverify._entries.RecordedEntry`.
     """
@@ -162,9 +168,79 @@ def _search(
     reproducer_prelude: str | None,
     on_result: Any = None,
 ) -> EntryResult:
-    from .strategies._expr_instances import expr_cases
+    """The search; where the entry never fired and its ``extra_check`` accepts a rejected match
+    with levers pmverify can draw (config options, frozen parameters: not a device), the search
+    again with them (config options set, every tensor after the first a frozen parameter)."""
+    rejected: list[Any] = []
+    try:
+        return _search_once(
+            entry,
+            max_examples,
+            seed,
+            repro_dir,
+            pass_source,
+            settings,
+            reproducer_prelude,
+            rejected,
+            on_result=on_result,
+        )
+    except RewriteNeverMatched as error:
+        gate = _gate(entry, rejected)
+        levers = gate.levers if gate is not None else ()
+        if gate is None or gate.computed or any(lever.kind == "device" for lever in levers):
+            raise _never_fired(entry, error.result, error.summary, gate) from None
+    from torch._inductor import config
 
-    rejected: list[Any] = []  # matches the extra_check rejected, for the gate search
+    patches = {lever.key: lever.value for lever in levers if lever.kind == "config"}
+    frozen = "all" if any(lever.kind == "frozen" for lever in levers) else None
+    with config.patch(patches) if patches else contextlib.nullcontext():
+        try:
+            return _search_once(
+                entry,
+                max_examples,
+                seed,
+                repro_dir,
+                pass_source,
+                settings,
+                reproducer_prelude,
+                [],
+                on_result=on_result,
+                frozen=frozen,
+                lever_note=f"with what its extra_check needs: {gate.condition}",
+            )
+        except RewriteNeverMatched as again:
+            raise _never_fired(entry, again.result, again.summary, gate) from None
+
+
+def _gate(entry: RecordedEntry, rejected: list[Any]) -> Any:
+    """The first gate :func:`pmverify._gates.find_gate` finds on a rejected match (None: none)."""
+    from ._gates import find_gate
+
+    for match in rejected:
+        try:
+            gate = find_gate(entry.extra_check, match)
+        except Exception:  # noqa: BLE001 - a check that cannot be re-run has no gate found
+            gate = None
+        if gate is not None:
+            return gate
+    return None
+
+
+def _search_once(
+    entry: RecordedEntry,
+    max_examples: int | None,
+    seed: int | None,
+    repro_dir: Any,
+    pass_source: str | None,
+    settings: Any,
+    reproducer_prelude: str | None,
+    rejected: list[Any],
+    *,
+    on_result: Any = None,
+    frozen: str | None = None,
+    lever_note: str | None = None,
+) -> EntryResult:
+    from .strategies._expr_instances import expr_cases
 
     def extra_check(match: Any) -> bool:
         accepted = bool(entry.extra_check(match))
@@ -172,7 +248,7 @@ def _search(
             rejected.append(match)
         return accepted
 
-    cases = expr_cases(entry.pattern, name=entry.label, extra_check=extra_check)
+    cases = expr_cases(entry.pattern, name=entry.label, extra_check=extra_check, frozen=frozen)
     outcomes: collections.Counter[str] = collections.Counter()
     counts = {"examples": 0, "fired": 0}
 
@@ -183,7 +259,9 @@ def _search(
         if on_result is not None:
             on_result(result)
 
-    note = f"the pass is {entry.kind} entry {entry.label} of {entry.pass_name} alone (check_entry)"
+    notes = [f"the pass is {entry.kind} entry {entry.label} of {entry.pass_name} alone (check_entry)"]
+    if lever_note:
+        notes.append(lever_note)
     try:
         summary = verify(
             entry.pattern_pass(),
@@ -205,42 +283,50 @@ def _search(
         raise PassVerificationError(
             error.result,
             error.reproducer,
-            "; ".join([note, *([extra] if extra else [])]),
+            "; ".join([*notes, *([extra] if extra else [])]),
             error.pictures,
             failures=error.failures,
             shrink_note=error.shrink_note,
             summary=error.summary,
         ) from None
-    result = EntryResult(entry, counts["examples"], counts["fired"], dict(outcomes), summary)
+    result = EntryResult(entry, counts["examples"], counts["fired"], dict(outcomes), summary, lever_note)
     if not result.rewritten_cases:
-        raise _never_fired(entry, result, summary, rejected)
+        raise RewriteNeverMatched("never fired", summary, result)
     error = vacuous_error(summary, f"check_entry({entry.label})")
     if isinstance(error, AllCasesVoid):
         raise error
     return result
 
 
-def _never_fired(entry: RecordedEntry, result: EntryResult, summary: VerifySummary, rejected: list[Any]) -> Any:
-    from ._gates import find_gate
-
+def _never_fired(entry: RecordedEntry, result: EntryResult, summary: VerifySummary, gate: Any) -> Any:
     why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items())) or "none"
     drawn = f"{result.examples} instances drawn from its pattern (ground truth: {why})"
-    for match in rejected:
-        try:
-            gate = find_gate(entry.extra_check, match)
-        except Exception:  # noqa: BLE001 - a check that cannot be re-run has no gate found
-            gate = None
-        if gate is not None:
-            return RewriteUnsatisfiable(
-                f"entry {entry.label} is unsatisfiable here: its extra_check rejected every match in the {drawn} and "
-                f"accepts one only with {gate.condition} (simulated); nothing was compared",
-                gate.condition,
-                summary,
-                result,
-            )
-    return RewriteNeverMatched(
-        f"entry {entry.label} never fired: Inductor's matcher holding only it fired on none of the {drawn}; "
-        "nothing was compared",
+    if gate is not None:
+        drawable = not gate.computed and all(lever.kind != "device" for lever in gate.levers)
+        tried = " (drawn with those too, it still never fired)" if drawable else ""
+        return RewriteUnsatisfiable(
+            f"entry {entry.label} is unsatisfiable here: its extra_check rejected every match in the {drawn} and "
+            f"accepts one only with {gate.condition} (simulated){tried}; nothing was compared",
+            gate.condition,
+            summary,
+            result,
+        )
+    # no gate: pmverify could not draw what the check or the matcher wants, which is not shown to be
+    # the entry's fault (a hand-written check may want what no lever simulates): never a finding
+    if result.outcomes and all(reason.startswith("pattern") for reason in result.outcomes):
+        condition = (
+            f"an instance Inductor's matcher matches (it matched none of the {result.examples} instances drawn from its "
+            "pattern: what pmverify draws, or a pattern that never matches)"
+        )
+    else:
+        condition = (
+            f"inputs its extra_check accepts (it rejected every match of the {result.examples} instances drawn, and no "
+            "lever made it accept: config options, frozen parameters, a CUDA device)"
+        )
+    return RewriteUnsatisfiable(
+        f"entry {entry.label} is unsatisfiable here: it never fired on the {drawn}; it needs {condition}; nothing was "
+        "compared",
+        condition,
         summary,
         result,
     )

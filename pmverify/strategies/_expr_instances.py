@@ -239,7 +239,7 @@ class _Instance:
         self.tries = 0
         #: frozen parameters (get_attr constants, as config.freezing makes them): name -> tensor
         self.constants: dict[str, torch.Tensor] = {}
-        self.frozen = False
+        self.frozen: bool | str = False
         self.qdtype: torch.dtype | None = None  # the quantized dtype of the call being drawn
         self.shaping: _Shaping | None = None  # the shapes the call being drawn needs
         self.recorded: dict[Any, Any] | None = None  # leaves drawn, by (call pattern, position)
@@ -702,9 +702,15 @@ class _Instance:
         if anchor is None:
             return tuple(self.draw(st.lists(st.integers(1, _MAX_SIDE), min_size=1, max_size=4)))
         shape = tuple(anchor.shape)
-        choice = self.draw(st.integers(0, 5))
+        choice = self.draw(st.integers(0, 6))
         if choice <= 2 or not shape:
             return shape
+        if choice == 6 and len(shape) >= 2:  # per channel (dim 1), as a bias or a batch-norm scale is
+            return (
+                (shape[1], *([1] * (len(shape) - 2)))
+                if self.draw(st.booleans())
+                else (1, shape[1], *([1] * (len(shape) - 2)))
+            )
         if choice == 3:  # a broadcast form: size-1 dims
             return tuple(1 if self.draw(st.booleans()) else s for s in shape)
         if choice == 4:  # a trailing suffix
@@ -757,7 +763,7 @@ class _Instance:
         if isinstance(value, _Pending):
             if value.node is None:
                 elements = value.elements
-                if self.frozen and self.b.inputs and self.draw(st.integers(0, 7)):
+                if self.frozen and self.b.inputs and (self.frozen == "all" or self.draw(st.integers(0, 7))):
                     value.node = self.constant(value.shape, value.dtype, elements)
                 elif elements is not None:
                     value.node = self.b.new_input(value.shape, value.dtype, elements=elements).node
@@ -1048,7 +1054,7 @@ def expr_cases(
     name: str = "pattern",
     extra_check: Callable[[Any], bool] | None = None,
     near_misses: bool = True,
-    frozen: bool | None = None,
+    frozen: bool | str | None = None,
 ) -> GraphCase:
     """Graphs holding one instance of ``pattern`` (a ``PatternExpr``), drawn from the expression
     (see the module's docstring): the instance's inputs are placeholders holding random values in
@@ -1058,7 +1064,8 @@ def expr_cases(
     (ground truth only: the pass under test decides what it rewrites), ``near_misses`` allows an
     optional argument the pattern does not bind to be set; ``frozen``: whether tensor leaves
     after the first may be frozen parameters (``get_attr`` constants, as
-    ``torch._inductor.config.freezing`` makes weights; each one in two), None: drawn per case. Raises :class:`ExprUnsupported` (from
+    ``torch._inductor.config.freezing`` makes weights; each but one in eight), ``"all"``: each of
+    them, None: drawn per case. Raises :class:`ExprUnsupported` (from
     the draw) for a pattern holding what is not drawn."""
     why = undrawable(pattern)
     if why is not None:
