@@ -37,6 +37,9 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
   one in-process process group that computes real collectives; torch's own tests use it.
 - ``torch.utils._python_dispatch._disable_current_modes`` (:func:`outside_dispatch_modes`): how
   Inductor itself leaves the active fake modes to make a plain tensor while tracing.
+- ``torch.fx.passes.shape_prop._extract_tensor_metadata`` (:func:`tensor_metadata`): the
+  ``meta["tensor_meta"]`` make_fx gives each node, which a handler may read (quantization's weight
+  prepacking reads its input's); pmverify's drawn graphs are given it before a pass runs.
 - ``torch._dispatch.python.enable_python_dispatcher`` (:func:`python_dispatcher`): symbolic
   shapes are traced and propagated under it, as ``compile_fx`` does (the metas of ``baddbmm`` and
   ``addcmul`` take ``SymInt`` sizes only through their Python decompositions).
@@ -74,6 +77,7 @@ __all__ = [
     "outside_dispatch_modes",
     "pin_seed",
     "python_dispatcher",
+    "tensor_metadata",
     "set_max_shrinking_seconds",
     "stopped_because",
     "threaded_process_group",
@@ -396,6 +400,13 @@ def outside_dispatch_modes() -> Any:
     block. Raises :class:`InternalMoved`."""
     why = "a recorded example input is made as a plain tensor while tracing"
     return internal("torch.utils._python_dispatch", "_disable_current_modes", why)()
+
+
+def tensor_metadata(value: Any) -> Any:
+    """``value``'s ``TensorMetadata``, what ``make_fx`` stores as a node's ``meta["tensor_meta"]``.
+    Raises :class:`InternalMoved`."""
+    why = "a drawn graph's nodes carry tensor_meta, as the graphs Inductor's passes see do"
+    return internal("torch.fx.passes.shape_prop", "_extract_tensor_metadata", why)(value)
 
 
 def python_dispatcher() -> Any:

@@ -168,7 +168,21 @@ def propagated_or_own(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePr
     :func:`propagate_recorded` anew (a graph traced with real tensors carries values of several
     modes, which a pass that re-traces cannot mix)."""
     own = _own_propagation(gm, inputs)
-    return own if own is not None else propagate_recorded(gm, inputs)
+    propagation = own if own is not None else propagate_recorded(gm, inputs)
+    _add_tensor_meta(gm)
+    return propagation
+
+
+def _add_tensor_meta(gm: torch.fx.GraphModule) -> None:
+    """Give each node holding a tensor ``meta["val"]`` its ``meta["tensor_meta"]`` where it has none,
+    as ``make_fx`` does for the graphs Inductor's passes see (a handler reading an input's
+    ``tensor_meta``, as quantization's weight prepacking does, would fail on a drawn graph)."""
+    from .._compat import tensor_metadata
+
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and "tensor_meta" not in node.meta:
+            node.meta["tensor_meta"] = tensor_metadata(val)
 
 
 class _Reusing(FakeTensorProp):
