@@ -163,8 +163,10 @@ def rewritten_variants(result: Any) -> list[dict[str, Any]]:
         return []
     rows = []
     for instance, matched in zip(result.case.planted, result.planted_matched, strict=False):
-        if matched and instance.must_match is not True and instance.reason:
-            rows.append({"pattern": instance.pattern, "reason": instance.reason, "detail": instance.detail})
+        if matched and instance.must_match is not True and instance.reason and instance.reason != "matched":
+            # check_entry's instances say what the matcher said ("matched"), then the near miss drawn
+            reason = instance.reason.removeprefix("matched, ")
+            rows.append({"pattern": instance.pattern, "reason": reason, "detail": instance.detail})
     return rows
 
 
@@ -172,7 +174,7 @@ def _finding(error: Any, check: str) -> dict[str, Any]:
     violations = [{"oracle": v.oracle, "message": v.message} for v in error.violations]
     oracles = ", ".join(dict.fromkeys(v["oracle"] for v in violations))
     first = one_line(violations[0]["message"]) if violations else ""
-    where = "" if check == "check_rewrite" else " (planted among random graphs with near misses)"
+    where = " (planted among random graphs with near misses)" if check == "planted" else ""
     variants = rewritten_variants(getattr(error, "result", None))
     # the variant first: the violation's message is long, and the reason is cut to one line
     shrunk = variants[0] if variants else None
