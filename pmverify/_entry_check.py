@@ -184,6 +184,8 @@ def _search(
             rejected,
             on_result=on_result,
         )
+    except RewriteUnsatisfiable:
+        raise
     except RewriteNeverMatched as error:
         gate = _gate(entry, rejected)
         levers = gate.levers if gate is not None else ()
@@ -208,6 +210,8 @@ def _search(
                 frozen=frozen,
                 lever_note=f"with what its extra_check needs: {gate.condition}",
             )
+        except RewriteUnsatisfiable:
+            raise
         except RewriteNeverMatched as again:
             raise _never_fired(entry, again.result, again.summary, gate) from None
 
@@ -262,6 +266,8 @@ def _search_once(
     notes = [f"the pass is {entry.kind} entry {entry.label} of {entry.pass_name} alone (check_entry)"]
     if lever_note:
         notes.append(lever_note)
+    from hypothesis.errors import FailedHealthCheck, Unsatisfiable
+
     try:
         summary = verify(
             entry.pattern_pass(),
@@ -275,6 +281,16 @@ def _search_once(
             settings=settings,
             reproducer_prelude=reproducer_prelude,
         )
+    except (FailedHealthCheck, Unsatisfiable) as exc:
+        if not isinstance(exc, Unsatisfiable) and "filter" not in str(exc):
+            raise
+        # the drawn calls of its pattern rarely run (shapes, dtypes or values it wants that the
+        # drawing does not give): pmverify's limit, said as such, never a finding
+        rate = " ".join(str(exc).split(".")[1:2]).strip() or "most instances drawn were rejected"
+        condition = f"instances pmverify can draw of its pattern (drawing them was rejected too often: {rate})"
+        raise RewriteUnsatisfiable(
+            f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
+        ) from None
     except PassVerificationError as error:
         extra = error.note.replace(
             "give verify() pass_factory= a module-level function building the pass, or pass_source",

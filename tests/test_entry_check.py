@@ -134,3 +134,14 @@ def test_the_pass_holding_the_entry_alone_is_cached():
     entry = _entry()
     assert entry.pattern_pass() is entry.pattern_pass()
     assert isinstance(entry.pattern_pass(), PatternMatcherPass)
+
+
+def test_a_pattern_whose_drawn_calls_rarely_run_is_unsatisfiable_not_an_error():
+    """aten._int_mm wants int8 operands with sizes above 16 and multiples of 8: the drawn calls
+    are rejected, which is pmverify's limit, said as such."""
+    pattern = CallFunction(aten._int_mm.default, Arg(), Arg())
+    entry = RecordedEntry(
+        "graph", GraphPatternEntry(pattern=pattern, extra_check=lambda m: True, handler=_fold_scale), "p", "t", "int_mm"
+    )
+    with pytest.raises(pmverify.RewriteUnsatisfiable, match="rejected too often"):
+        check_entry(entry, max_examples=5, seed=0)
