@@ -108,14 +108,24 @@ def check_entry(
             settings=settings,
             reproducer_prelude=reproducer_prelude,
         )
-    if entry.kind == "lowering":
-        condition = "a compiled run (a LoweringPatternEntry lowers its match to Inductor IR while the graph is lowered)"
-        raise RewriteUnsatisfiable(
-            f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
-        )
     patches = {**enabling_patches(entry.config), **validate_config_patches(config_patches)}
+    if entry.kind == "lowering":
+        # both compiles: Inductor's own patterns off; the one with the pass: this entry alone
+        patches["pattern_matcher"] = False
+        max_examples = LOWERING_EXAMPLES if max_examples is None else max_examples
+        reproducer_prelude = _config_prelude(patches, reproducer_prelude)
     with config.patch(patches) if patches else contextlib.nullcontext():
         return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result)
+
+
+#: Cases of a ``"lowering"`` entry by default: each is two cold ``torch.compile`` runs (8-20 s here).
+LOWERING_EXAMPLES = 3
+
+
+def _config_prelude(patches: Mapping[str, Any], prelude: str | None) -> str:
+    """Reproducer code setting ``torch._inductor.config`` as the compiled search set it, then ``prelude``."""
+    lines = ["import torch._inductor.config", *(f"torch._inductor.config.{k} = {v!r}" for k, v in patches.items())]
+    return "\n".join([*lines, *([prelude] if prelude else [])])
 
 
 def enabling_patches(options: tuple[str, ...]) -> dict[str, Any]:
@@ -175,10 +185,20 @@ def _search(
             on_result(result)
 
     note = f"the pass is {entry.kind} entry {entry.label} of {entry.pass_name} alone (check_entry)"
+    lowering = entry.kind == "lowering"
+    if lowering:
+        note += (
+            "; compiled: torch.compile with Inductor's pattern matcher off, without and with this entry as the "
+            "post-grad custom pass (its handler lowers the match)"
+        )
     try:
         summary = verify(
             entry.pattern_pass(),
             cases,
+            mode="compiled" if lowering else "direct",
+            # the graph a lowering entry leaves calls its handler, which only Inductor's lowering can run:
+            # the compiled values are what is judged
+            oracles=("semantics",) if lowering else None,
             max_examples=max_examples,
             seed=seed,
             repro_dir=repro_dir,
