@@ -79,10 +79,19 @@ def check_entry(
     - ``on_result``: called with each case's :class:`~pmverify.CaseResult` of a graph entry's search (as by
       :func:`~pmverify.verify`).
 
+    A ``"lowering"`` entry (its handler lowers the match to Inductor IR, which only a compile runs)
+    is checked in compiled mode (:func:`pmverify._compiled.apply_compiled`): each case compiled
+    with ``torch.compile`` twice, Inductor's ``pattern_matcher`` off in both, the second with the
+    entry alone as the post-grad custom pass, and the semantics oracle alone judges the compiled
+    values (the graph the entry leaves calls its handler, which only Inductor's lowering runs);
+    ``max_examples`` default :data:`LOWERING_EXAMPLES` (two cold compiles a case). The reproducer
+    sets the same ``torch._inductor.config`` options first.
+
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the handler breaks a
     property; :class:`RewriteUnsatisfiable` when it never fired because its ``extra_check`` is gated
-    on what this machine or configuration lacks (see :mod:`pmverify._gates`), or for a
-    ``"lowering"`` entry (it lowers to Inductor IR, which only a compiled run holds);
+    on what this machine or configuration lacks (see :mod:`pmverify._gates`), or a ``"lowering"``
+    entry never fired under torch.compile (:data:`LOWERING_CONDITION`: the compile re-traces the
+    drawn graph, and its instance may not reach the post-grad graph whole);
     :class:`RewriteNeverMatched` when it never fired and no gate was found; :class:`AllCasesVoid`
     when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
     is not a :class:`~pmverify._entries.RecordedEntry`.
@@ -117,6 +126,9 @@ def check_entry(
     with config.patch(patches) if patches else contextlib.nullcontext():
         return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result)
 
+
+#: What a lowering entry that never fired under torch.compile lacked (``RewriteUnsatisfiable.condition``).
+LOWERING_CONDITION = "an instance of its pattern that reaches the post-grad graph of torch.compile whole"
 
 #: Cases of a ``"lowering"`` entry by default: each is two cold ``torch.compile`` runs (8-20 s here).
 LOWERING_EXAMPLES = 3
@@ -249,6 +261,17 @@ def _never_fired(entry: RecordedEntry, result: EntryResult, summary: VerifySumma
                 summary,
                 result,
             )
+    if entry.kind == "lowering":
+        # torch.compile re-traces the case (decompositions, functionalization): an instance matched in the
+        # drawn graph may not reach the post-grad graph whole, so never firing there says nothing of the entry
+        condition = LOWERING_CONDITION
+        return RewriteUnsatisfiable(
+            f"entry {entry.label} is unsatisfiable here: it needs {condition}, and none of the {drawn} did (it "
+            "never fired under torch.compile); nothing was compared",
+            condition,
+            summary,
+            result,
+        )
     return RewriteNeverMatched(
         f"entry {entry.label} never fired: Inductor's matcher holding only it fired on none of the {drawn}; "
         "nothing was compared",

@@ -305,6 +305,14 @@ def _audit_parser(sub: Any) -> None:
         help=f"start no rewrite after this long ({_DURATION_HELP}); the rest are reported as not run",
     )
     audit.add_argument(
+        "--lowering-budget",
+        type=_duration("--lowering-budget"),
+        metavar="DURATION",
+        help=f"with --kinds lowering: the time the lowering entries may take together ({_DURATION_HELP}, default 10m; "
+        "each case is two torch.compile runs); they run last, in a seeded order spread over their handlers, and "
+        "those not started within it are reported as not run",
+    )
+    audit.add_argument(
         "--timeout",
         type=_duration("--timeout"),
         default=300.0,
