@@ -44,6 +44,13 @@ def test_its_correct_twin_is_quiet_and_fires_in_every_case():
 
 
 @pytest.mark.slow
+def test_a_lowering_handler_that_drops_an_argument_its_pattern_does_not_bind_is_found():
+    with pytest.raises(pmverify.PassVerificationError) as info:
+        check_entry(_entry(faulty="alpha"), seed=0)
+    assert "alpha" in info.value.result.case.label
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("faulty", [True, False])
 def test_the_reproducer_exits_1_while_the_handler_is_wrong_and_0_once_fixed(tmp_path, faulty):
     with pytest.raises(pmverify.PassVerificationError) as info:
