@@ -43,7 +43,14 @@ MIN_CASE_TIMEOUT_S = 30.0
 #: About what a worker takes to start (torch, pmverify, Inductor's pattern matcher) on 2 cores.
 WORKER_START_S = 10.0
 #: The options that take a DURATION: ``--budget -5s`` is read as ``--budget=-5s`` (see :func:`_joined`).
-DURATION_OPTIONS = ("--budget", "--case-timeout", "--checkpoint-every", "--timeout", "--shrink-budget")
+DURATION_OPTIONS = (
+    "--budget",
+    "--case-timeout",
+    "--checkpoint-every",
+    "--timeout",
+    "--shrink-budget",
+    "--lowering-budget",
+)
 _DURATION_HELP = "a duration such as 90s, 30m, 8h, 1h30m or 1d, or a number of seconds"
 _OUTPUT_HELP = (
     "PATH is a file (a symlink's target), replaced whole, or - or /dev/stdout, written once at the end "
