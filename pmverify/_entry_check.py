@@ -90,8 +90,8 @@ def check_entry(
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the handler breaks a
     property; :class:`RewriteUnsatisfiable` when it never fired because its ``extra_check`` is gated
     on what this machine or configuration lacks (see :mod:`pmverify._gates`), or a ``"lowering"``
-    entry never fired under torch.compile (:data:`LOWERING_CONDITION`: the compile re-traces the
-    drawn graph, and its instance may not reach the post-grad graph whole);
+    entry that matched in a drawn graph never fired under torch.compile (:data:`LOWERING_CONDITION`:
+    the compile re-traces the drawn graph, and its instance may not reach the post-grad graph whole);
     :class:`RewriteNeverMatched` when it never fired and no gate was found; :class:`AllCasesVoid`
     when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
     is not a :class:`~pmverify._entries.RecordedEntry`.
@@ -261,9 +261,10 @@ def _never_fired(entry: RecordedEntry, result: EntryResult, summary: VerifySumma
                 summary,
                 result,
             )
-    if entry.kind == "lowering":
+    if entry.kind == "lowering" and any(outcome.startswith("matched") for outcome in result.outcomes):
         # torch.compile re-traces the case (decompositions, functionalization): an instance matched in the
-        # drawn graph may not reach the post-grad graph whole, so never firing there says nothing of the entry
+        # drawn graph may not reach the post-grad graph whole, so never firing there says nothing of the entry;
+        # one matched in none of the drawn graphs is judged as a graph entry's is
         condition = LOWERING_CONDITION
         return RewriteUnsatisfiable(
             f"entry {entry.label} is unsatisfiable here: it needs {condition}, and none of the {drawn} did (it "
