@@ -90,8 +90,9 @@ def check_entry(
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the handler breaks a
     property; :class:`RewriteUnsatisfiable` when it never fired because its ``extra_check`` is gated
     on what this machine or configuration lacks (see :mod:`pmverify._gates`), or a ``"lowering"``
-    entry that matched in a drawn graph never fired under torch.compile (:data:`LOWERING_CONDITION`:
-    the compile re-traces the drawn graph, and its instance may not reach the post-grad graph whole);
+    entry never fired under torch.compile (:data:`LOWERING_CONDITION` where a drawn instance matched:
+    the compile re-traces the drawn graph, and its instance may not reach the post-grad graph whole;
+    else :data:`LOWERING_UNMATCHED_CONDITION`: a few cases do not show a pattern dead);
     :class:`RewriteNeverMatched` when it never fired and no gate was found; :class:`AllCasesVoid`
     when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
     is not a :class:`~pmverify._entries.RecordedEntry`.
@@ -129,6 +130,11 @@ def check_entry(
 
 #: What a lowering entry that never fired under torch.compile lacked (``RewriteUnsatisfiable.condition``).
 LOWERING_CONDITION = "an instance of its pattern that reaches the post-grad graph of torch.compile whole"
+#: ... when no drawn instance matched at all (its ``extra_check`` or the matcher refused each).
+LOWERING_UNMATCHED_CONDITION = (
+    "an instance of its pattern that its extra_check accepts among the few cases a lowering entry gets (too few to "
+    "call its pattern dead)"
+)
 
 #: Cases of a ``"lowering"`` entry by default: each is two cold ``torch.compile`` runs (8-20 s here).
 LOWERING_EXAMPLES = 3
@@ -261,13 +267,14 @@ def _never_fired(entry: RecordedEntry, result: EntryResult, summary: VerifySumma
                 summary,
                 result,
             )
-    if entry.kind == "lowering" and any(outcome.startswith("matched") for outcome in result.outcomes):
+    if entry.kind == "lowering":
         # torch.compile re-traces the case (decompositions, functionalization): an instance matched in the
         # drawn graph may not reach the post-grad graph whole, so never firing there says nothing of the entry;
-        # one matched in none of the drawn graphs is judged as a graph entry's is
-        condition = LOWERING_CONDITION
+        # and a lowering entry gets a few cases (two compiles each): too few to call its pattern dead
+        matched = any(outcome.startswith("matched") for outcome in result.outcomes)
+        condition = LOWERING_CONDITION if matched else LOWERING_UNMATCHED_CONDITION
         return RewriteUnsatisfiable(
-            f"entry {entry.label} is unsatisfiable here: it needs {condition}, and none of the {drawn} did (it "
+            f"entry {entry.label} is unsatisfiable here: it needs {condition}, and none of the {drawn} gave one (it "
             "never fired under torch.compile); nothing was compared",
             condition,
             summary,

@@ -12,7 +12,7 @@ import hypothesis
 import pytest
 
 import pmverify
-from pmverify._entry_check import LOWERING_CONDITION, check_entry
+from pmverify._entry_check import LOWERING_CONDITION, LOWERING_UNMATCHED_CONDITION, check_entry
 from pmverify._summary import RewriteUnsatisfiable
 
 #: one generated case, not shrunk: two cold compiles (the default test's budget)
@@ -68,10 +68,17 @@ def test_the_reproducer_exits_1_while_the_handler_is_wrong_and_0_once_fixed(tmp_
 
 
 @pytest.mark.slow
-def test_an_inductor_lowering_whose_instance_torch_compile_retraces_away_is_unsatisfiable_here():
-    entry = next(
-        e for e in pmverify.record_inductor(kinds=("lowering",)) if e.label == "post_grad/cat_splitwithsizes_replace"
-    )
+@pytest.mark.parametrize(
+    "label, condition",
+    [
+        # its instance matched in the drawn graph; torch.compile turns cat([x]) into a clone
+        ("post_grad/cat_splitwithsizes_replace", LOWERING_CONDITION),
+        # its extra_check wants a quantized graph: 3 cases are too few to call it dead
+        ("quantization/_register_quantized_cat_lowering.qcat", LOWERING_UNMATCHED_CONDITION),
+    ],
+)
+def test_an_inductor_lowering_that_never_fires_under_torch_compile_is_unsatisfiable_here(label, condition):
+    entry = next(e for e in pmverify.record_inductor(kinds=("lowering",)) if e.label == label)
     with pytest.raises(RewriteUnsatisfiable) as info:
         check_entry(entry, seed=0)
-    assert info.value.condition == LOWERING_CONDITION
+    assert info.value.condition == condition
