@@ -84,15 +84,24 @@ def check_entry(
     - ``on_result``: called with each case's :class:`~pmverify.CaseResult` of a graph entry's search (as by
       :func:`~pmverify.verify`).
 
+    A ``"lowering"`` entry (its handler lowers the match to Inductor IR, which only a compile runs)
+    is checked in compiled mode (:func:`pmverify._compiled.apply_compiled`): each case compiled
+    with ``torch.compile`` twice, Inductor's ``pattern_matcher`` off in both, the second with the
+    entry alone as the post-grad custom pass, and the semantics oracle alone judges the compiled
+    values (the graph the entry leaves calls its handler, which only Inductor's lowering runs);
+    ``max_examples`` default :data:`LOWERING_EXAMPLES` (two cold compiles a case). The reproducer
+    sets the same ``torch._inductor.config`` options first.
+
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the handler breaks a
     property; :class:`RewriteUnsatisfiable` when it never fired because its ``extra_check`` is gated
-    on what this machine or configuration lacks (see :mod:`pmverify._gates`), or for a
-    ``"lowering"`` entry (it lowers to Inductor IR, which only a compiled run holds);
-    also when its pattern calls an op whose CPU kernel trusts its arguments (mkldnn, onednn: a
-    drawn call may crash the process, so none is drawn;
-    :func:`~pmverify.strategies._expr_instances.undrawable`);
+    on what this machine or configuration lacks (see :mod:`pmverify._gates`); also when its
+    pattern calls an op whose CPU kernel trusts its arguments (mkldnn, onednn: a drawn call may
+    crash the process, so none is drawn; :func:`~pmverify.strategies._expr_instances.undrawable`);
     also (``condition`` saying so) when it never fired and no gate was found: pmverify drew no
-    instance the matcher and the ``extra_check`` accept, which is not shown to be the entry's fault; :class:`AllCasesVoid`
+    instance the matcher and the ``extra_check`` accept, which is not shown to be the entry's fault
+    (for a ``"lowering"`` entry :data:`LOWERING_CONDITION` where a drawn instance matched: the compile
+    re-traces the drawn graph, and its instance may not reach the post-grad graph whole; else
+    :data:`LOWERING_UNMATCHED_CONDITION`: a few cases do not show a pattern dead); :class:`AllCasesVoid`
     when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
     is not a :class:`~pmverify._entries.RecordedEntry`.
     """
@@ -117,11 +126,6 @@ def check_entry(
             settings=settings,
             reproducer_prelude=reproducer_prelude,
         )
-    if entry.kind == "lowering":
-        condition = "a compiled run (a LoweringPatternEntry lowers its match to Inductor IR while the graph is lowered)"
-        raise RewriteUnsatisfiable(
-            f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
-        )
     from .strategies._expr_instances import undrawable
 
     why = undrawable(entry.pattern)
@@ -129,8 +133,31 @@ def check_entry(
         condition = f"an instance pmverify can draw ({why})"
         raise RewriteUnsatisfiable(f"entry {entry.label} is unsatisfiable here: {why}; nothing was compared", condition)
     patches = {**enabling_patches(entry.config), **validate_config_patches(config_patches)}
+    if entry.kind == "lowering":
+        # both compiles: Inductor's own patterns off; the one with the pass: this entry alone
+        patches["pattern_matcher"] = False
+        max_examples = LOWERING_EXAMPLES if max_examples is None else max_examples
+        reproducer_prelude = _config_prelude(patches, reproducer_prelude)
     with config.patch(patches) if patches else contextlib.nullcontext():
         return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result)
+
+
+#: What a lowering entry that never fired under torch.compile lacked (``RewriteUnsatisfiable.condition``).
+LOWERING_CONDITION = "an instance of its pattern that reaches the post-grad graph of torch.compile whole"
+#: ... when no drawn instance matched at all (its ``extra_check`` or the matcher refused each).
+LOWERING_UNMATCHED_CONDITION = (
+    "an instance of its pattern that its extra_check accepts among the few cases a lowering entry gets (too few to "
+    "call its pattern dead)"
+)
+
+#: Cases of a ``"lowering"`` entry by default: each is two cold ``torch.compile`` runs (8-20 s here).
+LOWERING_EXAMPLES = 3
+
+
+def _config_prelude(patches: Mapping[str, Any], prelude: str | None) -> str:
+    """Reproducer code setting ``torch._inductor.config`` as the compiled search set it, then ``prelude``."""
+    lines = ["import torch._inductor.config", *(f"torch._inductor.config.{k} = {v!r}" for k, v in patches.items())]
+    return "\n".join([*lines, *([prelude] if prelude else [])])
 
 
 def enabling_patches(options: tuple[str, ...]) -> dict[str, Any]:
@@ -266,12 +293,22 @@ def _search_once(
     notes = [f"the pass is {entry.kind} entry {entry.label} of {entry.pass_name} alone (check_entry)"]
     if lever_note:
         notes.append(lever_note)
+    lowering = entry.kind == "lowering"
+    if lowering:
+        notes.append(
+            "compiled: torch.compile with Inductor's pattern matcher off, without and with this entry as the "
+            "post-grad custom pass (its handler lowers the match)"
+        )
     from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
     try:
         summary = verify(
             entry.pattern_pass(),
             cases,
+            mode="compiled" if lowering else "direct",
+            # the graph a lowering entry leaves calls its handler, which only Inductor's lowering can run:
+            # the compiled values are what is judged
+            oracles=("semantics",) if lowering else None,
             max_examples=max_examples,
             seed=seed,
             repro_dir=repro_dir,
@@ -324,6 +361,19 @@ def _never_fired(entry: RecordedEntry, result: EntryResult, summary: VerifySumma
             f"entry {entry.label} is unsatisfiable here: its extra_check rejected every match in the {drawn} and "
             f"accepts one only with {gate.condition} (simulated){tried}; nothing was compared",
             gate.condition,
+            summary,
+            result,
+        )
+    if entry.kind == "lowering":
+        # torch.compile re-traces the case (decompositions, functionalization): an instance matched in the
+        # drawn graph may not reach the post-grad graph whole, so never firing there says nothing of the entry;
+        # and a lowering entry gets a few cases (two compiles each): too few to call its pattern dead
+        matched = any(outcome.startswith("matched") for outcome in result.outcomes)
+        condition = LOWERING_CONDITION if matched else LOWERING_UNMATCHED_CONDITION
+        return RewriteUnsatisfiable(
+            f"entry {entry.label} is unsatisfiable here: it needs {condition}, and none of the {drawn} gave one (it "
+            "never fired under torch.compile); nothing was compared",
+            condition,
             summary,
             result,
         )

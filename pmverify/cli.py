@@ -43,7 +43,14 @@ MIN_CASE_TIMEOUT_S = 30.0
 #: About what a worker takes to start (torch, pmverify, Inductor's pattern matcher) on 2 cores.
 WORKER_START_S = 10.0
 #: The options that take a DURATION: ``--budget -5s`` is read as ``--budget=-5s`` (see :func:`_joined`).
-DURATION_OPTIONS = ("--budget", "--case-timeout", "--checkpoint-every", "--timeout", "--shrink-budget")
+DURATION_OPTIONS = (
+    "--budget",
+    "--case-timeout",
+    "--checkpoint-every",
+    "--timeout",
+    "--shrink-budget",
+    "--lowering-budget",
+)
 _DURATION_HELP = "a duration such as 90s, 30m, 8h, 1h30m or 1d, or a number of seconds"
 _OUTPUT_HELP = (
     "PATH is a file (a symlink's target), replaced whole, or - or /dev/stdout, written once at the end "
@@ -303,6 +310,14 @@ def _audit_parser(sub: Any) -> None:
         type=_duration("--budget"),
         metavar="DURATION",
         help=f"start no rewrite after this long ({_DURATION_HELP}); the rest are reported as not run",
+    )
+    audit.add_argument(
+        "--lowering-budget",
+        type=_duration("--lowering-budget"),
+        metavar="DURATION",
+        help=f"with --kinds lowering: the time the lowering entries may take together ({_DURATION_HELP}, default 10m; "
+        "each case is two torch.compile runs); they run last, in a seeded order spread over their handlers, and "
+        "those not started within it are reported as not run",
     )
     audit.add_argument(
         "--timeout",

@@ -102,6 +102,7 @@ def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:
         markdown=args.markdown,
         command=args.command_line,
         reproducer_prelude=getattr(args, "reproducer_prelude", None),
+        lowering_budget_s=getattr(args, "lowering_budget", None),
     )
     skipped = sum(r.duplicate for r in rewrites)
     by_kind = collections.Counter(r.kind for r in rewrites)

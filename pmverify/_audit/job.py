@@ -9,6 +9,10 @@ crash-isolated worker process, ``jobs`` at a time.
   worker. Once the budget is spent no rewrite is started (those running finish); the rest are
   ``not run``, as they are when the audit is interrupted.
 - The JSON report is rewritten atomically after every rewrite (a file, not a stream).
+- Lowering entries (``--kinds lowering``: two cold ``torch.compile`` runs a case) come last, in a
+  seeded order spread over their handlers (:func:`lowering_order`); once they have taken
+  ``lowering_budget_s`` (default :data:`LOWERING_BUDGET_S`) none more is started, and the rest are
+  ``not run``, the reason saying so: a sample within a budget, for a nightly run.
 """
 
 from __future__ import annotations
@@ -60,6 +64,34 @@ class AuditOptions:
     markdown: pathlib.Path | None = None
     command: str = "pmverify audit"
     reproducer_prelude: str | None = None
+    lowering_budget_s: float | None = None
+
+
+#: Seconds the lowering entries of an audit may take together, by default (``--lowering-budget``).
+LOWERING_BUDGET_S = 600.0
+
+
+def lowering_order(rewrites: list[AuditedRewrite], indices: list[int], seed: int) -> list[int]:
+    """``indices`` (of lowering entries in ``rewrites``) in the order the audit samples them: grouped
+    by handler, each group shuffled and the groups in a shuffled order (``seed``), then taken one per
+    group in turn, so that a budget that runs a few of them runs as many handlers as it can."""
+    import random
+
+    rng = random.Random(seed)
+    groups: dict[str, list[int]] = collections.defaultdict(list)
+    for i in indices:
+        rewrite = rewrites[i]
+        groups[rewrite.handler or rewrite.label].append(i)
+    keys = sorted(groups)
+    rng.shuffle(keys)
+    for key in keys:
+        rng.shuffle(groups[key])
+    order: list[int] = []
+    while any(groups.values()):
+        for key in keys:
+            if groups[key]:
+                order.append(groups[key].pop(0))
+    return order
 
 
 def rewrite_seed(seed: int, rewrite: AuditedRewrite) -> int:
@@ -90,7 +122,13 @@ class _Audit:
         self.repro_dir = options.repro_dir or default_repro_dir()
         self.log_dir = self.repro_dir / "worker-logs"
         self.results: list[dict[str, Any] | None] = [None] * len(rewrites)
-        self.pending = collections.deque(i for i, r in enumerate(rewrites) if not r.duplicate)
+        checked = [i for i, r in enumerate(rewrites) if not r.duplicate]
+        lowerings = [i for i in checked if rewrites[i].kind == "lowering"]
+        self.lowering_budget_s = LOWERING_BUDGET_S if options.lowering_budget_s is None else options.lowering_budget_s
+        self.lowering_s = 0.0  # seconds the finished lowering entries took
+        self.pending = collections.deque(
+            [i for i in checked if rewrites[i].kind != "lowering"] + lowering_order(rewrites, lowerings, options.seed)
+        )
         self.slots = [_Slot() for _ in range(options.jobs)]
         self.workers_started = 0
         self.start_failures = 0
@@ -160,6 +198,7 @@ class _Audit:
             "planted_examples": planted_examples(self.options.max_examples),
             "timeout_s": self.options.timeout_s,
             "budget_s": self.options.budget_s,
+            "lowering_budget_s": self.lowering_budget_s if "lowering" in self.options.kinds else None,
             "jobs": self.options.jobs,
             "sources": list(self.options.sources),
             "kinds": list(self.options.kinds),
@@ -216,6 +255,8 @@ class _Audit:
         self.results[index] = result
         self.done += 1
         rewrite = self.rewrites[index]
+        if rewrite.kind == "lowering":
+            self.lowering_s += result["seconds"] or 0.0
         print(
             f"[{self.done}/{self.to_check}] {rewrite.label}: {result['status']} ({result['seconds']:.1f}s; "
             f"{describe_counts(result.get('cases'))}) "
@@ -274,6 +315,7 @@ class _Audit:
         each slot with a rewrite and none (a new one, or after one was lost while starting)."""
         for slot in self.slots:
             if slot.index is None:
+                self.skip_lowerings()
                 if not self.pending or self.budget_spent():
                     continue
                 slot.index = self.pending.popleft()
@@ -282,6 +324,38 @@ class _Audit:
                     continue
             if slot.worker is None:
                 self.start_worker(slot)
+
+    def skip_lowerings(self) -> None:
+        """Once the lowering entries have taken the lowering budget (those running included), mark
+        every lowering entry still pending ``not run``, saying why."""
+        now = time.monotonic()
+        running = sum(
+            now - slot.worker.job_start
+            for slot in self.slots
+            if slot.index is not None and slot.worker is not None and self.rewrites[slot.index].kind == "lowering"
+        )
+        if self.lowering_s + running < self.lowering_budget_s:
+            return
+        lowerings = sum(r.kind == "lowering" and not r.duplicate for r in self.rewrites)
+        skipped = [i for i in self.pending if self.rewrites[i].kind == "lowering"]
+        if not skipped:
+            return
+        ran = lowerings - len(skipped)
+        reason = (
+            f"not sampled: the lowering budget ({self.lowering_budget_s:g} s, --lowering-budget) was spent on {ran} "
+            f"of {lowerings} lowering entries, taken in a seeded order spread over their handlers"
+        )
+        for i in skipped:
+            self.pending.remove(i)
+            self.results[i] = {
+                "status": NOT_RUN,
+                "reason": reason,
+                "violations": [],
+                "reproducer": None,
+                "seconds": 0.0,
+                "cases": dict(NO_CASES),
+            }
+            self.done += 1
 
     def handle(self, slot: _Slot, message: Any) -> None:
         """Act on ``message`` (one of :mod:`pmverify._job.protocol`'s) from ``slot``'s worker."""

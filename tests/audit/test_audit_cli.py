@@ -33,6 +33,7 @@ SOURCE = "_audit_passes"
         ([SOURCE, "--kinds", ""], "--kinds='' must be kinds among"),
         ([SOURCE, "--rewrite", "nothing*"], "--rewrite='nothing*' matches none of the 7 entries of _audit_passes"),
         ([SOURCE, "--timeout", "-5s"], "--timeout='-5s' must be a positive, finite duration"),
+        ([SOURCE, "--lowering-budget", "-5s"], "--lowering-budget='-5s' must be a positive, finite duration"),
         ([SOURCE, "--max-examples", "0"], "--max-examples='0' must be positive and finite"),
         ([SOURCE, "--report", "-", "--markdown", "/dev/stdout"], "are one stream: give one of them a file"),
         ([SOURCE, "--junit", "."], "--junit='.' cannot be written: it is a directory"),

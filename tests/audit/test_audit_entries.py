@@ -1,7 +1,6 @@
 """The audit over entries of every kind: a user's module's graph and lowering handlers recorded with
 its rewrites, each located by (kind, module, name) with a pass its reproducer rebuilds; ``check_one``
-dispatching on the kind (a graph entry to ``check_entry``, here a stand-in; a lowering entry
-``unsatisfiable here``); Inductor's graph entries located for their reproducers by
+dispatching on the kind (a graph or lowering entry to ``check_entry``, here a stand-in); Inductor's graph entries located for their reproducers by
 ``inductor_entry``."""
 
 import sys
@@ -110,12 +109,13 @@ def test_each_outcome_of_check_entry_maps_to_its_status(recorded, stand_in, erro
         assert outcome["check"] == "check_entry"
 
 
-def test_a_lowering_entry_is_unsatisfiable_here_and_not_checked(recorded, stand_in):
-    fake = stand_in(AssertionError("a lowering entry must not be checked"))
+def test_a_lowering_entry_is_checked_by_check_entry_with_few_cases(recorded, stand_in):
+    fake = stand_in(types.SimpleNamespace(examples=3, rewritten_cases=3, outcomes={}, summary=None))
     entry, source = locate(SOURCE, recorded, SOURCE, "lower_abs", "lowering")
-    outcome = check.check_one(entry, source, max_examples=2, seed=0)
-    assert outcome["status"] == "unsatisfiable here" and outcome["reason"] == check.LOWERING_CONDITION
-    assert "checked only under torch.compile" in outcome["reason"] and not fake.calls
+    outcome = check.check_one(entry, source, max_examples=10, seed=0)
+    assert outcome["status"] == "ok"
+    ((called, options),) = fake.calls
+    assert called is entry and options["max_examples"] == check.LOWERING_MAX_EXAMPLES == 3
 
 
 def test_the_worker_checks_an_inductor_graph_entry_with_a_pass_inductor_entry_rebuilds(stand_in, tmp_path):

@@ -154,6 +154,41 @@ def test_the_budget_stops_starting_rewrites_and_the_rest_are_not_run(fake_worker
         assert row["reason"] == "the budget (1s) was spent before it started"
 
 
+def _lowering(name, handler):
+    return AuditedRewrite("fake", "fake_passes", name, "", False, "lowering", "fake_passes.PASS", handler)
+
+
+def test_lowering_entries_run_last_and_those_past_the_lowering_budget_are_not_run(fake_workers, tmp_path):
+    entries = [
+        _lowering("slow_a1", "fake_passes.a"),
+        _lowering("slow_a2", "fake_passes.a"),
+        AuditedRewrite("fake", "fake_passes", "ok_h", "", False, "graph", "fake_passes.PASS", "fake_passes.ok_h"),
+        _lowering("slow_b1", "fake_passes.b"),
+    ]
+    kinds = ("graph", "lowering")
+    report, code, out = _audit(tmp_path, entries, kinds=kinds, lowering_budget_s=1.0)
+    rows = report["rewrites"]
+    assert code == 0 and report["status"] == "finished" and report["lowering_budget_s"] == 1.0
+    assert out.splitlines()[0].startswith("[1/4] fake_passes/ok_h: ok")  # the graph entry first
+    lowering = [row for row in rows if row["kind"] == "lowering"]
+    assert sorted(row["status"] for row in lowering) == ["not run", "not run", "ok"]  # one started, 1.5 s
+    for row in lowering:
+        if row["status"] == "not run":
+            assert row["reason"].startswith("not sampled: the lowering budget (1 s, --lowering-budget) was spent on 1 ")
+    # without a budget spent, every lowering entry runs
+    report, _, _ = _audit(tmp_path, entries[2:], kinds=kinds, lowering_budget_s=60.0)
+    assert [row["status"] for row in report["rewrites"]] == ["ok", "ok"]
+
+
+def test_lowering_entries_are_sampled_one_handler_at_a_time_in_a_seeded_order():
+    entries = [_lowering(f"e{i}", handler) for i, handler in enumerate("aaaabbc")]
+    order = job.lowering_order(entries, list(range(7)), 0)
+    assert sorted(order) == list(range(7)) and order == job.lowering_order(entries, list(range(7)), 0)
+    assert {entries[i].handler for i in order[:3]} == {"a", "b", "c"}  # every handler before any twice
+    assert {entries[i].handler for i in order[3:5]} == {"a", "b"}
+    assert any(job.lowering_order(entries, list(range(7)), seed) != order for seed in range(1, 6))
+
+
 def test_workers_that_cannot_start_make_every_rewrite_an_error_saying_why(fake_workers, tmp_path):
     report, code, _ = _audit(tmp_path, _rewrites("ok_1", "ok_2"), sources=["cannot-start"], jobs=2)
     assert code == 0
