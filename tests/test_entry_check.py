@@ -87,11 +87,6 @@ def test_never_fired_without_a_gate_is_unsatisfiable_not_a_finding():
     assert "extra_check accepts" in info.value.condition
 
 
-def test_a_lowering_entry_is_unsatisfiable_here():
-    with pytest.raises(pmverify.RewriteUnsatisfiable, match="compiled run"):
-        check_entry(_entry(kind="lowering"))
-
-
 def test_a_pattern_calling_mkldnn_ops_is_not_drawn():
     pattern = CallFunction(torch.ops.aten.mkldnn_rnn_layer.default, *(Arg() for _ in range(16)))
     entry = RecordedEntry(
