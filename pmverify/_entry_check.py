@@ -271,7 +271,7 @@ def _search_once(
     frozen: str | None = None,
     lever_note: str | None = None,
 ) -> EntryResult:
-    from .strategies._expr_instances import expr_cases
+    from .strategies._expr_instances import ExprUnsupported, expr_cases
 
     def extra_check(match: Any) -> bool:
         accepted = bool(entry.extra_check(match))
@@ -318,6 +318,11 @@ def _search_once(
             settings=settings,
             reproducer_prelude=reproducer_prelude,
         )
+    except ExprUnsupported as exc:
+        condition = f"an instance pmverify can draw (it does not draw this pattern: {exc})"
+        raise RewriteUnsatisfiable(
+            f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
+        ) from None
     except (FailedHealthCheck, Unsatisfiable) as exc:
         if not isinstance(exc, Unsatisfiable) and "filter" not in str(exc):
             raise

@@ -597,8 +597,9 @@ class _Instance:
         one quantized dtype per call (uint8 or int8), its full range as ``quant_min``/``quant_max``,
         a quantized input for a dequantize, positive scales, zero points in range, per-channel
         scales and zero points along ``axis`` 0."""
-        if self.qdtype is None:
-            self.qdtype = self.draw(st.sampled_from((torch.uint8, torch.int8)))
+        if self.qdtype is None:  # per-channel (weights): int8, as PT2E quantizes weights; else either
+            per_channel = "per_channel" in str(fn)
+            self.qdtype = torch.int8 if per_channel else self.draw(st.sampled_from((torch.uint8, torch.int8)))
         qdtype = self.qdtype
         info = torch.iinfo(qdtype)
         name, kind = arg.name, _kind(arg).removesuffix("?")
