@@ -40,7 +40,11 @@ def _audit(recorded, module, name, tmp_path):
             marks=pytest.mark.slow,
         ),
         ("_sfdp_pattern_3_inference", "scalars: a 0-d inv_scale_factor and dropout_p drawn as numbers"),
-        ("_sfdp_pattern_28_inference", "strided: permuted example inputs keep their layout"),
+        pytest.param(
+            "_sfdp_pattern_28_inference",
+            "strided: permuted example inputs keep their layout",
+            marks=pytest.mark.slow,  # 18 s; the other kinds stay in the default suite
+        ),
     ],
 )
 def test_rewrites_of_each_kind_are_compared(recorded, tmp_path, name, kind):
@@ -64,6 +68,7 @@ def test_a_gated_rewrite_is_unsatisfiable_here_naming_its_gate(recorded, tmp_pat
     )
 
 
+@pytest.mark.slow  # 18 s: a real training rewrite's two searches
 def test_a_replacement_that_draws_its_random_numbers_otherwise_is_not_comparable(recorded, tmp_path):
     """The half-precision dropout pattern draws ``rand`` in float16, SDPA's dropout in float32."""
     outcome = _audit(recorded, "fuse_attention", "_sfdp_pattern_4_half_training", tmp_path)
