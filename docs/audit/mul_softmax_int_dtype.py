@@ -29,7 +29,9 @@ def main() -> int:
         eager = centred(x)
         compiled = torch.compile(centred, backend="inductor", fullgraph=True)(x)
     difference = (eager.double() - compiled.double()).abs().max().item()
-    print(f"torch {torch.__version__}: eager {eager.dtype}, compiled {compiled.dtype}, max |difference| = {difference:.3g}")
+    print(
+        f"torch {torch.__version__}: eager {eager.dtype}, compiled {compiled.dtype}, max |difference| = {difference:.3g}"
+    )
     return 1 if eager.dtype != compiled.dtype or difference > 0 else 0
 
 
