@@ -154,6 +154,7 @@ def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch)
     assert outcome["checked"] == "2 cases, 2 rewritten"
 
 
+@pytest.mark.slow  # 20 s; a regression guard (one process's clock never bites: it passes on the old code too)
 def test_two_runs_at_the_same_seed_give_the_same_finding(recorded, tmp_path):
     """The shrunk reason is a function of seed and rewrite (tests/test_compat.py shows the clock that
     makes it so on a stalling machine)."""
