@@ -55,7 +55,10 @@ def test_rewrites_of_each_kind_are_compared(recorded, tmp_path, name, kind):
     outcome = _audit(recorded, "fuse_attention", name, tmp_path)
     assert outcome["status"] == "finding", (kind, outcome)
     reasons = [v["reason"] for v in outcome["variants"]]  # one or both: shrinking is bounded
-    assert reasons and set(reasons) <= {"reduction_dim", "dim"}, (kind, outcome)
+    # a training pattern may show its other root cause first: its threshold bound, its dropout
+    # rescaling ignored (near miss constant, docs/audit/sfdp_dropout_scale.py)
+    shown = {"reduction_dim", "dim", "constant"} if "training" in name else {"reduction_dim", "dim"}
+    assert reasons and set(reasons) <= shown, (kind, outcome)
     assert outcome["violations"][0]["oracle"] == "semantics"
 
 
