@@ -32,10 +32,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import logging
 import math
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -44,6 +43,7 @@ from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase, PlantedInstance
+from .._execution import quiet_fake_tensor_errors
 from ._ops_core import Builder, refactored
 from ._tensors import tensors
 
@@ -459,7 +459,7 @@ class _Instance:
 
     def _call(self, fn: Any, op: str, args: tuple, kwargs: dict, *, mode: Any) -> Any:
         try:
-            with mode, _quiet_fake_errors(), torch.no_grad():
+            with mode, quiet_fake_tensor_errors(), torch.no_grad():
                 if op == "call_method":
                     return getattr(args[0], fn)(*args[1:], **kwargs)
                 return fn(*args, **kwargs)
@@ -501,7 +501,7 @@ class _Instance:
             return None
         aten_graph = isinstance(root.target, torch._ops.OpOverload)
         target = torch.ops.aten.add.Tensor if aten_graph else operator.add
-        with self.b.mode, _quiet_fake_errors():
+        with self.b.mode, quiet_fake_tensor_errors():
             fake = target(value, value)
         node = self.b.graph.create_node("call_function", target, (root, root), {}, name="add")
         node.meta["val"] = node.meta["example_value"] = snapshot_fake(fake)
@@ -908,18 +908,6 @@ class _Pending:
 
     def dim(self) -> int:
         return len(self.shape)
-
-
-@contextlib.contextmanager
-def _quiet_fake_errors() -> Iterator[None]:
-    """FakeTensorMode logs every kernel error it raises; a drawn call that does not run is expected."""
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _mapped(args: tuple, kwargs: dict, fn: Callable[[Any], Any]) -> tuple[tuple, dict]:
