@@ -334,19 +334,7 @@ def _search_once(
             f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
         ) from None
     except PassVerificationError as error:
-        extra = error.note.replace(
-            "give verify() pass_factory= a module-level function building the pass, or pass_source",
-            "give check_entry() pass_source",
-        )
-        raise PassVerificationError(
-            error.result,
-            error.reproducer,
-            "; ".join([*notes, *([extra] if extra else [])]),
-            error.pictures,
-            failures=error.failures,
-            shrink_note=error.shrink_note,
-            summary=error.summary,
-        ) from None
+        raise error.with_notes(notes, "check_entry") from None
     result = EntryResult(entry, counts["examples"], counts["fired"], dict(outcomes), summary, lever_note)
     if not result.rewritten_cases:
         raise RewriteNeverMatched("never fired", summary, result)

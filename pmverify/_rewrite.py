@@ -458,23 +458,11 @@ def _search(
             reproducer_prelude=reproducer_prelude,
         )
     except PassVerificationError as error:
-        note = error.note.replace(
-            "give verify() pass_factory= a module-level function building the pass, or pass_source",
-            "give check_rewrite() pass_source",
-        )
         if cap:
             notes = [*notes, cap]
         if simulated:
             notes = [*notes, f"simulated: {'; '.join(sorted(simulated))}"]
-        raise PassVerificationError(
-            error.result,
-            error.reproducer,
-            "; ".join([*notes, *([note] if note else [])]),
-            error.pictures,
-            failures=error.failures,
-            shrink_note=error.shrink_note,
-            summary=error.summary,
-        ) from None
+        raise error.with_notes(notes, "check_rewrite") from None
     sizes = {} if example is None else dict(example.capped_sizes)
     result = RewriteResult(
         recorded,

@@ -179,6 +179,23 @@ class PassVerificationError(AssertionError):
             lines.append(f"note: {note}")
         super().__init__("\n".join(lines))
 
+    def with_notes(self, notes: Sequence[str], caller: str) -> PassVerificationError:
+        """This error raised again by ``caller`` (``"check_rewrite"``, ``"check_entry"``): ``notes``
+        first, then its own note, whose advice names ``caller``'s ``pass_source`` argument."""
+        own = self.note.replace(
+            "give verify() pass_factory= a module-level function building the pass, or pass_source",
+            f"give {caller}() pass_source",
+        )
+        return PassVerificationError(
+            self.result,
+            self.reproducer,
+            "; ".join([*notes, *([own] if own else [])]),
+            self.pictures,
+            failures=self.failures,
+            shrink_note=self.shrink_note,
+            summary=self.summary,
+        )
+
 
 #: The default of ``verify(..., shrink_budget_s=)``: seconds of shrinking a search's failures.
 DEFAULT_SHRINK_BUDGET_S = 180.0
