@@ -144,6 +144,10 @@ def test_the_shrink_budget_reaches_the_job_and_its_workers(monkeypatch):
     assert main(["fuzz", "--no-real-model", "--budget", "5m"]) == 0
     assert [options.shrink_budget_s for options in seen] == [90.0, 180.0]
     assert serve_options(seen[0], None)["shrink_budget_s"] == 90.0
+    # each worker's torch threads: its share of the cores (one per core each oversubscribes them)
+    from pmverify._job.workers import threads_per_worker
+
+    assert serve_options(seen[0], None)["threads"] == threads_per_worker(seen[0].jobs)
 
 
 def test_only_a_duration_options_value_is_joined_to_it():

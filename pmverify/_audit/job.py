@@ -27,7 +27,7 @@ import zlib
 from typing import Any, TextIO
 
 from .._job.protocol import CheckRequest, Failed, Ready, RewriteChecked
-from .._job.workers import WorkerProcess, WorkerState, describe_exit, poll
+from .._job.workers import WorkerProcess, WorkerState, describe_exit, poll, threads_per_worker
 from .._settings import AUDIT_MAX_EXAMPLES
 from .._verify import batch_seed
 from .check import ERROR, FINDING, NOT_REGISTERED, NOT_RUN, STATUSES, describe_counts, planted_examples
@@ -239,6 +239,7 @@ class _Audit:
             "repro_dir": str(self.repro_dir),
             "shrink_s": shrink_s,
             "reproducer_prelude": self.options.reproducer_prelude,
+            "threads": threads_per_worker(self.options.jobs),
         }
         name = f"audit-{self.workers_started}"
         slot.worker = WorkerProcess(self.context, name, log, _WORKER_MAIN, (self.options.sources, options))

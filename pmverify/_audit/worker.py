@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from .._job.protocol import CheckRequest, Failed, Ready, RewriteChecked
-from .._job.workers import die_with_parent, log_to, quiet_tqdm, serve_requests
+from .._job.workers import die_with_parent, log_to, quiet_tqdm, serve_requests, use_threads
 from .check import AUDIT_SHRINK_CALLS, ERROR, check_one, error_text
 
 __all__ = ["serve"]
@@ -56,11 +56,13 @@ def serve(conn: Any, sources: list[str], options: dict[str, Any]) -> None:
     """The worker process's main. ``options``: ``log`` (a file for its output, or None),
     ``max_examples``, ``repro_dir``, ``shrink_calls`` (default :data:`.check.AUDIT_SHRINK_CALLS`),
     ``shrink_s`` (the real time after which a rewrite's checks
-    have their shrinking cut: :func:`.check.check_one`'s ``wall_limit_s``)."""
+    have their shrinking cut: :func:`.check.check_one`'s ``wall_limit_s``), ``threads`` (torch's
+    intra-op threads: :func:`pmverify._job.workers.use_threads`)."""
     if options.get("log"):
         log_to(options["log"])
     die_with_parent()
     quiet_tqdm()
+    use_threads(options.get("threads"))
     try:
         recorded = _start(sources, options)
     except BaseException as exc:  # noqa: BLE001 - the job reports why the worker could not start

@@ -18,7 +18,7 @@ from .._severity import failure_key
 from .._summary import UnfusedWarning, VerifySummary
 from . import protocol
 from .shrink import current_choices, known_minimal, search_outcome, shrink_in_forks, shrinking_from, warm_up
-from .workers import die_with_parent, log_to, quiet_tqdm
+from .workers import die_with_parent, log_to, quiet_tqdm, threads_per_worker, use_threads
 
 __all__ = ["serve", "serve_options"]
 
@@ -335,6 +335,7 @@ def serve_options(options: Any, log: pathlib.Path | None) -> dict[str, Any]:
         "shrink_budget_s": options.shrink_budget_s,
         "log": str(log) if log else None,
         "strict_order": options.strict_order,
+        "threads": threads_per_worker(options.jobs),
     }
 
 
@@ -342,11 +343,12 @@ def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
     """The worker process's main: build the target, say :class:`~.protocol.Ready`, then serve
     requests until :class:`~.protocol.Stop` or the pipe closes. ``options``: ``profile``, ``db``
     (spec or None), ``repro_dir``, ``shrink``, ``shrink_budget_s`` (None: none but the job's), ``log`` (a file for its output, or None),
-    ``strict_order``."""
+    ``strict_order``, ``threads`` (torch's intra-op threads: :func:`.workers.use_threads`)."""
     if options.get("log"):
         log_to(options["log"])
     die_with_parent()
     quiet_tqdm()
+    use_threads(options.get("threads"))
     try:
         worker = _Worker(conn, name, cases, options)
     except BaseException as exc:  # noqa: BLE001 - the job reports why the worker could not start

@@ -46,9 +46,10 @@ def serve(conn, sources, options):
         print("this worker cannot start", flush=True)
         os._exit(4)
     conn.send(Ready(os.getpid()))
-    serve_requests(conn, CheckRequest, lambda request: RewriteChecked(_answer(request)))
+    serve_requests(conn, CheckRequest, lambda request: RewriteChecked(_answer(request, options)))
 
 
-def _answer(request):
-    """The outcome, saying which kind of entry the request asked for (``request_kind``)."""
-    return {**_outcome(request), "request_kind": request.kind}
+def _answer(request, options):
+    """The outcome, saying which kind of entry the request asked for (``request_kind``) and the
+    torch threads the job gave the worker (``worker_threads``)."""
+    return {**_outcome(request), "request_kind": request.kind, "worker_threads": options.get("threads")}

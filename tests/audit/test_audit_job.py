@@ -115,6 +115,15 @@ def test_each_rewrite_says_how_many_cases_it_got(fake_workers, tmp_path):
     assert "| `fake_passes/dup` | fwd_only | not registered | 0 | 0 | 0 | 0 | 0.0 |" in per_rewrite
 
 
+def test_each_worker_gets_its_share_of_the_cores_as_torch_threads(fake_workers, tmp_path, monkeypatch):
+    from pmverify._job import workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4}, raising=False)
+    assert [workers.threads_per_worker(jobs) for jobs in (1, 2, 3, 5, 8)] == [5, 2, 1, 1, 1]
+    report, _, _ = _audit(tmp_path, _rewrites("ok_1", "ok_2"), jobs=2)
+    assert {row["worker_threads"] for row in report["rewrites"]} == {2}
+
+
 def test_entries_of_each_kind_are_sent_with_their_kind_and_counted_by_kind_module_and_pass(fake_workers, tmp_path):
     entries = [
         AuditedRewrite("fake", "fake_passes", "ok_1", "fwd_only", False, "replacement", "fake_passes.PASS"),
