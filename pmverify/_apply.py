@@ -55,6 +55,7 @@ from ._fx import output_vals
 __all__ = [
     "MatchRecord",
     "RunPair",
+    "UncompilableCase",
     "apply_direct",
     "build_pass",
     "built_from",
@@ -68,6 +69,13 @@ __all__ = [
     "sort_like_inductor",
     "recording_matches",
 ]
+
+
+class UncompilableCase(RuntimeError):
+    """A case that ``torch.compile`` does not compile or run even without the pass (compiled mode,
+    :func:`pmverify._compiled.apply_compiled`): there is nothing to compare the pass with. Inductor's
+    limit on that graph (a lowering it lacks, a decomposition that refuses the drawn arguments), not
+    the pass's: :func:`pmverify.verify` discards such a case as an invalid draw."""
 
 
 def _out_of_order(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.Node]]:

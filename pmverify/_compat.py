@@ -21,8 +21,9 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
 - ``hypothesis.internal.conjecture.engine.time`` (:func:`counted_clock`): the engine's clock, read
   for its shrinking time limit and to stop looking for more bugs 10 s after the first; the audit
   makes both counts of test calls, so that a finding's shrunk case depends on its seed only.
-- ``hypothesis.statistics.collector`` (:func:`stopped_because`): why the engine stopped (its
-  shrinking cut by the time limit, or done), read from the statistics Hypothesis reports; and
+- ``hypothesis.statistics.collector`` (:func:`search_statistics`): why the engine stopped (its
+  shrinking cut by the time limit, or done) and how many draws the strategy rejected, read from the
+  statistics Hypothesis reports; and
   ``hypothesis.reporting`` (:func:`without_slow_shrinking_warning`): its "more than five minutes"
   warning, untrue under a shrink budget.
 - ``hypothesis.internal.conjecture.engine.ExitReason`` (:func:`finished_exit_reason`): whether a
@@ -65,6 +66,7 @@ __all__ = [
     "TORCH_READ_AT",
     "InternalMoved",
     "KeyedDatabase",
+    "SearchStatistics",
     "counted_clock",
     "current_choices",
     "from_functional",
@@ -77,9 +79,9 @@ __all__ = [
     "outside_dispatch_modes",
     "pin_seed",
     "python_dispatcher",
+    "search_statistics",
     "tensor_metadata",
     "set_max_shrinking_seconds",
-    "stopped_because",
     "threaded_process_group",
     "very_slow_shrinking_reason",
     "without_slow_shrinking_warning",
@@ -261,24 +263,46 @@ def without_slow_shrinking_warning() -> Iterator[None]:
         yield
 
 
+class SearchStatistics:
+    """What :func:`search_statistics` read from the statistics Hypothesis reports of a search:
+    ``stopped`` its ``"stopped-because"`` (see :func:`finished_exit_reason`,
+    :func:`very_slow_shrinking_reason`; None when it reported none), ``discarded`` the draws the
+    strategy rejected (``assume``, ``filter``: test cases of status ``invalid`` or ``overrun``)
+    outside shrinking, ``drawn`` all the test cases outside shrinking."""
+
+    def __init__(self) -> None:
+        self.stopped: str | None = None
+        self.discarded = 0
+        self.drawn = 0
+
+    def read(self, statistics: dict[str, Any]) -> None:
+        self.stopped = statistics.get("stopped-because")
+        cases = [
+            case
+            for phase, stats in statistics.items()
+            if phase.endswith("-phase") and phase != "shrink-phase" and isinstance(stats, dict)
+            for case in stats.get("test-cases", ())
+        ]
+        self.drawn = len(cases)
+        self.discarded = sum(case.get("status") in ("invalid", "overrun") for case in cases)
+
+
 @contextlib.contextmanager
-def stopped_because() -> Iterator[list[str]]:
-    """Yield a list that holds, once the block's Hypothesis test has run, the engine's
-    ``"stopped-because"`` statistic (see :func:`finished_exit_reason`,
-    :func:`very_slow_shrinking_reason`); empty when Hypothesis reported none. A collector already
-    set (a job's, the pytest plugin's) still gets the statistics."""
+def search_statistics() -> Iterator[SearchStatistics]:
+    """Yield a :class:`SearchStatistics` that holds, once the block's Hypothesis test has run, what
+    its statistics say. A collector already set (a job's, the pytest plugin's) still gets them."""
     from hypothesis.statistics import collector
 
-    reasons: list[str] = []
+    found = SearchStatistics()
     outer = collector.value
 
     def note(statistics: dict[str, Any]) -> None:
-        reasons[:] = [statistics.get("stopped-because", "")]
+        found.read(statistics)
         if outer is not None:
             outer(statistics)
 
     with collector.with_value(note):
-        yield reasons
+        yield found
 
 
 def very_slow_shrinking_reason() -> str:

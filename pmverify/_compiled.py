@@ -73,6 +73,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_
 
 from ._apply import (
     RunPair,
+    UncompilableCase,
     build_pass,
     built_from,
     error_summary,
@@ -515,8 +516,8 @@ def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -
     ``RunPair.error``; a compile (or run) with the pass that fails after the pass returned lands in
     ``compiled.after`` for the semantics oracle to report.
 
-    Raises ``RuntimeError`` when the case does not compile or run *without* the pass (nothing to
-    compare with) or pmverify cannot copy the post-grad graph; ``ValueError`` when a pass class is
+    Raises :class:`~pmverify._apply.UncompilableCase` (a ``RuntimeError``) when the case does not
+    compile or run *without* the pass (nothing to compare with), ``RuntimeError`` when pmverify cannot copy the post-grad graph; ``ValueError`` when a pass class is
     given and the case has no ``pass_config``.
     """
     pass_obj = build_pass(pass_, case)
@@ -526,7 +527,7 @@ def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -
     )
     failed = next((r for r in baseline if isinstance(r, BaseException)), None)
     if failed is not None:
-        raise RuntimeError(
+        raise UncompilableCase(
             f"torch.compile of the case without the pass failed ({error_summary(failed)}); the compiled mode "
             f"has nothing to compare with on {case!r}"
         ) from failed

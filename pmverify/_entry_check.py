@@ -23,6 +23,7 @@ from typing import Any
 
 from hypothesis.errors import InvalidArgument
 
+from ._apply import UncompilableCase
 from ._check import CaseResult
 from ._entries import RecordedEntry
 from ._summary import AllCasesVoid, RewriteNeverMatched, RewriteUnsatisfiable, VerifySummary, vacuous_error
@@ -330,6 +331,14 @@ def _search_once(
         # drawing does not give): pmverify's limit, said as such, never a finding
         rate = " ".join(str(exc).split(".")[1:2]).strip() or "most instances drawn were rejected"
         condition = f"instances pmverify can draw of its pattern (drawing them was rejected too often: {rate})"
+        raise RewriteUnsatisfiable(
+            f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
+        ) from None
+    except UncompilableCase as exc:
+        # the drawn graphs of its pattern do not compile even with Inductor's matcher off (a lowering
+        # Inductor lacks for them): nothing to compare the entry with, never a finding
+        first = str(exc).split("; the compiled mode")[0]
+        condition = f"an instance of its pattern that torch.compile compiles without the entry ({first})"
         raise RewriteUnsatisfiable(
             f"entry {entry.label} is unsatisfiable here: it needs {condition}; nothing was compared", condition
         ) from None

@@ -96,6 +96,9 @@ class VerifySummary:
       (``CaseResult.not_comparable``: they draw random numbers otherwise before and after the
       pass); ``first_not_comparable``: why the first of them was (``"rng: ..."``).
     - ``failing_cases``: cases with a violation.
+    - ``discarded``: draws the cases' strategy rejected (``assume``, ``filter``: an instance whose
+      calls do not run, say) outside shrinking, set by :func:`pmverify.verify` from Hypothesis'
+      statistics: the rejection rate is ``discarded / (cases + discarded)``, about.
     - ``judged``: per oracle, the cases it had something to judge (``CaseResult.judged``).
     - ``planted``: the planted ground truth, per instance: ``{"must match": 12, "near miss (eps)":
       3, ...}`` (see :func:`outcome`; a must-match instance that was "either is right" in its run
@@ -132,6 +135,7 @@ class VerifySummary:
     first_internal_error: str | None = None
     groups: Mapping[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    discarded: int = 0
 
     @classmethod
     def of(cls, result: Any) -> VerifySummary:
@@ -174,10 +178,11 @@ class VerifySummary:
                 for key in {**self.groups, **other.groups}
             },
             warnings=tuple(dict.fromkeys((*self.warnings, *other.warnings))),
+            discarded=self.discarded + other.discarded,
         )
 
     def describe(self) -> str:
-        """One line: ``"30 cases, 12 rewritten (15 rewrites), 2 void; planted: must match 12, ...;
+        """One line: ``"30 cases (4 draws discarded), 12 rewritten (15 rewrites), 2 void; planted: must match 12, ...;
         judged: structure 30, semantics 28, ..."`` (the rewrite count left out when no pass
         reported or recorded one: a hand-written pass that rewrote graphs without counting)."""
         planted = ", ".join(f"{kind} {count}" for kind, count in sorted(self.planted.items())) or "no instance"
@@ -189,8 +194,9 @@ class VerifySummary:
             first = (self.first_internal_error or "").splitlines()[0]
             internal = f"; {self.internal_errors} pmverify internal error{'s' if self.internal_errors != 1 else ''} (first: {first})"
         warned = "".join(f"\nWARNING: {text}" for text in self.warnings)
+        discarded = f" ({self.discarded} draws discarded)" if self.discarded else ""
         return (
-            f"{self.cases} cases, {self.rewritten_cases} rewritten{counted}, {self.void_cases} void{incomparable}; "
+            f"{self.cases} cases{discarded}, {self.rewritten_cases} rewritten{counted}, {self.void_cases} void{incomparable}; "
             f"planted: {planted}; judged: {judged}{internal}{warned}"
         )
 

@@ -16,23 +16,23 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import hypothesis
-from hypothesis import Phase, event, given
+from hypothesis import Phase, event, given, reject
 
 try:
     from builtins import BaseExceptionGroup
 except ImportError:  # Python 3.10: Hypothesis depends on the backport
     from exceptiongroup import BaseExceptionGroup
-from hypothesis.errors import FlakyFailure, InvalidArgument
+from hypothesis.errors import FailedHealthCheck, FlakyFailure, InvalidArgument, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
-from ._apply import check_pass
+from ._apply import UncompilableCase, check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory
 from ._compat import (
     keyed,
     max_shrinking_seconds,
     no_local_constants,
-    stopped_because,
+    search_statistics,
     very_slow_shrinking_reason,
     without_slow_shrinking_warning,
 )
@@ -199,6 +199,11 @@ class PassVerificationError(AssertionError):
 
 #: The default of ``verify(..., shrink_budget_s=)``: seconds of shrinking a search's failures.
 DEFAULT_SHRINK_BUDGET_S = 180.0
+
+
+class _TooManyUncompilable(BaseException):
+    """Ends a compiled search in which most cases did not compile even without the pass (a
+    ``BaseException``, which Hypothesis does not take for a failure to shrink)."""
 
 
 class _CaseFailed(AssertionError):
@@ -369,7 +374,10 @@ def verify(
       harness records so that a case that kills the process is not lost.
     - ``mode``: how each case is applied, as for :func:`check_case`: ``"direct"`` (default) or
       ``"compiled"`` (two ``torch.compile`` runs a case: seconds each, so keep ``max_examples``
-      small); the reproducer runs the same mode.
+      small); the reproducer runs the same mode. A compiled case that ``torch.compile`` cannot
+      compile or run even without the pass is discarded as an invalid draw (an event says so);
+      when too few others are drawn the search raises :class:`~pmverify._apply.UncompilableCase`
+      (a ``RuntimeError``) with the first such case's error.
     - ``strict_order``: judge the graph in the order the pass left it, as for :func:`check_case`
       (default False: Inductor's order, sorted after ``post_grad_custom_post_pass``; True for a
       pass that the next one may run after before any sort, as in vLLM's pass manager). The
@@ -482,6 +490,7 @@ def verify(
     progress = _Shrinking()
 
     numbered = [0]
+    uncompilable: list[UncompilableCase] = []
 
     @given(cases)
     def run_case(case: Any) -> None:
@@ -491,7 +500,14 @@ def verify(
         label = case_label(numbered[0], case, seed)
         announce(label)
         # a process the pass kills: faulthandler's stack names the case (see pmverify._fatal)
-        result = call_named(label, check_case, pass_, case, oracles=oracles, mode=mode, strict_order=strict_order)
+        try:
+            result = call_named(label, check_case, pass_, case, oracles=oracles, mode=mode, strict_order=strict_order)
+        except UncompilableCase as exc:  # nothing to compare with: Inductor's limit, not the pass's
+            uncompilable.append(exc)
+            if len(uncompilable) >= max(3, search_settings.max_examples) and len(uncompilable) > 2 * tally[0].cases:
+                raise _TooManyUncompilable() from None  # (each try is a compile: no health check's 50)
+            event("discarded: torch.compile fails without the pass")
+            reject()
         tally[0] = tally[0] + VerifySummary.of(result)
         for violation in result.violations:
             first.setdefault(failure_key(violation), result)
@@ -513,12 +529,17 @@ def verify(
             no_local_constants(),
             fatal_stacks(),
             max_shrinking_seconds(shrink_budget_s) as limit,
-            stopped_because() as stopped,
+            search_statistics() as statistics,
             without_slow_shrinking_warning() if shrink_budget_s is not None else contextlib.nullcontext(),
         ):
             test()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
         raised = _case_failures(error)
+        if not raised and uncompilable and isinstance(error, (Unsatisfiable, FailedHealthCheck, _TooManyUncompilable)):
+            raise UncompilableCase(
+                f"{len(uncompilable)} of the cases drawn did not compile even without the pass, and too few others "
+                f"were drawn; the first: {uncompilable[0]}"
+            ) from error
         if not raised:
             raise
         notes = []
@@ -529,7 +550,7 @@ def verify(
             )
         if isinstance(error, FlakyFailure):
             notes.append("Hypothesis found the failure flaky: the pass did not fail every time on this case")
-        cut = bool(stopped) and stopped[0] == very_slow_shrinking_reason()
+        cut = statistics.stopped == very_slow_shrinking_reason()
         found = _failures(raised, first, progress, cut)
         write = functools.partial(
             _reproducer.write,
@@ -573,9 +594,9 @@ def verify(
             pictures,
             failures=[main, *written],
             shrink_note=_shrink_note(found, progress, limit) if cut else "",
-            summary=tally[0],
+            summary=dataclasses.replace(tally[0], discarded=statistics.discarded),
         ) from None
-    summary = tally[0]
+    summary = dataclasses.replace(tally[0], discarded=statistics.discarded)
     error = None if allow_no_rewrites else vacuous_error(summary, f"verify({_pass_name(pass_)}, {_short_repr(cases)})")
     if error is not None:
         raise error

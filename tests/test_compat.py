@@ -99,22 +99,24 @@ def test_a_shrink_budget_lowers_hypothesis_limit_within_its_block_and_never_rais
     assert engine.MAX_SHRINKING_SECONDS == before
 
 
-def test_the_engines_stop_reason_is_read_and_an_outer_collector_still_gets_the_statistics():
-    from hypothesis import given, settings
+def test_the_engines_stop_reason_and_discarded_draws_are_read_and_an_outer_collector_still_gets_the_statistics():
+    from hypothesis import assume, given, settings
     from hypothesis.statistics import collector
 
-    from pmverify._compat import finished_exit_reason, stopped_because
+    from pmverify._compat import finished_exit_reason, search_statistics
 
     outer = []
 
-    @settings(max_examples=3, database=None)
-    @given(st.integers())
-    def passes(_):
-        pass
+    @settings(max_examples=20, database=None, derandomize=True)
+    @given(st.integers(0, 10**6))
+    def passes(n):
+        assume(n % 2 == 0)
 
-    with collector.with_value(outer.append), stopped_because() as reasons:
+    with collector.with_value(outer.append), search_statistics() as statistics:
         passes()
-    assert reasons == [outer[0]["stopped-because"]] and reasons[0] != finished_exit_reason()
+    assert statistics.stopped == outer[0]["stopped-because"] and statistics.stopped != finished_exit_reason()
+    # the odd draws, rejected by assume: counted apart from the 20 valid ones
+    assert statistics.drawn == statistics.discarded + 20 and statistics.discarded > 0
 
 
 def _shrunk(*, stall: bool, counted: bool) -> list[int]:

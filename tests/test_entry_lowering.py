@@ -82,3 +82,23 @@ def test_an_inductor_lowering_that_never_fires_under_torch_compile_is_unsatisfia
     with pytest.raises(RewriteUnsatisfiable) as info:
         check_entry(entry, seed=0)
     assert info.value.condition == condition
+
+
+def test_a_lowering_entry_whose_instances_torch_compile_cannot_compile_is_unsatisfiable_here(monkeypatch):
+    from pmverify import _verify
+    from pmverify._apply import UncompilableCase
+
+    def uncompilable(pass_, case, **options):
+        raise UncompilableCase(
+            "torch.compile of the case without the pass failed (LoweringException: ...); the compiled mode has "
+            "nothing to compare with on GraphCase(...)"
+        )
+
+    monkeypatch.setattr(_verify, "check_case", uncompilable)
+    with pytest.raises(RewriteUnsatisfiable) as info:
+        check_entry(_entry(faulty=False), seed=0)
+    assert info.value.condition == (
+        "an instance of its pattern that torch.compile compiles without the entry (3 of the cases drawn did not "
+        "compile even without the pass, and too few others were drawn; the first: torch.compile of the case "
+        "without the pass failed (LoweringException: ...))"
+    )

@@ -109,6 +109,7 @@ def case_counts(summary: Any, outcomes: Any = None) -> dict[str, int] | None:
         "rewritten": summary.rewritten_cases,
         "void": summary.void_cases,
         "rejected": int((outcomes or {}).get("extra_check", 0)),
+        "discarded": summary.discarded,
     }
 
 
@@ -117,15 +118,17 @@ def add_counts(*counts: dict[str, int] | None) -> dict[str, int] | None:
     known = [c for c in counts if c is not None]
     if not known:
         return None
-    return {key: sum(c[key] for c in known) for key in known[0]}
+    return {key: sum(c.get(key, 0) for c in known) for key in known[0]}
 
 
 def describe_counts(counts: dict[str, int] | None) -> str:
-    """``"15 cases, 4 rewritten, 1 void, 2 rejected"`` (the counts after ``cases`` left out when
-    zero); ``"cases not known"`` for None."""
+    """``"15 cases, 4 rewritten, 1 void, 2 rejected, 6 draws discarded"`` (the counts after ``cases``
+    left out when zero); ``"cases not known"`` for None."""
     if counts is None:
         return "cases not known"
     parts = [f"{counts[key]} {key}" for key in ("rewritten", "void", "rejected") if counts.get(key)]
+    if counts.get("discarded"):
+        parts.append(f"{counts['discarded']} draws discarded")
     return ", ".join([f"{counts['checked']} cases", *parts])
 
 

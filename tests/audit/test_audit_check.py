@@ -58,7 +58,8 @@ def test_a_correct_rewrite_is_ok_after_both_checks(recorded, tmp_path):
     assert outcome["near_misses"] == {"judged": ["values", "extra_user", "unused"], "missed": [], "no_valid": ["dtype"]}
     # the cases of both checks, summed
     rewritten = outcome["matched"] + outcome["planted"]["rewritten"]
-    assert outcome["cases"] == {"checked": examples + planted, "rewritten": rewritten, "void": 0, "rejected": 0}
+    counts = {"checked": examples + planted, "rewritten": rewritten, "void": 0, "rejected": 0, "discarded": 0}
+    assert outcome["cases"] == counts
 
 
 def test_a_wrong_rewrite_is_a_finding_whose_reproducer_rebuilds_the_pass(recorded, tmp_path):
