@@ -26,8 +26,9 @@ from hypothesis.errors import InvalidArgument
 from ._apply import UncompilableCase
 from ._check import CaseResult
 from ._entries import RecordedEntry
+from ._rewrite import NearMissCoverage, covered_verify
 from ._summary import AllCasesVoid, RewriteNeverMatched, RewriteUnsatisfiable, VerifySummary, vacuous_error
-from ._verify import PassVerificationError, verify
+from ._verify import PassVerificationError
 
 __all__ = ["EntryResult", "check_entry"]
 
@@ -48,6 +49,9 @@ class EntryResult:
     - ``levers``: None, or what the search was given because the entry's ``extra_check`` rejected
       every match without it (``"with what its extra_check needs: inputs other as frozen
       parameters..."``): config options set, tensors drawn as frozen parameters.
+    - ``coverage``: whether the near miss ``"optional_arg"`` (an optional argument the pattern does
+      not bind, set) applied and was judged (:class:`~pmverify.NearMissCoverage`): the first cases
+      set one on each call that has one (:func:`~pmverify._rewrite.covered_verify`).
     """
 
     entry: RecordedEntry
@@ -56,6 +60,7 @@ class EntryResult:
     outcomes: dict[str, int]
     summary: VerifySummary | None = dataclasses.field(default=None, repr=False)
     levers: str | None = None
+    coverage: NearMissCoverage | None = None
 
 
 def check_entry(
@@ -280,7 +285,9 @@ def _search_once(
             rejected.append(match)
         return accepted
 
-    cases = expr_cases(entry.pattern, name=entry.label, extra_check=extra_check, frozen=frozen)
+    def cases(near_miss: str | None) -> Any:
+        return expr_cases(entry.pattern, name=entry.label, extra_check=extra_check, frozen=frozen, near_miss=near_miss)
+
     outcomes: collections.Counter[str] = collections.Counter()
     counts = {"examples": 0, "fired": 0}
 
@@ -303,9 +310,12 @@ def _search_once(
     from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
     try:
-        summary = verify(
+        # an optional argument the pattern does not bind, set on each call that has one, in the
+        # first cases (then one call in four): a handler that drops it is found whatever the draws
+        summary, coverage = covered_verify(
             entry.pattern_pass(),
             cases,
+            ("optional_arg",),
             mode="compiled" if lowering else "direct",
             # the graph a lowering entry leaves calls its handler, which only Inductor's lowering can run:
             # the compiled values are what is judged
@@ -344,7 +354,7 @@ def _search_once(
         ) from None
     except PassVerificationError as error:
         raise error.with_notes(notes, "check_entry") from None
-    result = EntryResult(entry, counts["examples"], counts["fired"], dict(outcomes), summary, lever_note)
+    result = EntryResult(entry, counts["examples"], counts["fired"], dict(outcomes), summary, lever_note, coverage)
     if not result.rewritten_cases:
         raise RewriteNeverMatched("never fired", summary, result)
     error = vacuous_error(summary, f"check_entry({entry.label})")

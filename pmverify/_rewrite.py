@@ -110,10 +110,11 @@ class _Coverage:
         self.cases += 1
         for instance in result.case.planted:
             self.candidates.update(k for k in instance.applicable_near_misses if k in self.kinds)
-            if instance.reason in self.kinds:
-                self.made.add(instance.reason)
+            kind = _near_miss_kind(instance.reason)
+            if kind in self.kinds:
+                self.made.add(kind)
                 if result.void_reason is None:
-                    self.judged.add(instance.reason)
+                    self.judged.add(kind)
 
     def next_kind(self) -> str | None:
         """The first kind not judged nor tried yet that has candidates (any kind before the first case)."""
@@ -129,6 +130,15 @@ class _Coverage:
         unjudged = (self.made | self.candidates) - self.judged
         missed = {k for k in unjudged if k in self.made or k not in self.tried}
         return NearMissCoverage(among(self.judged), among(missed), among(unjudged - missed))
+
+
+def _near_miss_kind(reason: str | None) -> str | None:
+    """The near-miss kind of a planted instance's ``reason``: the reason of a near miss
+    :func:`~pmverify.strategies.planted` drew, the suffix of one drawn from a ``PatternExpr``
+    (``"matched, optional_arg"``: ``expr_cases``, whatever the matcher made of it)."""
+    if reason is not None and reason.endswith(", optional_arg"):
+        return "optional_arg"
+    return reason
 
 
 #: The cases of each near-miss kind :func:`covered_verify` draws first: Hypothesis' first case is the

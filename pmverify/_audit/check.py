@@ -277,10 +277,17 @@ def _check_rewrite(rewrite: Any, **options: Any) -> dict[str, Any]:
 
 def _check_entry(entry: Any, **options: Any) -> dict[str, Any]:
     """A graph entry: ``pmverify._entry_check.check_entry`` (the instances drawn from its pattern,
-    near misses among them), its outcome mapped as check_rewrite's is."""
+    near misses among them), its outcome mapped as check_rewrite's is: ``not covered`` when an
+    optional argument its pattern does not bind applied and no case judged one set."""
     from .._entry_check import check_entry
 
-    return _search(lambda: check_entry(entry, **options), "check_entry", "from its pattern")
+    outcome = _search(lambda: check_entry(entry, **options), "check_entry", "from its pattern")
+    near_misses = outcome.get("near_misses")
+    if outcome["status"] == OK and near_misses and (near_misses["judged"] or near_misses["missed"]):
+        outcome["reason"] = f"{outcome['reason']}; {_describe_near_misses(near_misses)}"
+        if near_misses["missed"]:
+            outcome["status"] = NOT_COVERED
+    return outcome
 
 
 def _near_misses(*coverages: Any) -> dict[str, list[str]]:

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from hypothesis import assume
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase, PlantedInstance
@@ -69,7 +70,21 @@ _STR_CHOICES = {
 _EINSUM = ("bcn,bcnm->bcm", "ij,jk->ik", "bij,bjk->bik", "ij,ij->ij", "bhd,d->bhd", "ij->ji", "i,i->", "bij,j->bi")
 #: Bool arguments that must stay False on a CPU-only machine (pinned memory needs an accelerator).
 _HOST_ONLY_FALSE = ("pin_memory",)
-_CONTRACTIONS = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "_linear_pointwise", "addmv", "mv", "dot"}
+_CONTRACTIONS = {
+    "mm",
+    "bmm",
+    "addmm",
+    "baddbmm",
+    "matmul",
+    "linear",
+    "_linear_pointwise",
+    "addmv",
+    "mv",
+    "dot",
+    "_int_mm",
+}
+#: The dtype the kernels of these calls take their tensor operands in (``_int_mm``: int8 only).
+_OPERAND_DTYPES = {"_int_mm": torch.int8}
 _CONVOLUTIONS = {"convolution", "conv2d", "conv1d", "_convolution", "_convolution_pointwise"}
 
 
@@ -234,6 +249,8 @@ class _Instance:
         self.order: list[torch.fx.Node] = []
         self.extra_users: list[torch.fx.Node] = []
         self.near_misses = near_misses
+        self.force_optional = False  # every call with a free optional argument sets one (near_miss=)
+        self.optional_candidates = False  # some call had an optional argument the pattern does not bind
         self.changed: list[str] = []
         self.getitem_next: dict[torch.fx.Node, int] = {}
         self.tries = 0
@@ -346,6 +363,8 @@ class _Instance:
         raise AssertionError("unreachable")
 
     def build_sub(self, held: Any, name: str, shaping: _Shaping) -> Any:
+        if isinstance(held, (list, tuple)) and any(_is_sub(x) for x in held):  # cat([cat(x), slice(...)])
+            return type(held)(self.build_sub(x, name, shaping) for x in held)
         if not _is_sub(held):
             return held
         node = self.build(held, shaping.want_of(name))
@@ -683,6 +702,7 @@ class _Instance:
         dtype = self.dtype if not self.draw(st.integers(0, 7)) == 0 else self.draw(st.sampled_from(EXPR_DTYPES))
         if anchor is not None and anchor.dtype.is_floating_point and self.draw(st.integers(0, 3)):
             dtype = anchor.dtype
+        dtype = _OPERAND_DTYPES.get(op, dtype)
         if name in ("index", "indices", "selector"):
             dim = next((v for k, v in drawn.items() if isinstance(v, int) and _is_dim_key(positions, k)), 0)
             size = anchor.shape[dim] if anchor is not None and anchor.dim() else 1
@@ -727,10 +747,9 @@ class _Instance:
         return [first] + [_Pending(first.shape, first.dtype, None) for _ in range(self.draw(st.integers(0, 2)))]
 
     def optional_near_miss(self, fn: Any, schema: Any, positions: list[_Arg], args: tuple, kwargs: dict) -> dict:
-        """One optional argument the pattern does not bind, set (a near miss the matcher ignores)."""
+        """One optional argument the pattern does not bind, set (a near miss the matcher ignores):
+        one call in four, each call that has one when ``near_miss="optional_arg"``."""
         if not self.near_misses or schema is None or not isinstance(fn, torch._ops.OpOverload):
-            return {}
-        if self.draw(st.integers(0, 3)):
             return {}
         bound = {p.key for p in positions} | {schema.arguments[i].name for i in range(len(args))}
         free = [a for a in schema.arguments[len(args) :] if a.has_default_value() and a.name not in bound]
@@ -740,6 +759,9 @@ class _Instance:
             if _kind(a).removesuffix("?") in ("Scalar", "ScalarType", "bool", "int", "float")
             and a.name not in _HOST_ONLY_FALSE
         ]
+        self.optional_candidates = self.optional_candidates or bool(free)
+        if self.draw(st.integers(0, 3)) and not self.force_optional:
+            return {}
         if not free:
             return {}
         arg = free[self.draw(st.integers(0, len(free) - 1))]
@@ -804,6 +826,7 @@ class _Shaping:
     def __init__(self, instance: _Instance, fn: Any, want: tuple[int | None, ...] | None) -> None:
         self.instance = instance
         self.op = _base_name(fn)
+        self.pointwise = torch.Tag.pointwise in getattr(fn, "tags", ())
         self.want = want
         self.dims: dict[str, int] = {}
         self.fixed: dict[str, Any] = {}
@@ -827,7 +850,7 @@ class _Shaping:
             self.fixed["size"] = list(want)
         elif self.op in ("view", "reshape", "_unsafe_view") and all(w is not None for w in want):
             self.input_want = tuple(draw(refactored(math.prod(want))))  # type: ignore[arg-type]
-            self.fixed["size"] = list(want)
+            self.fixed["size"] = self.fixed["shape"] = list(want)  # (view: size, reshape: shape)
 
     def dim(self, key: str) -> int:
         if key not in self.dims:
@@ -870,12 +893,15 @@ class _Shaping:
         return self.want if self.op not in ("permute", "expand", "view", "reshape", "_unsafe_view") else None
 
     def built(self, name: str, node: Any) -> None:
-        """Take the sizes a built argument fixes (a matmul side's, a convolution input's)."""
+        """Take the sizes a built argument fixes (a matmul side's, a convolution input's; a
+        pointwise op's first tensor, which its other tensors then get: ``add(mm(a, b), mm(c, d))``)."""
         value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         if not isinstance(value, torch.Tensor):
             return
         shape = [int(s) for s in value.shape]
-        if self.op in _CONTRACTIONS and len(shape) >= 2:
+        if self.pointwise and self.want is None and name in _FIRST:
+            self.want = self.input_want = tuple(shape)
+        elif self.op in _CONTRACTIONS and len(shape) >= 2:
             if name in ("self", "input", "a", "x", "0", "mat1", "batch1") and self.op not in ("addmm", "baddbmm"):
                 self.dims.update(m=shape[-2], k=shape[-1], **({"b": shape[0]} if len(shape) == 3 else {}))
             elif name in ("mat1", "batch1"):
@@ -1044,6 +1070,7 @@ def expr_cases(
     extra_check: Callable[[Any], bool] | None = None,
     near_misses: bool = True,
     frozen: bool | str | None = None,
+    near_miss: str | None = None,
 ) -> GraphCase:
     """Graphs holding one instance of ``pattern`` (a ``PatternExpr``), drawn from the expression
     (see the module's docstring): the instance's inputs are placeholders holding random values in
@@ -1054,13 +1081,18 @@ def expr_cases(
     optional argument the pattern does not bind to be set; ``frozen``: whether tensor leaves
     after the first may be frozen parameters (``get_attr`` constants, as
     ``torch._inductor.config.freezing`` makes weights; each but one in eight), ``"all"``: each of
-    them, None: drawn per case. Raises :class:`ExprUnsupported` (from
-    the draw) for a pattern holding what is not drawn."""
+    them, None: drawn per case. ``near_miss="optional_arg"``: each call that has an optional
+    argument the pattern does not bind gets one set (else one call in four; the instance's
+    ``applicable_near_misses`` says whether any call had one). Raises :class:`ExprUnsupported` (from
+    the draw) for a pattern holding what is not drawn, ``InvalidArgument`` for another ``near_miss``."""
+    if near_miss not in (None, "optional_arg"):
+        raise InvalidArgument(f"near_miss={near_miss!r}: expr_cases draws None or 'optional_arg'")
     why = undrawable(pattern)
     if why is not None:
         raise ExprUnsupported(why)
     dtype = draw(st.sampled_from(EXPR_DTYPES))
     instance = _Instance(draw, dtype, near_misses)
+    instance.force_optional = near_miss == "optional_arg"
     instance.frozen = draw(st.booleans()) if frozen is None else frozen
     built = instance.build(pattern)
     roots = built if isinstance(built, list) else [built]
@@ -1091,6 +1123,7 @@ def expr_cases(
         reason=reason if not instance.changed else f"{reason}, optional_arg",
         detail=detail,
         truth_from="matcher",
+        applicable_near_misses=("optional_arg",) if instance.optional_candidates else (),
     )
     label = f"{name} instance ({reason}{', ' + detail if detail else ''})"
     return GraphCase(gm=gm, inputs=[tuple(instance.b.inputs)], planted=(planted,), label=label)

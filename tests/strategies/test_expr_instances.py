@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from torch._inductor import pattern_matcher as pm
 from torch._inductor.pattern_matcher import MULTIPLE, Arg, CallFunction, Ignored, KeywordArg, ListOf
 
@@ -116,6 +117,21 @@ def test_an_optional_argument_the_pattern_does_not_bind_is_set_sometimes():
 
     collect()
     assert any("alpha=" in d and "does not bind" in d for d in details), details
+
+
+@settings(max_examples=8)
+@given(expr_cases(MM_ADD, near_miss="optional_arg"))
+def test_near_miss_optional_arg_sets_one_on_each_call_that_has_one(case):
+    # add.Tensor's alpha is the one optional argument of add(mm(a, b), c) the pattern does not bind
+    instance = case.planted[0]
+    assert instance.applicable_near_misses == ("optional_arg",)
+    if instance.reason.startswith("matched"):  # (a call that ran on none of its tries is redrawn plainly)
+        assert instance.reason.endswith(", optional_arg") and "alpha=" in instance.detail
+
+
+def test_near_miss_other_than_optional_arg_is_refused():
+    with pytest.raises(InvalidArgument, match="near_miss='dtype'"):
+        expr_cases(MM_ADD, near_miss="dtype").example()
 
 
 def test_frozen_leaves_are_get_attr_constants():
