@@ -143,6 +143,7 @@ def check_entry(
         # both compiles: Inductor's own patterns off; the one with the pass: this entry alone
         patches["pattern_matcher"] = False
         max_examples = LOWERING_EXAMPLES if max_examples is None else max_examples
+    if patches:
         reproducer_prelude = _config_prelude(patches, reproducer_prelude)
     with config.patch(patches) if patches else contextlib.nullcontext():
         return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result)
@@ -161,7 +162,8 @@ LOWERING_EXAMPLES = 3
 
 
 def _config_prelude(patches: Mapping[str, Any], prelude: str | None) -> str:
-    """Reproducer code setting ``torch._inductor.config`` as the compiled search set it, then ``prelude``."""
+    """Reproducer code setting ``torch._inductor.config`` as the search set it (the options that enable
+    the entry's pass, the config levers its ``extra_check`` needed), then ``prelude``."""
     lines = ["import torch._inductor.config", *(f"torch._inductor.config.{k} = {v!r}" for k, v in patches.items())]
     return "\n".join([*lines, *([prelude] if prelude else [])])
 
@@ -228,6 +230,8 @@ def _search(
 
     patches = {lever.key: lever.value for lever in levers if lever.kind == "config"}
     frozen = "all" if any(lever.kind == "frozen" for lever in levers) else None
+    if patches:  # the reproducer replays the options the search set (else its pass does not fire)
+        reproducer_prelude = _config_prelude(patches, reproducer_prelude)
     with config.patch(patches) if patches else contextlib.nullcontext():
         try:
             return _search_once(

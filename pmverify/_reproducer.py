@@ -228,6 +228,11 @@ def _target(target: Any, imports: set[str]) -> str:
         return "operator.getitem"
     if getattr(target, "__module__", None) == "_operator" and getattr(operator, target.__name__, None) is target:
         return f"operator.{target.__name__}"  # size arithmetic of a symbolic graph (``2 * s0``)
+    name = getattr(target, "__name__", None)
+    if isinstance(name, str) and getattr(torch, name, None) is target:
+        # a pre-grad graph's torch function (``torch.unbind``: a builtin whose qualified name,
+        # ``_VariableFunctionsClass.unbind``, torch does not export)
+        return f"torch.{name}"
     line, expr = _import_of(target)
     imports.add(line)
     return expr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import Phase, settings
 from hypothesis.errors import InvalidArgument
 from torch._inductor import config
 from torch._inductor.pattern_matcher import (
@@ -81,6 +82,36 @@ def test_a_config_gate_is_searched_with_the_option_set():
     assert not config.enable_linear_binary_folding
     result = check_entry(_entry(wants_flag), max_examples=10, seed=0)
     assert result.rewritten_cases > 0 and "enable_linear_binary_folding" in result.levers
+    assert not config.enable_linear_binary_folding  # restored
+
+
+def _drop_scale(match, *args, **kwargs):
+    """A wrong handler: mm(x, w) * s -> mm(x, w), the scale dropped."""
+    mul = match.output_node()
+    mul.replace_all_uses_with(mul.args[0])
+    match.graph.erase_node(mul)
+
+
+def test_a_finding_under_a_config_lever_has_a_reproducer_that_sets_it(tmp_path):
+    """The reproducer replays the options the search set: without the lever its pass never fires
+    and the script exits 0 (binary folding's linear rows, which want
+    config.enable_linear_binary_folding)."""
+
+    def wants_flag(match):
+        return bool(config.enable_linear_binary_folding) and _scale_is_number(match)
+
+    entry = RecordedEntry(
+        "graph",
+        GraphPatternEntry(pattern=MM_MUL, extra_check=wants_flag, handler=_drop_scale),
+        "test.pass",
+        "test",
+        "drop_scale",
+    )
+    no_shrinking = settings(phases=(Phase.explicit, Phase.generate))
+    with pytest.raises(pmverify.PassVerificationError) as info:
+        check_entry(entry, max_examples=30, seed=0, repro_dir=tmp_path, settings=no_shrinking)
+    script = info.value.reproducer.read_text()
+    assert "torch._inductor.config.enable_linear_binary_folding = True" in script
     assert not config.enable_linear_binary_folding  # restored
 
 

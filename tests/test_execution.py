@@ -4,6 +4,7 @@ what a fresh propagation would give."""
 from __future__ import annotations
 
 import copy
+import operator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -69,3 +70,23 @@ def test_the_float64_reference_widens_frozen_parameters_too():
     (out,), _ = float64_reference(gm, [x])
     assert out.dtype == torch.float64 and torch.equal(out, x.double() @ root._frozen_param0.double())
     assert gm._frozen_param0.dtype == torch.bfloat16  # the graph's own constant is left as it was
+
+
+def test_a_torch_level_graph_gets_dynamo_s_example_values_and_an_aten_graph_does_not():
+    """Pre-grad handlers (split_cat's) read ``meta["example_value"]``, which dynamo sets: a graph
+    calling torch functions, rebuilt without meta by a reproducer, gets it from its fake values;
+    an ATen graph (make_fx's kind, which has none) is left as it is."""
+    torch_level = torch.fx.Graph()
+    x = torch_level.placeholder("x")
+    first = torch_level.call_function(operator.getitem, (torch_level.call_function(torch.unbind, (x,)), 0))
+    torch_level.output((torch_level.call_function(torch.stack, ([first, first],), {"dim": 0}),))
+    aten_level = torch.fx.Graph()
+    y = aten_level.placeholder("y")
+    aten_level.output((aten_level.call_function(torch.ops.aten.neg.default, (y,)),))
+    for graph, expected in ((torch_level, True), (aten_level, False)):
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+        propagated_or_own(gm, [torch.randn(2, 3)])
+        calls = [node for node in gm.graph.nodes if node.op == "call_function"]
+        assert all(("example_value" in node.meta) is expected for node in calls)
+        if expected:
+            assert all(node.meta["example_value"] is node.meta["val"] for node in calls)

@@ -1,5 +1,7 @@
 """Reproducer scripts are valid Python whatever the violation text holds."""
 
+import operator
+
 import pytest
 import torch
 
@@ -200,6 +202,25 @@ def _frozen_case():
     root.register_buffer("_frozen_param0", torch.randn(4, 3, dtype=torch.bfloat16))
     x = torch.randn(2, 4, dtype=torch.bfloat16)
     return GraphCase(torch.fx.GraphModule(root, g), [(x,)])
+
+
+def test_torch_functions_of_a_pre_grad_graph_round_trip(tmp_path):
+    """Pre-grad graphs call ``torch.unbind`` / ``torch.stack``, builtins whose qualified name is
+    ``_VariableFunctionsClass.unbind``, which ``torch`` does not export: the script calls them as
+    ``torch.unbind`` (split_cat's reproducers exited 2 on the import)."""
+    import runpy
+
+    from pmverify._reproducer import write
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    first = graph.call_function(operator.getitem, (graph.call_function(torch.unbind, (x,), {"dim": 0}), 0))
+    graph.output((graph.call_function(torch.stack, ([first, first],), {"dim": 0}),))
+    case = GraphCase(torch.fx.GraphModule(torch.nn.Module(), graph), [(torch.randn(2, 3),)])
+    path = write(case, lambda graph: None, [], tmp_path, oracles=["semantics"])
+    assert "torch.unbind" in path.read_text() and "_VariableFunctionsClass" not in path.read_text()
+    rebuilt = runpy.run_path(str(path), run_name="not_main")["CASE"]
+    assert torch.equal(rebuilt.gm(*rebuilt.inputs[0])[0], case.gm(*case.inputs[0])[0])
 
 
 def test_a_case_with_frozen_parameters_round_trips(tmp_path):

@@ -1,0 +1,102 @@
+"""Inductor's int8-mixed-bf16 weight prepack fuses a linear cast to any dtype, and returns bfloat16 (torch 2.13, CPU, freezing).
+
+``quantization.py`` registers ``qlinear_weight_prepack`` (and ``qconv_weight_prepack``) for
+int8-mixed-bf16 on ``mm(convert_element_type(dequantize_per_tensor(x), dt1),
+permute(convert_element_type(dequantize_per_channel(w), dt2)))`` and rewrites it, under
+``torch._inductor.config.freezing``, as ``onednn.qlinear_pointwise`` with output dtype bfloat16.
+The casts' dtypes are ``KeywordArg("autocast_act_dtype")`` / ``KeywordArg("autocast_wgt_dtype")``,
+and neither its ``extra_check`` nor its handler asks that they are bfloat16: a PT2E-style int8
+linear run under ``torch.autocast("cpu", dtype=torch.float16)`` (casts to float16) returns
+float16 in eager and bfloat16 compiled; a cast to float32 (after a float64 ``out_dtype``) comes
+back bfloat16 too. Found by ``pmverify audit --kinds graph`` (the cast's dtype drawn by its
+schema type).
+The freezing weight-prepack patterns run whatever ``config.pattern_matcher`` says, so the witness
+of the rewrite is its handler removed (``PASS_OFF=1``): then eager and compiled agree.
+
+Standalone: needs only torch. Prints eager's and ``torch.compile``'s dtypes and largest
+difference (or the compile error) and exits 1 while they disagree (the bug), 0 once they agree.
+"""
+
+import os
+import sys
+
+import torch
+import torch._inductor.config
+import torch.ao.quantization.fx._decomposed  # registers torch.ops.quantized_decomposed
+
+HANDLERS = ("qlinear_weight_prepack", "qconv_weight_prepack")
+TOLERANCE = 1e-4
+qd = torch.ops.quantized_decomposed
+
+
+def dequantize_x(qx):
+    return qd.dequantize_per_tensor(qx, 0.02, 3, 0, 255, torch.uint8)
+
+
+class Int8Weight(torch.nn.Module):
+    def __init__(self, out_features=8, in_features=16, w_zp=0) -> None:
+        super().__init__()
+        qmin, qmax = -128 + max(w_zp, 0), 127 + min(w_zp, 0)
+        shape = (out_features, in_features)
+        self.register_buffer("qw", torch.randint(qmin, qmax + 1, shape, dtype=torch.int8))
+        self.register_buffer("w_scale", torch.rand(out_features) * 0.01 + 0.001)
+        self.register_buffer("w_zp", torch.full((out_features,), w_zp, dtype=torch.long))
+
+    def weight(self):
+        return qd.dequantize_per_channel(self.qw, self.w_scale, self.w_zp, 0, -128, 127, torch.int8)
+
+
+class AutocastFp16Linear(Int8Weight):
+    def forward(self, qx):
+        with torch.autocast("cpu", dtype=torch.float16):
+            return torch.nn.functional.linear(dequantize_x(qx), self.weight())
+
+
+def programs():
+    return [(AutocastFp16Linear(), (torch.randint(0, 256, (4, 16), dtype=torch.uint8),))]
+
+
+def is_handler(entry) -> bool:
+    return getattr(getattr(entry, "handler", None), "__name__", "") in HANDLERS
+
+
+def remove_handlers() -> None:
+    from torch._inductor.fx_passes import freezing_patterns
+
+    freezing_patterns.lazy_init()
+    for pattern_pass in freezing_patterns.pass_patterns:
+        for entries in pattern_pass.patterns.values():
+            entries[:] = [e for e in entries if not is_handler(e)]
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    if os.environ.get("PASS_OFF"):
+        remove_handlers()
+    torch._inductor.config.freezing = True
+    failed = 0
+    for model, args in programs():
+        model = model.eval()
+        with torch.no_grad():
+            eager = model(*args)
+            try:
+                compiled = torch.compile(model, backend="inductor")(*args)
+            except Exception as exc:  # a compile crash on a program eager runs
+                print(
+                    f"torch {torch.__version__}: {type(model).__name__}: eager runs, "
+                    f"torch.compile fails: {str(exc).splitlines()[0][:160]}"
+                )
+                failed = 1
+                continue
+        difference = (eager.double() - compiled.double()).abs().max().item()
+        print(
+            f"torch {torch.__version__}: {type(model).__name__}: eager {eager.dtype}, "
+            f"compiled {compiled.dtype}, max |eager - compiled| = {difference:.3g}"
+        )
+        if eager.dtype != compiled.dtype or difference > TOLERANCE:
+            failed = 1
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
