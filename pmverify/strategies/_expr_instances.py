@@ -574,7 +574,15 @@ class _Instance:
         kind = _kind(arg)
         optional = kind.endswith("?")
         base = kind.removesuffix("?")
-        if optional and arg.has_default_value() and arg.default_value is None and not self.draw(st.integers(0, 3)):
+        # a factory's dtype is never None in a traced graph (torch.full(...) records the default dtype)
+        concrete = base == "ScalarType" and _is_factory(fn)
+        if (
+            optional
+            and arg.has_default_value()
+            and arg.default_value is None
+            and not concrete
+            and not self.draw(st.integers(0, 3))
+        ):
             return None
         if base == "Tensor":
             if arg.name in ("other", "exponent") and self.draw(st.integers(0, 2)) == 0 and _has_tensor(drawn):
@@ -977,6 +985,12 @@ def _kind(arg: Any) -> str:
         return {"number": "Scalar"}.get(text, text)
 
     return spell(str(getattr(arg, "real_type", arg.type)))
+
+
+def _is_factory(fn: Any) -> bool:
+    """Whether ``fn`` is an op that takes no tensor (``aten.full``, ``aten.arange``...): a factory."""
+    schema = getattr(fn, "_schema", None)
+    return schema is not None and not any("Tensor" in str(a.type) for a in schema.arguments)
 
 
 def _is_sub(value: Any) -> bool:

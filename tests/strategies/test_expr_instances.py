@@ -129,6 +129,20 @@ def test_near_miss_optional_arg_sets_one_on_each_call_that_has_one(case):
         assert instance.reason.endswith(", optional_arg") and "alpha=" in instance.detail
 
 
+FULL_CUMSUM = CallFunction(
+    aten.cumsum.default,
+    CallFunction(aten.full.default, KeywordArg("shape"), KeywordArg("fill_value"), dtype=KeywordArg("dtype")),
+    KeywordArg("dim"),
+)
+
+
+@settings(max_examples=15)
+@given(expr_cases(FULL_CUMSUM, near_misses=False))
+def test_a_factory_s_dtype_is_never_none_as_in_a_traced_graph(case):
+    (full,) = [n for n in case.gm.graph.nodes if n.target is aten.full.default]
+    assert isinstance(full.kwargs["dtype"], torch.dtype)
+
+
 def test_near_miss_other_than_optional_arg_is_refused():
     with pytest.raises(InvalidArgument, match="near_miss='dtype'"):
         expr_cases(MM_ADD, near_miss="dtype").example()
