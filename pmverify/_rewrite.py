@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
+from hypothesis.errors import FailedHealthCheck, InvalidArgument, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
+from ._apply import UncompilableCase
 from ._check import CaseResult
 from ._record import RecordedRewrite, isolated_pass
 from ._summary import (
@@ -110,8 +111,10 @@ class _Coverage:
         self.cases += 1
         for instance in result.case.planted:
             self.candidates.update(k for k in instance.applicable_near_misses if k in self.kinds)
-            kind = _near_miss_kind(instance.reason)
-            if kind in self.kinds:
+            kind, fired = _near_miss_kind(instance.reason)
+            if kind in self.kinds and not fired:  # drawn, but the entry did not fire on it: nothing judged
+                self.candidates.add(kind)
+            elif kind in self.kinds:
                 self.made.add(kind)
                 if result.void_reason is None:
                     self.judged.add(kind)
@@ -132,13 +135,15 @@ class _Coverage:
         return NearMissCoverage(among(self.judged), among(missed), among(unjudged - missed))
 
 
-def _near_miss_kind(reason: str | None) -> str | None:
-    """The near-miss kind of a planted instance's ``reason``: the reason of a near miss
-    :func:`~pmverify.strategies.planted` drew, the suffix of one drawn from a ``PatternExpr``
-    (``"matched, optional_arg"``: ``expr_cases``, whatever the matcher made of it)."""
+def _near_miss_kind(reason: str | None) -> tuple[str | None, bool]:
+    """The near-miss kind of a planted instance's ``reason`` and whether it can be judged: the reason
+    of a near miss :func:`~pmverify.strategies.planted` drew (judged whatever the pass does: its
+    ground truth says what it must), the suffix of one drawn from a ``PatternExpr`` (``expr_cases``:
+    ``"matched, optional_arg"``, judged only there, where the entry's handler ran on it; ``"extra_check,
+    optional_arg"``: the entry left it alone, which says nothing of how its handler treats the argument)."""
     if reason is not None and reason.endswith(", optional_arg"):
-        return "optional_arg"
-    return reason
+        return "optional_arg", reason.startswith("matched")
+    return reason, True
 
 
 #: The cases of each near-miss kind :func:`covered_verify` draws first: Hypothesis' first case is the
@@ -168,7 +173,10 @@ def covered_verify(
     (``PlantedInstance.applicable_near_misses``): the first case is that of the first kind, then
     only kinds an instance had a valid candidate of get one. Each kind's case is seeded from
     ``seed`` and the kind's place in ``kinds`` (``seed`` None: random). ``options`` go to
-    :func:`verify`; a :class:`PassVerificationError` of any of the searches is raised as is."""
+    :func:`verify`; a :class:`PassVerificationError` of any of the searches is raised as is; a near-miss
+    search none of whose cases compile (compiled mode: :class:`~pmverify._apply.UncompilableCase`), or
+    whose draws are rejected too often (Hypothesis' filter health check), judges nothing of its kind, and
+    the others go on."""
     from . import _verify  # (looked up when called: a test may stand in for verify)
 
     if max_examples is not None and (
@@ -188,11 +196,18 @@ def covered_verify(
         while (kind := coverage.next_kind()) is not None:
             coverage.tried.add(kind)
             kind_seed = None if seed is None else batch_seed(seed, 1 + coverage.kinds.index(kind))
-            summaries.append(
-                _verify.verify(
-                    pass_, cases(kind), max_examples=CASES_PER_KIND, seed=kind_seed, on_result=seen, **options
+            try:
+                summaries.append(
+                    _verify.verify(
+                        pass_, cases(kind), max_examples=CASES_PER_KIND, seed=kind_seed, on_result=seen, **options
+                    )
                 )
-            )
+            except UncompilableCase:  # (compiled mode) this kind's cases do not compile even without the pass
+                continue
+            except (FailedHealthCheck, Unsatisfiable) as exc:  # its draws were rejected too often
+                if isinstance(exc, FailedHealthCheck) and "filter" not in str(exc):
+                    raise
+                continue
 
     cover()
     random_cases = None if max_examples is None else max(math.ceil(max_examples / 2), max_examples - coverage.cases)

@@ -56,6 +56,8 @@ EXPR_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TRIES = 12
 _MAX_SIDE = 6
 _NUMBERS = (0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 1e-3, 7.0)
+#: The values of the floating leaves of a case drawn for the near miss ``optional_arg`` (none is 0).
+_NONZERO = st.floats(0.25, 2.0) | st.floats(-2.0, -0.25)
 _STR_CHOICES = {
     "approximate": ("none", "tanh"),
     "rounding_mode": (None, "trunc", "floor"),
@@ -764,7 +766,7 @@ class _Instance:
         free = [
             a
             for a in free
-            if _kind(a).removesuffix("?") in ("Scalar", "ScalarType", "bool", "int", "float")
+            if _kind(a).removesuffix("?") in ("Scalar", "ScalarType", "bool", "int", "float", "MemoryFormat")
             and a.name not in _HOST_ONLY_FALSE
         ]
         self.optional_candidates = self.optional_candidates or bool(free)
@@ -777,6 +779,8 @@ class _Instance:
         value: Any
         if base == "ScalarType":
             value = self.draw(st.sampled_from((torch.float64, torch.float32, torch.float16)))
+        elif base == "MemoryFormat":  # (channels_last on a 4-d tensor; a call it does not run on is redrawn)
+            value = self.draw(st.sampled_from((torch.channels_last, torch.contiguous_format)))
         elif base == "bool":
             value = not bool(arg.default_value)
         elif base == "int":
@@ -794,6 +798,8 @@ class _Instance:
         if isinstance(value, _Pending):
             if value.node is None:
                 elements = value.elements
+                if elements is None and self.force_optional and value.dtype.is_floating_point:
+                    elements = _NONZERO  # an alpha= set on zeros shows nothing: the near miss is judged on values
                 if self.frozen and self.b.inputs and (self.frozen == "all" or self.draw(st.integers(0, 7))):
                     value.node = self.constant(value.shape, value.dtype, elements)
                 elif elements is not None:
@@ -1097,7 +1103,8 @@ def expr_cases(
     ``torch._inductor.config.freezing`` makes weights; each but one in eight), ``"all"``: each of
     them, None: drawn per case. ``near_miss="optional_arg"``: each call that has an optional
     argument the pattern does not bind gets one set (else one call in four; the instance's
-    ``applicable_near_misses`` says whether any call had one). Raises :class:`ExprUnsupported` (from
+    ``applicable_near_misses`` says whether any call had one), its floating values none 0, and only
+    instances the matcher and ``extra_check`` accept with one set are kept (the others rejected). Raises :class:`ExprUnsupported` (from
     the draw) for a pattern holding what is not drawn, ``InvalidArgument`` for another ``near_miss``."""
     if near_miss not in (None, "optional_arg"):
         raise InvalidArgument(f"near_miss={near_miss!r}: expr_cases draws None or 'optional_arg'")
@@ -1129,6 +1136,8 @@ def expr_cases(
     gm = torch.fx.GraphModule(root, graph)
     anchor = roots[0]
     reason, _ = ground_truth(pattern, anchor, extra_check)
+    if near_miss is not None:  # the near miss's cases: instances the entry fires on, an optional argument set
+        assume(reason == "matched" and bool(instance.changed))
     detail = "; ".join(instance.changed) or None
     planted = PlantedInstance(
         pattern=name,
