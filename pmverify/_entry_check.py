@@ -74,6 +74,7 @@ def check_entry(
     settings: Any = None,
     reproducer_prelude: str | None = None,
     on_result: Any = None,
+    dynamic: Any = False,
 ) -> Any:
     """Check one entry of a pattern pass alone: whatever its handler does to an instance of its
     pattern keeps the graph's values (against a float64 reference), structure and mutation
@@ -89,6 +90,10 @@ def check_entry(
       always set: a handler runs as its pass runs it).
     - ``on_result``: called with each case's :class:`~pmverify.CaseResult` of a graph entry's search (as by
       :func:`~pmverify.verify`).
+    - ``dynamic``: symbolic sizes, as the case strategies take it (False, True or ``"tokens"``):
+      instances drawn with some sizes at a symbol's hint and traced again with ``SymInt`` sizes
+      (``expr_cases(dynamic=)``), each case run at its symbols' sizes; ``InvalidArgument`` for
+      another value.
 
     A ``"lowering"`` entry (its handler lowers the match to Inductor IR, which only a compile runs)
     is checked in compiled mode (:func:`pmverify._compiled.apply_compiled`): each case compiled
@@ -146,7 +151,9 @@ def check_entry(
     if patches:
         reproducer_prelude = _config_prelude(patches, reproducer_prelude)
     with config.patch(patches) if patches else contextlib.nullcontext():
-        return _search(entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result)
+        return _search(
+            entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result, dynamic
+        )
 
 
 #: What a lowering entry that never fired under torch.compile lacked (``RewriteUnsatisfiable.condition``).
@@ -202,6 +209,7 @@ def _search(
     settings: Any,
     reproducer_prelude: str | None,
     on_result: Any = None,
+    dynamic: Any = False,
 ) -> EntryResult:
     """The search; where the entry never fired and its ``extra_check`` accepts a rejected match
     with levers pmverify can draw (config options, frozen parameters: not a device), the search
@@ -218,6 +226,7 @@ def _search(
             reproducer_prelude,
             rejected,
             on_result=on_result,
+            dynamic=dynamic,
         )
     except RewriteUnsatisfiable:
         raise
@@ -246,6 +255,7 @@ def _search(
                 on_result=on_result,
                 frozen=frozen,
                 lever_note=f"with what its extra_check needs: {gate.condition}",
+                dynamic=dynamic,
             )
         except RewriteUnsatisfiable:
             raise
@@ -280,6 +290,7 @@ def _search_once(
     on_result: Any = None,
     frozen: str | None = None,
     lever_note: str | None = None,
+    dynamic: Any = False,
 ) -> EntryResult:
     from .strategies._expr_instances import ExprUnsupported, expr_cases
 
@@ -290,7 +301,14 @@ def _search_once(
         return accepted
 
     def cases(near_miss: str | None) -> Any:
-        return expr_cases(entry.pattern, name=entry.label, extra_check=extra_check, frozen=frozen, near_miss=near_miss)
+        return expr_cases(
+            entry.pattern,
+            name=entry.label,
+            extra_check=extra_check,
+            frozen=frozen,
+            near_miss=near_miss,
+            dynamic=dynamic,
+        )
 
     outcomes: collections.Counter[str] = collections.Counter()
     counts = {"examples": 0, "fired": 0}

@@ -178,3 +178,15 @@ def test_a_pattern_whose_drawn_calls_rarely_run_is_unsatisfiable_not_an_error():
     )
     with pytest.raises(pmverify.RewriteUnsatisfiable, match="rejected too often"):
         check_entry(entry, max_examples=5, seed=0)
+
+
+def test_dynamic_instances_hold_symbolic_sizes_and_a_correct_handler_stays_quiet():
+    symbolic = []
+
+    def saw(result):
+        symbolic.append(bool(result.case.symbols))
+
+    result = check_entry(_entry(), max_examples=20, seed=0, dynamic=True, on_result=saw)
+    assert result.rewritten_cases > 0 and any(symbolic)
+    with pytest.raises(InvalidArgument, match="dynamic='rows'"):
+        check_entry(_entry(), max_examples=2, dynamic="rows")

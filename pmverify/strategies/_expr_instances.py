@@ -45,6 +45,7 @@ from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase, PlantedInstance
 from .._execution import quiet_fake_tensor_errors
+from ._dynamic import hinted_shape, symbolize_drawn, validate_dynamic
 from ._ops_core import Builder, refactored
 from ._tensors import tensors
 
@@ -251,6 +252,7 @@ class _Instance:
         self.order: list[torch.fx.Node] = []
         self.extra_users: list[torch.fx.Node] = []
         self.near_misses = near_misses
+        self.dynamic: Any = False  # symbolic sizes (dynamic=): the canonical value of validate_dynamic
         self.force_optional = False  # every call with a free optional argument sets one (near_miss=)
         self.optional_candidates = False  # some call had an optional argument the pattern does not bind
         self.changed: list[str] = []
@@ -727,6 +729,8 @@ class _Instance:
             shape = self.related_shape(_Pending(_filled(self.draw, template), dtype))
         else:
             shape = self.related_shape(anchor)
+            if anchor is None and template is None:  # a fresh tensor: its symbolic dims at their hints
+                shape = hinted_shape(self.draw, shape, self.dynamic)
         return _Pending(shape, dtype, None)
 
     def related_shape(self, anchor: Any) -> tuple[int, ...]:
@@ -868,7 +872,10 @@ class _Shaping:
 
     def dim(self, key: str) -> int:
         if key not in self.dims:
-            self.dims[key] = self.instance.draw(st.integers(1, 4 if key in "NCO" else _MAX_SIDE))
+            size = self.instance.draw(st.integers(1, 4 if key in "NCO" else _MAX_SIDE))
+            if key in "mb" and self.instance.dynamic:  # a matmul's rows: the token count under dynamic=
+                size = hinted_shape(self.instance.draw, (size,), self.instance.dynamic)[0]
+            self.dims[key] = size
         return self.dims[key]
 
     def want_of(self, name: str) -> tuple[int | None, ...] | None:
@@ -1091,6 +1098,7 @@ def expr_cases(
     near_misses: bool = True,
     frozen: bool | str | None = None,
     near_miss: str | None = None,
+    dynamic: Any = False,
 ) -> GraphCase:
     """Graphs holding one instance of ``pattern`` (a ``PatternExpr``), drawn from the expression
     (see the module's docstring): the instance's inputs are placeholders holding random values in
@@ -1105,15 +1113,22 @@ def expr_cases(
     argument the pattern does not bind gets one set (else one call in four; the instance's
     ``applicable_near_misses`` says whether any call had one), its floating values none 0, and only
     instances the matcher and ``extra_check`` accept with one set are kept (the others rejected). Raises :class:`ExprUnsupported` (from
-    the draw) for a pattern holding what is not drawn, ``InvalidArgument`` for another ``near_miss``."""
+    the draw) for a pattern holding what is not drawn, ``InvalidArgument`` for another ``near_miss``.
+    ``dynamic`` (False, True or ``"tokens"``, as the other case strategies take it): fresh tensors'
+    dims and matmul rows drawn at a symbol's hint, then the case traced again with symbolic sizes
+    (:func:`~pmverify.strategies._dynamic.symbolize_drawn`: ``SymInt`` size arguments, its symbols'
+    sizes drawn); a case holding frozen parameters stays static. ``InvalidArgument`` for another
+    ``dynamic``."""
     if near_miss not in (None, "optional_arg"):
         raise InvalidArgument(f"near_miss={near_miss!r}: expr_cases draws None or 'optional_arg'")
+    dynamic = validate_dynamic("dynamic", dynamic)
     why = undrawable(pattern)
     if why is not None:
         raise ExprUnsupported(why)
     dtype = draw(st.sampled_from(EXPR_DTYPES))
     instance = _Instance(draw, dtype, near_misses)
     instance.force_optional = near_miss == "optional_arg"
+    instance.dynamic = dynamic
     instance.frozen = draw(st.booleans()) if frozen is None else frozen
     built = instance.build(pattern)
     roots = built if isinstance(built, list) else [built]
@@ -1149,7 +1164,10 @@ def expr_cases(
         applicable_near_misses=("optional_arg",) if instance.optional_candidates else (),
     )
     label = f"{name} instance ({reason}{', ' + detail if detail else ''})"
-    return GraphCase(gm=gm, inputs=[tuple(instance.b.inputs)], planted=(planted,), label=label)
+    case = GraphCase(gm=gm, inputs=[tuple(instance.b.inputs)], planted=(planted,), label=label)
+    if dynamic and not instance.constants:  # (frozen parameters are get_attr constants: kept static)
+        case = symbolize_drawn(draw, case, dynamic)
+    return case
 
 
 def _pieces(instance: _Instance, node: torch.fx.Node) -> list[torch.fx.Node]:

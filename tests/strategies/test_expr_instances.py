@@ -144,6 +144,15 @@ def test_a_factory_s_dtype_is_never_none_as_in_a_traced_graph(case):
     assert isinstance(full.kwargs["dtype"], torch.dtype)
 
 
+@settings(max_examples=15)
+@given(expr_cases(MM_ADD, dynamic="tokens"))
+def test_dynamic_tokens_makes_the_rows_symbolic_and_keeps_the_instance(case):
+    names = {n.name for n in case.gm.graph.nodes}
+    assert set(case.planted[0].nodes) <= names
+    if case.symbols:  # (a case whose rows were not drawn at the hint stays static)
+        assert [s.name for s in case.symbols] == ["s0"] and case.inputs[0][0] == 11
+
+
 def test_near_miss_other_than_optional_arg_is_refused():
     with pytest.raises(InvalidArgument, match="near_miss='dtype'"):
         expr_cases(MM_ADD, near_miss="dtype").example()
