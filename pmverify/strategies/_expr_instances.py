@@ -1000,6 +1000,18 @@ def _kind(arg: Any) -> str:
     return spell(str(getattr(arg, "real_type", arg.type)))
 
 
+def _aten_only(graph: torch.fx.Graph) -> bool:
+    """Whether every call of ``graph`` is an ATen-level op (an ``OpOverload``) or a ``getitem``."""
+    return all(
+        node.op in ("placeholder", "output", "get_attr")
+        or (
+            node.op == "call_function"
+            and (isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem)
+        )
+        for node in graph.nodes
+    )
+
+
 def _is_factory(fn: Any) -> bool:
     """Whether ``fn`` is an op that takes no tensor (``aten.full``, ``aten.arange``...): a factory."""
     schema = getattr(fn, "_schema", None)
@@ -1117,7 +1129,8 @@ def expr_cases(
     ``dynamic`` (False, True or ``"tokens"``, as the other case strategies take it): fresh tensors'
     dims and matmul rows drawn at a symbol's hint, then the case traced again with symbolic sizes
     (:func:`~pmverify.strategies._dynamic.symbolize_drawn`: ``SymInt`` size arguments, its symbols'
-    sizes drawn); a case holding frozen parameters stays static. ``InvalidArgument`` for another
+    sizes drawn); a case holding frozen parameters, or calling torch functions or methods (a
+    pre-grad graph), stays static. ``InvalidArgument`` for another
     ``dynamic``."""
     if near_miss not in (None, "optional_arg"):
         raise InvalidArgument(f"near_miss={near_miss!r}: expr_cases draws None or 'optional_arg'")
@@ -1165,7 +1178,9 @@ def expr_cases(
     )
     label = f"{name} instance ({reason}{', ' + detail if detail else ''})"
     case = GraphCase(gm=gm, inputs=[tuple(instance.b.inputs)], planted=(planted,), label=label)
-    if dynamic and not instance.constants:  # (frozen parameters are get_attr constants: kept static)
+    # static where frozen parameters are get_attr constants, or where the graph calls torch functions
+    # or methods (a pre-grad graph: the symbolic trace, make_fx's, would give ATen ops instead)
+    if dynamic and not instance.constants and _aten_only(gm.graph):
         case = symbolize_drawn(draw, case, dynamic)
     return case
 
