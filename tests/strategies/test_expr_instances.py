@@ -153,6 +153,19 @@ def test_dynamic_tokens_makes_the_rows_symbolic_and_keeps_the_instance(case):
         assert [s.name for s in case.symbols] == ["s0"] and case.inputs[0][0] == 11
 
 
+TORCH_SPLIT_CAT = CallFunction(
+    torch.cat, ListOf(CallFunction(operator.getitem, CallFunction(torch.split, Arg(), Arg()), Ignored())), Ignored()
+)
+
+
+@settings(max_examples=10)
+@given(expr_cases(TORCH_SPLIT_CAT, dynamic=True))
+def test_a_pre_grad_instance_stays_static_under_dynamic(case):
+    # torch.split / torch.cat (a pre-grad graph): a symbolic trace would turn them into ATen ops
+    assert not case.symbols
+    assert any(n.target is torch.cat for n in case.gm.graph.nodes)
+
+
 def test_near_miss_other_than_optional_arg_is_refused():
     with pytest.raises(InvalidArgument, match="near_miss='dtype'"):
         expr_cases(MM_ADD, near_miss="dtype").example()
