@@ -76,11 +76,14 @@ def _drawn_placement(draw: Any, value: Any) -> Any:
 
 
 def _magnitude(value: torch.Tensor) -> float | None:
-    """The largest magnitude of a floating shard on another rank: rank 0's, at least 2, so that
-    bounds a case's graph computed from rank 0's inputs (fx_graphs') hold on every rank."""
+    """The largest magnitude of a floating shard on another rank: rank 0's finite values', at least
+    2, so that bounds a case's graph computed from rank 0's inputs (fx_graphs') hold on every rank
+    (an inf or NaN rank 0 holds, a near miss's value say, is no bound)."""
     if not value.is_floating_point():
         return None
-    return max(float(inspectable(value).abs().max()) if value.numel() else 0.0, DEFAULT_BOUND)
+    magnitudes = inspectable(value).abs()
+    finite = magnitudes[torch.isfinite(magnitudes)]
+    return max(float(finite.max()) if finite.numel() else 0.0, DEFAULT_BOUND)
 
 
 def _own_placements(given: Any, case: GraphCase) -> Any:

@@ -102,3 +102,12 @@ def test_placements_that_do_not_fit_are_reported_when_drawing(placements, messag
     one_instance = planted(scale_pattern, like((torch.empty(4, 8), torch.empty(8))), min_instances=1, max_instances=1)
     with pytest.raises(InvalidArgument, match=message):
         find(tp_cases(one_instance, placements=placements), lambda c: True, settings=settings(database=None))
+
+
+def test_another_rank_s_bound_is_rank_0_s_finite_magnitude():
+    # rank 0 holding an inf (a near miss's value) bounded the other ranks' draws by inf: InvalidArgument
+    from pmverify.strategies._tp import _magnitude
+
+    assert _magnitude(torch.tensor([1.0, float("inf"), -3.0])) == 3.0
+    assert _magnitude(torch.tensor([float("nan")])) == 2.0
+    assert _magnitude(torch.tensor([1, 2])) is None
