@@ -39,8 +39,10 @@ def test_a_lowering_handler_that_lowers_the_match_wrong_is_found_under_torch_com
 
 @pytest.mark.slow
 def test_its_correct_twin_is_quiet_and_fires_in_every_case():
+    # two cases with add's alpha set (the optional_arg near miss, judged), then two random ones
     result = check_entry(_entry(faulty=False), seed=0)
-    assert result.examples == 3 and result.rewritten_cases == 3
+    assert result.examples == 4 and result.rewritten_cases == 4
+    assert result.coverage.judged == ("optional_arg",)
 
 
 @pytest.mark.slow
