@@ -49,6 +49,7 @@ from ._fake import (
     propagated_or_own,
     quiet_fake_tensor_errors,
     repropagate,
+    torch_level,
 )
 from ._random import RNG_SEED, Replayer, draws, random_calls, run_recording, run_replaying, seeded
 from ._rule import FAR_ULPS, FP32_SLACK, ILL_CONDITIONED, NOISE_FACTOR, SAMPLING, ULPS, K, compare
@@ -77,6 +78,7 @@ __all__ = [
     "propagated_or_own",
     "node_signature",
     "quiet_fake_tensor_errors",
+    "torch_level",
     "clone_inputs",
     "deterministic_fill",
     "run_graph",

@@ -27,6 +27,7 @@ __all__ = [
     "propagated_or_own",
     "quiet_fake_tensor_errors",
     "repropagate",
+    "torch_level",
 ]
 
 
@@ -186,24 +187,27 @@ def _add_tensor_meta(gm: torch.fx.GraphModule) -> None:
             node.meta["tensor_meta"] = tensor_metadata(val)
 
 
-def _torch_level(graph: torch.fx.Graph) -> bool:
-    """Whether ``graph`` calls torch functions (``torch.unbind``), as dynamo's graphs, which
-    Inductor's pre-grad passes see, do: not only ATen ops and ``operator`` builtins."""
+def torch_level(graph: torch.fx.Graph) -> bool:
+    """Whether ``graph`` calls torch functions (``torch.unbind``) or tensor methods, as dynamo's
+    graphs, which Inductor's pre-grad passes see, do: not only ATen ops and ``operator`` builtins."""
     return any(
-        not isinstance(
-            node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)
+        node.op == "call_method"
+        or (
+            node.op == "call_function"
+            and not isinstance(
+                node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)
+            )
+            and getattr(node.target, "__module__", None) not in ("_operator", "operator")
         )
-        and getattr(node.target, "__module__", None) not in ("_operator", "operator")
         for node in graph.nodes
-        if node.op == "call_function"
     )
 
 
 def _add_example_values(gm: torch.fx.GraphModule) -> None:
-    """Give each node of a torch-level graph (:func:`_torch_level`) its ``meta["example_value"]``
+    """Give each node of a torch-level graph (:func:`torch_level`) its ``meta["example_value"]``
     where it has none, as dynamo does: pre-grad handlers read it (split_cat's ``construct_cat_args``
     failed with ``KeyError: 'example_value'`` on a reproducer's graph, which carries no meta)."""
-    if not _torch_level(gm.graph):
+    if not torch_level(gm.graph):
         return
     for node in gm.graph.nodes:
         if "val" in node.meta and "example_value" not in node.meta:

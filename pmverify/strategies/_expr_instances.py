@@ -44,7 +44,7 @@ from hypothesis.errors import InvalidArgument
 from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase, PlantedInstance
-from .._execution import quiet_fake_tensor_errors
+from .._execution import quiet_fake_tensor_errors, torch_level
 from ._dynamic import hinted_shape, symbolize_drawn, validate_dynamic
 from ._ops_core import Builder, refactored
 from ._tensors import tensors
@@ -1000,18 +1000,6 @@ def _kind(arg: Any) -> str:
     return spell(str(getattr(arg, "real_type", arg.type)))
 
 
-def _aten_only(graph: torch.fx.Graph) -> bool:
-    """Whether every call of ``graph`` is an ATen-level op (an ``OpOverload``) or a ``getitem``."""
-    return all(
-        node.op in ("placeholder", "output", "get_attr")
-        or (
-            node.op == "call_function"
-            and (isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem)
-        )
-        for node in graph.nodes
-    )
-
-
 def _is_factory(fn: Any) -> bool:
     """Whether ``fn`` is an op that takes no tensor (``aten.full``, ``aten.arange``...): a factory."""
     schema = getattr(fn, "_schema", None)
@@ -1180,7 +1168,7 @@ def expr_cases(
     case = GraphCase(gm=gm, inputs=[tuple(instance.b.inputs)], planted=(planted,), label=label)
     # static where frozen parameters are get_attr constants, or where the graph calls torch functions
     # or methods (a pre-grad graph: the symbolic trace, make_fx's, would give ATen ops instead)
-    if dynamic and not instance.constants and _aten_only(gm.graph):
+    if dynamic and not instance.constants and not torch_level(gm.graph):
         case = symbolize_drawn(draw, case, dynamic)
     return case
 
