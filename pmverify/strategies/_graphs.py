@@ -149,45 +149,13 @@ def fx_graphs(
     is finite on its inputs (and on any no larger in magnitude); values have rank 0..4, at most 1024
     elements, and a dtype among ``dtypes`` (bool masks ``where`` builds for itself aside).
 
-    The ops (:data:`GRAPH_OPS`, simplest first; see :mod:`._graph_ops` for every form):
-
-    - elementwise: ``neg abs relu tanh sigmoid sin cos exp`` (exp on values bounded by 4; int
-      values promote to float32), ``log`` (``log(|x| + 1)``), ``pow`` (2, 2.0, 3), ``add_scalar
-      mul_scalar sub_scalar div_scalar`` (``aten.add.Tensor(x, 2.0)``, ``aten.add.Scalar``, a 0-d
-      tensor operand, ``rsub``), ``clamp`` (both bounds, ``None``, one, ``clamp_min`` /
-      ``clamp_max``), ``convert_element_type`` and ``to_copy`` (``_to_copy(dtype=,
-      non_blocking=, memory_format=)``, ``to.dtype`` with ``copy``), ``gelu`` (``approximate``),
-      binary broadcasting ``add sub`` (``alpha``) ``mul maximum minimum`` over any dtypes torch
-      promotes, ``div`` (``x / (|y| + 1)``, ``rounding_mode`` trunc / floor), ``where`` (``where(x >
-      0, x, y)``, ``ScalarOther`` / ``ScalarSelf``), ``where_scalar`` (a ``scalar_tensor`` branch),
-      ``where_mask`` and ``masked_fill`` (a bool mask value), ``compare`` (gt lt ge le eq ne,
-      Scalar or Tensor), ``logical_not logical_and``, ``addcmul`` (``value``);
-    - reductions and scans: ``sum mean amax amin`` (one dim, maybe negative, two, or all;
-      ``keepdim``; ``dtype=``), ``var std`` (``correction``), ``argmax``, ``softmax log_softmax``
-      (``_softmax(x, d, False)`` or ``softmax.int(x, d[, dtype])``), ``cumsum cumprod`` (``dtype=``);
-    - views: ``view`` (a -1 size), ``reshape`` (``clone`` + ``_unsafe_view``), ``aten_reshape``,
-      ``unsafe_view``, ``permute transpose t unsqueeze squeeze flatten unflatten`` (negative dims),
-      ``expand`` (-1 sizes), ``as_strided`` (of contiguous inputs), ``clone`` (``memory_format``);
-    - slicing and indexing: ``slice`` (start and end negative, None, past the size,
-      9223372036854775807; step 2 or 3; empty results), ``select narrow unbind split cat
-      slice_scatter select_scatter index_select gather`` (index tensors valid by construction);
-    - contractions: ``mm bmm``, ``matmul`` (``view``, ``mm``, ``_unsafe_view``), ``addmm baddbmm``
-      (``beta`` / ``alpha``);
-    - creation: ``full ones zeros`` (``dtype=``, ``layout=``, ``device=``, ``pin_memory=``),
-      ``empty_fill`` (``empty.memory_format`` + the functional ``fill.Scalar``), ``arange``,
-      ``full_like ones_like zeros_like``, ``scalar_tensor``.
-
-    **Identity and absorbing constants**, so that a peephole pass meets what it folds: for 1 in 5
-    number operands (:data:`~._ops_core.IDENTITY_SHARE`; 1 in 3 of int values) the op's identities,
-    int and float ones for int values too (``x + 0``, ``x - 0``, ``x * 1`` / ``0`` / ``-1.0``, ``x / 1`` / ``-1``, ``x ** 1``
-    / ``0``: ``x * 1.0`` of an int ``x`` is float32, by torch's type promotion); for 1 in 5 clamps
-    the dtype's limits (``finfo.min`` / ``-inf``, ``finfo.max`` / ``inf``, ``iinfo`` for ints); for 1
-    in 5 casts the value's own dtype, and views, reshapes and expands to the value's own shape.
-
-    A binary op's other operand is a recent value whose shape fits (broadcasts, same size along the
-    contracted dim...) or a new input shaped to fit. Empty values (from ``slice``, ``narrow``...)
-    flow on only into ops that take them (elementwise ops, views, ``sum``, ``cat``...; never a
-    ``mean`` or ``amax`` over an empty dim).
+    The ops are :data:`GRAPH_OPS` (simplest first; :mod:`._graph_ops` holds every form): elementwise,
+    reductions and scans, views, slicing and indexing, contractions and creation. A share of number
+    operands, clamps, casts and views take the op's identity or absorbing constant (``x * 1``, an int
+    ``x * 1.0``, ``x + 0``, ``x * 0``, a clamp at the dtype's limits, a same-dtype cast, a same-shape
+    view). A binary op's other operand is a recent value whose shape fits or a new input shaped to
+    fit; empty values flow on only into ops that take them. Every op, constant and level form:
+    the documentation's "The strategies" page (docs/strategies.md), "The op catalogue of fx_graphs".
 
     - ``min_nodes`` / ``max_nodes``: bounds on the number of op nodes (``call_function`` nodes
       other than ``operator.getitem``; an op emitted with guards counts every node it adds: ``log``,
@@ -216,33 +184,10 @@ def fx_graphs(
       the hinted shape, or a symbol the graph specialises (a ``cat`` of 8 and 3 rows added to an
       11-row input).
 
-    - ``level``: which graphs' forms to draw (:data:`LEVELS`; each op and argument form of the
-      table is tagged with the levels whose graphs hold it, measured on torch 2.13; ops of ``ops``
-      not at the level are left out):
-
-      - ``"post_grad"`` (default): what torch.compile hands a post-grad pass
-        (``post_grad_custom_post_pass``, vLLM's passes): ``slice.Tensor(x, dim, start, end)`` with
-        start and end written (``9223372036854775807`` for ``x[a:]``, past the size, negative; a
-        step only when not 1); ``slice_scatter(x, src, dim, start, end[, step])`` (as
-        functionalization writes ``x[a:b].copy_(y)``) or ``slice_scatter(x, src, dim, start)``
-        (an explicit ``torch.slice_scatter(x, y, dim, start)``); ``full(size, v, dtype=,
-        layout=, device=, pin_memory=)``; ``reshape.default`` for every view, flatten and
-        ``_unsafe_view`` (Inductor's ``view_to_reshape``); ``permute``, not ``t`` /
-        ``transpose``; ``prims.convert_element_type`` for casts; ``clamp_min`` / ``clamp_max``;
-        ``where.self``; none of ``view reshape unsafe_view transpose t flatten unflatten narrow
-        index_select matmul to_copy gelu std softmax log_softmax where_scalar masked_fill
-        logical_not logical_and ones zeros empty_fill arange full_like ones_like zeros_like
-        scalar_tensor`` (Inductor decomposes them), nor ``rsub``, ``clamp(x, lo, hi)``,
-        ``where.ScalarOther`` / ``ScalarSelf``.
-      - ``"pre_grad"``: the forms make_fx (and pre-grad aten IR) writes: the ops above but
-        ``convert_element_type``, the same ``slice`` / ``slice_scatter`` forms, ``full(size, v,
-        device=, pin_memory=)`` with ``dtype=`` only where not torch's default, ``view``,
-        ``clone`` + ``_unsafe_view``, ``_to_copy`` / ``to.dtype``, ``_softmax`` /
-        ``softmax.int``, ``clamp`` with None bounds, ``where.ScalarOther``, ``rsub``...
-      - ``"any"``: every form, also those no traced graph holds: a slice's start or end None (so
-        ``slice(x, dim, start)``), a step of 1 written, a bare ``full(size, v)``,
-        ``slice_scatter(x, src)`` / ``slice_scatter(x, src, dim)`` and an end None. For
-        robustness runs: a pass crashing there is not crashing on its graphs.
+    - ``level``: which graphs' forms to draw, one of :data:`LEVELS`: ``"post_grad"`` (default: what
+      torch.compile hands a post-grad pass), ``"pre_grad"`` (the forms make_fx writes) or ``"any"``
+      (every form, also those no traced graph holds: for robustness runs). Ops of ``ops`` not at the
+      level are left out.
 
     Shrinks toward one op on one input with default arguments: ``x0 -> neg -> output``, x0 a
     float32 ``[1]`` of zeros; each op toward its simplest form (``slice.Tensor(x, 0, 0, 1)``,

@@ -334,7 +334,7 @@ def tensors(
     to 0, ±0.5, ±1 or ±2; half of the uniform draws also have a row kind (rows: slices along the
     last dim, about a quarter of them, at least one): zero rows, all-equal rows, rows scaled down by
     2**-4 .. 2**-24, a few outliers (the other values scaled down by 2**-6), or negative zeros. So
-    |value| <= 2**17 (2**8 in float16 and float8), and rows' mean squares range from 0 and far
+    ``|value| <= 2**17`` (2**8 in float16 and float8), and rows' mean squares range from 0 and far
     below 1e-6 to 2**34. Integer values lie in [0, 8) (indices into a side of 8; pass ``elements``
     for other index ranges); bools are all False, all True or random. Everything comes from a ``torch.Generator``
     seeded from the draw. Shrinks toward all zeros, then scale 1 and plain rows.
