@@ -333,7 +333,7 @@ def with_mutating_custom_ops(
       :func:`~pmverify.fusions.qk_norm.testing.qk_norm_cases`.
     - ``ops``: None (default: the ops above), or a non-empty list of a project's own mutable ops
       (``OpOverload``s such as ``torch.ops._C.rms_norm.default``) whose calls are drawn instead,
-      from their schemas: see "A project's own mutable ops" in the README (empty / empty_like
+      from their schemas: see "A project's own mutable ops" in docs/vllm.md (empty / empty_like
       buffers where the op only writes an arg, clones, chunks of a fused tensor written back,
       optional args, a reader of a written tensor's old value after the call). A call is drawn only
       where the op's fake kernel accepts it and its eager kernel runs it to finite values.

@@ -1,4 +1,4 @@
-"""README's "Testing your own pass" recipe, run as written (its import of the user's pass module
+"""The docs' "Testing your own pass" recipe (docs/own_pass.md), run as written (its import of the user's pass module
 pointed at tests/_rms_passes.py): no finding on a correct pass that registers eps through
 scalar_workaround, a semantics finding with a reproducer on one whose replacement hard-codes eps."""
 
@@ -9,16 +9,19 @@ import pytest
 
 import pmverify
 
-README = pathlib.Path(__file__).parents[1] / "README.md"
+ROOT = pathlib.Path(__file__).parents[1]
+OWN_PASS = ROOT / "docs" / "own_pass.md"
+DYNAMIC = ROOT / "docs" / "dynamic.md"
+README = ROOT / "README.md"
 
 
 def _recipe() -> dict:
-    section = README.read_text().split("## Testing your own pass", 1)[1]
+    section = OWN_PASS.read_text().split("# Testing your own pass", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert "from my_project.passes import" in code
     code = code.replace("from my_project.passes import", "from _rms_passes import")
     namespace: dict = {}
-    exec(compile(code, str(README), "exec"), namespace)
+    exec(compile(code, str(OWN_PASS), "exec"), namespace)
     return namespace
 
 
@@ -42,11 +45,11 @@ def test_the_recipe_finds_a_hard_coded_eps(finding_only, tmp_path, monkeypatch):
 
 
 def _dynamic_recipe() -> dict:
-    section = README.read_text().split("## Dynamic shapes", 1)[1]
+    section = DYNAMIC.read_text().split("# Dynamic shapes", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     code = code.replace("from my_project.passes import", "from _rms_passes import")
     namespace: dict = {}
-    exec(compile(code, str(README), "exec"), namespace)
+    exec(compile(code, str(DYNAMIC), "exec"), namespace)
     return namespace
 
 
@@ -116,9 +119,9 @@ def test_the_recipe_shrinks_a_mutation_barrier_fault_to_the_one_mutation_inside(
 
 
 def _pass_module(tmp_path, monkeypatch):
-    """README's "A whole pass module" block, written to my_project/passes.py under ``tmp_path`` and
+    """The docs' "A whole pass module" block (docs/own_pass.md), written to my_project/passes.py under ``tmp_path`` and
     imported as that module (its ``uuid()`` hashes its own file)."""
-    section = README.read_text().split("**A whole pass module**", 1)[1]
+    section = OWN_PASS.read_text().split("**A whole pass module**", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     package = tmp_path / "my_project"
     package.mkdir()
@@ -133,11 +136,31 @@ def _pass_module(tmp_path, monkeypatch):
 def test_the_whole_pass_module_is_quiet_under_the_recipe(finding_only, tmp_path, monkeypatch):
     module = _pass_module(tmp_path, monkeypatch)
     monkeypatch.setitem(__import__("sys").modules, "my_project.passes", module)
-    section = README.read_text().split("## Testing your own pass", 1)[1]
+    section = OWN_PASS.read_text().split("# Testing your own pass", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict = {}
-    exec(compile(code, str(README), "exec"), namespace)
+    exec(compile(code, str(OWN_PASS), "exec"), namespace)
     assert namespace["MyRMSNormPass"] is module.MyRMSNormPass
     assert module.MyRMSNormPass().uuid() != module.MyRMSNormPass(module.RMSConfig(max_hidden=16)).uuid()
     with finding_only():
         namespace["test_my_pass"]()
+
+
+# README.md is what a newcomer reads first: its example is the recipe above (so the tests above cover
+# it), its links lead to pages that exist, and it stays short (issue 32).
+
+
+def test_the_readme_example_is_the_docs_recipe():
+    section = README.read_text().split("## Example", 1)[1]
+    readme_code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    docs_section = OWN_PASS.read_text().split("# Testing your own pass", 1)[1]
+    assert readme_code == re.search(r"```python\n(.*?)```", docs_section, re.S).group(1)
+
+
+def test_the_readme_links_lead_to_pages_that_exist():
+    text = README.read_text()
+    links = re.findall(r"\]\(((?:docs/)[^)#]*)(?:#[^)]*)?\)", text)
+    assert len(links) >= 10
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert not missing, missing
+    assert len(text.splitlines()) < 200
