@@ -11,9 +11,10 @@ entry of Inductor's own passes, rewrites and hand-written graph and lowering han
 ``RewriteNotComparable``, ``AllCasesVoid``) for a search that checked nothing.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._version import __version__
+from .lazy import lazy_attributes
 
 #: Where each public name lives: ``import pmverify`` imports none of these modules (nor torch); the
 #: first use of a name imports its module (PEP 562).
@@ -120,18 +121,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The public name ``name``, its module imported on first use (and the name then cached here)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names and the module's dunders (not its helpers: ``Any``, ``_WHERE``...)."""
-    return sorted({name for name in globals() if name.startswith("__")} | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, {name: f".{module}" for name, module in _WHERE.items()}, __all__)
