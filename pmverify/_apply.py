@@ -51,6 +51,7 @@ from ._execution import (
 )
 from ._factory import PassFactory
 from ._fx import output_vals
+from .errors import UncompilableCase
 
 __all__ = [
     "MatchRecord",
@@ -69,13 +70,6 @@ __all__ = [
     "sort_like_inductor",
     "recording_matches",
 ]
-
-
-class UncompilableCase(RuntimeError):
-    """A case that ``torch.compile`` does not compile or run even without the pass (compiled mode,
-    :func:`pmverify._compiled.apply_compiled`): there is nothing to compare the pass with. Inductor's
-    limit on that graph (a lowering it lacks, a decomposition that refuses the drawn arguments), not
-    the pass's: :func:`pmverify.verify` discards such a case as an invalid draw."""
 
 
 def _out_of_order(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.Node]]:

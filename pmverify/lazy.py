@@ -14,7 +14,7 @@ def lazy_attributes(
     package: str, homes: Mapping[str, str], public: Iterable[str] | None = None
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package`` (its ``__name__``) whose names ``homes`` maps to
-    the relative module that defines each (``{"QKNormFusionPass": ".fusion_pass"}``): a name is
+    the module that defines each, relative to ``package`` or absolute (``{"QKNormFusionPass": ".fusion_pass"}``): a name is
     imported from its module on first use and then kept in the package's namespace; any other
     raises ``AttributeError``. ``dir()`` lists the package's namespace and ``homes``, or, given
     ``public``, only those names and the dunders (not the package's helpers)."""

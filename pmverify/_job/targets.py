@@ -34,6 +34,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import TargetError
+
 __all__ = [
     "TargetError",
     "FuzzTarget",
@@ -54,10 +56,6 @@ __all__ = [
 DEFAULT_SOURCES = ("pmverify.fusions.qk_norm.testing:fuzz_targets", "pmverify.faults.target:fuzz_targets")
 #: The target ``pmverify fuzz`` searches without ``--target``: the shipped pass.
 DEFAULT_TARGET = "qk_norm"
-
-
-class TargetError(ValueError):
-    """A target the job cannot run: the message is one line, fit for ``pmverify fuzz: ...``."""
 
 
 @dataclasses.dataclass(frozen=True)
