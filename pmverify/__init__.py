@@ -46,8 +46,9 @@ _WHERE = {
     "VerifySummary": "_summary",
     "PmverifyWarning": "errors",
     "UnfusedWarning": "errors",
-    "ExtraCheck": "_job.targets",
-    "FuzzTarget": "_job.targets",
+    "EndCheck": "targets",
+    "ExtraCheck": "targets",
+    "FuzzTarget": "targets",
     "Failure": "_verify",
     "PassVerificationError": "_verify",
     "verify": "_verify",
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
     from ._entries import RecordedEntry
     from ._entry_check import EntryResult, check_entry
     from ._inductor_rewrites import inductor_entry, inductor_rewrite, record_inductor
-    from ._job.targets import ExtraCheck, FuzzTarget
     from ._record import RecordedRewrite, record_patterns
     from ._rewrite import RewriteResult, check_rewrite
     from ._sizes import CompileRange
@@ -80,11 +80,13 @@ if TYPE_CHECKING:
     from ._symbolic import symbolize
     from ._verify import Failure, PassVerificationError, verify
     from .oracles import InternalError, PmverifyInternalError, Violation
+    from .targets import EndCheck, ExtraCheck, FuzzTarget
 
 __all__ = [
     "AllCasesVoid",
     "CaseResult",
     "CompileRange",
+    "EndCheck",
     "ExtraCheck",
     "Failure",
     "FuzzTarget",

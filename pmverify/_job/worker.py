@@ -112,7 +112,7 @@ class _Worker:
 
     def _check_info(self) -> protocol.CheckInfo | None:
         """The target's extra check as the job shows it, or None."""
-        check = self.target.fuzz.extra_check
+        check = self.target.fuzz.end_check
         return None if check is None else protocol.CheckInfo(check.name, check.about, check.skipped)
 
     def batch(self, request: protocol.BatchRequest) -> None:
@@ -310,7 +310,7 @@ class _Worker:
 
     def real_model(self) -> None:
         """Run the target's extra check (the job asks only a target that has one)."""
-        check = self.target.fuzz.extra_check
+        check = self.target.fuzz.end_check
         start = time.monotonic()
         try:
             result = {"name": check.name, **check.run(self.target.pass_)}
