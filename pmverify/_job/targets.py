@@ -195,6 +195,8 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
     target that declares its own families, an import that fails, objects that are not a target,
     a pass or a strategy, and a target that cannot run here (``ValueError`` / ``RuntimeError`` of
     its factory or set-up)."""
+    from hypothesis.errors import InvalidArgument
+
     from .._apply import check_pass
 
     if ":" not in name:
@@ -212,7 +214,7 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
         return Target(name, target)
     try:
         check_pass(value)
-    except TypeError:
+    except InvalidArgument:
         raise TargetError(
             f"--target={name!r} is {type(value).__name__}, not a pass (a class built per case "
             "from case.pass_config, a PatternMatcherPass, or a callable on a torch.fx.Graph) or a FuzzTarget"
@@ -228,6 +230,8 @@ def _pass_factory_target(name: str, factory: Callable[[], Any], cases: str) -> T
     """The target of ``--target`` naming a function with no arguments and ``--cases``: a pass factory
     when what it returns is a pass (called once here to tell). Raises :class:`TargetError` when it
     raises, returns a :class:`FuzzTarget` (which declares its own families) or no pass."""
+    from hypothesis.errors import InvalidArgument
+
     from .._apply import check_pass
 
     try:
@@ -238,7 +242,7 @@ def _pass_factory_target(name: str, factory: Callable[[], Any], cases: str) -> T
         raise TargetError(f"--cases={cases!r} is only for a pass: --target={name!r} declares its own families")
     try:
         check_pass(built)
-    except TypeError:
+    except InvalidArgument:
         raise TargetError(
             f"--target={name!r} built {type(built).__name__}: neither a FuzzTarget nor a pass (a pass factory "
             "returns a pass object)"
