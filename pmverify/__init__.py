@@ -27,6 +27,7 @@ _WHERE = {
     "symbolize": "_symbolic",
     "CaseResult": "_check",
     "check_case": "_check",
+    "run_pass": "_apply",
     "inductor_entry": "_inductor_rewrites",
     "check_entry": "_entry_check",
     "EntryResult": "_entry_check",
@@ -58,6 +59,7 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
+    from ._apply import run_pass
     from ._audit.sources import record_entries
     from ._case import GraphCase, MutationSite, PlantedInstance, Symbol
     from ._check import CaseResult, check_case
@@ -118,6 +120,7 @@ __all__ = [
     "record_entries",
     "record_inductor",
     "record_patterns",
+    "run_pass",
     "symbolize",
     "verify",
 ]

@@ -16,11 +16,12 @@ runs targets: :mod:`pmverify._job.targets`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["EndCheck", "ExtraCheck", "FuzzTarget"]
+__all__ = ["EndCheck", "ExtraCheck", "FuzzTarget", "jsonable"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +147,24 @@ class FuzzTarget:
             check_allow_unfused(self.allow_unfused, "FuzzTarget(allow_unfused)")
         except InvalidArgument as exc:
             raise ValueError(str(exc)) from None
+
+
+def jsonable(value: Any) -> Any:
+    """A dataclass, dict or scalar as plain JSON (NaN and Inf as null, bytes as hex): what an
+    :class:`EndCheck`'s ``run`` returns, and what the job's report holds."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    return str(value)
 
 
 #: The old name of :class:`EndCheck` (``extra_check`` names Inductor's match predicate only).

@@ -71,7 +71,8 @@ def real_model_check(skipped: str | None = None) -> Any:
     from pmverify import EndCheck
 
     def run(pass_factory: Any) -> dict:
-        from ...._job.report import jsonable
+        from pmverify.targets import jsonable
+
         from ..real_model import check_minimax_m2
 
         static = jsonable(check_minimax_m2(pass_factory=pass_factory))
