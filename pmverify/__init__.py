@@ -82,14 +82,13 @@ if TYPE_CHECKING:
     from ._symbolic import symbolize
     from ._verify import Failure, PassVerificationError, verify
     from .oracles import InternalError, PmverifyInternalError, Violation
-    from .targets import EndCheck, ExtraCheck, FuzzTarget
+    from .targets import EndCheck, FuzzTarget
 
 __all__ = [
     "AllCasesVoid",
     "CaseResult",
     "CompileRange",
     "EndCheck",
-    "ExtraCheck",
     "Failure",
     "FuzzTarget",
     "GraphCase",

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["EndCheck", "ExtraCheck", "FuzzTarget", "jsonable"]
+__all__ = ["EndCheck", "FuzzTarget", "jsonable"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,13 +35,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import TargetError
-from ..targets import EndCheck, ExtraCheck, FuzzTarget
+from ..targets import EndCheck, FuzzTarget
 
 __all__ = [
     "TargetError",
     "FuzzTarget",
     "EndCheck",
-    "ExtraCheck",
     "Target",
     "DEFAULT_SOURCES",
     "DEFAULT_TARGET",
