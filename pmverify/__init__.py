@@ -11,9 +11,10 @@ entry of Inductor's own passes, rewrites and hand-written graph and lowering han
 ``RewriteNotComparable``, ``AllCasesVoid``) for a search that checked nothing.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._version import __version__
+from .lazy import lazy_attributes
 
 #: Where each public name lives: ``import pmverify`` imports none of these modules (nor torch); the
 #: first use of a name imports its module (PEP 562).
@@ -26,6 +27,7 @@ _WHERE = {
     "symbolize": "_symbolic",
     "CaseResult": "_check",
     "check_case": "_check",
+    "run_pass": "_apply",
     "inductor_entry": "_inductor_rewrites",
     "check_entry": "_entry_check",
     "EntryResult": "_entry_check",
@@ -37,32 +39,33 @@ _WHERE = {
     "record_patterns": "_record",
     "RewriteResult": "_rewrite",
     "check_rewrite": "_rewrite",
-    "AllCasesVoid": "_summary",
-    "RewriteNeverMatched": "_summary",
-    "RewriteNotComparable": "_summary",
-    "RewriteUnsatisfiable": "_summary",
-    "VacuousSearch": "_summary",
+    "AllCasesVoid": "errors",
+    "RewriteNeverMatched": "errors",
+    "RewriteNotComparable": "errors",
+    "RewriteUnsatisfiable": "errors",
+    "VacuousSearch": "errors",
     "VerifySummary": "_summary",
-    "PmverifyWarning": "_summary",
-    "UnfusedWarning": "_summary",
-    "ExtraCheck": "_job.targets",
-    "FuzzTarget": "_job.targets",
+    "PmverifyWarning": "errors",
+    "UnfusedWarning": "errors",
+    "EndCheck": "targets",
+    "ExtraCheck": "targets",
+    "FuzzTarget": "targets",
     "Failure": "_verify",
     "PassVerificationError": "_verify",
     "verify": "_verify",
     "Violation": "oracles",
     "InternalError": "oracles",
-    "PmverifyInternalError": "oracles",
+    "PmverifyInternalError": "errors",
 }
 
 if TYPE_CHECKING:
+    from ._apply import run_pass
     from ._audit.sources import record_entries
     from ._case import GraphCase, MutationSite, PlantedInstance, Symbol
     from ._check import CaseResult, check_case
     from ._entries import RecordedEntry
     from ._entry_check import EntryResult, check_entry
     from ._inductor_rewrites import inductor_entry, inductor_rewrite, record_inductor
-    from ._job.targets import ExtraCheck, FuzzTarget
     from ._record import RecordedRewrite, record_patterns
     from ._rewrite import RewriteResult, check_rewrite
     from ._sizes import CompileRange
@@ -79,12 +82,13 @@ if TYPE_CHECKING:
     from ._symbolic import symbolize
     from ._verify import Failure, PassVerificationError, verify
     from .oracles import InternalError, PmverifyInternalError, Violation
+    from .targets import EndCheck, FuzzTarget
 
 __all__ = [
     "AllCasesVoid",
     "CaseResult",
     "CompileRange",
-    "ExtraCheck",
+    "EndCheck",
     "Failure",
     "FuzzTarget",
     "GraphCase",
@@ -115,23 +119,10 @@ __all__ = [
     "record_entries",
     "record_inductor",
     "record_patterns",
+    "run_pass",
     "symbolize",
     "verify",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The public name ``name``, its module imported on first use (and the name then cached here)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names and the module's dunders (not its helpers: ``Any``, ``_WHERE``...)."""
-    return sorted({name for name in globals() if name.startswith("__")} | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, {name: f".{module}" for name, module in _WHERE.items()}, __all__)

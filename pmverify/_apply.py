@@ -51,6 +51,7 @@ from ._execution import (
 )
 from ._factory import PassFactory
 from ._fx import output_vals
+from .errors import UncompilableCase
 
 __all__ = [
     "MatchRecord",
@@ -69,13 +70,6 @@ __all__ = [
     "sort_like_inductor",
     "recording_matches",
 ]
-
-
-class UncompilableCase(RuntimeError):
-    """A case that ``torch.compile`` does not compile or run even without the pass (compiled mode,
-    :func:`pmverify._compiled.apply_compiled`): there is nothing to compare the pass with. Inductor's
-    limit on that graph (a lowering it lacks, a decomposition that refuses the drawn arguments), not
-    the pass's: :func:`pmverify.verify` discards such a case as an invalid draw."""
 
 
 def _out_of_order(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
@@ -162,10 +156,12 @@ def pass_made_unsorted(
 
 
 def check_pass(pass_: Any) -> None:
-    """Raise ``TypeError`` naming ``pass_`` unless it is a pass class, a ``PatternMatcherPass``
-    (anything with ``apply``) or callable on a ``torch.fx.Graph``."""
+    """Raise ``hypothesis.errors.InvalidArgument`` naming ``pass_`` unless it is a pass class, a
+    ``PatternMatcherPass`` (anything with ``apply``) or callable on a ``torch.fx.Graph``."""
+    from hypothesis.errors import InvalidArgument
+
     if not (isinstance(pass_, (type, PassFactory)) or callable(pass_) or callable(getattr(pass_, "apply", None))):
-        raise TypeError(
+        raise InvalidArgument(
             f"pass_={pass_!r} is not a pass: give a class built per case from case.pass_config, a "
             "PatternMatcherPass, or a callable on a torch.fx.Graph"
         )
@@ -192,7 +188,7 @@ def build_pass(pass_: Any, case: GraphCase, rank: int = 0) -> Any:
     a class, ``pass_(rank_config(case.pass_config, rank))``, or ``pass_()`` for a case that carries
     no ``pass_config`` (a fresh object per case, so no state leaks from one case to the next); a
     :class:`PassFactory` the same way (:meth:`PassFactory.build`).
-    Raises ``TypeError`` for something that is not a pass (:func:`check_pass`), ``ValueError`` when
+    Raises ``InvalidArgument`` for something that is not a pass (:func:`check_pass`), ``ValueError`` when
     a class needs constructor arguments and the case carries no ``pass_config``."""
     check_pass(pass_)
     if isinstance(pass_, PassFactory):

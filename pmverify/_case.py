@@ -109,7 +109,7 @@ class GraphCase:
     - ``placements``: for a tensor-parallel case, one ``torch.distributed.tensor`` placement per
       graph input (``Replicate()`` or ``Shard(dim)``: how the rank tuples relate); None otherwise.
     - ``symbols``: for a case with symbolic sizes (``dynamic=`` of the strategies, see
-      :func:`pmverify.symbolic.symbolize`), its :class:`Symbol` records; ``()`` for static shapes.
+      :func:`pmverify.symbolize`), its :class:`Symbol` records; ``()`` for static shapes.
     - ``input_dims``: with ``symbols``, one entry per placeholder: the symbol's name for a ``Sym``
       placeholder (its input is an int, the hint), else a tuple with, per dim of the input tensor,
       its size as an expression of the symbols (``"s0"``, ``"2*s0"``) or None where it is static;

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hypothesis.errors import InvalidArgument
+
 from ._apply import apply_direct
 from ._case import GraphCase
 from ._execution import RunPair
@@ -101,19 +103,26 @@ def _has_collectives(case: GraphCase) -> bool:
 def _resolve_oracles(oracles: Sequence[OracleSpec] | None) -> list[tuple[str, Callable[[RunPair], list[Violation]]]]:
     if oracles is None:
         return list(ORACLES.items())
+    given = oracles
     if isinstance(oracles, str):
         oracles = [oracles]
     resolved = []
     for oracle in oracles:
         if isinstance(oracle, str):
             if oracle not in ORACLES:
-                raise ValueError(f"oracles: unknown oracle {oracle!r}; known: {', '.join(ORACLES)}")
+                raise InvalidArgument(f"oracles={given!r}: unknown oracle {oracle!r}; known: {', '.join(ORACLES)}")
             resolved.append((oracle, ORACLES[oracle]))
         elif callable(oracle):
             resolved.append((getattr(oracle, "__name__", repr(oracle)), oracle))
         else:
-            raise ValueError(f"oracles: {oracle!r} is neither an oracle name nor a callable")
+            raise InvalidArgument(f"oracles={given!r}: {oracle!r} is neither an oracle name nor a callable")
     return resolved
+
+
+def validate_oracles(oracles: Sequence[OracleSpec] | None) -> None:
+    """Raise ``InvalidArgument`` naming ``oracles`` when it names an unknown oracle or holds
+    something that is neither a name nor a callable."""
+    _resolve_oracles(oracles)
 
 
 def _mutates(pair: RunPair) -> bool:
@@ -237,14 +246,12 @@ def _changed(pair: RunPair) -> bool:
 def pass_or_factory(pass_: Any, pass_factory: Any) -> Any:
     """The pass under test of ``pass_=`` / ``pass_factory=`` (exactly one of them): ``pass_``, or
     ``pass_factory`` as a :class:`~pmverify._factory.PassFactory`. Raises ``InvalidArgument``
-    naming both when both are given, ``TypeError`` when neither is, and as
-    :func:`~pmverify._factory.as_factory` does."""
-    from hypothesis.errors import InvalidArgument
-
+    naming both when both are given or neither is, and as :func:`~pmverify._factory.as_factory`
+    does."""
     from ._factory import as_factory
 
     if pass_ is None and pass_factory is None:
-        raise TypeError("pass_=None is not a pass: give the pass, or pass_factory= a function building it")
+        raise InvalidArgument("pass_=None is not a pass: give the pass, or pass_factory= a function building it")
     if pass_ is not None and pass_factory is not None:
         raise InvalidArgument(
             f"pass_={pass_!r}, pass_factory={pass_factory!r}: give exactly one (the pass, or a function building it)"
@@ -289,21 +296,23 @@ def check_case(
     A tensor-parallel case (``tp_world > 1``) is applied once per rank in direct mode and run on a
     real world of ``tp_world`` ranks (:mod:`pmverify.distributed`, threaded backend).
 
-    Raises ``ValueError`` for an unknown mode or oracle, a ``strict_order`` that is not a bool, or for compiled mode on a tensor-parallel
-    case whose graph calls collectives; ``TypeError`` when ``case`` is not a ``GraphCase``; in
+    Raises ``hypothesis.errors.InvalidArgument``, naming the argument and its value, for a bad
+    argument: an unknown ``mode`` or oracle, a ``strict_order`` that is not a bool, a ``case`` that
+    is not a ``GraphCase``, a ``pass_`` that is not a pass; ``ValueError`` for compiled mode on a
+    tensor-parallel case whose graph calls collectives; in
     compiled mode, ``RuntimeError`` when the case does not compile or run even without the pass;
     :class:`pmverify.distributed.SPMDTimeoutError` when a tensor-parallel world did not finish within
     its timeout (``$PMVERIFY_TP_TIMEOUT_S``, default 120 s): an error of the run, not a finding.
-    ``InvalidArgument`` when both ``pass_`` and ``pass_factory`` are given (``TypeError`` when
-    neither is), or for a ``pass_factory`` that is not a function importable by its module path.
+    ``InvalidArgument`` when both ``pass_`` and ``pass_factory`` are given or neither is, or for a
+    ``pass_factory`` that is not a function importable by its module path.
     """
     pass_ = pass_or_factory(pass_, pass_factory)
     if not isinstance(case, GraphCase):
-        raise TypeError(f"case={case!r} is not a GraphCase")
+        raise InvalidArgument(f"case={case!r} is not a GraphCase")
     if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
+        raise InvalidArgument(f"mode={mode!r} is not supported; one of {MODES}")
     if not isinstance(strict_order, bool):
-        raise ValueError(f"strict_order={strict_order!r} must be a bool")
+        raise InvalidArgument(f"strict_order={strict_order!r} must be a bool")
     checks = _resolve_oracles(oracles)
     start = time.perf_counter()
     if mode == "compiled":

@@ -199,7 +199,7 @@ def _oracle_recipe(oracles: Sequence[Any] | None, imports: set[str]) -> str:
 #: and serialized patterns use (``prims.fma``, made in torch._inductor.inductor_prims at torch 2.13);
 #: the quantize / dequantize ops of PT2E quantization.
 _OP_MODULES = {
-    "pmverify_testing": "import pmverify.strategies._custom_ops  # registers torch.ops.pmverify_testing",
+    "pmverify_testing": "import pmverify.strategies  # registers torch.ops.pmverify_testing",
     "prims": "import torch._inductor.inductor_prims  # registers Inductor's torch.ops.prims (fma...)",
     "quantized_decomposed": "import torch.ao.quantization.fx._decomposed  # registers torch.ops.quantized_decomposed",
 }
@@ -331,49 +331,86 @@ def render(
     case on which the pass killed its process (``dies``), the script dies the same way while the
     pass is wrong, as its header says. ``prelude``: Python lines the script runs after ``import
     torch``, before pmverify is imported (a fuzz target's set-up); None: the pass's own
-    (:func:`pass_prelude`). Raises ``ValueError`` when the graph holds an argument that cannot be
-    written as Python.
+    (:func:`pass_prelude`). The script imports pmverify's public API only. Raises ``ValueError``
+    when the graph holds an argument that cannot be written as Python.
     """
     imports: set[str] = set()
     graph = _graph_source(case.gm, imports)
     oracle_expr = _oracle_recipe(oracles, imports)
-    if pass_source is None and isinstance(pass_, PassFactory):
-        pass_source = (
+    pass_source = _pass_code(pass_, pass_source, imports)
+    config_expr = _config_code(case, imports)
+    prelude = pass_prelude(pass_) if prelude is None else prelude
+    factory = isinstance(pass_, PassFactory) and "PASS_FACTORY" in pass_source
+    return "\n".join(
+        [
+            *_header(violations, hang_s, dies, others),
+            *_imports(case, prelude, pass_source, imports),
+            *_pass_block(pass_source),
+            "",
+            "",
+            graph,
+            "",
+            "",
+            *_case_block(case, config_expr),
+            "",
+            "",
+            *_main(oracle_expr, mode, factory, strict_order, hang_s, [str(v) for v in violations], others),
+            "",
+        ]
+    )
+
+
+def _pass_code(pass_: Any, pass_source: str | None, imports: set[str]) -> str:
+    """The script's code defining ``PASS`` (or ``PASS_FACTORY``): ``pass_source`` when given, else
+    the recipe pmverify derives (its imports added to ``imports``), else ``PASS = None`` to edit."""
+    if pass_source is not None:
+        return pass_source
+    if isinstance(pass_, PassFactory):
+        return (
             f"# the pass factory: called per case (and rank) as verify(pass_factory=...) called it\n"
             f"PASS_FACTORY = {import_code(pass_.module, pass_.file, pass_.qualname)}"
         )
-    elif pass_source is None:
-        recipe = pass_recipe(pass_)
-        if recipe is None:
-            pass_source = (
-                f"# pmverify could not rebuild this {type(pass_).__name__} from outside: replace None with\n"
-                "# code building it (or give verify() pass_source='PASS = ...').\nPASS = None"
-            )
-        else:
-            imports.update(recipe[0])
-            pass_source = f"PASS = {recipe[1]}"
+    recipe = pass_recipe(pass_)
+    if recipe is None:
+        return (
+            f"# pmverify could not rebuild this {type(pass_).__name__} from outside: replace None with\n"
+            "# code building it (or give verify() pass_source='PASS = ...').\nPASS = None"
+        )
+    imports.update(recipe[0])
+    return f"PASS = {recipe[1]}"
+
+
+def _config_code(case: GraphCase, imports: set[str]) -> str:
+    """The expression rebuilding ``case.pass_config`` (its imports added to ``imports``)."""
     config = _object_recipe(case.pass_config)
     if config is None and case.pass_config is not None:
         raise ValueError(f"pass_config={case.pass_config!r} cannot be rebuilt from its repr")
     imports.update(config[0])
-    header = [
+    return config[1]
+
+
+def _header(
+    violations: Sequence[Any], hang_s: float | None, dies: bool, others: Sequence[tuple[str, str]]
+) -> list[str]:
+    """The script's comment header: the violations, who wrote it, what its exit status means."""
+    if hang_s is not None:
+        exits = [
+            f"# exits 1 when the pass still hangs after {hang_s:g}s (printing where), 0 once fixed, 2 when it cannot run."
+        ]
+    elif dies:
+        exits = [
+            "# dies as the pass made its process die while the pass is wrong, exits 0 once fixed, 2 when it",
+            "# cannot run.",
+        ]
+    else:
+        exits = ["# prints the violations and exits 1 while the pass is wrong, 0 once fixed, 2 when it cannot run."]
+    return [
         "# pmverify reproducer. Violations found when it was written:",
         *(f"#   {line}" for v in violations for line in str(v).splitlines()),
         f"# Written by pmverify {_version()} (torch {torch.__version__}) on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
         "# Run it as a script (the pass's module must import from here or from where it was written): it",
-        *(
-            [
-                f"# exits 1 when the pass still hangs after {hang_s:g}s (printing where), 0 once fixed, 2 when it cannot run."
-            ]
-            if hang_s is not None
-            else [
-                "# dies as the pass made its process die while the pass is wrong, exits 0 once fixed, 2 when it",
-                "# cannot run.",
-            ]
-            if dies
-            else ["# prints the violations and exits 1 while the pass is wrong, 0 once fixed, 2 when it cannot run."]
-        ),
+        *exits,
         *(
             [
                 "# Other failures of the search, less severe, each on a case of its own:",
@@ -383,9 +420,13 @@ def render(
             else []
         ),
     ]
-    expected = [str(v) for v in violations]
-    prelude = pass_prelude(pass_) if prelude is None else prelude
-    body = [
+
+
+def _imports(case: GraphCase, prelude: str, pass_source: str, imports: set[str]) -> list[str]:
+    """The script's imports: the standard library, torch, the prelude, pmverify's public names the
+    case needs, then (exit 2 when they fail) what the pass and the case's custom ops need."""
+    public = ["GraphCase", "MutationSite", "PlantedInstance", *(["Symbol"] if case.symbols else []), "check_case"]
+    return [
         "import base64",
         "import io",
         "import operator",
@@ -398,8 +439,7 @@ def render(
         "import torch",
         "",
         *([prelude, ""] if prelude else []),
-        "from pmverify import GraphCase, check_case",
-        "from pmverify._case import MutationSite, PlantedInstance" + (", Symbol" if case.symbols else ""),
+        f"from pmverify import {', '.join(public)}",
         *(["from torch.distributed.tensor import Replicate, Shard"] if case.placements is not None else []),
         "",
         *([IMPORT_HELPER, ""] if "_pmverify_import(" in pass_source + "".join(imports) else []),
@@ -412,17 +452,25 @@ def render(
         '    print(f"cannot import what the case and the pass need: {exc!r}", file=sys.stderr)',
         "    sys.exit(2)",
         "",
+    ]
+
+
+def _pass_block(pass_source: str) -> list[str]:
+    """The script's ``PASS`` / ``PASS_FACTORY`` definition (exit 2 when it raises)."""
+    return [
         "PASS = PASS_FACTORY = None",
         "try:",
         textwrap.indent(pass_source, "    "),
         "except Exception as exc:  # exit 2, as above",
         '    print(f"cannot build the pass: {exc!r}", file=sys.stderr)',
         "    sys.exit(2)",
-        "",
-        "",
-        graph,
-        "",
-        "",
+    ]
+
+
+def _case_block(case: GraphCase, config_expr: str) -> list[str]:
+    """The script's ``CASE``: the graph built by ``build_graph()`` and the embedded inputs (exit 2
+    when it cannot be rebuilt)."""
+    return [
         "try:",
         "    INPUTS = torch.load(io.BytesIO(base64.b64decode(",
         textwrap.indent(_inputs_blob(case.inputs), "    "),
@@ -434,7 +482,7 @@ def render(
         f"        form={case.form!r},",
         f"        planted={case.planted!r},",
         f"        mutations={case.mutations!r},",
-        f"        pass_config={config[1]},",
+        f"        pass_config={config_expr},",
         f"        label={case.label!r},",
         *([f"        placements={case.placements!r},"] if case.placements is not None else []),
         *([f"        symbols={case.symbols!r},", f"        input_dims={case.input_dims!r},"] if case.symbols else []),
@@ -443,8 +491,21 @@ def render(
         "except Exception as exc:  # exit 2, as above",
         '    print(f"cannot rebuild the case: {exc!r}", file=sys.stderr)',
         "    sys.exit(2)",
-        "",
-        "",
+    ]
+
+
+def _main(
+    oracle_expr: str,
+    mode: str,
+    factory: bool,
+    strict_order: bool,
+    hang_s: float | None,
+    expected: list[str],
+    others: Sequence[tuple[str, str]],
+) -> list[str]:
+    """The script's ``__main__``: run ``check_case`` (under a hang timer when ``hang_s``), print the
+    graphs and violations, exit 1 while there are violations."""
+    return [
         'if __name__ == "__main__":',
         "    if PASS is None and PASS_FACTORY is None:",
         '        print("edit PASS in this script: pmverify could not rebuild the pass", file=sys.stderr)',
@@ -465,7 +526,7 @@ def render(
         ),
         "    try:  # check_case never raises on a finding: what it raises is an error of the check (exit 2)",
         f"        result = check_case(PASS, CASE, oracles={oracle_expr}, mode={mode!r}"
-        + (", pass_factory=PASS_FACTORY" if isinstance(pass_, PassFactory) and "PASS_FACTORY" in pass_source else "")
+        + (", pass_factory=PASS_FACTORY" if factory else "")
         + (", strict_order=True)" if strict_order else ")"),
         "    except Exception:",
         "        import traceback",
@@ -492,9 +553,7 @@ def render(
             else []
         ),
         "    sys.exit(1 if result.violations else 0)",
-        "",
     ]
-    return "\n".join(header + body)
 
 
 def write(

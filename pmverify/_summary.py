@@ -14,6 +14,16 @@ from typing import Any
 
 from hypothesis.errors import InvalidArgument
 
+from .errors import (
+    AllCasesVoid,
+    PmverifyWarning,
+    RewriteNeverMatched,
+    RewriteNotComparable,
+    RewriteUnsatisfiable,
+    UnfusedWarning,
+    VacuousSearch,
+)
+
 __all__ = [
     "VerifySummary",
     "VacuousSearch",
@@ -206,59 +216,6 @@ def _added(one: tuple[int, int, int], two: tuple[int, int, int]) -> tuple[int, i
     return (one[0] + two[0], one[1] + two[1], one[2] + two[2])
 
 
-class VacuousSearch(AssertionError):
-    """A search that checked nothing it was meant to check; the base of :class:`RewriteNeverMatched`
-    and :class:`AllCasesVoid`. ``summary``: the search's :class:`VerifySummary` (None when the
-    error does not come from :func:`pmverify.verify`)."""
-
-    def __init__(self, message: str, summary: VerifySummary | None = None) -> None:
-        self.summary = summary
-        super().__init__(message)
-
-
-class RewriteNeverMatched(VacuousSearch):
-    """No case of the search was rewritten: nothing the pass rewrites was compared.
-
-    Raised by :func:`pmverify.verify` (``summary`` set, ``result`` None) and by
-    :func:`pmverify.check_rewrite` (``result``: its ``RewriteResult``, whose ``outcomes`` say why;
-    ``summary`` set too).
-    """
-
-    def __init__(self, message: str, summary: VerifySummary | None = None, result: Any = None) -> None:
-        self.result = result
-        super().__init__(message, summary)
-
-
-class RewriteUnsatisfiable(RewriteNeverMatched):
-    """No case was rewritten because the rewrite is gated on what this machine or configuration
-    does not have: ``condition`` names it in words (``"tensors on a CUDA device"``,
-    ``"torch._inductor.config.freezing=True"``). Raised by :func:`pmverify.check_rewrite` instead of
-    a plain :class:`RewriteNeverMatched` when the gate is found; ``check_rewrite(...,
-    force_extra_check=True)`` runs the comparison anyway. A subclass of
-    :class:`RewriteNeverMatched`, so code catching that catches this too."""
-
-    def __init__(self, message: str, condition: str, summary: VerifySummary | None = None, result: Any = None) -> None:
-        self.condition = condition
-        super().__init__(message, summary, result)
-
-
-class RewriteNotComparable(VacuousSearch):
-    """The graphs before and after the rewrite cannot be compared value by value: ``reason`` says
-    why in words (``"rng: ..."``: the graph draws random numbers, and the replacement consumes them
-    otherwise than the pattern). Raised by :func:`pmverify.check_rewrite`; never a finding."""
-
-    def __init__(self, message: str, reason: str, summary: VerifySummary | None = None, result: Any = None) -> None:
-        self.reason = reason
-        self.result = result
-        super().__init__(message, summary)
-
-
-class AllCasesVoid(VacuousSearch):
-    """Every case of the search was void: its float64 reference is NaN or Inf, or its graphs cannot
-    be compared value by value (they draw random numbers otherwise), so the semantics oracle judged
-    none (see :mod:`pmverify.oracles.semantics`). Raised by :func:`pmverify.verify`."""
-
-
 def vacuous_error(summary: VerifySummary, what: str) -> VacuousSearch | None:
     """The error of a search that checked nothing (``what`` names the pass and the cases), else
     None: :class:`RewriteNeverMatched` when no case was rewritten, :class:`AllCasesVoid` when every
@@ -300,16 +257,6 @@ def vacuous_error(summary: VerifySummary, what: str) -> VacuousSearch | None:
 
 
 # -- groups never rewritten ---------------------------------------------------------------------------
-
-
-class PmverifyWarning(UserWarning):
-    """Base of pmverify's warnings: what a search that found nothing still wants you to know."""
-
-
-class UnfusedWarning(PmverifyWarning):
-    """A whole group of planted instances (a dtype, a graph form, a kind of trace) was never
-    rewritten over a search in which the pass rewrote others (:func:`unfused_warnings`): the pass
-    silently never fuses them. Silenced per group by ``verify(..., allow_unfused=[...])``."""
 
 
 #: The families of groups a warning is given for, each with what its instances are, what may keep

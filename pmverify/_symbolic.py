@@ -40,6 +40,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from ._case import GraphCase, Symbol
 from ._compat import python_dispatcher
 from ._sizes import allowed_sizes, fake_input, new_symbol, written_size
+from .errors import SymbolizeError
 
 __all__ = [
     "HINTS",
@@ -62,10 +63,6 @@ MIN_SIZE = 2
 MAX_SIZE = 64
 #: What dynamo and make_fx write for an omitted slice end: never a size expression.
 _INT64_MAX = 9223372036854775807
-
-
-class SymbolizeError(ValueError):
-    """Raised by :func:`symbolize` for arguments it cannot honour (the message names the argument)."""
 
 
 def _is_prime(n: int) -> bool:

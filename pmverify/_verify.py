@@ -27,7 +27,7 @@ from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
 from ._apply import UncompilableCase, check_pass
-from ._check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory
+from ._check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory, validate_oracles
 from ._compat import (
     keyed,
     max_shrinking_seconds,
@@ -421,11 +421,11 @@ def verify(
     drawn, and the planted ground truth). ``InvalidArgument`` for a ``cases`` that is not a
     strategy, a ``max_examples`` below 1, a ``seed`` that is not an int or a
     ``strict_order`` / ``allow_no_rewrites`` that is not a bool, a ``settings`` that is not a
-    ``hypothesis.settings``, an empty ``oracles``, a ``shrink_budget_s`` that is not a positive number or None,
-    ``ValueError`` for a ``$PMVERIFY_SHRINK_BUDGET`` that is not a positive number, ``ValueError`` for an unknown ``mode`` or a
-    ``$PMVERIFY_SEED`` that is not an int, ``TypeError`` for a ``pass_`` that is not a pass;
-    ``InvalidArgument`` when both ``pass_`` and ``pass_factory`` are given (``TypeError`` when
-    neither is), for a
+    ``hypothesis.settings``, an empty ``oracles`` or one naming an unknown oracle, a
+    ``shrink_budget_s`` that is not a positive number or None, an unknown ``mode``, a ``pass_`` that
+    is not a pass; ``ValueError`` for a ``$PMVERIFY_SHRINK_BUDGET`` that is not a positive number or
+    a ``$PMVERIFY_SEED`` that is not an int; ``InvalidArgument`` when both ``pass_`` and
+    ``pass_factory`` are given or neither is, for a
     ``pass_factory`` that is a class, not callable, or not importable by its module path (a lambda,
     a closure, a ``functools.partial``), for a ``reproducer_prelude`` that is not a str, and for an
     ``allow_unfused`` that is not a list or dict of known group names.
@@ -451,7 +451,7 @@ def verify(
     ):
         raise InvalidArgument(f"max_examples={max_examples!r} must be a positive int")
     if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not supported; one of {MODES}")
+        raise InvalidArgument(f"mode={mode!r} is not supported; one of {MODES}")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise InvalidArgument(f"seed={seed!r} must be an int or None")
     for name, flag in (("strict_order", strict_order), ("allow_no_rewrites", allow_no_rewrites)):
@@ -465,6 +465,7 @@ def verify(
         raise InvalidArgument(f"settings={settings!r} must be a hypothesis.settings or None")
     if oracles is not None and not isinstance(oracles, str) and not oracles:
         raise InvalidArgument(f"oracles={oracles!r} asks no oracle: the search would check nothing; None asks all")
+    validate_oracles(oracles)
     if seed is None:
         from ._settings import env_seed  # (torch-free; pytest and the CLI check it at start-up)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis.errors import InvalidArgument
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import pmverify
@@ -134,10 +135,10 @@ def test_verify_compiled():
 
 
 def test_unknown_mode():
-    with pytest.raises(ValueError, match="mode='eager' is not supported"):
+    with pytest.raises(InvalidArgument, match="mode='eager' is not supported"):
         verify(QKNormFusionPass, qk_norm_cases(CONFIG), mode="eager")
     case = build_case(CONFIG, [make_layer(CONFIG, "qk_norm")])
-    with pytest.raises(ValueError, match="mode='eager' is not supported"):
+    with pytest.raises(InvalidArgument, match="mode='eager' is not supported"):
         pmverify.check_case(QKNormFusionPass, case, mode="eager")
 
 

@@ -1,6 +1,7 @@
 """Reproducer scripts are valid Python whatever the violation text holds."""
 
 import operator
+import re
 
 import pytest
 import torch
@@ -22,6 +23,13 @@ def test_violation_text_with_newlines_braces_and_quotes_compiles():
     source = render(_case(), QKNormFusionPass(QKNormConfig(8, 4)), [nasty])
     compile(source, "repro.py", "exec")
     assert "{q_size}" in source
+
+
+def test_a_reproducer_imports_pmverify_public_names_only():
+    source = render(_case(), QKNormFusionPass(QKNormConfig(8, 4)), [Violation("crash", "x")])
+    imported = re.findall(r"^\s*(?:from|import) (pmverify\S*)", source, re.M)
+    assert "pmverify" in imported and not [name for name in imported if "._" in name], imported
+    assert "from pmverify import GraphCase, MutationSite, PlantedInstance, check_case" in source
 
 
 def test_pass_recipes():

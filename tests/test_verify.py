@@ -86,6 +86,9 @@ def test_reproducer_exits_zero_once_the_pass_is_fixed(tmp_path):
         (dict(oracles=[]), "oracles=\\[\\] asks no oracle"),
         (dict(shrink_budget_s=0), "shrink_budget_s=0 must be a positive number of seconds or None"),
         (dict(shrink_budget_s="1"), "shrink_budget_s='1' must be a positive number"),
+        (dict(mode="eager"), "mode='eager' is not supported"),
+        (dict(oracles=["nope"]), "oracles=\\['nope'\\]: unknown oracle 'nope'"),
+        (dict(oracles=["semantics", 42]), "oracles=\\['semantics', 42\\]: 42 is neither an oracle name nor a callable"),
     ],
 )
 def test_bad_arguments(kwargs, message):
@@ -98,10 +101,31 @@ def test_bad_arguments(kwargs, message):
 @pytest.mark.parametrize("pass_", [None, 42, "QKNormFusionPass"])
 def test_something_that_is_not_a_pass_is_refused_eagerly(pass_):
     case = build_case(CONFIG_F32, [make_layer(CONFIG_F32, "qk_norm", tokens=2)])
-    with pytest.raises(TypeError, match="is not a pass"):
+    with pytest.raises(InvalidArgument, match=f"pass_={pass_!r} is not a pass"):
         pmverify.check_case(pass_, case)
-    with pytest.raises(TypeError, match="is not a pass"):
+    with pytest.raises(InvalidArgument, match=f"pass_={pass_!r} is not a pass"):
         verify(pass_, st.just(case))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(case=object()), "case=<object object at .*> is not a GraphCase"),
+        (dict(case=None), "case=None is not a GraphCase"),
+        (dict(mode="eager"), "mode='eager' is not supported"),
+        (dict(strict_order=1), "strict_order=1 must be a bool"),
+        (dict(oracles=["nope"]), "oracles=\\['nope'\\]: unknown oracle 'nope'"),
+        (dict(oracles="nope"), "oracles='nope': unknown oracle 'nope'"),
+        (dict(oracles=[3.5]), "oracles=\\[3.5\\]: 3.5 is neither an oracle name nor a callable"),
+        (dict(pass_=None, pass_factory=None), "pass_=None is not a pass"),
+    ],
+)
+def test_check_case_bad_arguments(kwargs, message):
+    """Every bad argument of ``check_case`` is an ``InvalidArgument`` naming it and its value."""
+    case = build_case(CONFIG_F32, [make_layer(CONFIG_F32, "qk_norm", tokens=2)])
+    args = {"pass_": _NoArgumentPass, "case": case, **kwargs}
+    with pytest.raises(InvalidArgument, match=message):
+        pmverify.check_case(**args)
 
 
 class _NoArgumentPass:
@@ -130,7 +154,7 @@ def test_a_class_is_built_with_no_argument_when_the_case_carries_no_config():
         ValueError, match="_ConfiguredPass is a class whose constructor takes arguments.*give a built pass"
     ):
         pmverify.check_case(_ConfiguredPass, case)
-    with pytest.raises(ValueError, match="strict_order=1 must be a bool"):
+    with pytest.raises(InvalidArgument, match="strict_order=1 must be a bool"):
         pmverify.check_case(_NoArgumentPass, case, strict_order=1)
 
 

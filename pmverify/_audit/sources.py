@@ -34,6 +34,7 @@ from .._entries import KINDS, RecordedEntry
 from .._inductor_passes import entry_labels, handler_name, import_pass_modules, kind_of
 from .._inductor_rewrites import record_inductor, trace_name, unique_labels
 from .._record import RecordedRewrite, record_patterns
+from ..errors import SourceError
 
 __all__ = [
     "INDUCTOR",
@@ -47,10 +48,6 @@ __all__ = [
 ]
 
 INDUCTOR = "inductor"
-
-
-class SourceError(ValueError):
-    """A source the audit cannot record: the message is one line, fit for ``pmverify audit: ...``."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,7 @@ Its names are imported on first use (PEP 562), so that a worker process can impo
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_attributes
 
 __all__ = ["JobOptions", "TargetError", "builtin_names", "format_duration", "parse_duration", "run_job"]
 
@@ -21,14 +20,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)

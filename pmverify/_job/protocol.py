@@ -147,7 +147,7 @@ class Finding:
 class Ready:
     """A worker can take work. ``pid``: its process id; for a fuzz target's worker, the target's
     case ``families`` (names, in order: a request's ``family`` indexes them), each family's
-    example-database ``keys``, its extra check (:class:`CheckInfo`), if it has one, and the group
+    example-database ``keys``, its end check (:class:`CheckInfo`), if it has one, and the group
     keys its ``allow_unfused`` silences."""
 
     pid: int
@@ -159,7 +159,7 @@ class Ready:
 
 @_frozen
 class CheckInfo:
-    """A target's extra check as the job shows it: ``name``, ``about`` (one line), and ``skipped``
+    """A target's end check as the job shows it: ``name``, ``about`` (one line), and ``skipped``
     (why it cannot run here, else None)."""
 
     name: str
@@ -214,7 +214,7 @@ class RenderRequest:
 
 @_frozen
 class ExtraCheckRequest:
-    """Run the target's extra check (:class:`pmverify.ExtraCheck`, the shipped pass's: the compiled
+    """Run the target's end check (:class:`pmverify.EndCheck`, the shipped pass's: the compiled
     tiny MiniMax-M2) with the target's pass."""
 
 
@@ -274,7 +274,7 @@ class Rendered:
 
 @_frozen
 class ExtraCheckDone:
-    """The extra check's result (JSON-ready: ``name``, ``ok``, ...)."""
+    """The end check's result (JSON-ready: ``name``, ``ok``, ...)."""
 
     result: dict[str, Any]
 

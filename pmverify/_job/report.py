@@ -4,34 +4,16 @@ stream (``-``, ``/dev/stdout``), is written once at the end instead."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import pathlib
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, TextIO
+from typing import TextIO
 
 from .._io import output_stream, write_atomic, write_output
+from ..targets import jsonable
 
 __all__ = ["jsonable", "junit_xml", "write_atomic", "write_json", "write_outputs", "xml_text"]
-
-
-def jsonable(value: Any) -> Any:
-    """A dataclass, dict or scalar as plain JSON (NaN and Inf as null, bytes as hex)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = dataclasses.asdict(value)
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, (int, float, str, bool, type(None))):
-        return value
-    return str(value)
 
 
 def write_json(path: pathlib.Path, report: dict) -> None:

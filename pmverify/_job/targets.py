@@ -34,10 +34,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import TargetError
+from ..targets import EndCheck, FuzzTarget
+
 __all__ = [
     "TargetError",
     "FuzzTarget",
-    "ExtraCheck",
+    "EndCheck",
     "Target",
     "DEFAULT_SOURCES",
     "DEFAULT_TARGET",
@@ -54,124 +57,6 @@ __all__ = [
 DEFAULT_SOURCES = ("pmverify.fusions.qk_norm.testing:fuzz_targets", "pmverify.faults.target:fuzz_targets")
 #: The target ``pmverify fuzz`` searches without ``--target``: the shipped pass.
 DEFAULT_TARGET = "qk_norm"
-
-
-class TargetError(ValueError):
-    """A target the job cannot run: the message is one line, fit for ``pmverify fuzz: ...``."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ExtraCheck:
-    """A check a target runs once at the end of a job, besides its searches (the shipped pass's
-    compiled tiny-model check), reported under the job report's ``real_models``.
-
-    - ``name``: its name in the report (``"minimax_m2"``).
-    - ``about``: what the job prints when it starts it (``"tiny MiniMax-M2, compiled with and
-      without the pass"``).
-    - ``run``: called in the target's worker process with the target's pass; returns a JSON-ready
-      dict with at least ``ok`` (bool); what it raises is reported as a failed check.
-    - ``skipped``: why the check does not apply to this target (reported as skipped, ``ok``), or None.
-    """
-
-    name: str
-    about: str
-    run: Callable[[Any], dict]
-    skipped: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class FuzzTarget:
-    """A fuzz target: what ``pmverify fuzz --target`` searches.
-
-    - ``pass_``: the pass under test: a class built per case from ``case.pass_config``, a
-      ``PatternMatcherPass``, or a callable on a ``torch.fx.Graph``.
-    - ``pass_factory``: instead of ``pass_``, a module-level function that builds the pass, as
-      ``verify(pass_factory=...)`` takes it (called per case, with the case's ``pass_config`` when
-      it takes an argument and the case carries one).
-    - ``families``: the ``(name, strategy)`` case families searched in rotation, a batch of cases
-      from each in turn; each strategy draws :class:`pmverify.GraphCase`.
-    - ``set_up``: called with no arguments in every process that runs the target (the job's own,
-      to refuse bad usage, with the environment variables it set undone afterwards; and the
-      target's worker) before the target is used, e.g. to set environment variables
-      (``TRITON_INTERPRET``); it raises ``ValueError`` or ``RuntimeError`` with a
-      one-line message when the target cannot run here. A target's *source* function should call
-      it before importing anything it sets up for (a set-up that must precede a module's import
-      cannot wait for this field). None: nothing to set up.
-    - ``reproducer_prelude``: Python lines the target's reproducers run after ``import torch`` and
-      before pmverify is imported (the set-up a script needs); None: the pass's own
-      ``reproducer_prelude()`` when it has one, else nothing.
-    - ``extra_check``: an :class:`ExtraCheck` run at the end of the job, or None.
-    - ``strict_order``: searched with ``strict_order=True`` whatever ``--strict-order`` says.
-    - ``pass_source``: code that defines ``PASS`` for the reproducers (``from mypkg import
-      MyPass as PASS``-like), or None for the recipe pmverify derives from the pass.
-    - ``allow_unfused``: groups of planted instances the pass is not meant to fuse, as
-      ``verify(..., allow_unfused=)`` takes them (``["bfloat16"]``, ``{"dtype": [...]}``): left out
-      of the report's ``warnings`` (groups never rewritten over the whole run). None: none.
-
-    Raises ``ValueError`` naming the field and its value when ``families`` is not a non-empty list
-    of ``(str, strategy)`` pairs, when both or neither of ``pass_`` and ``pass_factory`` are given,
-    for a ``pass_factory`` not importable by its module path, or another field not of its kind.
-    """
-
-    pass_: Any = None
-    families: Sequence[tuple[str, Any]] = ()
-    set_up: Callable[[], None] | None = None
-    reproducer_prelude: str | None = None
-    extra_check: ExtraCheck | None = None
-    strict_order: bool = False
-    pass_source: str | None = None
-    pass_factory: Callable[..., Any] | None = None
-    allow_unfused: Any = None
-
-    def __post_init__(self) -> None:
-        """Raises ``ValueError`` naming the field and its value for a field of the wrong kind."""
-        from hypothesis.errors import InvalidArgument
-        from hypothesis.strategies import SearchStrategy
-
-        if (self.pass_ is None) == (self.pass_factory is None):
-            raise ValueError(
-                f"FuzzTarget(pass_={self.pass_!r}, pass_factory={self.pass_factory!r}): give exactly one of them"
-            )
-        if self.pass_factory is not None:
-            from .._factory import as_factory
-
-            try:
-                as_factory(self.pass_factory)
-            except InvalidArgument as exc:
-                raise ValueError(f"FuzzTarget({exc})") from None
-
-        families = self.families
-        if isinstance(families, (str, bytes, SearchStrategy)) or not isinstance(families, Sequence) or not families:
-            raise ValueError(f"FuzzTarget(families={families!r}): must be a non-empty list of (name, strategy) pairs")
-        for family in families:
-            if not (
-                isinstance(family, tuple)
-                and len(family) == 2
-                and isinstance(family[0], str)
-                and isinstance(family[1], SearchStrategy)
-            ):
-                raise ValueError(
-                    f"FuzzTarget(families=...): {family!r} is not a (name, strategy) pair (a str and a "
-                    "Hypothesis strategy of GraphCase)"
-                )
-        for field, value, kind in (
-            ("set_up", self.set_up, "callable"),
-            ("reproducer_prelude", self.reproducer_prelude, str),
-            ("extra_check", self.extra_check, ExtraCheck),
-            ("pass_source", self.pass_source, str),
-        ):
-            if value is not None and not (callable(value) if kind == "callable" else isinstance(value, kind)):
-                name = "callable" if kind == "callable" else kind.__name__
-                what = f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
-                raise ValueError(f"FuzzTarget({field}={value!r}): must be {what} or None")
-        if not isinstance(self.strict_order, bool):
-            raise ValueError(f"FuzzTarget(strict_order={self.strict_order!r}): must be a bool")
-        from .._summary import check_allow_unfused
-
-        try:
-            check_allow_unfused(self.allow_unfused, "FuzzTarget(allow_unfused)")
-        except InvalidArgument as exc:
-            raise ValueError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,6 +194,8 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
     target that declares its own families, an import that fails, objects that are not a target,
     a pass or a strategy, and a target that cannot run here (``ValueError`` / ``RuntimeError`` of
     its factory or set-up)."""
+    from hypothesis.errors import InvalidArgument
+
     from .._apply import check_pass
 
     if ":" not in name:
@@ -326,7 +213,7 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
         return Target(name, target)
     try:
         check_pass(value)
-    except TypeError:
+    except InvalidArgument:
         raise TargetError(
             f"--target={name!r} is {type(value).__name__}, not a pass (a class built per case "
             "from case.pass_config, a PatternMatcherPass, or a callable on a torch.fx.Graph) or a FuzzTarget"
@@ -342,6 +229,8 @@ def _pass_factory_target(name: str, factory: Callable[[], Any], cases: str) -> T
     """The target of ``--target`` naming a function with no arguments and ``--cases``: a pass factory
     when what it returns is a pass (called once here to tell). Raises :class:`TargetError` when it
     raises, returns a :class:`FuzzTarget` (which declares its own families) or no pass."""
+    from hypothesis.errors import InvalidArgument
+
     from .._apply import check_pass
 
     try:
@@ -352,7 +241,7 @@ def _pass_factory_target(name: str, factory: Callable[[], Any], cases: str) -> T
         raise TargetError(f"--cases={cases!r} is only for a pass: --target={name!r} declares its own families")
     try:
         check_pass(built)
-    except TypeError:
+    except InvalidArgument:
         raise TargetError(
             f"--target={name!r} built {type(built).__name__}: neither a FuzzTarget nor a pass (a pass factory "
             "returns a pass object)"

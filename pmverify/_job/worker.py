@@ -111,8 +111,8 @@ class _Worker:
         )
 
     def _check_info(self) -> protocol.CheckInfo | None:
-        """The target's extra check as the job shows it, or None."""
-        check = self.target.fuzz.extra_check
+        """The target's end check as the job shows it, or None."""
+        check = self.target.fuzz.end_check
         return None if check is None else protocol.CheckInfo(check.name, check.about, check.skipped)
 
     def batch(self, request: protocol.BatchRequest) -> None:
@@ -309,8 +309,8 @@ class _Worker:
         self.conn.send(protocol.Rendered(str(path), repr(case), note, choices, shrunk_to_end))
 
     def real_model(self) -> None:
-        """Run the target's extra check (the job asks only a target that has one)."""
-        check = self.target.fuzz.extra_check
+        """Run the target's end check (the job asks only a target that has one)."""
+        check = self.target.fuzz.end_check
         start = time.monotonic()
         try:
             result = {"name": check.name, **check.run(self.target.pass_)}

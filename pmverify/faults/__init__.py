@@ -37,7 +37,7 @@ They are importable (so reproducers can rebuild them) and built like the shipped
 
 from __future__ import annotations
 
-from ..fusions._lazy import lazy_attributes
+from pmverify.lazy import lazy_attributes
 
 __all__ = [
     "QKNormWrongRoundingOrder",

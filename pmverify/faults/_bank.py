@@ -35,7 +35,7 @@ from .kernels import (
     QKNormKernelGridCapped,
     QKNormKernelLeavesKOutUnwritten,
     QKNormKernelUnmaskedLoads,
-    check_environment,
+    validate_environment,
 )
 from .matching import (
     FusedAddRMSNormLeftUnsorted,
@@ -293,7 +293,7 @@ def _expr(pass_cls: type) -> Callable[[], Families]:
     ``pmverify fuzz --target``."""
 
     def families() -> Families:
-        from ..strategies._expr_instances import expr_cases
+        from ..strategies import expr_cases
 
         return [(f"expr_cases({pass_cls.pass_name})", expr_cases(pass_cls.pattern, name=pass_cls.pass_name))]
 
@@ -326,9 +326,9 @@ BANK: dict[str, Fault] = {
         Fault(QKNormWrongTPDivisor, "wrong tensor-parallel divisor", ("semantics",), _tensor_parallel),
         Fault(QKNormTPLeavesKUnreduced, "k left unreduced", ("semantics",), _tensor_parallel),
         Fault(QKNormTPReadsRankZeroWeights, "reads another rank's weight shard", ("semantics",), _tensor_parallel),
-        Fault(QKNormKernelGridCapped, "kernel grid stops at a fixed number of blocks", ("semantics",), _kernel, check_environment),
-        Fault(QKNormKernelUnmaskedLoads, "kernel loads without the column mask", ("semantics",), _kernel, check_environment),
-        Fault(QKNormKernelLeavesKOutUnwritten, "kernel leaves k_out unwritten", ("semantics",), _kernel, check_environment),
+        Fault(QKNormKernelGridCapped, "kernel grid stops at a fixed number of blocks", ("semantics",), _kernel, validate_environment),
+        Fault(QKNormKernelUnmaskedLoads, "kernel loads without the column mask", ("semantics",), _kernel, validate_environment),
+        Fault(QKNormKernelLeavesKOutUnwritten, "kernel leaves k_out unwritten", ("semantics",), _kernel, validate_environment),
         Fault(NoOpSliceEndMinusOne, "no-op elimination drops slice(x, d, 0, -1)", ("structure", "semantics"), _noop),
         Fault(NoOpSliceIgnoresStep, "no-op elimination ignores the slice step", ("structure", "semantics"), _noop),
         Fault(NoOpScatterUnpacksFiveArguments, "no-op elimination unpacks five slice_scatter arguments", ("crash",),

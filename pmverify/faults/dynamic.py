@@ -21,7 +21,7 @@ import torch
 
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from ..fusions.qk_norm.config import output_dtype
-from ..fusions.qk_norm.ops import check_qk_norm
+from ..fusions.qk_norm.ops import validate_qk_norm_args
 from ..fusions.qk_norm.patterns import Rewrite
 from ._common import HandWrittenFault, aten, check_config, is_call
 from .casts import replaced
@@ -73,7 +73,7 @@ def qk_norm_concrete_rows(
 
 @qk_norm_concrete_rows.register_fake
 def _qk_norm_concrete_rows_fake(qkv, q_weight, k_weight, q_size, kv_size, eps):
-    check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    validate_qk_norm_args(qkv, q_weight, k_weight, q_size, kv_size, eps)
     rows = int(qkv.shape[0])  # the bug: a concrete row count (guards a symbolic one to its hint)
     return (
         qkv.new_empty((rows, q_size), dtype=output_dtype(qkv.dtype, q_weight.dtype, False)),

@@ -47,7 +47,7 @@ __all__ = [
     "qk_norm_unmasked_loads",
     "qk_norm_k_out_floor_chunks",
     "LAUNCHERS",
-    "check_environment",
+    "validate_environment",
 ]
 
 
@@ -157,7 +157,7 @@ def qk_norm_kernel(
     own device (in the interpreter: 4 programs), so the same cases show the capped grid on every
     machine. Raises ``ValueError`` for an unknown launcher, ``RuntimeError`` for CPU
     tensors with neither the interpreter nor a GPU."""
-    ops.check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    ops.validate_qk_norm_args(qkv, q_weight, k_weight, q_size, kv_size, eps)
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher={launcher!r} is unknown; expected one of {', '.join(LAUNCHERS)}")
     run = LAUNCHERS[launcher]
@@ -168,7 +168,7 @@ def qk_norm_kernel(
     return run(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast, launch=launch)
 
 
-def check_environment() -> None:
+def validate_environment() -> None:
     """Raise ``RuntimeError`` unless the kernel faults can run on CPU cases here: a GPU, or Triton's
     interpreter on (``TRITON_INTERPRET=1`` before triton was first imported). Imports triton."""
     if torch.cuda.is_available() or interpreted():

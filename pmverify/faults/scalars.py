@@ -12,7 +12,8 @@ import functools
 import torch
 from hypothesis import strategies as st
 
-from .._case import GraphCase
+from pmverify import GraphCase
+
 from ._common import DtypesConfig, HandWrittenFault, aten, check_config
 
 __all__ = [
@@ -197,7 +198,9 @@ class RMSNormEpsConfig:
     eps: float = 1e-6
 
 
-def _rms_norm(eps: float):
+def rms_norm_pattern_with(eps: float):
+    """The float32 RMS norm of :data:`rms_norm_pattern` with ``eps`` as its literal."""
+
     def rms_norm_pattern(x, w):
         xf = x.float()
         return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)) * w).to(x.dtype)
@@ -207,7 +210,7 @@ def _rms_norm(eps: float):
 
 #: ``x * rsqrt(mean(x², -1) + 1e-6) * w`` in float32, cast back (``x``: ``[T, H]``, ``w``: ``[H]``):
 #: the RMS norm :class:`RMSNormHardCodedEps` rewrites, its eps a literal.
-rms_norm_pattern = _rms_norm(1e-6)
+rms_norm_pattern = rms_norm_pattern_with(1e-6)
 
 
 @functools.lru_cache(maxsize=8)
@@ -216,7 +219,9 @@ def _rms_patterns(eps: float):
 
     patterns = pm.PatternMatcherPass(pass_name="pmverify_RMSNormHardCodedEps")
     example = [torch.empty(8, 16), torch.empty(16)]
-    pm.register_replacement(_rms_norm(eps), _rms_norm(1e-5), example, pm.fwd_only, patterns)  # the bug: 1e-5
+    pm.register_replacement(
+        rms_norm_pattern_with(eps), rms_norm_pattern_with(1e-5), example, pm.fwd_only, patterns
+    )  # the bug: 1e-5
     return patterns
 
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 
 import torch
 
-from .._fx import is_view
 from ._common import HandWrittenFault, aten, check_config
-from .scalars import RMSNormEpsConfig, _rms_norm
+from .scalars import RMSNormEpsConfig, rms_norm_pattern_with
 
 __all__ = ["HoistedWriteBackRMSNorm", "WriteBackHoistStaleRegions"]
 
@@ -43,6 +43,12 @@ def _rms_norm_pow(eps: float):
     return rms_norm_replacement
 
 
+def _is_view(target) -> bool:
+    """Whether a node with this target returns a view of its first input: ``getitem`` (of a
+    ``split``...) or an aten overload whose schema aliases its input."""
+    return target is operator.getitem or (isinstance(target, torch._ops.OpOverload) and target.is_view)
+
+
 def _readers(value: torch.fx.Node, skip: torch.fx.Node) -> list[torch.fx.Node]:
     """The nodes reading ``value``'s storage: its users and, through views (``is_view``) and
     in-place ops (which return the tensor they write), the users of those; ``skip`` left out."""
@@ -56,7 +62,7 @@ def _readers(value: torch.fx.Node, skip: torch.fx.Node) -> list[torch.fx.Node]:
                 continue
             seen.add(user)
             readers.append(user)
-            if user.op == "call_function" and (is_view(user.target) or is_mutation_op(user)):
+            if user.op == "call_function" and (_is_view(user.target) or is_mutation_op(user)):
                 stack.append(user)
     return readers
 
@@ -119,7 +125,7 @@ def _patterns(eps: float, renumbers: bool):
 
     example = [torch.empty(8, 16), torch.empty(16)]
     pm.register_replacement(
-        _rms_norm(eps), _rms_norm_pow(eps), example, pm.fwd_only, patterns, extra_check=is_plain_float32
+        rms_norm_pattern_with(eps), _rms_norm_pow(eps), example, pm.fwd_only, patterns, extra_check=is_plain_float32
     )
     return patterns
 

@@ -45,7 +45,8 @@ def fuzz_target(name: str) -> Any:
     a fault not built from a ``QKNormConfig``). Raises ``KeyError`` for an unknown name,
     ``ValueError`` / ``RuntimeError`` when the fault cannot run here (the fusion's set-up, the
     row's ``requires``)."""
-    from .._job.targets import FuzzTarget
+    from pmverify import FuzzTarget
+
     from ..fusions.qk_norm.testing.target import real_model_check
 
     fault = bank()[name]
@@ -57,7 +58,7 @@ def fuzz_target(name: str) -> Any:
         fault.families(),
         set_up=environment.set_up,
         reproducer_prelude=environment.reproducer_prelude(),
-        extra_check=real_model_check(skipped),
+        end_check=real_model_check(skipped),
         strict_order=fault.strict_order,
     )
 

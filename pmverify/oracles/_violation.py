@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import traceback as _traceback
 
+from ..errors import PmverifyInternalError
+
 __all__ = [
     "DTYPE_SHAPE",
     "META",
@@ -15,12 +17,6 @@ __all__ = [
     "PmverifyInternalError",
     "Violation",
 ]
-
-
-class PmverifyInternalError(Exception):
-    """An error of pmverify itself while judging a case (an oracle's bookkeeping, the noise floor,
-    the region reference...), never a finding of the pass. An oracle may raise it to say so even
-    when the rewritten graph does not run (see :class:`InternalError`)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,13 +37,15 @@ from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, LEVELS, OPS, GraphOp
 from ._ops_core import Builder
 from ._public import public_call
 
-__all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "DEFAULT_GRAPH_DTYPES", "LEVELS"]
+__all__ = ["fx_graphs", "GRAPH_OPS", "GRAPH_DTYPES", "GRAPH_DTYPES_WITHOUT_FLOAT64", "LEVELS"]
 
 _DEFAULT_MAX_NODES = 8
 #: Dtypes of ``fx_graphs()``, simplest first: float32, then the other floating dtypes real
 #: post-grad graphs compute in, int64 (indices, argmax), int32 and bool (masks). float64 is left
 #: out: the semantics oracle's reference computes in float64, so a float64 graph is its own reference.
-DEFAULT_GRAPH_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
+GRAPH_DTYPES_WITHOUT_FLOAT64 = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
+#: The old name of :data:`GRAPH_DTYPES_WITHOUT_FLOAT64` (``fx_graphs``' default ``dtypes``).
+DEFAULT_GRAPH_DTYPES = GRAPH_DTYPES_WITHOUT_FLOAT64
 _BY_NAME = {op.name: op for op in OPS}
 
 
@@ -164,7 +166,7 @@ def fx_graphs(
       grows by one more op with probability k / (k + 1), k = max(1, (max_nodes - min_nodes) // 2).
     - ``dtypes``: the dtypes of inputs and values, simplest first, from :data:`GRAPH_DTYPES`
       (float32, float16, bfloat16, float64, int64, int32, bool); default
-      :data:`DEFAULT_GRAPH_DTYPES`: all but float64 (the semantics oracle's float64 reference would
+      :data:`GRAPH_DTYPES_WITHOUT_FLOAT64`: all but float64 (the semantics oracle's float64 reference would
       be the graph itself), so that int index tensors and bool masks show up by default while
       float32 stays the simplest. An op applies to the dtypes it supports (``exp`` to floats,
       ``argmax`` where int64 is allowed...), and only where its result's dtype is allowed.
@@ -215,7 +217,7 @@ def fx_graphs(
     if max_nodes is None:
         max_nodes = max(_DEFAULT_MAX_NODES, min_nodes)
     validate_order("min_nodes", min_nodes, "max_nodes", max_nodes)
-    dtypes = DEFAULT_GRAPH_DTYPES if dtypes is None else validate_dtypes("dtypes", dtypes, GRAPH_DTYPES)
+    dtypes = GRAPH_DTYPES_WITHOUT_FLOAT64 if dtypes is None else validate_dtypes("dtypes", dtypes, GRAPH_DTYPES)
     given = GRAPH_OPS if ops is None else validate_choices("ops", ops, GRAPH_OPS)
     names = tuple(name for name in given if _BY_NAME[name].dtypes(dtypes) and level in _BY_NAME[name].levels)
     if not names:

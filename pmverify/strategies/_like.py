@@ -542,8 +542,8 @@ def like(
     Shrinks toward no broadcast form, every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
     named) and all-zero tensors.
 
-    Raises ``hypothesis.errors.InvalidArgument`` when ``example_inputs`` is not a tuple or list or
-    holds a tensor of an unsupported dtype (see :data:`TENSOR_DTYPES`), ``vary`` is not one of the
+    Raises ``hypothesis.errors.InvalidArgument`` when ``example_inputs`` is not a tuple or list,
+    holds no tensor, or holds a tensor of an unsupported dtype (see :data:`TENSOR_DTYPES`), ``vary`` is not one of the
     forms above, a position is not an ``(int, int)`` pair, its input index is out of range or not a
     tensor, its dim out of range, a position belongs to two symbols, one symbol ties dims of
     different example sizes, a symbol is named twice, or a bound is not an int, negative, or below
@@ -564,6 +564,10 @@ def like(
     """
     if not isinstance(example_inputs, (tuple, list)):
         raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
+    if not any(isinstance(item, torch.Tensor) for item in example_inputs):
+        raise InvalidArgument(
+            f"example_inputs={short_repr(example_inputs)} holds no tensor: there is nothing to draw like it"
+        )
     if dtypes is not None:
         options = dict(vary=vary, min_side=min_side, max_side=max_side, dynamic=dynamic, scales=scales)
         return _like_in_dtypes(example_inputs, _validate_dtypes(dtypes), options, broadcast, pattern)

@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from pmverify import ExtraCheck, FuzzTarget
+from pmverify import EndCheck, FuzzTarget
 from pmverify.strategies import fx_graphs
 
 #: What a user target must not find in its worker: the shipped fusion's modules and environment.
@@ -61,5 +61,5 @@ def checked() -> FuzzTarget:
         needs_set_up,
         [("tiny_graphs", CASES)],
         set_up=_set_up,
-        extra_check=ExtraCheck("tiny_check", "a check of the user's own", _check),
+        end_check=EndCheck("tiny_check", "a check of the user's own", _check),
     )

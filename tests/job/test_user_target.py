@@ -111,7 +111,7 @@ def test_checking_the_targets_leaves_the_jobs_environment_as_it_was(monkeypatch)
         ({"families": [42]}, "42 is not a (name, strategy) pair"),
         ({"families": [("a", 42)]}, "('a', 42) is not a (name, strategy) pair"),
         ({"set_up": 3}, "set_up=3): must be a callable"),
-        ({"extra_check": "no"}, "extra_check='no'): must be an ExtraCheck"),
+        ({"end_check": "no"}, "end_check='no'): must be an EndCheck"),
         ({"strict_order": "yes"}, "strict_order='yes'): must be a bool"),
     ],
 )
@@ -130,3 +130,20 @@ def test_a_strategy_given_as_families_is_refused():
 
     with pytest.raises(ValueError, match=r"must be a non-empty list of \(name, strategy\) pairs"):
         FuzzTarget(lambda graph: None, fx_graphs())
+
+
+def test_end_check_is_the_job_s_check_and_extra_check_its_deprecated_alias():
+    """``extra_check`` names Inductor's match predicate only: a target's end-of-job check is
+    ``end_check`` (``EndCheck``); the old keyword and class name still work, the keyword warns."""
+    from pmverify import EndCheck, ExtraCheck, FuzzTarget
+    from pmverify.strategies import fx_graphs
+
+    check = EndCheck("tiny", "a tiny check", lambda pass_: {"ok": True})
+    families = [("graphs", fx_graphs(max_nodes=2))]
+    assert ExtraCheck is EndCheck
+    assert FuzzTarget(lambda graph: None, families, end_check=check).end_check is check
+    with pytest.warns(DeprecationWarning, match="end_check="):
+        old = FuzzTarget(lambda graph: None, families, extra_check=check)
+    assert old.end_check is check and old.extra_check is check
+    with pytest.raises(ValueError, match="give end_check only"):
+        FuzzTarget(lambda graph: None, families, end_check=check, extra_check=check)

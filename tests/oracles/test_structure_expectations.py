@@ -5,6 +5,7 @@ import operator
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis.errors import InvalidArgument
 
 from pmverify import GraphCase, PlantedInstance, check_case
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
@@ -270,11 +271,11 @@ def test_raising_pass_is_a_crash_finding():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="mode='eager' is not supported"):
+    with pytest.raises(InvalidArgument, match="mode='eager' is not supported"):
         check_case(lambda g: None, _case(), mode="eager")
-    with pytest.raises(ValueError, match="unknown oracle 'nope'"):
+    with pytest.raises(InvalidArgument, match="unknown oracle 'nope'"):
         check_case(lambda g: None, _case(), oracles=["nope"])
-    with pytest.raises(TypeError, match="is not a GraphCase"):
+    with pytest.raises(InvalidArgument, match="is not a GraphCase"):
         check_case(lambda g: None, object())
     with pytest.raises(ValueError, match="tp_world=1"):
         GraphCase(_case().gm, [(), ()])

@@ -19,7 +19,7 @@ from hypothesis.errors import InvalidArgument
 from pmverify._apply import propagate_fake
 from pmverify._case import GraphCase
 from pmverify.strategies._graph_ops import GRAPH_DTYPES, OPS
-from pmverify.strategies._graphs import DEFAULT_GRAPH_DTYPES, GRAPH_OPS, fx_graphs
+from pmverify.strategies._graphs import GRAPH_DTYPES_WITHOUT_FLOAT64, GRAPH_OPS, fx_graphs
 from pmverify.strategies._ops_core import INT64_MAX
 
 aten, prims = torch.ops.aten, torch.ops.prims
@@ -76,7 +76,7 @@ def _op_nodes(case: GraphCase) -> list[torch.fx.Node]:
     return [n for n in case.gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
 
 
-def check_valid(case: GraphCase, dtypes=DEFAULT_GRAPH_DTYPES) -> None:
+def check_valid(case: GraphCase, dtypes=GRAPH_DTYPES_WITHOUT_FLOAT64) -> None:
     """The properties every fx_graphs case has."""
     graph = case.gm.graph
     graph.lint()
@@ -438,7 +438,7 @@ def test_every_argument_form_shows_up(group):
 def test_float64_when_asked():
     case = first(fx_graphs(dtypes=GRAPH_DTYPES), lambda c: any(x.dtype == torch.float64 for x in c.inputs[0]))
     check_valid(case, dtypes=GRAPH_DTYPES)
-    assert torch.float64 not in DEFAULT_GRAPH_DTYPES
+    assert torch.float64 not in GRAPH_DTYPES_WITHOUT_FLOAT64
 
 
 def test_values_reach_small_and_large_scales():

@@ -105,6 +105,8 @@ def test_sizes_vary():
     ("build", "message"),
     [
         (lambda: like(torch.empty(2)), "example_inputs=tensor"),
+        (lambda: like([1, 2]), "example_inputs=[1, 2] holds no tensor"),
+        (lambda: like(()), "example_inputs=() holds no tensor"),
         (lambda: like((torch.empty(2, dtype=torch.complex64),)), "example_inputs[0] has dtype torch.complex64"),
         (lambda: like(NORM, vary="all"), "vary='all' must be None, 'duck', or a mapping"),
         (lambda: like(NORM, vary=[(0, 0)]), "vary=[(0, 0)] must be None"),

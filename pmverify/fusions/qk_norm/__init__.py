@@ -9,7 +9,8 @@ set up Triton's interpreter first.
 
 from __future__ import annotations
 
-from .._lazy import lazy_attributes
+from pmverify.lazy import lazy_attributes
+
 from . import ops
 from .config import QKNormConfig
 

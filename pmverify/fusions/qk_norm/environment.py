@@ -30,11 +30,11 @@ def set_up() -> None:
     """:func:`use_interpreter_without_gpu`, then check that the fused ops can run here. Raises
     ``ValueError`` for a ``PMVERIFY_QK_NORM_IMPL`` that is not auto, triton or torch,
     ``RuntimeError`` when it forces the kernels while Triton's interpreter is off (see
-    :func:`.ops.check_environment`, which imports triton then)."""
+    :func:`.ops.validate_environment`, which imports triton then)."""
     use_interpreter_without_gpu()
     from . import ops
 
-    ops.check_environment()
+    ops.validate_environment()
 
 
 def reproducer_prelude() -> str:

@@ -42,8 +42,8 @@ __all__ = [
     "rms_norm",
     "IMPL_ENV",
     "implementation",
-    "check_environment",
-    "check_qk_norm",
+    "validate_environment",
+    "validate_qk_norm_args",
     "qk_norm_fake",
 ]
 
@@ -64,7 +64,7 @@ def implementation(x: Tensor) -> str:
     return value
 
 
-def check_environment() -> None:
+def validate_environment() -> None:
     """Raise unless the ops can run on CPU tensors (pmverify's cases) with this environment:
     ``ValueError`` for a bad :data:`IMPL_ENV`, ``RuntimeError`` when it forces the kernels while
     Triton's interpreter is off (imports triton then)."""
@@ -96,20 +96,22 @@ def _check_weight(name: str, weight: Tensor, width: int, x: Tensor) -> None:
         raise ValueError(f"{name} is on {weight.device}; the activation is on {x.device}")
 
 
-def _check_activation(name: str, x: Tensor) -> None:
+def _validate_activation(name: str, x: Tensor) -> None:
     if x.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"{name} has dtype {x.dtype}; expected float32, float16 or bfloat16")
     if not x.is_contiguous():
         raise ValueError(f"{name} with shape {tuple(x.shape)} and stride {x.stride()} is not contiguous")
 
 
-def check_qk_norm(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, q_size: int, kv_size: int, eps: float) -> None:
+def validate_qk_norm_args(
+    qkv: Tensor, q_weight: Tensor, k_weight: Tensor, q_size: int, kv_size: int, eps: float
+) -> None:
     """Raise ``ValueError`` unless ``qk_norm``'s arguments are valid: a 2-D contiguous qkv
     ``[T, q_size + 2*kv_size]`` of a supported dtype, positive sizes and eps, 1-D weights of
     ``q_size`` / ``kv_size`` elements in float32 or qkv's dtype, on qkv's device."""
     if qkv.dim() != 2:
         raise ValueError(f"qkv must be 2-D [tokens, q_size + 2*kv_size]; got shape {tuple(qkv.shape)}")
-    _check_activation("qkv", qkv)
+    _validate_activation("qkv", qkv)
     if q_size < 1 or kv_size < 1:
         raise ValueError(f"q_size={q_size} and kv_size={kv_size} must be positive")
     if qkv.shape[1] != q_size + 2 * kv_size:
@@ -145,7 +147,7 @@ def qk_norm(
     Raises ``ValueError`` for a non-2-D or non-contiguous qkv, a last dim other than
     ``q_size + 2*kv_size``, or a weight of the wrong length, dtype or device.
     """
-    check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    validate_qk_norm_args(qkv, q_weight, k_weight, q_size, kv_size, eps)
     if implementation(qkv) == "triton":
         return triton_impl.qk_norm_triton(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
     q = qkv[:, :q_size]
@@ -160,7 +162,7 @@ def qk_norm(
 def qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast=False):
     """``qk_norm``'s fake (meta) implementation: checks the arguments, returns empty
     ``([T, q_size], [T, kv_size])`` of the output dtypes (:func:`.config.output_dtype`)."""
-    check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+    validate_qk_norm_args(qkv, q_weight, k_weight, q_size, kv_size, eps)
     tokens = qkv.shape[0]
     return (
         qkv.new_empty((tokens, q_size), dtype=output_dtype(qkv.dtype, q_weight.dtype, weight_after_cast)),
@@ -168,8 +170,8 @@ def qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cas
     )
 
 
-def _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name) -> None:
-    check_qk_norm(qkv, q_weight, k_weight, q_size, kv_size, eps)
+def _validate_qk_norm_tp_args(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name) -> None:
+    validate_qk_norm_args(qkv, q_weight, k_weight, q_size, kv_size, eps)
     if tp_world < 1:
         raise ValueError(f"tp_world={tp_world} must be positive")
     if not group_name:
@@ -207,7 +209,7 @@ def qk_norm_tp(
     :func:`qk_norm` does, and for ``tp_world < 1``; the
     collective raises when ``group_name`` is not a group of this process.
     """
-    _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name)
+    _validate_qk_norm_tp_args(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name)
     if implementation(qkv) == "triton":
         return triton_impl.qk_norm_tp_triton(
             qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name, weight_after_cast
@@ -226,14 +228,14 @@ def qk_norm_tp(
 
 @qk_norm_tp.register_fake
 def _qk_norm_tp_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name, weight_after_cast=False):
-    _check_qk_norm_tp(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name)
+    _validate_qk_norm_tp_args(qkv, q_weight, k_weight, q_size, kv_size, eps, tp_world, group_name)
     return qk_norm_fake(qkv, q_weight, k_weight, q_size, kv_size, eps, weight_after_cast)
 
 
 def _check_rms_norm(x: Tensor, weight: Tensor, eps: float) -> None:
     if x.dim() < 1:
         raise ValueError("x must have at least one dim [..., hidden]; got a 0-d tensor")
-    _check_activation("x", x)
+    _validate_activation("x", x)
     if not eps > 0:
         raise ValueError(f"eps={eps} must be positive")
     _check_weight("weight", weight, x.shape[-1], x)

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from ..._apply import run_pass
+from pmverify import run_pass
+
 from .config import SUPPORTED_DTYPES, QKNormConfig
 from .fusion_pass import QKNormFusionPass
 

@@ -13,7 +13,7 @@ so that a fuzz target's set-up runs first.
 
 from __future__ import annotations
 
-from ..._lazy import lazy_attributes
+from pmverify.lazy import lazy_attributes
 
 __all__ = [
     "qk_norm_cases",

@@ -23,7 +23,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from ...._case import GraphCase, PlantedInstance
+from pmverify import GraphCase, PlantedInstance
+
 from ..config import SUPPORTED_DTYPES, QKNormConfig
 from .layers import (
     ANNOTATION,
@@ -491,7 +492,7 @@ def qk_norm_cases(
       head sizes are the pass's config, the token count is the only dim that varies) for a graph
       with a symbolic token count, as vLLM and ``torch.compile(dynamic=True)`` give it: one
       ``Sym`` placeholder ``s0`` first, every planted activation ``[s0, width]``, SymInt sizes in
-      the graph (:func:`pmverify._symbolic.symbolize`). The case is drawn with T = 11 (the hint of
+      the graph (:func:`pmverify.symbolize`). The case is drawn with T = 11 (the hint of
       ``s0``); ``case.symbols[0]``'s range is the guards' range within [``max(2, min_tokens)``,
       ``config.max_tokens``] (a compile range the pass applies to,
       ``QKNormFusionPass.is_applicable_for_range``), its sizes the hint, the range's ends and one

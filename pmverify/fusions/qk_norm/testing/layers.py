@@ -21,8 +21,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from ...._case import GraphCase
-from ...._symbolic import HINTS, MIN_SIZE, symbolize
+from pmverify import GraphCase
+from pmverify.symbolic import HINTS, MIN_SIZE, symbolize
 
 __all__ = [
     "EPS",
@@ -61,7 +61,7 @@ MAX_POST_OPS = 2
 #: The ``torch.fx.traceback.annotate`` key that marks a planted instance's nodes.
 ANNOTATION = "pmverify_instance"
 #: The hint of the symbolic token count ``s0``: a dynamic case's planted layers are drawn with
-#: T at it, and no static size of the case is a multiple of it (see :mod:`pmverify._symbolic`).
+#: T at it, and no static size of the case is a multiple of it (see :mod:`pmverify.symbolic`).
 TOKEN_HINT = HINTS[0]
 #: The dims ``dynamic=`` may name: the token count is the only size of a QK norm that varies in a
 #: model (head sizes are the pass's config).
@@ -331,13 +331,13 @@ def validate_dynamic_tokens(min_tokens: int, max_tokens: int, config: Any) -> No
 
 def hint_free(*sizes: int) -> bool:
     """Whether no size is a multiple of :data:`TOKEN_HINT` (what a static size of a dynamic case
-    must be, see :func:`pmverify._symbolic.symbolize`)."""
+    must be, see :func:`pmverify.symbolize`)."""
     return all(size % TOKEN_HINT for size in sizes)
 
 
 def symbolize_tokens(draw: Any, case: GraphCase, min_tokens: int) -> GraphCase:
     """``case`` (drawn with T at :data:`TOKEN_HINT`) with its token count symbolic: traced again
-    by :func:`pmverify._symbolic.symbolize` (one ``Sym`` placeholder ``s0``, every dim of
+    by :func:`pmverify.symbolize` (one ``Sym`` placeholder ``s0``, every dim of
     :data:`TOKEN_HINT` rows ``s0``), the range of ``s0`` what the trace's guards allow from the
     strategy's ``min_tokens`` up (past the config's ``max_tokens`` too: there the pass's
     ``is_applicable_for_range`` must decline, which the semantics and compile_ranges oracles

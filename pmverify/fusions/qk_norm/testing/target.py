@@ -63,15 +63,16 @@ def dynamic_rotation() -> list[tuple[str, Any]]:
 
 def real_model_check(skipped: str | None = None) -> Any:
     """The compiled tiny MiniMax-M2 check (:func:`..real_model.check_minimax_m2`) as an
-    :class:`pmverify.ExtraCheck`, run on the target's pass (a class built from a ``QKNormConfig``)
+    :class:`pmverify.EndCheck`, run on the target's pass (a class built from a ``QKNormConfig``)
     twice: static (``dynamic=False``) and with a symbolic token dim (``dynamic=True``). Its result
     sums the two runs' matches and elapsed time, takes the larger error, is ``ok`` when both are,
     and holds each run's result under ``"static"`` and ``"dynamic"``. ``skipped``: why it does not
     apply to the target (reported as skipped)."""
-    from ...._job.targets import ExtraCheck
+    from pmverify import EndCheck
 
     def run(pass_factory: Any) -> dict:
-        from ...._job.report import jsonable
+        from pmverify.targets import jsonable
+
         from ..real_model import check_minimax_m2
 
         static = jsonable(check_minimax_m2(pass_factory=pass_factory))
@@ -93,7 +94,7 @@ def real_model_check(skipped: str | None = None) -> Any:
             "dynamic": dynamic,
         }
 
-    return ExtraCheck(
+    return EndCheck(
         "minimax_m2",
         "tiny MiniMax-M2 with the pass, compiled with and without it, static and with a dynamic token dim",
         run,
@@ -114,7 +115,8 @@ def fuzz_target() -> Any:
     environment.set_up()
     from hypothesis import strategies as st
 
-    from ...._job.targets import FuzzTarget
+    from pmverify import FuzzTarget
+
     from ..fusion_pass import QKNormFusionPass
     from .tp_cases import qk_norm_tp_cases
 
@@ -128,7 +130,7 @@ def fuzz_target() -> Any:
         families,
         set_up=environment.set_up,
         reproducer_prelude=environment.reproducer_prelude(),
-        extra_check=real_model_check(),
+        end_check=real_model_check(),
     )
 
 

@@ -27,8 +27,8 @@ from hypothesis.errors import InvalidArgument
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import Shard
 
-from ...._case import GraphCase, PlantedInstance
-from ...._validation import (
+from pmverify import GraphCase, PlantedInstance
+from pmverify.validation import (
     short_repr,
     validate_all_reduce,
     validate_bool,
@@ -37,9 +37,9 @@ from ...._validation import (
     validate_order,
     validate_strategy,
 )
+
 from ....distributed import DEFAULT_GROUP_NAME
-from ....strategies import tp_sizes
-from ....strategies._public import Shown
+from ....strategies import Shown, tp_sizes
 from ..config import SUPPORTED_DTYPES, QKNormConfig, kv_head_range
 from ..tp import all_reduce, qk_norm_tp_forward
 from .layers import (
