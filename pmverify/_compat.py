@@ -48,6 +48,45 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
   (:func:`functionalize_key_excluded`, :func:`from_functional`): running a program under a fresh
   ``FunctionalTensorMode`` and reading back its values, as AOTAutograd does for mutated inputs
   (the functionalization strategies' ground truth).
+- ``torch._library.simple_registry``, ``torch._higher_order_ops.auto_functionalize``
+  (:func:`has_fake_kernel`, :func:`can_auto_functionalize`): which custom ops fake tensors trace
+  and functionalization wraps in ``auto_functionalized``.
+
+The names of :data:`PRIVATE`, which the rest of pmverify imports from here (``from pmverify._compat
+import FakeTensorMode``, ``pattern_matcher``, ``pytree``...), each imported when first read (a
+module ``__getattr__``: importing this module imports none of them; Inductor's pattern matcher
+takes seconds to import), :class:`InternalMoved` when one is gone. None has a public route at torch
+:data:`TORCH_READ_AT`:
+
+- Inductor's pattern matcher (``torch._inductor.pattern_matcher``: ``PatternMatcherPass``, the
+  pattern entries, ``fwd_only`` / ``joint_fwd_bwd``, ``is_match``, ``is_mutation_op``,
+  ``stable_topological_sort``), its pass protocol (``torch._inductor.custom_graph_pass``), its
+  decompositions (``torch._inductor.decomposition``) and ``decompose_auto_functionalized``
+  (``torch._inductor.fx_passes.post_grad``): the API the passes under test are written in and run by;
+  torch has no public module for it.
+- ``torch._inductor.config``, ``torch._dynamo.config``, ``torch._functorch.config``: the settings a
+  compile runs under (the custom pass slots, the caches); ``torch.compiler.config`` holds none.
+- Fake and functional tensors (``torch._subclasses.fake_tensor``,
+  ``torch._subclasses.functional_tensor``), the tracing context (``torch._guards``:
+  ``tracing``, ``TracingContext``, ``detect_fake_mode``) and a symbol's source
+  (``torch._dynamo.source.ConstantSource``): values and symbolic sizes propagated as Inductor
+  propagates them (``torch.fx.experimental.proxy_tensor`` only re-imports ``FakeTensorMode``).
+- ``torch._higher_order_ops.auto_functionalize.get_mutable_args``: which arguments an op in an
+  ``auto_functionalized`` node mutates, as Inductor reads them.
+- ``torch._library.custom_ops``, ``torch._library.simple_registry``: the module that defined a
+  custom op (``torch.library`` records it, exposes no lookup).
+- ``torch._prims_common.is_non_overlapping_and_dense_or_false``: a layout test that takes symbolic
+  sizes (no ``Tensor`` method does).
+- ``torch.utils._pytree`` (``pytree``; ``torch.utils.pytree`` is not in torch 2.13) and
+  ``torch.utils._triton`` (``triton_utils``: the gates' device queries).
+- ``hypothesis.statistics.collector`` (``statistics_collector``): a job reads whether a shrink
+  finished (see :func:`search_statistics`).
+
+Left outside this door: ``torch._ops.OpOverload`` / ``OpOverloadPacket`` / ``HigherOrderOperator``
+read as attributes (the types of ``torch.ops`` entries; no public name), ``torch.ops._c10d_functional``
+(an op namespace, not a module), and ``fusions/`` and ``faults/``: users of the tool (they may not
+import ``pmverify._*``), which import Inductor's pass-writing API and fake tensors as any pass
+project does. ``hypothesis.vendor.pretty`` is Hypothesis' documented printer.
 """
 
 from __future__ import annotations
@@ -123,6 +162,84 @@ def internal(module: str, attribute: str, why: str) -> Any:
         raise AttributeError(f"module {module!r} has no attribute {attribute!r}")
     except (ImportError, AttributeError) as exc:
         raise InternalMoved(f"{module}.{attribute}", why, exc) from None
+
+
+_PATTERN_MATCHER = "passes under test are written in Inductor's pattern matcher and run by it"
+_PASS_PROTOCOL = "a pass is installed in a compile as Inductor's custom graph pass"
+_CONFIG = "compiles run with the custom pass slots and caches set"
+_FAKE = "values and symbolic sizes are propagated with fake tensors, as Inductor does"
+_FUNCTIONAL = "functionalization strategies run a program under FunctionalTensorMode, as AOTAutograd does"
+_AUTO_FUNCTIONALIZED = "the oracles read auto_functionalized nodes as Inductor does"
+_OP_ORIGIN = "a custom op's defining module is read from torch.library's records"
+_PYTREE = "nested values (tuples of tensors, node metas) are mapped with torch's pytree"
+
+#: name -> (dotted path, why): the private torch / Hypothesis names the rest of pmverify imports
+#: from here; each is imported when first read (:func:`__getattr__`). See the module docstring.
+PRIVATE: dict[str, tuple[str, str]] = {
+    # Inductor's pattern matcher: imported on first use only (it takes seconds)
+    "pattern_matcher": ("torch._inductor.pattern_matcher", _PATTERN_MATCHER),
+    "PatternMatcherPass": ("torch._inductor.pattern_matcher.PatternMatcherPass", _PATTERN_MATCHER),
+    "PatternEntry": ("torch._inductor.pattern_matcher.PatternEntry", _PATTERN_MATCHER),
+    "ReplacementPatternEntry": ("torch._inductor.pattern_matcher.ReplacementPatternEntry", _PATTERN_MATCHER),
+    "GraphPatternEntry": ("torch._inductor.pattern_matcher.GraphPatternEntry", _PATTERN_MATCHER),
+    "LoweringPatternEntry": ("torch._inductor.pattern_matcher.LoweringPatternEntry", _PATTERN_MATCHER),
+    "fwd_only": ("torch._inductor.pattern_matcher.fwd_only", _PATTERN_MATCHER),
+    "joint_fwd_bwd": ("torch._inductor.pattern_matcher.joint_fwd_bwd", _PATTERN_MATCHER),
+    "is_match": ("torch._inductor.pattern_matcher.is_match", _PATTERN_MATCHER),
+    "is_mutation_op": ("torch._inductor.pattern_matcher.is_mutation_op", _PATTERN_MATCHER),
+    "stable_topological_sort": ("torch._inductor.pattern_matcher.stable_topological_sort", _PATTERN_MATCHER),
+    "select_decomp_table": ("torch._inductor.decomposition.select_decomp_table", _PATTERN_MATCHER),
+    "decompose_auto_functionalized": (
+        "torch._inductor.fx_passes.post_grad.decompose_auto_functionalized",
+        _AUTO_FUNCTIONALIZED,
+    ),
+    "CustomGraphPass": ("torch._inductor.custom_graph_pass.CustomGraphPass", _PASS_PROTOCOL),
+    "get_custom_graph_passes": ("torch._inductor.custom_graph_pass.get_custom_graph_passes", _PASS_PROTOCOL),
+    # compile settings
+    "inductor_config": ("torch._inductor.config", _CONFIG),
+    "dynamo_config": ("torch._dynamo.config", _CONFIG),
+    "functorch_config": ("torch._functorch.config", _CONFIG),
+    # fake and functional tensors, tracing
+    "FakeTensor": ("torch._subclasses.fake_tensor.FakeTensor", _FAKE),
+    "FakeTensorMode": ("torch._subclasses.fake_tensor.FakeTensorMode", _FAKE),
+    "DynamicOutputShapeException": ("torch._subclasses.fake_tensor.DynamicOutputShapeException", _FAKE),
+    "UnsupportedOperatorException": ("torch._subclasses.fake_tensor.UnsupportedOperatorException", _FAKE),
+    "TracingContext": ("torch._guards.TracingContext", _FAKE),
+    "tracing": ("torch._guards.tracing", _FAKE),
+    "detect_fake_mode": ("torch._guards.detect_fake_mode", _FAKE),
+    "ConstantSource": ("torch._dynamo.source.ConstantSource", _FAKE),
+    "is_non_overlapping_and_dense_or_false": (
+        "torch._prims_common.is_non_overlapping_and_dense_or_false",
+        "a layout test that takes symbolic sizes",
+    ),
+    "FunctionalTensor": ("torch._subclasses.functional_tensor.FunctionalTensor", _FUNCTIONAL),
+    "FunctionalTensorMode": ("torch._subclasses.functional_tensor.FunctionalTensorMode", _FUNCTIONAL),
+    "get_mutable_args": ("torch._higher_order_ops.auto_functionalize.get_mutable_args", _AUTO_FUNCTIONALIZED),
+    # where a custom op was defined
+    "custom_ops": ("torch._library.custom_ops", _OP_ORIGIN),
+    "simple_registry": ("torch._library.simple_registry", _OP_ORIGIN),
+    # utilities
+    "pytree": ("torch.utils._pytree", _PYTREE),
+    "triton_utils": ("torch.utils._triton", "the gates answer Triton's device queries as on a CUDA machine"),
+    # Hypothesis
+    "statistics_collector": ("hypothesis.statistics.collector", "a job reads whether a shrink finished"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of :data:`PRIVATE`, imported now (then kept); :class:`InternalMoved` when it is gone."""
+    try:
+        path, why = PRIVATE[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    module, _, attribute = path.rpartition(".")
+    value = internal(module, attribute, why)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *PRIVATE})
 
 
 # -- Hypothesis ------------------------------------------------------------------------------------
