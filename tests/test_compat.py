@@ -1,9 +1,14 @@
 """pmverify._compat: the one door to private internals; the example-database key wrapper (its keys,
-golden: stable across releases of pmverify and Hypothesis); the message when an internal moved."""
+golden: stable across releases of pmverify and Hypothesis); the message when an internal moved; no
+module but ``_compat`` imports a private torch / Hypothesis module."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import pathlib
+import subprocess
+import sys
 import time
 
 import hypothesis
@@ -11,6 +16,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.database import InMemoryExampleDatabase
 
+from pmverify import _compat
 from pmverify._compat import (
     InternalMoved,
     KeyedDatabase,
@@ -159,3 +165,133 @@ def test_a_counted_clock_jumps_past_every_limit_after_its_wall_limit_and_is_rest
         time.sleep(0.06)
         assert clock.perf_counter() > 10**9 and clock.cut
     assert engine.time is before
+
+
+# -- the one door ----------------------------------------------------------------------------------
+
+PACKAGE = pathlib.Path(_compat.__file__).parent
+#: Hypothesis' internal modules (``hypothesis.X``); its public ones are ``hypothesis`` itself,
+#: ``strategies``, ``errors``, ``database``, ``stateful``, ``provisional``, ``extra.*`` and the
+#: documented printer ``vendor.pretty``. (As /work/notes/compat_codemod.py has it.)
+HYPOTHESIS_INTERNAL = {
+    "internal",
+    "core",
+    "control",
+    "statistics",
+    "reporting",
+    "utils",
+    "configuration",
+    "entry_points",
+}
+#: Users of the tool, as any pass project: they import Inductor's pass-writing API and fake
+#: tensors themselves, and may not import ``pmverify._*`` (the forbidden contract).
+USERS = ("fusions", "faults")
+
+
+def is_private(dotted: str) -> bool:
+    """A torch or hypothesis path with a ``_``-prefixed component, or in a Hypothesis internal module."""
+    parts = dotted.split(".")
+    if parts[0] not in ("torch", "hypothesis"):
+        return False
+    if any(part.startswith("_") for part in parts):
+        return True
+    return parts[0] == "hypothesis" and len(parts) > 1 and parts[1] in HYPOTHESIS_INTERNAL
+
+
+def private_imports(source: str) -> list[tuple[int, str]]:
+    """``(line, dotted name)`` of each private name ``source`` imports (at any depth, lazily too)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if is_private(alias.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            found += [(node.lineno, name) for name in names if is_private(name)]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("dotted", "private"),
+    [
+        ("torch._inductor.pattern_matcher", True),
+        ("torch.utils._pytree", True),
+        ("torch._subclasses.fake_tensor.FakeTensorMode", True),
+        ("torch.testing._internal.distributed", True),
+        ("hypothesis.internal.conjecture.engine", True),
+        ("hypothesis.statistics.collector", True),
+        ("hypothesis.control.current_build_context", True),
+        ("hypothesis._settings", True),
+        ("torch.fx.experimental.symbolic_shapes.ShapeEnv", False),
+        ("torch.library.custom_op", False),
+        ("torch.compiler.reset", False),
+        ("hypothesis.strategies", False),
+        ("hypothesis.settings", False),
+        ("hypothesis.errors.InvalidArgument", False),
+        ("hypothesis.vendor.pretty.pretty", False),
+        ("numpy._core", False),
+    ],
+)
+def test_what_counts_as_private(dotted, private):
+    assert is_private(dotted) is private
+
+
+def test_private_imports_finds_lazy_and_aliased_imports_and_private_names_of_public_modules():
+    source = (
+        "import torch\nimport torch.utils._pytree as pytree\nfrom torch.utils import _triton, checkpoint\n"
+        "def f():\n    import torch._dynamo.config\n    from hypothesis.statistics import collector\n"
+        "from ._compat import FakeTensorMode\nfrom torch.fx import GraphModule\n"
+    )
+    assert private_imports(source) == [
+        (2, "torch.utils._pytree"),
+        (3, "torch.utils._triton"),
+        (5, "torch._dynamo.config"),
+        (6, "hypothesis.statistics.collector"),
+    ]
+
+
+def test_no_module_but_compat_imports_a_private_torch_or_hypothesis_module():
+    """Every private torch / Hypothesis name the tool uses is imported from ``pmverify._compat``
+    (add it to ``_compat.PRIVATE``, with why; /work/notes/compat_codemod.py rewrites the imports)."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "_compat.py" or path.parent != PACKAGE
+        if path.relative_to(PACKAGE).parts[0] not in USERS
+        for line, name in private_imports(path.read_text())
+    ]
+    assert found == []
+
+
+def test_every_name_through_the_door_is_private_and_named_with_why():
+    tree = ast.parse(pathlib.Path(_compat.__file__).read_text())
+    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    defined |= {
+        t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+    }
+    for name, (path, why) in _compat.PRIVATE.items():
+        assert is_private(path), f"{name}: {path} is public: import it directly"
+        assert why and not name.startswith("_") and name not in defined, name
+
+
+def test_importing_compat_imports_no_torch_and_reads_a_private_name_when_first_used():
+    code = (
+        "import sys; import pmverify._compat as c; assert 'torch' not in sys.modules, 'torch'\n"
+        "import torch.utils._pytree as p; assert c.pytree is p and 'pytree' in vars(c)\n"
+        "assert 'torch._inductor.pattern_matcher' not in sys.modules, 'pattern matcher'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_private_name_that_moved_says_which_why_and_where_and_an_unknown_one_is_an_attribute_error(monkeypatch):
+    monkeypatch.setitem(_compat.PRIVATE, "moved", ("torch._no_such_module.thing", "a test needs it"))
+    with pytest.raises(InternalMoved, match=r"torch\._no_such_module\.thing is gone from torch .*a test needs it"):
+        _compat.moved  # noqa: B018
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _compat.no_such_name  # noqa: B018
+
+
+@pytest.mark.slow  # imports Inductor's pattern matcher (~7 s)
+def test_every_name_through_the_door_is_where_it_was_read():
+    for name in _compat.PRIVATE:
+        assert getattr(_compat, name) is not None
