@@ -53,7 +53,7 @@ What stays private, and why (read at Hypothesis :data:`HYPOTHESIS_READ_AT`, torc
   and functionalization wraps in ``auto_functionalized``.
 
 The names of :data:`PRIVATE`, which the rest of pmverify imports from here (``from pmverify._compat
-import FakeTensorMode``, ``pattern_matcher``, ``pytree``...), each imported when first read (a
+import FakeTensorMode``, ``pattern_matcher``, ``pytree``...), each imported when read (a
 module ``__getattr__``: importing this module imports none of them; Inductor's pattern matcher
 takes seconds to import), :class:`InternalMoved` when one is gone. None has a public route at torch
 :data:`TORCH_READ_AT`:
@@ -174,7 +174,7 @@ _OP_ORIGIN = "a custom op's defining module is read from torch.library's records
 _PYTREE = "nested values (tuples of tensors, node metas) are mapped with torch's pytree"
 
 #: name -> (dotted path, why): the private torch / Hypothesis names the rest of pmverify imports
-#: from here; each is imported when first read (:func:`__getattr__`). See the module docstring.
+#: from here; each is imported when read (:func:`__getattr__`). See the module docstring.
 PRIVATE: dict[str, tuple[str, str]] = {
     # Inductor's pattern matcher: imported on first use only (it takes seconds)
     "pattern_matcher": ("torch._inductor.pattern_matcher", _PATTERN_MATCHER),
@@ -227,15 +227,24 @@ PRIVATE: dict[str, tuple[str, str]] = {
 
 
 def __getattr__(name: str) -> Any:
-    """A name of :data:`PRIVATE`, imported now (then kept); :class:`InternalMoved` when it is gone."""
+    """A name of :data:`PRIVATE`, read from its module now, at each read (not kept here: what a
+    test or a user monkeypatches there is what pmverify reads, as a direct import would);
+    :class:`InternalMoved` when it is gone."""
+    found = _FOUND.get(name)
+    if found is not None:
+        return getattr(*found)
     try:
         path, why = PRIVATE[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     module, _, attribute = path.rpartition(".")
     value = internal(module, attribute, why)
-    globals()[name] = value
+    _FOUND[name] = (importlib.import_module(module), attribute)
     return value
+
+
+#: name -> (its module, its attribute name), once :func:`__getattr__` found it.
+_FOUND: dict[str, tuple[Any, str]] = {}
 
 
 def __dir__() -> list[str]:
