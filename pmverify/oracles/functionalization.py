@@ -69,7 +69,7 @@ from .._execution import (
 from ._violation import Violation
 from .semantics import lined_up, named_results, noise_results, region_results
 
-__all__ = ["check", "AUTO_FUNCTIONALIZED", "element_descriptions"]
+__all__ = ["applies", "check", "AUTO_FUNCTIONALIZED", "element_descriptions"]
 
 logger = logging.getLogger(__name__)
 
@@ -665,6 +665,13 @@ def _stand_in_violations(
             )
         )
     return violations
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): an
+    ``auto_functionalized`` / ``auto_functionalized_v2`` node in the graph before or after the pass."""
+    graphs = [pair.before.graph] + ([pair.after.graph] if pair.after is not None else [])
+    return any(_af_nodes(graph) for graph in graphs)
 
 
 def check(pair: RunPair) -> list[Violation]:

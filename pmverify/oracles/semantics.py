@@ -117,6 +117,12 @@ __all__ = [
     "noise_results",
     "region_results",
     "void_reason",
+    "void",
+    "Void",
+    "VOID_KINDS",
+    "NON_FINITE",
+    "NOT_COMPARABLE",
+    "applies",
     "deterministic_fill",
     "K",
     "SAMPLING",
@@ -153,15 +159,47 @@ def lined_up(results: Any, like: tuple[list[Any], list[Any]]) -> list[Any]:
     ]
 
 
-def void_reason(pair: RunPair) -> str | None:
-    """Why the case says nothing about semantics (a non-finite reference; graphs that draw random
-    numbers otherwise, ``"rng: ..."``, see :mod:`._rng`), or None; see the module docstring. None
-    when the pass raised."""
+#: The kinds of :class:`Void`: the reference is NaN/Inf (``"non_finite"``), or the graphs cannot be
+#: compared value by value (``"not_comparable"``: they draw random numbers otherwise, see :mod:`._rng`).
+NON_FINITE = "non_finite"
+NOT_COMPARABLE = "not_comparable"
+VOID_KINDS = (NON_FINITE, NOT_COMPARABLE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Void:
+    """Why a case says nothing about semantics: ``kind`` (one of :data:`VOID_KINDS`) and
+    ``reason``, in words (a not-comparable one starts ``"rng: "``)."""
+
+    kind: str
+    reason: str
+
+
+def void(pair: RunPair) -> Void | None:
+    """Why the case says nothing about semantics (:class:`Void`: a non-finite reference, or graphs
+    that draw random numbers otherwise, see :mod:`._rng`), or None; see the module docstring.
+    None when the pass raised. Computed once per pair."""
     if pair.after is None and pair.compiled is None:
         return None
+    return pair.cached(("void",), lambda: _void(pair))
+
+
+def void_reason(pair: RunPair) -> str | None:
+    """:func:`void`'s reason, in words, or None."""
+    found = void(pair)
+    return found.reason if found is not None else None
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): the case is not
+    void (:func:`void`)."""
+    return void(pair) is None
+
+
+def _void(pair: RunPair) -> Void | None:
     rng = _rng.rng_reason(pair)
     if rng is not None:
-        return rng
+        return Void(NOT_COMPARABLE, rng)
     for rank in range(pair.case.tp_world):
         results = pair.results(rank)
         reference, kind = results.reference, "float64 reference"
@@ -178,7 +216,7 @@ def void_reason(pair: RunPair) -> str | None:
                 continue  # an input the graph leaves as it was (a 0/-inf mask): compared exactly, no error in it
             bad = tuple((~torch.isfinite(value)).nonzero()[0].tolist())
             where = f"rank {rank} " if pair.case.tp_world > 1 else ""
-            return f"{where}{name}: the {kind} is {value[bad].item()} at {list(bad)}"
+            return Void(NON_FINITE, f"{where}{name}: the {kind} is {value[bad].item()} at {list(bad)}")
     return None
 
 
