@@ -87,6 +87,7 @@ def applicability(oracle: Oracle) -> Callable[[RunPair], bool]:
             return module.applies
     return _always
 
+
 __all__ = [
     "MODULES",
     "ORACLES",

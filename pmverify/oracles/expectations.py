@@ -122,7 +122,6 @@ __all__ = [
 ]
 
 
-
 def _mutating(node: Any) -> bool:
     """Whether ``node`` is a mutation for Inductor's matcher (``is_mutation_op``)."""
     from torch._inductor.pattern_matcher import is_mutation_op
