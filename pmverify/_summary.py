@@ -100,8 +100,9 @@ class VerifySummary:
       calls do not run, say) outside shrinking, set by :func:`pmverify.verify` from Hypothesis'
       statistics: the rejection rate is ``discarded / (cases + discarded)``, about.
     - ``judged``: per oracle, the cases it had something to judge (``CaseResult.judged``).
-    - ``planted``: the planted ground truth, per instance: ``{"must match": 12, "near miss (eps)":
-      3, ...}`` (see :func:`outcome`; a must-match instance that was "either is right" in its run
+    - ``outcomes``: the planted instances (``GraphCase.planted``) by outcome: ``{"must match": 12,
+      "near miss (eps)": 3, ...}``, each its planted ground truth (see :func:`outcome`) as judged in
+      its run (a must-match instance that was "either is right" in its run
       because the pass put a mutation among its nodes counts under :data:`EITHER_BY_PASS`; a near miss
       it rewrote that is not a finding, such as an ``extra_user`` one rewritten with its intermediate
       kept, under ``"near miss (extra_user), rewritten: either is right (see the case's note)"``).
@@ -127,7 +128,7 @@ class VerifySummary:
     void_cases: int = 0
     failing_cases: int = 0
     judged: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    planted: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    outcomes: Mapping[str, int] = dataclasses.field(default_factory=dict)
     first_void: str | None = None
     not_comparable_cases: int = 0
     first_not_comparable: str | None = None
@@ -148,7 +149,7 @@ class VerifySummary:
             void_cases=int(result.void_reason is not None),
             failing_cases=int(bool(result.violations)),
             judged=dict.fromkeys(getattr(result, "judged", ()), 1),
-            planted=dict(collections.Counter(_outcomes(result))),
+            outcomes=dict(collections.Counter(_outcomes(result))),
             first_void=result.void_reason,
             not_comparable_cases=int(getattr(result, "not_comparable", None) is not None),
             first_not_comparable=getattr(result, "not_comparable", None),
@@ -167,7 +168,7 @@ class VerifySummary:
             void_cases=self.void_cases + other.void_cases,
             failing_cases=self.failing_cases + other.failing_cases,
             judged=dict(collections.Counter(self.judged) + collections.Counter(other.judged)),
-            planted=dict(collections.Counter(self.planted) + collections.Counter(other.planted)),
+            outcomes=dict(collections.Counter(self.outcomes) + collections.Counter(other.outcomes)),
             first_void=self.first_void if self.first_void is not None else other.first_void,
             not_comparable_cases=self.not_comparable_cases + other.not_comparable_cases,
             first_not_comparable=self.first_not_comparable or other.first_not_comparable,
@@ -185,7 +186,7 @@ class VerifySummary:
         """One line: ``"30 cases (4 draws discarded), 12 rewritten (15 rewrites), 2 void; planted: must match 12, ...;
         judged: structure 30, semantics 28, ..."`` (the rewrite count left out when no pass
         reported or recorded one: a hand-written pass that rewrote graphs without counting)."""
-        planted = ", ".join(f"{kind} {count}" for kind, count in sorted(self.planted.items())) or "no instance"
+        planted = ", ".join(f"{kind} {count}" for kind, count in sorted(self.outcomes.items())) or "no instance"
         judged = ", ".join(f"{name} {count}" for name, count in self.judged.items()) or "nothing"
         counted = f" ({self.rewrites} rewrites)" if self.rewrites else ""  # a hand pass may report no count
         incomparable = f" ({self.not_comparable_cases} not comparable)" if self.not_comparable_cases else ""
@@ -266,11 +267,11 @@ def vacuous_error(summary: VerifySummary, what: str) -> VacuousSearch | None:
     if summary.cases == 0:
         return None
     drawn = f"{summary.cases} case{'s' if summary.cases != 1 else ''}"
-    planted = ", ".join(f"{kind}: {count}" for kind, count in sorted(summary.planted.items()))
+    planted = ", ".join(f"{kind}: {count}" for kind, count in sorted(summary.outcomes.items()))
     truth = f"planted ground truth: {planted}" if planted else "no pattern instance was planted"
     if summary.rewritten_cases == 0:
         void = f", {summary.void_cases} of them void" if summary.void_cases else ""
-        must = summary.planted.get("must match", 0)
+        must = summary.outcomes.get("must match", 0)
         hint = (
             f"{must} must-match instance(s) were left alone: run with the expectations oracle to see where"
             if must

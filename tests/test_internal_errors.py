@@ -117,7 +117,7 @@ def test_pmverify_internal_error_is_internal_even_when_the_graph_fails():
 
 def test_a_built_in_oracle_crash_on_a_correct_pass_is_internal(monkeypatch):
     """The issue's shape: an IndexError inside a built-in oracle on a correct pass."""
-    monkeypatch.setattr(functionalization, "_af_nodes", lambda graph: [][0])
+    monkeypatch.setattr(functionalization, "af_nodes", lambda graph: [][0])
     result = check_case(_double_as_add, _case(), oracles=["functionalization", "semantics"])
     assert result.ok and [e.oracle for e in result.internal_errors] == ["functionalization"]
     assert result.judged == ("semantics",)

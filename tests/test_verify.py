@@ -30,7 +30,7 @@ def test_shipped_pass_preserves_semantics():
     assert summary.cases == count and summary.rewrites == sum(r.rewrite_count for r in results)
     assert summary.rewritten_cases == sum(r.rewritten for r in results) > 0 and summary.failing_cases == 0
     assert summary.judged["structure"] == count and summary.judged["semantics"] == count - summary.void_cases
-    assert summary.planted["must match"] >= summary.rewritten_cases
+    assert summary.outcomes["must match"] >= summary.rewritten_cases
     assert summary.describe().startswith(f"{count} cases, {summary.rewritten_cases} rewritten")
 
 

@@ -214,7 +214,7 @@ class TargetRun:
             "internal_errors": self.summary.internal_errors,
             "first_internal_error": self.summary.first_internal_error,
             "judged": dict(self.summary.judged),
-            "planted": dict(sorted(self.summary.planted.items())),
+            "planted": dict(sorted(self.summary.outcomes.items())),
             "warnings": self.unfused(),
             "elapsed_s": round(self.searching_s(), 3),
             "cases_per_min": round(60 * self.cases / max(self.searching_s(), 1e-9), 1),

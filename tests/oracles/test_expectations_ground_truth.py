@@ -15,6 +15,7 @@ import torch
 
 import pmverify
 from pmverify import GraphCase, PlantedInstance, check_case
+from pmverify._execution import compiled_expectation
 from pmverify.fusions.qk_norm import QKNormConfig
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
@@ -210,13 +211,13 @@ def test_a_derived_or_extra_user_near_miss_may_match_in_compiled_mode():
     tokens = PlantedInstance("p", ("a",), False, "tokens")
     case = GraphCase(torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph()), [()])
     ranged = passes.HandRMSNormByRange(_CONFIG)
-    assert [expectations._compiled_expectation(p, case) for p in (derived, declared, extra, tokens)] == [
+    assert [compiled_expectation(p, case) for p in (derived, declared, extra, tokens)] == [
         None,
         False,
         None,
         False,
     ]
-    assert expectations._compiled_expectation(tokens, case, ranged) is None
+    assert compiled_expectation(tokens, case, ranged) is None
 
 
 # --------------------------------------------------------------------------------------------- searches
