@@ -85,7 +85,7 @@ def test_a_raising_user_oracle_is_an_internal_error_and_the_search_goes_on():
     assert summary.cases >= 5 and summary.failing_cases == 0
     assert summary.internal_errors == summary.cases
     assert summary.first_internal_error.startswith("pmverify internal error in _raising_oracle: IndexError(")
-    assert summary.judged == {"semantics": summary.cases}
+    assert summary.judged_counts == {"semantics": summary.cases}
     assert f"{summary.cases} pmverify internal errors (first: pmverify internal error in _raising_oracle" in (
         summary.describe()
     )

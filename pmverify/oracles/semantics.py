@@ -53,8 +53,8 @@ inputs is covered). The rule for a floating-point result of n elements:
   float64 run is possible) is non-finite anywhere in an output or in the final value of an input
   the graph changed is *void* (an input left as it was, a 0/-inf mask say, carries no error):
   it says nothing about the rewrite (a NaN hides any error that feeds it) and is neither a pass
-  nor a violation; :func:`void_reason` says why, and ``check_case`` records it in
-  ``CaseResult.void_reason``. In a case that is not void, a finite ``before`` with a non-finite
+  nor a violation; :func:`void` says why (:class:`Void`, kind ``"non_finite"``), and ``check_case``
+  records it in ``CaseResult.void_reason`` and ``void_kind``. In a case that is not void, a finite ``before`` with a non-finite
   ``after`` is a violation; a non-finite ``before`` (the original overflowed, a fp16 ``q @ k``
   say) with a finite ``after`` holds where ``after`` is within the per-element bound of the
   reference, counting no error before (torch._dynamo's ``same()`` passes that case too: "res is
@@ -67,8 +67,8 @@ inputs is covered). The rule for a floating-point result of n elements:
   from the same generator state before the pass, after it and in its float64 reference, which
   draws what the graph before the pass drew. A replacement that draws the same numbers in the same
   order is compared as usual; one that draws them otherwise makes the case *not comparable*, a
-  void case whose reason starts ``"rng: "`` (so are tensor-parallel and compiled cases that draw),
-  never a violation.
+  void case of kind ``"not_comparable"`` whose reason starts ``"rng: "`` (so are tensor-parallel and
+  compiled cases that draw), never a violation.
 - Integer and bool results must be equal.
 - Tensor parallelism: a case with ``tp_world > 1`` runs on a real world of that many ranks
   (:func:`pmverify.distributed.run_spmd`, threaded backend: collectives really reduce), every

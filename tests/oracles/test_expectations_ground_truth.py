@@ -163,7 +163,7 @@ def test_an_extra_user_near_miss_rewritten_with_its_intermediate_kept_is_a_note(
     from pmverify._verify import case_events
 
     assert "near miss extra_user: rewritten, either is right (see the note)" in case_events(result)
-    assert VerifySummary.of(result).planted == {
+    assert VerifySummary.of(result).planted_counts == {
         "near miss (extra_user), rewritten: either is right (see the case's note)": 1
     }
 
@@ -262,7 +262,7 @@ def test_a_correct_pass_is_quiet_over_300_cases(name, tmp_path):
     assert summary.rewritten_cases > 30, summary.describe()
     # the rule was exercised: near misses rewritten (each a note, or, for a replacement reading the
     # instance's own nodes, a part of it rewritten by the pass's own pattern entry)
-    noted = any("rewritten: either is right" in outcome for outcome in summary.planted)
+    noted = any("rewritten: either is right" in outcome for outcome in summary.planted_counts)
     entered = any(
         set(instance.nodes) & set(record.nodes)
         for result in results
