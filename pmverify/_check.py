@@ -12,23 +12,17 @@ from hypothesis.errors import InvalidArgument
 
 from ._apply import apply_direct
 from ._case import GraphCase
-from ._execution import RunPair
+from ._execution import RunPair, changed, matched_instances, rewrite_count
 from .distributed import SPMDTimeoutError
-from .oracles import ORACLES, InternalError, PmverifyInternalError, Violation, aliasing, semantics
-from .oracles.expectations import (
-    kept_intermediate_notes,
-    matched_instances,
-    near_miss_notes,
-    pass_put_barriers,
-    rewrite_count,
-)
+from .oracles import ORACLES, InternalError, Oracle, PmverifyInternalError, Violation, applicability, semantics
+from .oracles.expectations import kept_intermediate_notes, near_miss_notes, pass_put_barriers
 
 __all__ = ["CaseResult", "check_case", "judged_by", "graph_failure", "MODES"]
 
 #: Apply modes: ``"direct"`` (no compile, the fast path) and ``"compiled"`` (``torch.compile``).
 MODES = ("direct", "compiled")
 
-OracleSpec = str | Callable[[RunPair], list[Violation]]
+OracleSpec = str | Oracle
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +37,13 @@ class CaseResult:
       recorded through Inductor's pattern entries, else the number of planted instances it rewrote.
     - ``planted_matched``: for each planted instance, whether it was rewritten.
     - ``elapsed_s``: seconds for apply + oracles.
-    - ``void_reason``: why the case says nothing about semantics (its float64 reference is NaN/Inf; or,
-      starting ``"rng: "``, its graphs draw random numbers otherwise before and after the pass, see
-      :mod:`pmverify.oracles.semantics`), else None. A void case is neither a pass nor a
-      violation of semantics; the other oracles still judge it.
-    - ``judged``: the oracles that had something to judge on the case (:func:`judged_by`).
+    - ``void_reason``: why the case says nothing about semantics, in words, else None; ``void_kind``:
+      which kind of void it is (:data:`pmverify.oracles.semantics.VOID_KINDS`): ``"non_finite"``
+      (its float64 reference is NaN/Inf) or ``"not_comparable"`` (its graphs draw random numbers
+      otherwise before and after the pass, see :mod:`pmverify.oracles.semantics`). A void case is
+      neither a pass nor a violation of semantics; the other oracles still judge it.
+    - ``judged``: the oracles that had something to judge on the case (:func:`judged_by`: each
+      oracle module's ``applies``).
     - ``rewritten``: whether the pass rewrote anything: ``rewrite_count > 0``, or it changed the graph
       (a hand-written pass that reports no count and rewrote nothing planted).
     - ``notes``: per planted instance (by index into ``case.planted``), why the oracles judged it
@@ -75,6 +71,7 @@ class CaseResult:
     rewritten: bool = False
     notes: dict[int, str] = dataclasses.field(default_factory=dict)
     internal_errors: list[InternalError] = dataclasses.field(default_factory=list)
+    void_kind: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -82,10 +79,9 @@ class CaseResult:
 
     @property
     def not_comparable(self) -> str | None:
-        """``void_reason`` when the graphs cannot be compared value by value (``"rng: ..."``), else
-        None."""
-        reason = self.void_reason
-        return reason if reason is not None and reason.startswith("rng: ") else None
+        """``void_reason`` when the graphs cannot be compared value by value (``void_kind`` is
+        ``"not_comparable"``), else None."""
+        return self.void_reason if self.void_kind == semantics.NOT_COMPARABLE else None
 
 
 def _has_collectives(case: GraphCase) -> bool:
@@ -100,7 +96,7 @@ def _has_collectives(case: GraphCase) -> bool:
     )
 
 
-def _resolve_oracles(oracles: Sequence[OracleSpec] | None) -> list[tuple[str, Callable[[RunPair], list[Violation]]]]:
+def _resolve_oracles(oracles: Sequence[OracleSpec] | None) -> list[tuple[str, Oracle]]:
     if oracles is None:
         return list(ORACLES.items())
     given = oracles
@@ -125,69 +121,21 @@ def validate_oracles(oracles: Sequence[OracleSpec] | None) -> None:
     _resolve_oracles(oracles)
 
 
-def _mutates(pair: RunPair) -> bool:
-    from .oracles.mutation_barriers import mutation_regions
-
-    return bool(mutation_regions(pair.before.graph)[1])
-
-
-def _auto_functionalized(pair: RunPair) -> bool:
-    names = ("auto_functionalized", "auto_functionalized_v2")
-    graphs = [pair.before.graph] + ([pair.after.graph] if pair.after is not None else [])
-    return any(
-        node.op == "call_function" and getattr(node.target, "__name__", None) in names
-        for graph in graphs
-        for node in graph.nodes
-    )
-
-
-def _judges_expectations(pair: RunPair) -> bool:
-    if getattr(pair, "mode", "direct") == "compiled":
-        return bool(pair.case.planted) and rewrite_count(pair) is not None
-    return any(instance.must_match is not None for instance in pair.case.planted)
-
-
-def _judges_cache_key(pair: RunPair) -> bool:
-    from .oracles.cache_key import builder_and_config
-
-    return callable(getattr(pair.pass_, "uuid", None)) and builder_and_config(pair)[1] is not None
-
-
-#: When a built-in oracle has something to judge on a case whose pass ran (see :func:`judged_by`).
-_JUDGES: dict[str, Callable[[RunPair], bool]] = {
-    "mutation_barriers": _mutates,
-    "functionalization": _auto_functionalized,
-    "aliasing": lambda pair: aliasing.writes_in_place(pair.after.graph),
-    "tensor_parallel": lambda pair: pair.case.tp_world > 1 and bool(pair.ranks),
-    "expectations": _judges_expectations,
-    "cache_key": _judges_cache_key,
-    "compile_ranges": lambda pair: (
-        callable(getattr(pair.pass_, "is_applicable_for_range", None)) and bool(pair.case.symbols)
-    ),
-}
-
-
-def judged_by(pair: RunPair, names: Sequence[str], void_reason: str | None) -> tuple[str, ...]:
-    """The oracles of ``names`` that had something to judge on ``pair``: none when the pass raised;
-    ``semantics`` when the case is not void; ``mutation_barriers`` when the graph has an in-place op;
-    ``functionalization`` when it has an auto_functionalized node (before or after the pass);
-    ``aliasing`` when the graph after the pass writes an argument in place;
-    ``tensor_parallel`` on more than one rank; ``expectations`` when an instance is planted with a
-    verdict (in compiled mode: and the pass's rewrites can be counted); ``cache_key`` for a pass
-    with ``uuid()`` and a configuration; ``compile_ranges`` for a pass with
-    ``is_applicable_for_range`` on a case with symbols; ``structure`` and a callable
-    oracle always."""
+def judged_by(pair: RunPair, oracles: Sequence[tuple[str, Oracle]]) -> tuple[str, ...]:
+    """The names of ``oracles`` (``(name, check)`` pairs) that had something to judge on ``pair``:
+    none when the pass raised; else each whose oracle module's ``applies(pair)`` holds
+    (:func:`pmverify.oracles.applicability`; a callable oracle always does). An ``applies`` that
+    raises counts as holding: the oracle itself reports a graph it cannot read."""
     if pair.error is not None or pair.after is None:
         return ()
     judged = []
-    for name in names:
-        if name == "semantics":
-            ok = void_reason is None
-        else:
-            try:
-                ok = _JUDGES.get(name, lambda pair: True)(pair)
-            except Exception:  # noqa: BLE001 - the oracle itself reports a graph it cannot read
-                ok = True
+    for name, oracle in oracles:
+        try:
+            ok = applicability(oracle)(pair)
+        except SPMDTimeoutError:
+            raise
+        except Exception:  # noqa: BLE001 - the oracle itself reports a graph it cannot read
+            ok = True
         if ok:
             judged.append(name)
     return tuple(judged)
@@ -229,18 +177,6 @@ def _oracle_raised(
         pair.case.label or "(unlabelled)",
         exc_info=exc,
     )
-
-
-def _changed(pair: RunPair) -> bool:
-    """Whether the pass changed the graph (a node inserted, erased, moved or given other arguments:
-    a pass that only reorders nodes, sinking each to its first user, rewrote the graph)."""
-    if pair.after is None:
-        return False
-
-    def signature(gm: Any) -> list[tuple[str, str, str]]:
-        return [(node.name, str(node.target), repr((node.args, node.kwargs))) for node in gm.graph.nodes]
-
-    return signature(pair.before) != signature(pair.after)
 
 
 def pass_or_factory(pass_: Any, pass_factory: Any) -> Any:
@@ -343,7 +279,7 @@ def check_case(
     void = None
     if pair.error is None and any(oracle is ORACLES["semantics"] for _, oracle in checks):
         try:
-            void = semantics.void_reason(pair)
+            void = semantics.void(pair)
         except SPMDTimeoutError:
             raise
         except Exception as exc:  # noqa: BLE001 - the semantics oracle has reported a graph that fails
@@ -354,8 +290,8 @@ def check_case(
     count = rewrite_count(pair)
     rewrites = count if count is not None else sum(matched)
     failed = {error.oracle for error in internal}
-    judged = tuple(name for name in judged_by(pair, [name for name, _ in checks], void) if name not in failed)
-    rewritten = pair.error is None and (rewrites > 0 or _changed(pair))
+    judged = tuple(name for name in judged_by(pair, checks) if name not in failed)
+    rewritten = pair.error is None and (rewrites > 0 or changed(pair))
     notes: dict[int, str] = {}
     if "expectations" in judged:
         try:
@@ -369,9 +305,10 @@ def check_case(
         rewrites,
         matched,
         time.perf_counter() - start,
-        void,
+        void.reason if void is not None else None,
         judged,
         bool(rewritten),
         notes,
         internal,
+        void.kind if void is not None else None,
     )

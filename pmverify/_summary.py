@@ -109,9 +109,11 @@ class VerifySummary:
     - ``discarded``: draws the cases' strategy rejected (``assume``, ``filter``: an instance whose
       calls do not run, say) outside shrinking, set by :func:`pmverify.verify` from Hypothesis'
       statistics: the rejection rate is ``discarded / (cases + discarded)``, about.
-    - ``judged``: per oracle, the cases it had something to judge (``CaseResult.judged``).
-    - ``planted``: the planted ground truth, per instance: ``{"must match": 12, "near miss (eps)":
-      3, ...}`` (see :func:`outcome`; a must-match instance that was "either is right" in its run
+    - ``judged_counts``: per oracle, how many cases it had something to judge (``CaseResult.judged``:
+      the oracles that had, on one case).
+    - ``planted_counts``: how many planted instances (``GraphCase.planted``) had each outcome: ``{"must match": 12,
+      "near miss (eps)": 3, ...}``, each its planted ground truth (see :func:`outcome`) as judged in
+      its run (a must-match instance that was "either is right" in its run
       because the pass put a mutation among its nodes counts under :data:`EITHER_BY_PASS`; a near miss
       it rewrote that is not a finding, such as an ``extra_user`` one rewritten with its intermediate
       kept, under ``"near miss (extra_user), rewritten: either is right (see the case's note)"``).
@@ -136,8 +138,8 @@ class VerifySummary:
     rewritten_cases: int = 0
     void_cases: int = 0
     failing_cases: int = 0
-    judged: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    planted: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    judged_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    planted_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
     first_void: str | None = None
     not_comparable_cases: int = 0
     first_not_comparable: str | None = None
@@ -157,8 +159,8 @@ class VerifySummary:
             rewritten_cases=int(bool(getattr(result, "rewritten", result.rewrite_count > 0))),
             void_cases=int(result.void_reason is not None),
             failing_cases=int(bool(result.violations)),
-            judged=dict.fromkeys(getattr(result, "judged", ()), 1),
-            planted=dict(collections.Counter(_outcomes(result))),
+            judged_counts=dict.fromkeys(getattr(result, "judged", ()), 1),
+            planted_counts=dict(collections.Counter(_outcomes(result))),
             first_void=result.void_reason,
             not_comparable_cases=int(getattr(result, "not_comparable", None) is not None),
             first_not_comparable=getattr(result, "not_comparable", None),
@@ -176,8 +178,8 @@ class VerifySummary:
             rewritten_cases=self.rewritten_cases + other.rewritten_cases,
             void_cases=self.void_cases + other.void_cases,
             failing_cases=self.failing_cases + other.failing_cases,
-            judged=dict(collections.Counter(self.judged) + collections.Counter(other.judged)),
-            planted=dict(collections.Counter(self.planted) + collections.Counter(other.planted)),
+            judged_counts=dict(collections.Counter(self.judged_counts) + collections.Counter(other.judged_counts)),
+            planted_counts=dict(collections.Counter(self.planted_counts) + collections.Counter(other.planted_counts)),
             first_void=self.first_void if self.first_void is not None else other.first_void,
             not_comparable_cases=self.not_comparable_cases + other.not_comparable_cases,
             first_not_comparable=self.first_not_comparable or other.first_not_comparable,
@@ -195,8 +197,8 @@ class VerifySummary:
         """One line: ``"30 cases (4 draws discarded), 12 rewritten (15 rewrites), 2 void; planted: must match 12, ...;
         judged: structure 30, semantics 28, ..."`` (the rewrite count left out when no pass
         reported or recorded one: a hand-written pass that rewrote graphs without counting)."""
-        planted = ", ".join(f"{kind} {count}" for kind, count in sorted(self.planted.items())) or "no instance"
-        judged = ", ".join(f"{name} {count}" for name, count in self.judged.items()) or "nothing"
+        planted = ", ".join(f"{kind} {count}" for kind, count in sorted(self.planted_counts.items())) or "no instance"
+        judged = ", ".join(f"{name} {count}" for name, count in self.judged_counts.items()) or "nothing"
         counted = f" ({self.rewrites} rewrites)" if self.rewrites else ""  # a hand pass may report no count
         incomparable = f" ({self.not_comparable_cases} not comparable)" if self.not_comparable_cases else ""
         internal = ""
@@ -223,11 +225,11 @@ def vacuous_error(summary: VerifySummary, what: str) -> VacuousSearch | None:
     if summary.cases == 0:
         return None
     drawn = f"{summary.cases} case{'s' if summary.cases != 1 else ''}"
-    planted = ", ".join(f"{kind}: {count}" for kind, count in sorted(summary.planted.items()))
+    planted = ", ".join(f"{kind}: {count}" for kind, count in sorted(summary.planted_counts.items()))
     truth = f"planted ground truth: {planted}" if planted else "no pattern instance was planted"
     if summary.rewritten_cases == 0:
         void = f", {summary.void_cases} of them void" if summary.void_cases else ""
-        must = summary.planted.get("must match", 0)
+        must = summary.planted_counts.get("must match", 0)
         hint = (
             f"{must} must-match instance(s) were left alone: run with the expectations oracle to see where"
             if must

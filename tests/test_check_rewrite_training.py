@@ -202,7 +202,7 @@ def test_an_inductor_attention_training_rewrite_is_compared(sfdp_training):
     rewrite = sfdp_training["_sfdp_pattern_27_training"]
     cases = planted(rewrite, context=st.nothing(), min_instances=1, max_instances=1, near_misses=False)
     summary = verify(rewrite.pattern_pass(), cases, max_examples=4, seed=0, oracles=["semantics"])
-    assert summary.rewritten_cases == summary.judged["semantics"] == summary.cases > 0
+    assert summary.rewritten_cases == summary.judged_counts["semantics"] == summary.cases > 0
 
 
 def _attention(query, key, value):

@@ -203,7 +203,7 @@ def test_a_pass_without_a_count_is_judged_by_what_it_did(case):
 
 
 def test_matched_instances_in_compiled_mode_are_guessed_from_the_count():
-    from pmverify.oracles.expectations import matched_instances
+    from pmverify._execution import matched_instances
 
     pair = _counted(2, (False, "eps"), (True, None), (None, "unused"))
     assert matched_instances(pair) == [False, True, True]

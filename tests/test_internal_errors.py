@@ -85,7 +85,7 @@ def test_a_raising_user_oracle_is_an_internal_error_and_the_search_goes_on():
     assert summary.cases >= 5 and summary.failing_cases == 0
     assert summary.internal_errors == summary.cases
     assert summary.first_internal_error.startswith("pmverify internal error in _raising_oracle: IndexError(")
-    assert summary.judged == {"semantics": summary.cases}
+    assert summary.judged_counts == {"semantics": summary.cases}
     assert f"{summary.cases} pmverify internal errors (first: pmverify internal error in _raising_oracle" in (
         summary.describe()
     )
@@ -117,7 +117,7 @@ def test_pmverify_internal_error_is_internal_even_when_the_graph_fails():
 
 def test_a_built_in_oracle_crash_on_a_correct_pass_is_internal(monkeypatch):
     """The issue's shape: an IndexError inside a built-in oracle on a correct pass."""
-    monkeypatch.setattr(functionalization, "_af_nodes", lambda graph: [][0])
+    monkeypatch.setattr(functionalization, "af_nodes", lambda graph: [][0])
     result = check_case(_double_as_add, _case(), oracles=["functionalization", "semantics"])
     assert result.ok and [e.oracle for e in result.internal_errors] == ["functionalization"]
     assert result.judged == ("semantics",)

@@ -29,8 +29,10 @@ def test_shipped_pass_preserves_semantics():
     assert isinstance(summary, pmverify.VerifySummary)
     assert summary.cases == count and summary.rewrites == sum(r.rewrite_count for r in results)
     assert summary.rewritten_cases == sum(r.rewritten for r in results) > 0 and summary.failing_cases == 0
-    assert summary.judged["structure"] == count and summary.judged["semantics"] == count - summary.void_cases
-    assert summary.planted["must match"] >= summary.rewritten_cases
+    assert (
+        summary.judged_counts["structure"] == count and summary.judged_counts["semantics"] == count - summary.void_cases
+    )
+    assert summary.planted_counts["must match"] >= summary.rewritten_cases
     assert summary.describe().startswith(f"{count} cases, {summary.rewritten_cases} rewritten")
 
 
@@ -353,7 +355,7 @@ def test_a_search_that_rewrote_nothing_raises_rewrite_never_matched():
     assert "the pass rewrote nothing in the 1 case drawn (no pattern instance was planted)" in message
     assert "pass allow_no_rewrites=True" in message
     summary = verify(_identity, cases, max_examples=3, allow_no_rewrites=True)
-    assert summary == pmverify.VerifySummary(cases=1, judged={"structure": 1, "semantics": 1})
+    assert summary == pmverify.VerifySummary(cases=1, judged_counts={"structure": 1, "semantics": 1})
     assert summary.describe().startswith("1 cases, 0 rewritten, 0 void")  # no "(0 rewrites)"
     with pytest.raises(
         pmverify.RewriteNeverMatched, match=r"^verify\(_NoArgumentPass, just\(.{80,97}\.\.\.\): the pass"
@@ -392,7 +394,7 @@ def test_a_search_whose_every_case_was_void_raises_all_cases_void():
         verify(_recompute_sin, cases)
     assert info.value.summary.void_cases == info.value.summary.cases == 1
     assert "every one of the 1 case drawn was void (the float64 reference is NaN or Inf, first: " in str(info.value)
-    assert verify(_recompute_sin, cases, allow_no_rewrites=True).judged.get("semantics") is None
+    assert verify(_recompute_sin, cases, allow_no_rewrites=True).judged_counts.get("semantics") is None
 
 
 class StridesThenValues:

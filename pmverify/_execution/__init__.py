@@ -22,6 +22,10 @@ cases). They live in ``_fake`` (propagation), ``_runs`` (graph runs, float64) an
 :func:`runs_on` and :func:`inspectable` (in ``_dtypes``): which ops run on a dtype (the float8 types
 have few kernels), learned from the dispatcher and cached; a float8 value read through a float32 upcast.
 
+:func:`rewrite_count`, :func:`changed` and :func:`matched_instances` (in ``_rewrites``): what the
+pass rewrote (its count, whether the graph changed, which planted instances), read by
+``check_case`` and the expectations oracle.
+
 :func:`compare` (in ``_rule``) is the one numeric rule: whether a value after a pass is as
 accurate as before it against a float64 reference; every oracle that compares values calls it.
 """
@@ -52,6 +56,16 @@ from ._fake import (
     torch_level,
 )
 from ._random import RNG_SEED, Replayer, draws, random_calls, run_recording, run_replaying, seeded
+from ._rewrites import (
+    changed,
+    compiled_expectation,
+    instance_outputs,
+    matched_instances,
+    must_match_rewritten,
+    partial_rewrite,
+    rewrite_count,
+    rewritten_outputs,
+)
 from ._rule import FAR_ULPS, FP32_SLACK, ILL_CONDITIONED, NOISE_FACTOR, SAMPLING, ULPS, K, compare
 from ._runs import (
     Results,
@@ -103,6 +117,14 @@ __all__ = [
     "FP32_SLACK",
     "NOISE_FACTOR",
     "ILL_CONDITIONED",
+    "changed",
+    "compiled_expectation",
+    "instance_outputs",
+    "matched_instances",
+    "must_match_rewritten",
+    "partial_rewrite",
+    "rewrite_count",
+    "rewritten_outputs",
 ]
 
 

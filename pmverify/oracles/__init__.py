@@ -2,6 +2,9 @@
 
 An oracle is a callable ``check(pair: RunPair) -> list[Violation]``; none raises on a finding.
 ``ORACLES`` maps each built-in oracle's name to its check, in the order ``check_case`` asks them.
+Each built-in oracle is a module (``MODULES``) exporting ``check(pair)`` and ``applies(pair)``:
+whether it has something to judge on a pair whose pass ran (``CaseResult.judged`` lists those that
+had; :func:`applicability` gives an oracle's); a callable of yours always has.
 
 Writing your own: ``check_case`` / ``verify`` apply the pass once, build one :class:`RunPair`
 and hand that same object to every oracle, built-in or yours (``oracles=[..., my_oracle]``).
@@ -36,6 +39,7 @@ error either way. Example::
 """
 
 from collections.abc import Callable
+from types import ModuleType
 
 from .._execution import MatchRecord, RankResults, Repropagation, RunPair
 from . import (
@@ -54,20 +58,40 @@ from ._violation import InternalError, PmverifyInternalError, Violation
 #: The type of an oracle: a check of one :class:`RunPair`.
 Oracle = Callable[[RunPair], list[Violation]]
 
-ORACLES: dict[str, Oracle] = {
-    "structure": structure.check,
-    "semantics": semantics.check,
-    "mutation_barriers": mutation_barriers.check,
-    "functionalization": functionalization.check,
-    "aliasing": aliasing.check,
-    "tensor_parallel": tensor_parallel.check,
-    "expectations": expectations.check,
-    "cache_key": cache_key.check,
-    "compile_ranges": compile_ranges.check,
+#: The built-in oracles' modules, by name, in the order ``check_case`` asks them: each exports
+#: ``check(pair)`` and ``applies(pair)``.
+MODULES: dict[str, ModuleType] = {
+    "structure": structure,
+    "semantics": semantics,
+    "mutation_barriers": mutation_barriers,
+    "functionalization": functionalization,
+    "aliasing": aliasing,
+    "tensor_parallel": tensor_parallel,
+    "expectations": expectations,
+    "cache_key": cache_key,
+    "compile_ranges": compile_ranges,
 }
 
+ORACLES: dict[str, Oracle] = {name: module.check for name, module in MODULES.items()}
+
+
+def _always(pair: RunPair) -> bool:
+    return True
+
+
+def applicability(oracle: Oracle) -> Callable[[RunPair], bool]:
+    """``applies`` of the built-in oracle whose check ``oracle`` is (its module's), else one that
+    always holds: a callable oracle of yours judges every case whose pass ran."""
+    for module in MODULES.values():
+        if oracle is module.check:
+            return module.applies
+    return _always
+
+
 __all__ = [
+    "MODULES",
     "ORACLES",
+    "applicability",
     "InternalError",
     "PmverifyInternalError",
     "MatchRecord",

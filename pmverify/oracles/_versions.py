@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .._fx import unreshaped
+from .._fx import flat_nodes, unreshaped
 from . import _layout
 
 __all__ = ["COPY", "END", "HOPS", "Versions", "is_view_or_unsafe", "written_names"]
@@ -136,8 +136,6 @@ class Versions:
     ) -> None:
         from torch._inductor.pattern_matcher import is_mutation_op
 
-        from .._fx import flat_nodes
-
         calls = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
         self.mutating = {n.name for n in calls if is_mutation_op(n)}
         self.merged = merged or {}  # storage -> the storage it is taken for (see _merged_clones)
@@ -147,6 +145,16 @@ class Versions:
         self.reads: dict[tuple[str, str], tuple[str, ...]] = {}
         self.via: dict[tuple[str, str], set[tuple[str, ...]]] = {}  # reads of copies, see below
         self.written: set[str] = set()  # names of the nodes that write
+        unread = self._reads_and_writes(graph, calls)
+        copies, final = self._write_backs(graph)
+        written_back = self._chains(graph)
+        self._functionalized_writes(graph, before, functional, written_back, copies)
+        self._reads_of_copies(graph, copies, final, unread)
+
+    def _reads_and_writes(self, graph: torch.fx.Graph, calls: list[torch.fx.Node]) -> set[tuple[str, str]]:
+        """Phase 1: ``writes`` and ``reads`` (see the class docstring), the caller's reads of every
+        graph input included; returns the ``(reader, value)`` pairs that read no version (a scatter's
+        first argument replaced whole, a value with no element)."""
         # a value overwritten whole before anything reads it (a clone passed as ``out``): what it
         # read is dead, and a pass may move that read freely
         dead = {
@@ -184,12 +192,19 @@ class Versions:
         for node in graph.nodes:
             if node.op in ("placeholder", "get_attr"):
                 self._read(END, node.name)
+        return unread
+
+    def _write_backs(
+        self, graph: torch.fx.Graph
+    ) -> tuple[dict[str, tuple[str, tuple[str, ...]]], dict[str, tuple[str, tuple[str, ...]]]]:
+        """Phase 2: the values ``copy_`` writes into a storage, each with (that storage, its version
+        after the copy) (``copies``), and (the value's own storage, its writes before the copy)
+        (``final``)."""
         # A value that a ``copy_`` writes into a storage (a write-back) is that storage's version
         # after the copy, as long as nothing writes the value's own storage: its readers read that
         # version too (the functional graph's reader of ``slice_scatter`` reads what the in-place
         # graph's reader of the input reads after the write).
         copies: dict[str, tuple[str, tuple[str, ...]]] = {}
-        self.virtual: dict[str, list[str]] = {}  # storage -> auto_functionalized nodes "writing" it
         # The value's own storage may have been written before the copy (computed in place, as a
         # reinplaced op computes it): then only its readers that see every one of those writes
         # read the copy's version (``final``).
@@ -203,14 +218,12 @@ class Versions:
                     writes = self.writes[storage]
                     copies[source.name] = (storage, tuple(writes[: writes.index(node.name) + 1]))
                     final[source.name] = (self.storage(source), tuple(own))
-        # An ``auto_functionalized`` element holding the new value of a mutated argument whose
-        # storage nothing writes afterwards (a buffer, no ``copy_`` back) is that storage as the in-place op
-        # replacing the node leaves it: the node counts as a write for its elements' readers (and an
-        # inserted write may stand for it), not for the storage's other readers. So is the result of
-        # a functional op that reinplacing turns into a write of its first argument (a view scatter,
-        # ``index_put``: ``select_scatter(x, v)`` -> ``x[i].copy_(v)``). Such a node whose argument is
-        # an element of an earlier one writes that element's storage after it (a chain of functional
-        # writes to one buffer).
+        return copies, final
+
+    def _chains(self, graph: torch.fx.Graph) -> dict[str, set[str]]:
+        """Phase 3: ``chains`` (a write-back ``copy_`` of a chain of auto_functionalized nodes -> the
+        chain's nodes); returns, per auto_functionalized node, the ``copy_`` nodes writing back what
+        it wrote (a chain's, or a chain of view scatters')."""
         # A write-back ``copy_`` of the last element of a chain of auto_functionalized nodes on its
         # own storage (see _chain; nothing else writes the storage from the chain's first node to
         # the copy_) writes what the chain computed: its version is the chain's nodes (``expand``),
@@ -237,6 +250,27 @@ class Versions:
             if node.name in self.written:
                 for hop in _scattered_back(node):
                     written_back.setdefault(hop.name, set()).add(node.name)
+        return written_back
+
+    def _functionalized_writes(
+        self,
+        graph: torch.fx.Graph,
+        before: bool,
+        functional: frozenset[str],
+        written_back: dict[str, set[str]],
+        copies: dict[str, tuple[str, tuple[str, ...]]],
+    ) -> None:
+        """Phase 4: ``virtual`` (storage -> the auto_functionalized nodes "writing" it) and
+        ``scatters``; the elements that hold a storage's new value join ``copies``."""
+        # An ``auto_functionalized`` element holding the new value of a mutated argument whose
+        # storage nothing writes afterwards (a buffer, no ``copy_`` back) is that storage as the in-place op
+        # replacing the node leaves it: the node counts as a write for its elements' readers (and an
+        # inserted write may stand for it), not for the storage's other readers. So is the result of
+        # a functional op that reinplacing turns into a write of its first argument (a view scatter,
+        # ``index_put``: ``select_scatter(x, v)`` -> ``x[i].copy_(v)``). Such a node whose argument is
+        # an element of an earlier one writes that element's storage after it (a chain of functional
+        # writes to one buffer).
+        self.virtual: dict[str, list[str]] = {}  # storage -> auto_functionalized nodes "writing" it
         elements_of: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.scatters: set[str] = set()  # the reinplaceable functional ops among them
         for node in graph.nodes:
@@ -261,6 +295,15 @@ class Versions:
                     copies[element.name] = elements_of[element.name] = (storage, (*prior, node.name))
                     if node.name not in self.virtual.setdefault(storage, []):
                         self.virtual[storage].append(node.name)
+
+    def _reads_of_copies(
+        self,
+        graph: torch.fx.Graph,
+        copies: dict[str, tuple[str, tuple[str, ...]]],
+        final: dict[str, tuple[str, tuple[str, ...]]],
+        unread: set[tuple[str, str]],
+    ) -> None:
+        """Phase 5: ``via``, the versions a reader of a copied value (or of a view of it) reads."""
         for node in graph.nodes:
             if node.op in ("call_function", "call_method", "output") and not (
                 node.op == "call_function" and is_view_or_unsafe(node.target)

@@ -54,7 +54,7 @@ from .._fx import unreshaped
 from . import _layout
 from ._violation import Violation
 
-__all__ = ["check", "aliased_calls", "writes_in_place"]
+__all__ = ["applies", "check", "aliased_calls", "writes_in_place"]
 
 _V1 = torch.ops.higher_order.auto_functionalized
 _V2 = torch.ops.higher_order.auto_functionalized_v2
@@ -285,6 +285,12 @@ def aliased_calls(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, str, str, 
                     continue  # an elementwise op reading each element it writes: full overlap
                 found.append((node, op, w_name, w.name, r_name, r.name, storage.root(w).name))
     return found
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): the graph after the
+    pass writes an argument in place."""
+    return writes_in_place(pair.after.graph)
 
 
 def check(pair: RunPair) -> list[Violation]:

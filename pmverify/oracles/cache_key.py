@@ -56,7 +56,7 @@ import torch
 from .._execution import RunPair
 from ._violation import Violation
 
-__all__ = ["builder_and_config", "check", "config_variants", "uuid_violations"]
+__all__ = ["applies", "builder_and_config", "check", "config_variants", "uuid_violations"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _CACHE: dict[tuple[Any, str], tuple[Violation, ...]] = {}
@@ -190,6 +190,12 @@ def uuid_violations(cls: Any, config: Any, pair: RunPair | None = None, name: st
             )
         )
     return violations
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): the pass has
+    ``uuid()`` and was built with a configuration (:func:`builder_and_config`)."""
+    return callable(getattr(pair.pass_, "uuid", None)) and builder_and_config(pair)[1] is not None
 
 
 def check(pair: RunPair) -> list[Violation]:

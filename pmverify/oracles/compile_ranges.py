@@ -39,7 +39,7 @@ from .._sizes import CompileRange
 from . import semantics
 from ._violation import Violation
 
-__all__ = ["Range", "check", "ranges_for"]
+__all__ = ["Range", "applies", "check", "ranges_for"]
 
 
 #: vLLM's ``Range(start, end)``, both ends included (:class:`pmverify.CompileRange`).
@@ -65,6 +65,12 @@ def _sizes(compile_range: Range, rng: random.Random, also: list[int]) -> list[in
     inside = rng.randint(compile_range.start, compile_range.end)
     sizes = [compile_range.start, compile_range.end, inside, *(n for n in also if n in compile_range)]
     return sorted(dict.fromkeys(sizes))
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): the pass has vLLM's
+    ``is_applicable_for_range`` and the case has symbols."""
+    return callable(getattr(pair.pass_, "is_applicable_for_range", None)) and bool(pair.case.symbols)
 
 
 def check(pair: RunPair) -> list[Violation]:

@@ -98,206 +98,28 @@ from typing import Any
 
 import torch
 
-from .._execution import RunPair, quiet_fake_tensor_errors
-from .._fx import is_view
+from .._execution import (
+    RunPair,
+    compiled_expectation,
+    instance_outputs,
+    must_match_rewritten,
+    partial_rewrite,
+    quiet_fake_tensor_errors,
+    rewrite_count,
+    rewritten_outputs,
+)
 from .._sizes import CompileRange
 from .._summary import KEPT_FOR_READERS
 from ._violation import Violation
 from .mutation_barriers import mutation_regions
 
 __all__ = [
+    "applies",
     "check",
-    "matched_instances",
-    "rewrite_count",
     "pass_put_barriers",
     "near_miss_notes",
     "kept_intermediate_notes",
 ]
-
-
-def _outputs(before: dict[str, Any], instance: Any) -> list[str]:
-    """The instance's judged outputs (see the module docstring)."""
-    members = set(instance.nodes)
-    outputs = [
-        name
-        for name in instance.nodes
-        if name in before and (not before[name].users or any(user.name not in members for user in before[name].users))
-    ]
-    judged = [name for name in outputs if not is_view(before[name].target)]
-    return judged or outputs or list(instance.nodes)
-
-
-def _fed_by_rewrite(name: str, before: dict[str, Any], live: dict[str, Any], members: set[str]) -> bool:
-    """Whether ``name`` (an instance node still live) reads, through the instance's live nodes, a
-    node the pass inserted in place of one of the instance's nodes."""
-    stack, seen = [name], set()
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        was = {node.name for node in before[current].all_input_nodes} & members
-        now = {node.name for node in live[current].all_input_nodes}
-        if was - now and any(other not in before for other in now):
-            return True
-        stack.extend(other for other in now & members if other in before)
-    return False
-
-
-def _rewritten_outputs(pair: Any, instance: Any) -> tuple[list[str], list[str]]:
-    """(the instance's judged outputs, those rewritten), in direct mode (see the module docstring)."""
-    before = {node.name: node for node in pair.before.graph.nodes}
-    live = pair.live_after()
-    members = {name for name in instance.nodes if name in before}
-    judged = _outputs(before, instance)
-    rewritten = [
-        name for name in judged if name not in live or (name in before and _fed_by_rewrite(name, before, live, members))
-    ]
-    return judged, rewritten
-
-
-def _kept_intermediates(pair: Any, instance: Any, judged: list[str], rewritten: list[str]) -> list[str] | None:
-    """For a must-match instance some of whose judged outputs were not rewritten: those outputs when
-    each is an intermediate (read by the instance's own nodes too) kept for its readers outside it
-    and another output was rewritten (see the module docstring), else None."""
-    if not rewritten:
-        return None
-    before = {node.name: node for node in pair.before.graph.nodes}
-    members = set(instance.nodes)
-    kept = [name for name in judged if name not in rewritten]
-    if all(name in before and any(user.name in members for user in before[name].users) for name in kept):
-        return kept
-    return None
-
-
-def _must_match_rewritten(pair: Any, instance: Any) -> tuple[bool, list[str], list[str] | None]:
-    """(whether the must-match ``instance`` is matched, its judged outputs left computed by its own
-    nodes, the intermediates kept for their other readers when that is why some were left)."""
-    judged, rewritten = _rewritten_outputs(pair, instance)
-    if len(rewritten) == len(judged):
-        return True, [], None
-    kept = _kept_intermediates(pair, instance, judged, rewritten)
-    return kept is not None, [name for name in judged if name not in rewritten], kept
-
-
-def _closure(start: set[str], step: Any) -> set[str]:
-    """``start`` and everything ``step(name)`` reaches from it, transitively."""
-    seen: set[str] = set()
-    stack = list(start)
-    while stack:
-        name = stack.pop()
-        if name not in seen:
-            seen.add(name)
-            stack.extend(step(name))
-    return seen
-
-
-def _partial_rewrite(pair: Any, instance: Any, rewritten: list[str]) -> bool:
-    """Whether the replacement of the instance's ``rewritten`` outputs starts from the instance's
-    own nodes (a pattern covering its tail, or its head) and leaves none of its compute nodes
-    computed beside it: a part of the instance, which may not hold a near miss's difference (see
-    the module docstring)."""
-    before = {node.name: node for node in pair.before.graph.nodes}
-    live = pair.live_after()
-    members = {name for name in instance.nodes if name in before}
-    kept = {name for name in members if name in live}
-    inserted = {name for name in live if name not in before}
-
-    def inputs(name: str) -> set[str]:
-        return {node.name for node in live[name].all_input_nodes}
-
-    # the inserted nodes computing the rewritten outputs: read by their users outside the
-    # instance, or by the instance's own nodes still computed (a pattern covering its head)
-    users = {user.name for name in rewritten for user in before[name].users if user.name not in members}
-    seeds = {name for reader in (users | kept) & live.keys() for name in inputs(reader) & inserted}
-    replacement = _closure(seeds, lambda name: inputs(name) & inserted) or inserted
-    boundary = {name for node in replacement for name in inputs(node) & kept if not is_view(before[name].target)}
-    if not boundary:  # it computes them from the instance's inputs (or views of them): the whole instance
-        return False
-    upstream = _closure(boundary, lambda name: inputs(name) & kept)
-    downstream = _closure(
-        {name for name in kept if inputs(name) & replacement},
-        lambda name: {user.name for user in live[name].users if user.name in kept},
-    )
-    beside = [name for name in kept - upstream - downstream if not is_view(before[name].target)]
-    return not beside
-
-
-#: Near misses of the in-place form only (see the module docstring), by ``PlantedInstance.reason``.
-_INPLACE_ONLY = ("mutation_inside",)
-
-
-def _compiled_expectation(instance: Any, case: Any, pass_: Any = None) -> bool | None:
-    """``must_match`` of ``instance`` under torch.compile (see the module docstring)."""
-    if instance.must_match is False and instance.reason in _INPLACE_ONLY:
-        return None
-    if instance.must_match is False and (
-        instance.reason == "extra_user"
-        or getattr(instance, "truth_from", None) == "pattern"
-        or (instance.reason == "tokens" and callable(getattr(pass_, "is_applicable_for_range", None)))
-    ):
-        return None  # "either is right" when rewritten (module docstring): what the count cannot tell apart
-    if instance.must_match is True and getattr(case, "form", "functional") == "inplace":
-        return None
-    return instance.must_match
-
-
-def _unchanged(pair: Any) -> bool:
-    def signature(gm: Any) -> list[tuple[str, str, str]]:
-        return [(node.name, str(node.target), repr((node.args, node.kwargs))) for node in gm.graph.nodes]
-
-    return signature(pair.before) == signature(pair.after)
-
-
-def rewrite_count(pair: Any) -> int | None:
-    """Rewrites the pass made: its own ``matched_count``, else the matches recorded through
-    Inductor's pattern entries, else 0 in compiled mode for a graph left unchanged; None when
-    unknown (a hand-written pass reporting no count)."""
-    if pair.matched_count is not None:
-        return pair.matched_count
-    if pair.match_records:
-        return len(pair.match_records)
-    if pair.after is not None and getattr(pair, "mode", "direct") == "compiled" and _unchanged(pair):
-        return 0
-    return None
-
-
-def _compiled_guess(pair: Any) -> list[bool]:
-    """Compiled mode: a guess from the count alone. The first ``matched_count`` rewrites are
-    credited to the must-match instances, then to the may-match ones (``mutation_inside`` near
-    misses included), then to the near misses, each group in planted order; all False when the
-    pass reports no count."""
-    planted = pair.case.planted
-    left = rewrite_count(pair) or 0
-    matched = [False] * len(planted)
-    for group in (True, None, False):
-        for i, instance in enumerate(planted):
-            if _compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is group and left > 0:
-                matched[i], left = True, left - 1
-    return matched
-
-
-def matched_instances(pair: Any) -> list[bool]:
-    """For each planted instance, whether the pass rewrote it: every judged output of a must-match
-    instance rewritten; another rewritten as a near miss is judged, a partial rewrite aside (see
-    the module docstring).
-
-    In compiled mode node names do not survive re-tracing: this is a best effort from the pass's
-    match count (see :func:`_compiled_guess`), exact when the count equals the must-match
-    instances and there is no may-match instance; all False when the pass reports no count.
-    """
-    if pair.after is None:
-        return [False] * len(pair.case.planted)
-    if getattr(pair, "mode", "direct") == "compiled":
-        return _compiled_guess(pair)
-    matched = []
-    for instance in pair.case.planted:
-        if instance.must_match is True:
-            matched.append(_must_match_rewritten(pair, instance)[0])
-            continue
-        judged, rewritten = _rewritten_outputs(pair, instance)
-        matched.append(bool(rewritten) and not _partial_rewrite(pair, instance, rewritten))
-    return matched
 
 
 def _mutating(node: Any) -> bool:
@@ -408,7 +230,7 @@ def pass_put_barriers(pair: RunPair) -> dict[int, str]:
     must = [
         i
         for i, instance in enumerate(pair.case.planted)
-        if _compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is True
+        if compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is True
     ]
     if not put or not must:
         return {}
@@ -424,6 +246,15 @@ def pass_put_barriers(pair: RunPair) -> dict[int, str]:
     }
 
 
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): an instance is
+    planted with a verdict (``must_match`` True or False); in compiled mode, an instance is planted
+    and the pass's rewrites can be counted (:func:`~pmverify._execution.rewrite_count`)."""
+    if getattr(pair, "mode", "direct") == "compiled":
+        return bool(pair.case.planted) and rewrite_count(pair) is not None
+    return any(instance.must_match is not None for instance in pair.case.planted)
+
+
 def check(pair: RunPair) -> list[Violation]:
     """Return the expectation violations of ``pair`` (a ``RunPair``)."""
     if pair.after is None:
@@ -436,9 +267,9 @@ def check(pair: RunPair) -> list[Violation]:
         if instance.must_match is None or index in either:
             continue
         if instance.must_match is True:
-            matched, left, _ = _must_match_rewritten(pair, instance)
+            matched, left, _ = must_match_rewritten(pair, instance)
             if not matched:
-                judged = _outputs({node.name: node for node in pair.before.graph.nodes}, instance)
+                judged = instance_outputs({node.name: node for node in pair.before.graph.nodes}, instance)
                 violations.append(
                     Violation(
                         "expectations",
@@ -448,8 +279,8 @@ def check(pair: RunPair) -> list[Violation]:
                     )
                 )
             continue
-        judged, rewritten = _rewritten_outputs(pair, instance)
-        if instance.must_match is False and rewritten and not _partial_rewrite(pair, instance, rewritten):
+        judged, rewritten = rewritten_outputs(pair, instance)
+        if instance.must_match is False and rewritten and not partial_rewrite(pair, instance, rewritten):
             own = _own_entries(pair, instance)
             if _excuse(pair, instance, own) is None:
                 violations.append(Violation("expectations", _near_miss_message(instance, own), tuple(rewritten)))
@@ -461,8 +292,8 @@ def _rewritten_near_misses(pair: Any) -> list[tuple[int, Any]]:
     found = []
     for index, instance in enumerate(pair.case.planted):
         if instance.must_match is False:
-            _, rewritten = _rewritten_outputs(pair, instance)
-            if rewritten and not _partial_rewrite(pair, instance, rewritten):
+            _, rewritten = rewritten_outputs(pair, instance)
+            if rewritten and not partial_rewrite(pair, instance, rewritten):
                 found.append((index, instance))
     return found
 
@@ -611,7 +442,7 @@ def kept_intermediate_notes(pair: RunPair) -> dict[int, str]:
     for index, instance in enumerate(pair.case.planted):
         if instance.must_match is not True:
             continue
-        matched, _, kept = _must_match_rewritten(pair, instance)
+        matched, _, kept = must_match_rewritten(pair, instance)
         if matched and kept:
             notes[index] = (
                 f"planted {instance.pattern} instance ({', '.join(instance.nodes)}) was {KEPT_FOR_READERS}: "
@@ -680,8 +511,8 @@ def _check_count(pair: Any) -> list[Violation]:
     if count is None:
         return []
     planted = pair.case.planted
-    must = sum(_compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is True for instance in planted)
-    may = sum(_compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is None for instance in planted)
+    must = sum(compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is True for instance in planted)
+    may = sum(compiled_expectation(instance, pair.case, getattr(pair, "pass_", None)) is None for instance in planted)
     moved = min(must, len(_compiled_put(pair)))  # "either is right" (module docstring)
     must, may = must - moved, may + moved
     if count < must:
@@ -698,7 +529,7 @@ def _check_count(pair: Any) -> list[Violation]:
             {
                 p.reason or "?"
                 for p in planted
-                if _compiled_expectation(p, pair.case, getattr(pair, "pass_", None)) is False
+                if compiled_expectation(p, pair.case, getattr(pair, "pass_", None)) is False
             }
         )
         near = f"; near misses: {', '.join(misses)}" if misses else ""

@@ -73,7 +73,7 @@ from ._versions import is_view_or_unsafe as _is_view
 from ._versions import written_names as _written
 from ._violation import Violation
 
-__all__ = ["check", "mutation_regions"]
+__all__ = ["applies", "check", "mutation_regions"]
 
 
 def mutation_regions(graph: torch.fx.Graph) -> tuple[dict[str, int], list[torch.fx.Node]]:
@@ -418,6 +418,12 @@ def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
             )
         )
     return violations
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): the graph before the
+    pass has an in-place op (a mutation region boundary)."""
+    return bool(mutation_regions(pair.before.graph)[1])
 
 
 def check(pair: RunPair) -> list[Violation]:

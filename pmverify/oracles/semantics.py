@@ -53,8 +53,8 @@ inputs is covered). The rule for a floating-point result of n elements:
   float64 run is possible) is non-finite anywhere in an output or in the final value of an input
   the graph changed is *void* (an input left as it was, a 0/-inf mask say, carries no error):
   it says nothing about the rewrite (a NaN hides any error that feeds it) and is neither a pass
-  nor a violation; :func:`void_reason` says why, and ``check_case`` records it in
-  ``CaseResult.void_reason``. In a case that is not void, a finite ``before`` with a non-finite
+  nor a violation; :func:`void` says why (:class:`Void`, kind ``"non_finite"``), and ``check_case``
+  records it in ``CaseResult.void_reason`` and ``void_kind``. In a case that is not void, a finite ``before`` with a non-finite
   ``after`` is a violation; a non-finite ``before`` (the original overflowed, a fp16 ``q @ k``
   say) with a finite ``after`` holds where ``after`` is within the per-element bound of the
   reference, counting no error before (torch._dynamo's ``same()`` passes that case too: "res is
@@ -67,8 +67,8 @@ inputs is covered). The rule for a floating-point result of n elements:
   from the same generator state before the pass, after it and in its float64 reference, which
   draws what the graph before the pass drew. A replacement that draws the same numbers in the same
   order is compared as usual; one that draws them otherwise makes the case *not comparable*, a
-  void case whose reason starts ``"rng: "`` (so are tensor-parallel and compiled cases that draw),
-  never a violation.
+  void case of kind ``"not_comparable"`` whose reason starts ``"rng: "`` (so are tensor-parallel and
+  compiled cases that draw), never a violation.
 - Integer and bool results must be equal.
 - Tensor parallelism: a case with ``tp_world > 1`` runs on a real world of that many ranks
   (:func:`pmverify.distributed.run_spmd`, threaded backend: collectives really reduce), every
@@ -117,6 +117,12 @@ __all__ = [
     "noise_results",
     "region_results",
     "void_reason",
+    "void",
+    "Void",
+    "VOID_KINDS",
+    "NON_FINITE",
+    "NOT_COMPARABLE",
+    "applies",
     "deterministic_fill",
     "K",
     "SAMPLING",
@@ -153,15 +159,47 @@ def lined_up(results: Any, like: tuple[list[Any], list[Any]]) -> list[Any]:
     ]
 
 
-def void_reason(pair: RunPair) -> str | None:
-    """Why the case says nothing about semantics (a non-finite reference; graphs that draw random
-    numbers otherwise, ``"rng: ..."``, see :mod:`._rng`), or None; see the module docstring. None
-    when the pass raised."""
+#: The kinds of :class:`Void`: the reference is NaN/Inf (``"non_finite"``), or the graphs cannot be
+#: compared value by value (``"not_comparable"``: they draw random numbers otherwise, see :mod:`._rng`).
+NON_FINITE = "non_finite"
+NOT_COMPARABLE = "not_comparable"
+VOID_KINDS = (NON_FINITE, NOT_COMPARABLE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Void:
+    """Why a case says nothing about semantics: ``kind`` (one of :data:`VOID_KINDS`) and
+    ``reason``, in words (a not-comparable one starts ``"rng: "``)."""
+
+    kind: str
+    reason: str
+
+
+def void(pair: RunPair) -> Void | None:
+    """Why the case says nothing about semantics (:class:`Void`: a non-finite reference, or graphs
+    that draw random numbers otherwise, see :mod:`._rng`), or None; see the module docstring.
+    None when the pass raised. Computed once per pair."""
     if pair.after is None and pair.compiled is None:
         return None
+    return pair.cached(("void",), lambda: _void(pair))
+
+
+def void_reason(pair: RunPair) -> str | None:
+    """:func:`void`'s reason, in words, or None."""
+    found = void(pair)
+    return found.reason if found is not None else None
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): the case is not
+    void (:func:`void`)."""
+    return void(pair) is None
+
+
+def _void(pair: RunPair) -> Void | None:
     rng = _rng.rng_reason(pair)
     if rng is not None:
-        return rng
+        return Void(NOT_COMPARABLE, rng)
     for rank in range(pair.case.tp_world):
         results = pair.results(rank)
         reference, kind = results.reference, "float64 reference"
@@ -178,7 +216,7 @@ def void_reason(pair: RunPair) -> str | None:
                 continue  # an input the graph leaves as it was (a 0/-inf mask): compared exactly, no error in it
             bad = tuple((~torch.isfinite(value)).nonzero()[0].tolist())
             where = f"rank {rank} " if pair.case.tp_world > 1 else ""
-            return f"{where}{name}: the {kind} is {value[bad].item()} at {list(bad)}"
+            return Void(NON_FINITE, f"{where}{name}: the {kind} is {value[bad].item()} at {list(bad)}")
     return None
 
 

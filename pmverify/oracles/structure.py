@@ -39,7 +39,7 @@ from .._fx import GRADIENT_OUTPUTS
 from . import _specialisation
 from ._violation import DTYPE_SHAPE, META, ORDER, SPECIALISATION, STRIDES, Violation
 
-__all__ = ["DTYPE_SHAPE", "META", "ORDER", "SPECIALISATION", "STRIDES", "check", "MAX_STALE_REPORTED"]
+__all__ = ["DTYPE_SHAPE", "META", "ORDER", "SPECIALISATION", "STRIDES", "applies", "check", "MAX_STALE_REPORTED"]
 
 #: Stale-meta nodes reported one by one; more are summed up in one violation.
 MAX_STALE_REPORTED = 8
@@ -173,6 +173,12 @@ def _outputs(before: list[Any], checked: Repropagation, gradients: tuple[int, ..
 #: What fake propagation raises for an op that has no fake (meta) kernel or a data-dependent output
 #: shape: the rewritten graph cannot be checked on fake tensors, which is not the pass's fault.
 _NO_FAKE_KERNEL = (UnsupportedOperatorException, DynamicOutputShapeException)
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): always, every
+    rewritten graph has a structure."""
+    return True
 
 
 def check(pair: RunPair) -> list[Violation]:

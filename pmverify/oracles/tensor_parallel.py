@@ -33,7 +33,7 @@ import torch
 from .._execution import RunPair
 from ._violation import Violation
 
-__all__ = ["check", "all_reduce_count", "ALL_REDUCE_TARGETS"]
+__all__ = ["applies", "check", "all_reduce_count", "ALL_REDUCE_TARGETS"]
 
 
 def _targets() -> frozenset[Any]:
@@ -116,6 +116,12 @@ def _difference(rank: int, run: Any, first: Any) -> str:
         if inserted != inserted0:
             return f"the match of {list(nodes)} inserted {list(inserted)} on rank {rank}, {list(inserted0)} on rank 0"
     raise AssertionError("the signatures are equal")
+
+
+def applies(pair: RunPair) -> bool:
+    """Whether this oracle has something to judge on ``pair`` (whose pass ran): more than one rank
+    (``tp_world > 1``, each rank's run applied)."""
+    return pair.case.tp_world > 1 and bool(pair.ranks)
 
 
 def check(pair: RunPair) -> list[Violation]:

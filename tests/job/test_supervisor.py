@@ -355,7 +355,9 @@ def test_a_target_whose_whole_run_rewrote_nothing_is_a_never_matched_finding(mak
         for run, rewrites in zip(job.runs, (0, 1), strict=True):
             for batch in range(3):
                 run.worker = FakeWorker("busy", job=BatchRequest(0, batch, 25, False, 0.0))
-                one = VerifySummary(cases=1, rewritten_cases=rewrites * (batch == 2), planted={"near miss (eps)": 1})
+                one = VerifySummary(
+                    cases=1, rewritten_cases=rewrites * (batch == 2), planted_counts={"near miss (eps)": 1}
+                )
                 job._handle(run, CaseChecked(tp_world=1, matches=0, events=(), summary=one))
             run.worker = None
 

@@ -15,6 +15,7 @@ import torch
 
 import pmverify
 from pmverify import GraphCase, PlantedInstance, check_case
+from pmverify._execution import compiled_expectation
 from pmverify.fusions.qk_norm import QKNormConfig
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
@@ -162,7 +163,7 @@ def test_an_extra_user_near_miss_rewritten_with_its_intermediate_kept_is_a_note(
     from pmverify._verify import case_events
 
     assert "near miss extra_user: rewritten, either is right (see the note)" in case_events(result)
-    assert VerifySummary.of(result).planted == {
+    assert VerifySummary.of(result).planted_counts == {
         "near miss (extra_user), rewritten: either is right (see the case's note)": 1
     }
 
@@ -210,13 +211,13 @@ def test_a_derived_or_extra_user_near_miss_may_match_in_compiled_mode():
     tokens = PlantedInstance("p", ("a",), False, "tokens")
     case = GraphCase(torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph()), [()])
     ranged = passes.HandRMSNormByRange(_CONFIG)
-    assert [expectations._compiled_expectation(p, case) for p in (derived, declared, extra, tokens)] == [
+    assert [compiled_expectation(p, case) for p in (derived, declared, extra, tokens)] == [
         None,
         False,
         None,
         False,
     ]
-    assert expectations._compiled_expectation(tokens, case, ranged) is None
+    assert compiled_expectation(tokens, case, ranged) is None
 
 
 # --------------------------------------------------------------------------------------------- searches
@@ -261,7 +262,7 @@ def test_a_correct_pass_is_quiet_over_300_cases(name, tmp_path):
     assert summary.rewritten_cases > 30, summary.describe()
     # the rule was exercised: near misses rewritten (each a note, or, for a replacement reading the
     # instance's own nodes, a part of it rewritten by the pass's own pattern entry)
-    noted = any("rewritten: either is right" in outcome for outcome in summary.planted)
+    noted = any("rewritten: either is right" in outcome for outcome in summary.planted_counts)
     entered = any(
         set(instance.nodes) & set(record.nodes)
         for result in results

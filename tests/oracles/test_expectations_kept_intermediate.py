@@ -48,7 +48,7 @@ def test_a_rewrite_keeping_an_intermediate_for_its_other_reader_is_a_note(gelu_p
     assert result.rewrite_count == 1 and result.planted_matched == [True]
     assert result.violations == [], result.violations
     assert KEPT_FOR_READERS in result.notes[0] and "convert_element_type" in result.notes[0]
-    assert VerifySummary.of(result).planted == {MATCHED_KEEPING: 1}
+    assert VerifySummary.of(result).planted_counts == {MATCHED_KEEPING: 1}
     assert "gelu_mul: matched, an intermediate kept for its other readers" in case_events(result)
 
 

@@ -288,5 +288,5 @@ def test_a_mutating_replacement_of_the_instance_itself_is_not_a_barrier_to_it():
 
 def test_the_search_summary_counts_the_either_is_right_instances():
     summary = verify(HoistedWriteBackRMSNorm, st.just(_case()), seed=0)
-    assert summary.planted == {EITHER_BY_PASS: 1}
+    assert summary.planted_counts == {EITHER_BY_PASS: 1}
     assert "either is right (a mutation the pass put there) 1" in summary.describe()
