@@ -193,6 +193,56 @@ def _numbers(recorded: RecordedExample) -> NumberForms | None:
     )
 
 
+def _validate(
+    pattern: Any,
+    inputs: st.SearchStrategy[Sequence[Any]] | None,
+    context: st.SearchStrategy[GraphCase] | None,
+    min_instances: int,
+    max_instances: int,
+) -> None:
+    """InvalidArgument for a pattern that is not callable, missing or bad strategies, bad bounds."""
+    if not callable(pattern):
+        raise InvalidArgument(f"pattern={pattern_label(pattern)} must be a function, as given to register_replacement")
+    if inputs is None:
+        raise InvalidArgument(
+            f"inputs=None: give a strategy of input tuples for pattern={pattern_label(pattern)} (only a recorded "
+            "rewrite has default inputs)"
+        )
+    validate_strategy("inputs", inputs)
+    if context is not None:
+        validate_strategy("context", context)
+    validate_int("min_instances", min_instances, 0)
+    validate_int("max_instances", max_instances, 0)
+    validate_order("min_instances", min_instances, "max_instances", max_instances)
+
+
+def _with_wildcards(
+    pattern: Callable[..., Any],
+    inputs: st.SearchStrategy[Sequence[Any]],
+    example_inputs: Sequence[Any] | None,
+    scalar_workaround: Mapping[str, float | int] | None,
+    exclusive_arg_names: Sequence[str],
+    dynamic: Dynamic,
+) -> tuple[st.SearchStrategy[Sequence[Any]], tuple[Any, ...] | None, dict[int, Any], tuple[str, ...]]:
+    """The inputs strategy (drawing broadcast forms where ``like`` can, and the ``scalar_workaround``
+    arguments around their example values), the example inputs in full form (default: a ``like``
+    strategy's), the ``scalar_workaround`` example values by position and the exclusive names."""
+    if example_inputs is None:
+        example_inputs = getattr(inputs, "pmverify_example_inputs", None)
+    elif isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
+        raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
+    positions, exclusive = check_wildcards(pattern, scalar_workaround, exclusive_arg_names)
+    if example_inputs is not None:  # (its length checked now, not when drawing)
+        example_inputs = full_example(pattern, example_inputs, positions)
+    rebuild = getattr(inputs, "pmverify_with_pattern", None)
+    if rebuild is not None and not dynamic:  # like() draws broadcast forms where the pattern runs on them
+        inputs = rebuild(SearchCall(pattern, positions))
+    if positions:  # drawn around their example values, as Inductor matches them at any value
+        count = len(argument_names(pattern))
+        inputs = with_scalars(inputs, count, tuple((i, scalar_values(v)) for i, v in positions.items()))
+    return inputs, example_inputs, positions, exclusive
+
+
 def canonical_spec(
     pattern: Callable[..., Any] | RecordedRewrite,
     inputs: st.SearchStrategy[Sequence[Any]] | None,
@@ -226,38 +276,16 @@ def canonical_spec(
         pattern, inputs, trace_fn, recorded = unpacked.pattern, unpacked.inputs, unpacked.trace_fn, unpacked.recorded
         example_inputs, name = unpacked.example_inputs, unpacked.name
         scalar_workaround, exclusive_arg_names = unpacked.scalar_workaround, unpacked.exclusive_arg_names
-    if not callable(pattern):
-        raise InvalidArgument(f"pattern={pattern_label(pattern)} must be a function, as given to register_replacement")
-    if inputs is None:
-        raise InvalidArgument(
-            f"inputs=None: give a strategy of input tuples for pattern={pattern_label(pattern)} (only a recorded "
-            "rewrite has default inputs)"
-        )
-    validate_strategy("inputs", inputs)
-    if context is not None:
-        validate_strategy("context", context)
-    validate_int("min_instances", min_instances, 0)
-    validate_int("max_instances", max_instances, 0)
-    validate_order("min_instances", min_instances, "max_instances", max_instances)
+    _validate(pattern, inputs, context, min_instances, max_instances)
     context = _context(context, min_instances, dynamic)
     kinds = _kinds(near_misses, near_miss)
     if trace_fn is not None and not callable(trace_fn):
         raise InvalidArgument(f"trace_fn={trace_fn!r} must be callable")
     if name is not None and not isinstance(name, str):
         raise InvalidArgument(f"name={name!r} must be a str")
-    if example_inputs is None:
-        example_inputs = getattr(inputs, "pmverify_example_inputs", None)
-    elif isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
-        raise InvalidArgument(f"example_inputs={short_repr(example_inputs)} must be a tuple or list")
-    positions, exclusive = check_wildcards(pattern, scalar_workaround, exclusive_arg_names)
-    if example_inputs is not None:  # (its length checked now, not when drawing)
-        example_inputs = full_example(pattern, example_inputs, positions)
-    rebuild = getattr(inputs, "pmverify_with_pattern", None)
-    if rebuild is not None and not dynamic:  # like() draws broadcast forms where the pattern runs on them
-        inputs = rebuild(SearchCall(pattern, positions))
-    if positions:  # drawn around their example values, as Inductor matches them at any value
-        count = len(argument_names(pattern))
-        inputs = with_scalars(inputs, count, tuple((i, scalar_values(v)) for i, v in positions.items()))
+    inputs, example_inputs, positions, exclusive = _with_wildcards(
+        pattern, inputs, example_inputs, scalar_workaround, exclusive_arg_names, dynamic
+    )
     # shapes and dtypes only
     example = None if example_inputs is None else tuple(map(TensorLike.of, example_inputs))
     return PlantSpec(
