@@ -46,7 +46,7 @@ from .._case import GraphCase, PlantedInstance
 from .._execution import torch_level
 from ._dynamic import symbolize_drawn, validate_dynamic
 from ._expr_calls import Calls
-from ._expr_leaves import EXPR_DTYPES, Arg, Leaves, draw_order, drawn_again
+from ._expr_leaves import EXPR_DTYPES, ArgPosition, Leaves, draw_order, drawn_again
 from ._expr_shapes import Shaping, arg_name
 from ._expr_targets import (
     ExprUnsupported,
@@ -252,11 +252,13 @@ class _Instance(Calls, Leaves):
             return None
         return candidates[self.draw(st.integers(0, len(candidates) - 1))]
 
-    def positions(self, schema: Any, args: list[Any], kwargs: dict[str, Any], varargs: bool) -> list[Arg]:
+    def positions(self, schema: Any, args: list[Any], kwargs: dict[str, Any], varargs: bool) -> list[ArgPosition]:
         if schema is None:
             if varargs:
                 raise ExprUnsupported("a *VarArgs pattern of a target without a schema")
-            return [Arg(i, None, a) for i, a in enumerate(args)] + [Arg(k, None, v) for k, v in kwargs.items()]
+            return [ArgPosition(i, None, a) for i, a in enumerate(args)] + [
+                ArgPosition(k, None, v) for k, v in kwargs.items()
+            ]
         from torch._inductor import pattern_matcher as pm
 
         if varargs:  # every required argument drawn, positional ones positionally
@@ -264,17 +266,19 @@ class _Instance(Calls, Leaves):
             for i, a in enumerate(a for a in schema.arguments if not a.kwarg_only):
                 if a.has_default_value() and self.draw(st.integers(0, 2)):
                     break
-                out.append(Arg(i, a, pm.Ignored()))
+                out.append(ArgPosition(i, a, pm.Ignored()))
             out += [
-                Arg(a.name, a, pm.Ignored()) for a in schema.arguments if a.kwarg_only and not a.has_default_value()
+                ArgPosition(a.name, a, pm.Ignored())
+                for a in schema.arguments
+                if a.kwarg_only and not a.has_default_value()
             ]
             return out
         by_name = {a.name: a for a in schema.arguments}
-        out = [Arg(i, schema.arguments[i], a) for i, a in enumerate(args)]
-        out += [Arg(k, by_name.get(k), v) for k, v in kwargs.items()]
+        out = [ArgPosition(i, schema.arguments[i], a) for i, a in enumerate(args)]
+        out += [ArgPosition(k, by_name.get(k), v) for k, v in kwargs.items()]
         return out
 
-    def value(self, fn: Any, position: Arg, drawn: dict, positions: list[Arg], keywords: dict) -> Any:
+    def value(self, fn: Any, position: ArgPosition, drawn: dict, positions: list[ArgPosition], keywords: dict) -> Any:
         from torch._inductor import pattern_matcher as pm
 
         held = position.held

@@ -19,7 +19,7 @@ from ._expr_shapes import CONTRACTIONS, CONVOLUTIONS, FIRST_ARGS, MAX_SIDE, Pend
 from ._expr_targets import ExprUnsupported, base_name, is_factory, is_quantize, schema_kind, target_name
 from ._ops_core import refactored
 
-__all__ = ["Arg", "EXPR_DTYPES", "Leaves", "NONZERO", "draw_order", "drawn_again"]
+__all__ = ["ArgPosition", "EXPR_DTYPES", "Leaves", "NONZERO", "draw_order", "drawn_again"]
 
 #: The float dtypes an instance's tensors are drawn in (one per case, mostly).
 EXPR_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -45,7 +45,7 @@ _NOT_DRAWN = object()
 
 
 @dataclasses.dataclass
-class Arg:
+class ArgPosition:
     """One argument position of a call: its schema argument (None: unknown) and what the pattern holds."""
 
     key: int | str
@@ -58,7 +58,7 @@ class Leaves:
     ``dtype``, ``shaping``, ``qdtype``, ``dynamic``, ``near_misses``, ``force_optional``,
     ``optional_candidates`` and ``changed``)."""
 
-    def leaf(self, fn: Any, position: Arg, drawn: dict, positions: list[Arg]) -> Any:
+    def leaf(self, fn: Any, position: ArgPosition, drawn: dict, positions: list[ArgPosition]) -> Any:
         arg = position.schema
         if arg is None:
             return self.tensor_like(fn, position, drawn, positions)
@@ -197,7 +197,7 @@ class Leaves:
             return [0] * max(rank - 2, 1) if self.draw(st.integers(0, 2)) else [1] * max(rank - 2, 1)
         return list(self.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)))
 
-    def tensor_like(self, fn: Any, position: Arg, drawn: dict, positions: list[Arg]) -> Any:
+    def tensor_like(self, fn: Any, position: ArgPosition, drawn: dict, positions: list[ArgPosition]) -> Any:
         """A tensor leaf: a provisional fake tensor (made a placeholder once its call runs)."""
         op = base_name(fn)
         name = position.schema.name if position.schema is not None else str(position.key)
@@ -243,7 +243,7 @@ class Leaves:
             return shape[self.draw(st.integers(1, len(shape))) :]
         return tuple(self.draw(st.lists(st.integers(1, MAX_SIDE), min_size=1, max_size=4)))
 
-    def tensor_list(self, fn: Any, position: Arg, drawn: dict, positions: list[Arg]) -> list[Any]:
+    def tensor_list(self, fn: Any, position: ArgPosition, drawn: dict, positions: list[ArgPosition]) -> list[Any]:
         anchor = _anchor(drawn)
         if position.schema.name == "indices" and anchor is not None and anchor.dim():
             length = self.draw(st.integers(1, MAX_SIDE))
@@ -251,7 +251,7 @@ class Leaves:
         first = self.tensor_like(fn, position, drawn, positions)
         return [first] + [Pending(first.shape, first.dtype, None) for _ in range(self.draw(st.integers(0, 2)))]
 
-    def optional_near_miss(self, fn: Any, schema: Any, positions: list[Arg], args: tuple, kwargs: dict) -> dict:
+    def optional_near_miss(self, fn: Any, schema: Any, positions: list[ArgPosition], args: tuple, kwargs: dict) -> dict:
         """One optional argument the pattern does not bind, set (a near miss the matcher ignores):
         one call in four, each call that has one when ``near_miss="optional_arg"``."""
         if not self.near_misses or schema is None or not isinstance(fn, torch._ops.OpOverload):
@@ -298,7 +298,7 @@ def drawn_again(value: Any) -> Any:
     return value
 
 
-def draw_order(position: Arg) -> tuple[int, int]:
+def draw_order(position: ArgPosition) -> tuple[int, int]:
     """Tensors first (what the rest is drawn after), then dims, then the rest, each in position order."""
     name = position.schema.name if position.schema is not None else ""
     kind = schema_kind(position.schema) if position.schema is not None else "Tensor"
@@ -338,7 +338,7 @@ def _dim_size(anchor: Any, drawn: dict) -> int:
     return int(anchor.shape[0])
 
 
-def _is_dim_key(positions: list[Arg], key: Any) -> bool:
+def _is_dim_key(positions: list[ArgPosition], key: Any) -> bool:
     return any(p.key == key and p.schema is not None and p.schema.name == "dim" for p in positions)
 
 
