@@ -154,8 +154,15 @@ def _error(exc: BaseException, step: str) -> dict[str, Any]:
         "status": ERROR,
         "reason": one_line(f"{step} raised {error_text(exc)}"),
         "error": error_text(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-12:]),
+        "traceback": _last_frames(exc),
     }
+
+
+def _last_frames(exc: BaseException, count: int = 12) -> str:
+    """``exc``'s traceback, its header kept and only the innermost ``count`` entries (frames and the
+    message) after it: a deep stack is cut in the middle, marked ``...``."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return "".join(lines if len(lines) <= count + 1 else [lines[0], "  ...\n", *lines[-count:]])
 
 
 def rewritten_variants(result: Any) -> list[dict[str, Any]]:

@@ -9,8 +9,8 @@ as in Inductor's post-grad graphs and make_fx traces). The families:
 
 - elementwise (:mod:`._ops_elementwise`): unary ops, scalar operands in every overload, binary ops
   with type promotion and ``alpha``, ``div`` with ``rounding_mode``, ``where`` and masks,
-  comparisons, ``clamp`` forms, casts (``convert_element_type``, ``_to_copy``, ``to``), ``gelu``,
-  ``addcmul``;
+  comparisons, ``clamp`` forms, casts (``convert_element_type``, ``_to_copy``, ``to``;
+  :mod:`._ops_casts`), ``gelu``, ``addcmul``;
 - reductions and scans (:mod:`._ops_reductions`): ``sum mean amax amin var std argmax softmax
   log_softmax cumsum cumprod`` with ``keepdim``, ``dtype=``, ``correction=``;
 - views (:mod:`._ops_views`): ``view reshape aten_reshape unsafe_view permute transpose t

@@ -19,10 +19,9 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .._symbolic import HINTS
 from .._validation import short_repr, validate_int, validate_optional_int, validate_order
 from ._broadcast import BroadcastForm, allows, apply_shape, candidate_forms, validate_broadcast, validate_position
-from ._dynamic import validate_dynamic
+from ._like_dynamic import LikeDynamic, dynamic_spec, hinted_symbols, not_at_hints
 from ._public import public_call
 from ._scales import scale_tensors
 from ._tensors import TENSOR_DTYPES, tensors
@@ -54,7 +53,7 @@ class Dim:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Symbol:
+class Symbol:
     name: str
     low: int
     high: int
@@ -85,7 +84,7 @@ def _positions(name: str, value: Any, example: Sequence[Any]) -> tuple[tuple[int
     return tuple(positions)
 
 
-def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) -> tuple[_Symbol, ...]:
+def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) -> tuple[Symbol, ...]:
     if vary is None:
         return ()
     if isinstance(vary, str):
@@ -94,7 +93,7 @@ def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) ->
         vary = _duck(example)
     if not isinstance(vary, Mapping):
         raise InvalidArgument(f"vary={vary!r} must be None, 'duck', or a mapping of names (or Dims) to positions")
-    symbols: list[_Symbol] = []
+    symbols: list[Symbol] = []
     owner: dict[tuple[int, int], str] = {}
     for key, value in vary.items():
         dim = Dim(key) if isinstance(key, str) else key
@@ -110,7 +109,7 @@ def _symbols(example: Sequence[Any], vary: Any, min_side: int, max_side: int) ->
             if position in owner:
                 raise InvalidArgument(f"position {position!r} is in both {owner[position]!r} and {dim.name!r}")
             owner[position] = dim.name
-        symbols.append(_Symbol(dim.name, low, high, positions))
+        symbols.append(Symbol(dim.name, low, high, positions))
     return tuple(symbols)
 
 
@@ -226,69 +225,6 @@ class StridedLike(TensorLike):
 
     def resized(self, shape: Sequence[int]) -> TensorLike:
         return StridedLike(tuple(shape), self.dtype, self.requires_grad, layout_strides(self.shape, self.stride, shape))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Dynamic:
-    """Canonical ``dynamic=`` of :func:`like`: the symbols that may be drawn at a hint, in order;
-    ``named`` when they always are (the caller named them), else each is drawn (``True``)."""
-
-    candidates: tuple[str, ...]
-    named: bool
-
-
-def _not_at_hints(low: int, high: int) -> list[int]:
-    """The sizes in [low, high] no hint divides (0 included): a static size a symbolic trace keeps."""
-    return [n for n in range(low, high + 1) if n == 0 or all(n % hint for hint in HINTS)]
-
-
-def _dynamic_spec(example: tuple[Any, ...], symbols: tuple[_Symbol, ...], dynamic: Any, fixed: bool) -> _Dynamic | None:
-    """Validate ``dynamic`` against ``symbols`` (``fixed``: they are ``vary=None``'s duck groups,
-    kept at the example's sizes when static)."""
-    names = tuple(symbol.name for symbol in symbols)
-    canonical = validate_dynamic("dynamic", dynamic, names)
-    if canonical is False:
-        return None
-    by_name = {symbol.name: symbol for symbol in symbols}
-    fits = {name for name in names if fixed or by_name[name].low <= min(HINTS) and max(HINTS) <= by_name[name].high}
-    if canonical is True:
-        candidates = tuple(name for name in names if name in fits)
-    else:
-        candidates = tuple(sorted(canonical, key=lambda name: name != "tokens"))  # tokens first: s0
-        if len(candidates) > len(HINTS):
-            raise InvalidArgument(f"dynamic={dynamic!r} names {len(candidates)} symbols; at most {len(HINTS)} can be")
-        for name in candidates:
-            if name not in fits:
-                symbol = by_name[name]
-                raise InvalidArgument(
-                    f"dynamic={dynamic!r}: {name}'s sizes {symbol.low}..{symbol.high} do not hold the hints {HINTS}"
-                )
-    varying = set() if fixed else {position for symbol in symbols for position in symbol.positions}
-    for i, item in enumerate(example):
-        for d, size in enumerate(item.shape if isinstance(item, torch.Tensor) else ()):
-            if (i, d) not in varying and size and any(size % hint == 0 for hint in HINTS):
-                raise InvalidArgument(
-                    f"dynamic={dynamic!r}: example_inputs[{i}] has the static size {size} along dim {d}, a multiple"
-                    f" of a hint {HINTS} (the case strategy would take it for a symbolic size)"
-                )
-    for symbol in symbols:
-        if not fixed and symbol.name not in candidates and not _not_at_hints(symbol.low, symbol.high):
-            raise InvalidArgument(f"dynamic={dynamic!r}: {symbol.name}'s sizes are all multiples of a hint {HINTS}")
-    return _Dynamic(candidates, canonical is not True)
-
-
-def _hinted(draw: Any, dynamic: _Dynamic | None) -> dict[str, int]:
-    """Which symbols are drawn at which hint: the named ones always, in order; with ``True`` each
-    candidate while hints are left, drawn (static first)."""
-    if dynamic is None:
-        return {}
-    if dynamic.named:
-        return dict(zip(dynamic.candidates, HINTS, strict=False))
-    hinted: dict[str, int] = {}
-    for name in dynamic.candidates:
-        if len(hinted) < len(HINTS) and draw(st.booleans()):
-            hinted[name] = HINTS[len(hinted)]
-    return hinted
 
 
 def _validate_dtypes(dtypes: Any) -> tuple[torch.dtype, ...]:
@@ -410,14 +346,14 @@ def _draw_form(draw: Any, broadcasts: _Broadcasts | None, shapes: Mapping[int, S
 def _inputs(
     draw: Any,
     example: tuple[Any, ...],
-    symbols: tuple[_Symbol, ...],
-    dynamic: _Dynamic | None = None,
+    symbols: tuple[Symbol, ...],
+    dynamic: LikeDynamic | None = None,
     fixed: bool = False,
     scales: frozenset[int] = frozenset(),
     broadcasts: _Broadcasts | None = None,
 ) -> tuple[Any, ...]:
     shapes = {i: list(item.shape) for i, item in enumerate(example) if isinstance(item, TensorLike)}
-    hinted = _hinted(draw, dynamic)
+    hinted = hinted_symbols(draw, dynamic)
     for symbol in symbols:
         if symbol.name in hinted:
             size = hinted[symbol.name]
@@ -426,7 +362,7 @@ def _inputs(
         elif dynamic is None:
             size = draw(st.integers(symbol.low, symbol.high))
         else:
-            size = draw(st.sampled_from(_not_at_hints(symbol.low, symbol.high)))
+            size = draw(st.sampled_from(not_at_hints(symbol.low, symbol.high)))
         for index, dim in symbol.positions:
             shapes[index][dim] = size
     form = _draw_form(draw, broadcasts, shapes)
@@ -597,9 +533,9 @@ def like(
     else:
         fixed = vary is None
         candidates = (
-            tuple(_Symbol(d.name, 2, max_side, tuple(p)) for d, p in _duck(example).items()) if fixed else symbols
+            tuple(Symbol(d.name, 2, max_side, tuple(p)) for d, p in _duck(example).items()) if fixed else symbols
         )
-        drawn = _inputs(described, candidates, _dynamic_spec(example, candidates, dynamic, fixed), fixed, scale_set)
+        drawn = _inputs(described, candidates, dynamic_spec(example, candidates, dynamic, fixed), fixed, scale_set)
     strategy = public_call(
         like,
         drawn,

@@ -13,7 +13,7 @@ from torch._inductor import pattern_matcher as pm
 
 from pmverify._record import record_patterns
 from pmverify.strategies import planted
-from pmverify.strategies._planted import _keeping_layout
+from pmverify.strategies._planted_splice import keeping_layout as _keeping_layout
 from pmverify.strategies._recorded_inputs import MAX_NUMEL, MAX_SIDE, capped_sizes, number_positions, recorded_example
 
 SIZES = st.one_of(st.integers(0, 12).map(lambda k: 2**k), st.integers(0, 3000), st.sampled_from([96, 384, 1000, 4096]))
