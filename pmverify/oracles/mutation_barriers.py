@@ -293,7 +293,7 @@ def _valued(pair: Any) -> torch.fx.Graph:
         return graph
     import copy
 
-    valued = copy.deepcopy(pair.before).graph
+    valued = copy.deepcopy(graph)  # the graph alone: a module around it would be recompiled for nothing
     for node in valued.nodes:
         if node.name in propagation.vals and "val" not in node.meta:
             node.meta["val"] = propagation.vals[node.name]
