@@ -38,13 +38,15 @@ from hypothesis import seed as hypothesis_seed
 
 import pmverify
 from pmverify._apply import apply_direct
+from pmverify._compat import no_local_constants
 from pmverify.fusions.qk_norm import QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.oracles import ORACLES
 
 
 def draw_cases(count: int, seed: int) -> list[pmverify.GraphCase]:
-    """``count`` cases of ``qk_norm_cases()``, the same ones for the same seed."""
+    """``count`` cases of ``qk_norm_cases()``, the same ones for the same seed (and the same
+    torch and Hypothesis), whatever pmverify's source holds."""
     cases: list[pmverify.GraphCase] = []
 
     @hypothesis_seed(seed)
@@ -59,7 +61,8 @@ def draw_cases(count: int, seed: int) -> list[pmverify.GraphCase]:
     def draw(case: pmverify.GraphCase) -> None:
         cases.append(case)
 
-    draw()
+    with no_local_constants():  # else they depend on every literal in pmverify's source (see there)
+        draw()
     return cases
 
 

@@ -35,7 +35,11 @@ def layout(node: torch.fx.Node) -> Layout | None:
 
 def _ints(value: object) -> bool:
     if isinstance(value, (list, tuple)):
-        return all(_ints(v) for v in value)
+        # (a loop, not all() over a generator: asked of every size and stride, it was hot)
+        for v in value:
+            if type(v) is not int and not _ints(v):
+                return False
+        return True
     return not isinstance(value, (torch.fx.Node, torch.SymInt, torch.Tensor))
 
 
