@@ -65,6 +65,7 @@ from typing import Any
 import torch
 
 from .._execution import RunPair
+from . import _layout
 from ._versions import COPY as _COPY
 from ._versions import END as _END
 from ._versions import HOPS as _HOPS
@@ -432,4 +433,5 @@ def check(pair: RunPair) -> list[Violation]:
         if len({regions[name] for name in names}) > 1:
             covered.update(record.nodes)
             violations.append(_crossing(f"match ({record.entry})", names, regions, mutators))
-    return violations + _moved_reads(pair, covered)
+    with _layout.remembered():  # (the graphs do not change while it reads them)
+        return violations + _moved_reads(pair, covered)
