@@ -5,41 +5,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
-import inspect
 import os
-import pathlib
-import re
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import hypothesis
-from hypothesis import Phase, event, given, reject
-
-try:
-    from builtins import BaseExceptionGroup
-except ImportError:  # Python 3.10: Hypothesis depends on the backport
-    from exceptiongroup import BaseExceptionGroup
-from hypothesis.errors import FailedHealthCheck, FlakyFailure, InvalidArgument, Unsatisfiable
+from hypothesis import event, given, reject
+from hypothesis.errors import FailedHealthCheck, InvalidArgument, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from . import _reproducer
 from ._apply import UncompilableCase, check_pass
 from ._check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory, validate_oracles
 from ._compat import (
-    keyed,
     max_shrinking_seconds,
     no_local_constants,
     search_statistics,
     very_slow_shrinking_reason,
     without_slow_shrinking_warning,
 )
-from ._factory import PassFactory
 from ._fatal import announce, call_named, case_label, fatal_stacks
-from ._settings import SUPPRESSED_HEALTH_CHECKS
-from ._severity import failure_key, key_label, most_severe, severity
+from ._severity import failure_key, most_severe
 from ._summary import (
     UnfusedWarning,
     VerifySummary,
@@ -48,6 +35,18 @@ from ._summary import (
     unfused_warnings,
     vacuous_error,
 )
+from ._verify_failures import (
+    Failure,
+    PassVerificationError,
+    Shrinking,
+    TooManyUncompilable,
+    case_failures,
+    failure_class,
+    pass_name,
+    raise_failures,
+    short_repr,
+)
+from ._verify_settings import batch_seed, database_key, fresh_settings, search_settings
 
 __all__ = [
     "DEFAULT_SHRINK_BUDGET_S",
@@ -62,190 +61,8 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    """One distinct failure of a search: the failures of one ``(oracle, kind)``
-    (:func:`pmverify._severity.failure_key`: ``("semantics", "")``, ``("structure", "strides")``...).
-
-    - ``key``: that ``(oracle, kind)``; ``label``: it in words (``"structure (strides)"``);
-    - ``result``: the :class:`CaseResult` of its case; ``case``: the case;
-    - ``reproducer``: the path of its reproducer script (None if it could not be written);
-    - ``shrunk``: Hypothesis shrank it to the end as a failure of its own (on a case where this key
-      is the most severe violation); False when the shrink budget ran out (``note`` then says how
-      far shrinking got), and for a ``first_only`` failure.
-    - ``first_only``: the key fired during the search only beside a more severe one (or Hypothesis
-      reported one failure only: ``report_multiple_bugs=False``): its first case, not shrunk.
-    - ``note``: how far its shrinking got when the budget cut it (``"at 12 nodes (from 40)"``), or
-      why it was not shrunk; else "".
-    """
-
-    key: tuple[str, str]
-    result: CaseResult
-    reproducer: pathlib.Path | None
-    shrunk: bool = True
-    note: str = ""
-    first_only: bool = False
-
-    @property
-    def label(self) -> str:
-        return key_label(self.key)
-
-    @property
-    def case(self) -> Any:
-        return self.result.case
-
-    @property
-    def violations(self) -> list[Any]:
-        """The violations of its case, those of its key first."""
-        return sorted(self.result.violations, key=lambda violation: failure_key(violation) != self.key)
-
-
-class PassVerificationError(AssertionError):
-    """A pass broke a property on some case.
-
-    - ``failures``: every distinct failure of the search (:class:`Failure`: one per ``(oracle,
-      kind)``, each shrunk to a case of its own and with its own reproducer), most severe first
-      (:mod:`pmverify._severity`: wrong values, dtype/shape, mutation/aliasing, ..., strides, crash).
-    - ``case``, ``violations``, ``result``, ``reproducer``: those of ``failures[0]``, the most severe:
-      the shrunk :class:`GraphCase`, every violation of it, the full :class:`CaseResult`, the path of
-      a standalone script that shows the violation when run (None if it could not be written).
-    - ``pictures``: the before/after picture of the graph next to the reproducer, replaced and
-      inserted nodes marked: a Graphviz ``.dot`` file, and an ``.svg`` when Graphviz is installed.
-    - ``other_failures`` / ``other_reproducers``: ``failures[1:]`` by label (``"semantics"``,
-      ``"structure (strides)"``): their :class:`CaseResult` / reproducer paths.
-    - ``shrink_note``: when the shrink budget cut shrinking, how far it got; else "".
-    - ``summary``: the :class:`VerifySummary` of the search up to here, shrinking included.
-    """
-
-    def __init__(
-        self,
-        result: CaseResult,
-        reproducer: pathlib.Path | None,
-        note: str = "",
-        pictures: Sequence[pathlib.Path] = (),
-        *,
-        failures: Sequence[Failure] | None = None,
-        other_failures: dict[str, CaseResult] | None = None,
-        other_reproducers: dict[str, pathlib.Path | None] | None = None,
-        shrink_note: str = "",
-        summary: VerifySummary | None = None,
-    ) -> None:
-        if failures is None:
-            main_key = most_severe(result.violations) or ("crash", "")
-            failures = [Failure(main_key, result, reproducer)]
-            for label, other in (other_failures or {}).items():
-                key = next((failure_key(v) for v in other.violations if key_label(failure_key(v)) == label), None)
-                path = (other_reproducers or {}).get(label)
-                failures.append(Failure(key or (label, ""), other, path, shrunk=False, first_only=True))
-        self.failures = list(failures)
-        self.result = result
-        self.case = result.case
-        # most severe first: the shrunk case of a wrong value may show a stride change too
-        self.violations = sorted(result.violations, key=lambda violation: severity(failure_key(violation)))
-        self.reproducer = reproducer
-        self.pictures = list(pictures)
-        self.other_failures = {failure.label: failure.result for failure in self.failures[1:]}
-        self.other_reproducers = {failure.label: failure.reproducer for failure in self.failures[1:]}
-        self.shrink_note = shrink_note
-        self.summary = summary
-        self.note = note
-        count = len(self.violations)
-        lines = []
-        if len(self.failures) > 1:
-            lines.append(
-                f"{len(self.failures)} distinct failures, most severe first: "
-                + ", ".join(failure.label for failure in self.failures)
-            )
-        lines.append(
-            f"{_pass_name(result.pair.pass_)} broke {count} propert{'y' if count == 1 else 'ies'} on {self.case!r}"
-        )
-        lines += [f"  - {violation}" for violation in self.violations]
-        lines += [f"  note: {instance_note}" for instance_note in getattr(result, "notes", {}).values()]
-        lines.append(f"reproducer: {reproducer}" if reproducer else "reproducer: not written")
-        for index, failure in enumerate(self.failures[1:], 2):
-            how = (
-                "shrunk"
-                if failure.shrunk
-                else f"{'not shrunk' if failure.first_only else 'shrinking stopped'}: {failure.note}"
-            )
-            lines.append(f"failure {index}, {failure.label} ({how}), on {failure.case!r}:")
-            lines += [f"  - {violation}" for violation in failure.violations]
-            lines.append(f"  reproducer: {failure.reproducer if failure.reproducer else 'not written'}")
-        if shrink_note:
-            lines.append(f"shrinking: {shrink_note}")
-        if self.pictures:
-            lines.append(f"picture: {', '.join(str(path) for path in self.pictures)}")
-        if note:
-            lines.append(f"note: {note}")
-        super().__init__("\n".join(lines))
-
-    def with_notes(self, notes: Sequence[str], caller: str) -> PassVerificationError:
-        """This error raised again by ``caller`` (``"check_rewrite"``, ``"check_entry"``): ``notes``
-        first, then its own note, whose advice names ``caller``'s ``pass_source`` argument."""
-        own = self.note.replace(
-            "give verify() pass_factory= a module-level function building the pass, or pass_source",
-            f"give {caller}() pass_source",
-        )
-        return PassVerificationError(
-            self.result,
-            self.reproducer,
-            "; ".join([*notes, *([own] if own else [])]),
-            self.pictures,
-            failures=self.failures,
-            shrink_note=self.shrink_note,
-            summary=self.summary,
-        )
-
-
 #: The default of ``verify(..., shrink_budget_s=)``: seconds of shrinking a search's failures.
 DEFAULT_SHRINK_BUDGET_S = 180.0
-
-
-class _TooManyUncompilable(BaseException):
-    """Ends a compiled search in which most cases did not compile even without the pass (a
-    ``BaseException``, which Hypothesis does not take for a failure to shrink)."""
-
-
-class _CaseFailed(AssertionError):
-    """Raised inside the Hypothesis test so that Hypothesis shrinks the case: one subclass per
-    ``(oracle, kind)`` (:func:`_failure_class`), so that Hypothesis, which tells failures apart by
-    their exception's type and origin, shrinks each distinct failure to a case of its own."""
-
-    key: tuple[str, str] = ("", "")
-
-    def __init__(self, result: CaseResult) -> None:
-        self.result = result
-        super().__init__("; ".join(str(v) for v in result.violations))
-
-
-_FAILURE_CLASSES: dict[tuple[str, str], type[_CaseFailed]] = {}
-
-
-def _failure_class(key: tuple[str, str]) -> type[_CaseFailed]:
-    """The :class:`_CaseFailed` subclass raised for a case whose most severe violation has ``key``."""
-    cls = _FAILURE_CLASSES.get(key)
-    if cls is None:
-        name = "CaseFailed_" + re.sub(r"\W+", "_", "_".join(part for part in key if part))
-        cls = _FAILURE_CLASSES[key] = type(name, (_CaseFailed,), {"key": key, "__module__": __name__})
-    return cls
-
-
-class _Shrinking:
-    """What shrinking started from: per failure key, the node count of its first failing case; and
-    when the search's first failure was seen."""
-
-    def __init__(self) -> None:
-        self.first: dict[tuple[str, str], int] = {}
-        self.first_failure_at: float | None = None
-
-    def saw(self, key: tuple[str, str], case: Any) -> None:
-        if self.first_failure_at is None:
-            self.first_failure_at = time.monotonic()
-        self.first.setdefault(key, _node_count(case))
-
-
-def _node_count(case: Any) -> int:
-    return len(case.gm.graph.nodes)
 
 
 def case_events(result: CaseResult) -> list[str]:
@@ -280,44 +97,6 @@ def case_events(result: CaseResult) -> list[str]:
     labels += [f"violation: {v.oracle}" for v in result.violations]
     labels += [f"pmverify internal error: {error.oracle}" for error in getattr(result, "internal_errors", ())]
     return labels
-
-
-def _pass_name(pass_: Any) -> str:
-    """A class's or function's own name (a pass factory's), else the pass's class name."""
-    if isinstance(pass_, PassFactory):
-        return pass_.qualname
-    return pass_.__qualname__ if isinstance(pass_, type) or inspect.isfunction(pass_) else type(pass_).__name__
-
-
-def _short_repr(value: Any, limit: int = 100) -> str:
-    """``repr(value)`` cut to ``limit`` characters (a strategy's repr spells out every argument)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _pass_identity(pass_: Any) -> str:
-    """What tells passes apart in the example database: a class or function by its import path; an
-    object by its class and its ``config``, else its ``uuid()`` (Inductor's ``CustomGraphPass``),
-    else its ``pass_name`` (a ``PatternMatcherPass``)."""
-    if isinstance(pass_, PassFactory):
-        return f"factory {pass_.module}.{pass_.qualname}"
-    if isinstance(pass_, type) or inspect.isfunction(pass_) or inspect.ismethod(pass_):
-        return f"{pass_.__module__}.{pass_.__qualname__}"
-    if isinstance(pass_, functools.partial):
-        return f"partial({_pass_identity(pass_.func)}, *{pass_.args!r}, **{pass_.keywords!r})"
-    cls = type(pass_)
-    ident = f"{cls.__module__}.{cls.__qualname__}"
-    config = getattr(pass_, "config", None)
-    if config is not None:
-        return f"{ident}({config!r})"
-    uuid = getattr(pass_, "uuid", None)
-    if callable(uuid):
-        try:
-            return f"{ident}[uuid={uuid()!r}]"
-        except Exception:  # noqa: BLE001 - a uuid() that fails leaves the class and name to go by
-            pass
-    name = getattr(pass_, "pass_name", None)
-    return ident if name is None else f"{ident}[{name!r}]"
 
 
 def verify(
@@ -476,54 +255,17 @@ def verify(
     cap = env_shrink_budget()
     if cap is not None:
         shrink_budget_s = cap if shrink_budget_s is None else min(shrink_budget_s, cap)
-    parent = hypothesis.settings.default if settings is None else settings
-    search_settings = hypothesis.settings(
-        parent,
-        deadline=None,
-        suppress_health_check=list(dict.fromkeys([*parent.suppress_health_check, *SUPPRESSED_HEALTH_CHECKS])),
-        max_examples=parent.max_examples if max_examples is None else max_examples,
-        # Hypothesis derives a test's key from its source; the failures are kept under pmverify's own
-        database=keyed(parent.database, database_key(pass_, cases, mode, strict_order)),
-    )
-
-    tally = [VerifySummary()]
-    first: dict[tuple[str, str], CaseResult] = {}  # each (oracle, kind)'s first failing case
-    progress = _Shrinking()
-
-    numbered = [0]
-    uncompilable: list[UncompilableCase] = []
+    settings_ = search_settings(settings, max_examples, pass_, cases, mode, strict_order)
+    search = _Search(pass_, seed, settings_, oracles=oracles, mode=mode, strict_order=strict_order, on_case=on_case,
+                     on_result=on_result)  # fmt: skip
+    # The settings go on last: ``hypothesis.seed`` sets ``database=None`` (a seeded search must still
+    # save its failures: tests/test_verify.py checks this against Hypothesis), and they replace it.
 
     @given(cases)
     def run_case(case: Any) -> None:
-        if on_case is not None:
-            on_case(case)
-        numbered[0] += 1
-        label = case_label(numbered[0], case, seed)
-        announce(label)
-        # a process the pass kills: faulthandler's stack names the case (see pmverify._fatal)
-        try:
-            result = call_named(label, check_case, pass_, case, oracles=oracles, mode=mode, strict_order=strict_order)
-        except UncompilableCase as exc:  # nothing to compare with: Inductor's limit, not the pass's
-            uncompilable.append(exc)
-            if len(uncompilable) >= max(3, search_settings.max_examples) and len(uncompilable) > 2 * tally[0].cases:
-                raise _TooManyUncompilable() from None  # (each try is a compile: no health check's 50)
-            event("discarded: torch.compile fails without the pass")
-            reject()
-        tally[0] = tally[0] + VerifySummary.of(result)
-        for violation in result.violations:
-            first.setdefault(failure_key(violation), result)
-        for label in case_events(result):
-            event(label)
-        if on_result is not None:
-            on_result(result)
-        key = most_severe(result.violations)
-        if key is not None:
-            progress.saw(key, case)
-            raise _failure_class(key)(result)
+        search.run_case(case)
 
-    # The settings go on last: ``hypothesis.seed`` sets ``database=None`` (a seeded search must still
-    # save its failures: tests/test_verify.py checks this against Hypothesis), and they replace it.
-    test = search_settings(run_case if seed is None else hypothesis.seed(seed)(run_case))
+    test = settings_(run_case if seed is None else hypothesis.seed(seed)(run_case))
     try:
         # the draws depend on the seed only, not on what was imported
         with (
@@ -535,24 +277,10 @@ def verify(
         ):
             test()
     except BaseException as error:  # noqa: BLE001 - unwrapped below, anything else re-raised
-        raised = _case_failures(error)
-        if not raised and uncompilable and isinstance(error, (Unsatisfiable, FailedHealthCheck, _TooManyUncompilable)):
-            raise UncompilableCase(
-                f"{len(uncompilable)} of the cases drawn did not compile even without the pass, and too few others "
-                f"were drawn; the first: {uncompilable[0]}"
-            ) from error
+        raised = case_failures(error)
         if not raised:
+            search.raise_uncompilable(error)
             raise
-        notes = []
-        if pass_source is None and not _reproducer.rebuildable(pass_):
-            notes.append(
-                "it cannot rebuild the pass: edit PASS in it, or give verify() pass_factory= a module-level "
-                "function building the pass, or pass_source='PASS = ...'"
-            )
-        if isinstance(error, FlakyFailure):
-            notes.append("Hypothesis found the failure flaky: the pass did not fail every time on this case")
-        cut = statistics.stopped == very_slow_shrinking_reason()
-        found = _failures(raised, first, progress, cut)
         write = functools.partial(
             _reproducer.write,
             pass_=pass_,
@@ -563,109 +291,107 @@ def verify(
             strict_order=strict_order,
             prelude=reproducer_prelude,
         )
-        written = []
-        for failure in found[1:]:  # its violations first: the file is named after the first
-            try:
-                path = write(failure.case, violations=failure.violations)
-            except (OSError, ValueError) as exc:
-                path = None
-                notes.append(f"the reproducer of the {failure.label} failure was not written: {exc}")
-            written.append(dataclasses.replace(failure, reproducer=path))
-        main = found[0]
-        listed = [
-            (f"{failure.label}{'' if failure.shrunk else ' (not shrunk)'}", str(failure.reproducer or "not written"))
-            for failure in written
-        ]
+        raise_failures(
+            error,
+            raised,
+            first=search.first,
+            progress=search.progress,
+            cut=statistics.stopped == very_slow_shrinking_reason(),
+            limit=limit,
+            summary=dataclasses.replace(search.tally, discarded=statistics.discarded),
+            write=write,
+            pass_=pass_,
+            pass_source=pass_source,
+        )
+    summary = dataclasses.replace(search.tally, discarded=statistics.discarded)
+    return _judged_run(summary, pass_, cases, allowed, allow_no_rewrites)
+
+
+class _Search:
+    """The state of one :func:`verify` search: what its cases added up to (``tally``), each
+    ``(oracle, kind)``'s first failing case (``first``), where shrinking started (``progress``) and
+    the compiled cases that did not compile even without the pass (``uncompilable``)."""
+
+    def __init__(
+        self,
+        pass_: Any,
+        seed: int | None,
+        settings: hypothesis.settings,
+        *,
+        oracles: Sequence[OracleSpec] | None,
+        mode: str,
+        strict_order: bool,
+        on_case: Callable[[Any], None] | None,
+        on_result: Any,
+    ) -> None:
+        self.pass_, self.seed, self.max_examples = pass_, seed, settings.max_examples
+        self.oracles, self.mode, self.strict_order = oracles, mode, strict_order
+        self.on_case, self.on_result = on_case, on_result
+        self.tally = VerifySummary()
+        self.first: dict[tuple[str, str], CaseResult] = {}
+        self.progress = Shrinking()
+        self.numbered = 0
+        self.uncompilable: list[UncompilableCase] = []
+
+    def run_case(self, case: Any) -> None:
+        """The Hypothesis test: check ``case``; raise a :func:`failure_class` for a failing one."""
+        if self.on_case is not None:
+            self.on_case(case)
+        self.numbered += 1
+        label = case_label(self.numbered, case, self.seed)
+        announce(label)
+        # a process the pass kills: faulthandler's stack names the case (see pmverify._fatal)
         try:
-            path = write(main.case, violations=main.violations, others=listed)
-        except (OSError, ValueError) as exc:
-            path = None
-            notes.insert(0, str(exc))
-        main = dataclasses.replace(main, reproducer=path)
-        pictures: list[pathlib.Path] = []
-        if path is not None:
-            try:
-                pictures = _reproducer.write_picture(main.result.pair, path)
-            except OSError as exc:
-                notes.append(f"the picture was not written: {exc}")
-        raise PassVerificationError(
-            main.result,
-            path,
-            "; ".join(notes),
-            pictures,
-            failures=[main, *written],
-            shrink_note=_shrink_note(found, progress, limit) if cut else "",
-            summary=dataclasses.replace(tally[0], discarded=statistics.discarded),
-        ) from None
-    summary = dataclasses.replace(tally[0], discarded=statistics.discarded)
-    error = None if allow_no_rewrites else vacuous_error(summary, f"verify({_pass_name(pass_)}, {_short_repr(cases)})")
+            result = call_named(
+                label,
+                check_case,
+                self.pass_,
+                case,
+                oracles=self.oracles,
+                mode=self.mode,
+                strict_order=self.strict_order,
+            )
+        except UncompilableCase as exc:  # nothing to compare with: Inductor's limit, not the pass's
+            self.uncompilable.append(exc)
+            if len(self.uncompilable) >= max(3, self.max_examples) and len(self.uncompilable) > 2 * self.tally.cases:
+                raise TooManyUncompilable() from None  # (each try is a compile: no health check's 50)
+            event("discarded: torch.compile fails without the pass")
+            reject()
+        self.tally = self.tally + VerifySummary.of(result)
+        for violation in result.violations:
+            self.first.setdefault(failure_key(violation), result)
+        for label in case_events(result):
+            event(label)
+        if self.on_result is not None:
+            self.on_result(result)
+        key = most_severe(result.violations)
+        if key is not None:
+            self.progress.saw(key, case)
+            raise failure_class(key)(result)
+
+    def raise_uncompilable(self, error: BaseException) -> None:
+        """Raise :class:`~pmverify._apply.UncompilableCase` when ``error``, a search's end without a
+        case failure, came of too few cases that compile even without the pass."""
+        if self.uncompilable and isinstance(error, (Unsatisfiable, FailedHealthCheck, TooManyUncompilable)):
+            raise UncompilableCase(
+                f"{len(self.uncompilable)} of the cases drawn did not compile even without the pass, and too few "
+                f"others were drawn; the first: {self.uncompilable[0]}"
+            ) from error
+
+
+def _judged_run(
+    summary: VerifySummary, pass_: Any, cases: SearchStrategy, allowed: Any, allow_no_rewrites: bool
+) -> VerifySummary:
+    """``summary`` of a search that broke no property, with its :class:`~pmverify.UnfusedWarning`
+    texts (each also warned); raise its vacuous error (nothing rewritten, every case void) unless
+    ``allow_no_rewrites``."""
+    error = None if allow_no_rewrites else vacuous_error(summary, f"verify({pass_name(pass_)}, {short_repr(cases)})")
     if error is not None:
         raise error
     texts = unfused_warnings(summary, allowed)
     for text in texts:
-        warnings.warn(f"verify({_pass_name(pass_)}, ...): {text}", UnfusedWarning, stacklevel=2)
+        warnings.warn(f"verify({pass_name(pass_)}, ...): {text}", UnfusedWarning, stacklevel=3)
     return dataclasses.replace(summary, warnings=tuple(texts)) if texts else summary
-
-
-def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct", strict_order: bool = False) -> bytes:
-    """The example-database key under which :func:`verify` saves the failures of ``pass_`` on
-    ``cases`` in ``mode``: a digest of the pass's class (and config) and the strategy's repr, so
-    that every search of the same pass on the same strategy (a test, ``pmverify fuzz``, another
-    machine sharing the database) replays the same failures first. Seeds do not enter it.
-
-    ``strict_order`` gets keys of its own: a strict search's failures may hold only a disorder the
-    default forgives (a default search replaying them would pass them and delete them from the
-    database), and a default search's failures are the strict search's to find on its own."""
-    key = f"pmverify.verify:{_pass_identity(pass_)}:{cases!r}" + ("" if mode == "direct" else f":{mode}")
-    key += ":strict_order" if strict_order else ""
-    key = re.sub(r" at 0x[0-9a-fA-F]+", "", key)  # default reprs hold addresses that change every run
-    return hashlib.sha256(key.encode()).digest()
-
-
-def _case_failures(error: BaseException) -> list[_CaseFailed]:
-    """The ``_CaseFailed`` in ``error`` (itself, or inside Hypothesis' flaky/multiple-failure groups)."""
-    if isinstance(error, _CaseFailed):
-        return [error]
-    if isinstance(error, BaseExceptionGroup):
-        return [found for inner in error.exceptions for found in _case_failures(inner)]
-    return []
-
-
-def _failures(
-    raised: list[_CaseFailed], first: dict[tuple[str, str], CaseResult], progress: _Shrinking, cut: bool
-) -> list[Failure]:
-    """The distinct failures of a search, most severe first: one per key Hypothesis reported (shrunk,
-    unless the budget ``cut`` shrinking), then each key that fired during the search but is among
-    the violations of none of those (beside a more severe one only), on its first case."""
-    found: dict[tuple[str, str], Failure] = {}
-    for failure in raised:
-        key = failure.key if failure.key != ("", "") else most_severe(failure.result.violations)
-        if key is not None and key not in found:
-            note = ""
-            if cut:
-                note = f"at {_node_count(failure.result.case)} nodes (from {progress.first.get(key, '?')})"
-            found[key] = Failure(key, failure.result, None, shrunk=not cut, note=note)
-    shown = {failure_key(v) for failure in found.values() for v in failure.result.violations}
-    for key, result in first.items():
-        if key not in shown:
-            note = "its first case: it fired only beside another failure, or Hypothesis reported one failure"
-            found[key] = Failure(key, result, None, shrunk=False, note=note, first_only=True)
-    return sorted(found.values(), key=lambda failure: severity(failure.key))
-
-
-def _shrink_note(found: list[Failure], progress: _Shrinking, limit: float) -> str:
-    """How far shrinking got when its time ``limit`` (seconds) cut it."""
-    since = time.monotonic() - progress.first_failure_at if progress.first_failure_at is not None else 0.0
-    where = "; ".join(f"{failure.label} {failure.note}" for failure in found if failure.note.startswith("at "))
-    return f"shrinking stopped at its time limit of {limit:g} s ({since:.1f} s after the first failure): {where}"
-
-
-def batch_seed(seed: int, index: int) -> int:
-    """The seed of batch ``index`` (an int >= 0) of a run seeded ``seed``: ``seed * 100_003 + index``,
-    so that a run is reproducible batch by batch. The one formula of ``pmverify fuzz``,
-    ``pmverify selfcheck`` (:func:`verify_in_rotation`) and ``pmverify audit`` (whose ``index`` is a
-    checksum of the rewrite's name)."""
-    return seed * 100_003 + index
 
 
 def verify_in_rotation(
@@ -710,14 +436,3 @@ def verify_in_rotation(
         else:
             yield family, None
         index += 1
-
-
-def fresh_settings(parent: hypothesis.settings | None = None, *, shrink: bool = True) -> hypothesis.settings:
-    """``parent`` (default ``hypothesis.settings.default``) less its example database (nothing read
-    or saved: counts do not depend on earlier runs), its explain phase (it re-runs the shrunk case
-    many times) and, unless ``shrink``, its shrink phase: settings for :func:`verify` to search
-    afresh with. Nothing global is changed."""
-    parent = hypothesis.settings.default if parent is None else parent
-    dropped = {Phase.explain} if shrink else {Phase.explain, Phase.shrink}
-    phases = [phase for phase in parent.phases if phase not in dropped]
-    return hypothesis.settings(parent, database=None, phases=phases)

@@ -11,7 +11,10 @@ op's result) is run again on a meta tensor of that layout. Every answer is conse
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import threading
+from collections.abc import Iterator
 
 import torch
 
@@ -25,7 +28,38 @@ ENUMERATED = 1 << 20
 
 
 def layout(node: torch.fx.Node) -> Layout | None:
-    """``node``'s layout (see the module docstring), or None where it is unknown or symbolic."""
+    """``node``'s layout (see the module docstring), or None where it is unknown or symbolic;
+    computed once per node within :func:`remembered`."""
+    memo = getattr(_MEMO, "layouts", None)
+    if memo is None:
+        return _layout(node)
+    found = memo.get(node, _UNSEEN)
+    if found is _UNSEEN:
+        found = memo[node] = _layout(node)
+    return found
+
+
+_MEMO = threading.local()
+_UNSEEN = object()
+
+
+@contextlib.contextmanager
+def remembered() -> Iterator[None]:
+    """Within the block, :func:`layout` replays each node once (in this thread): for an oracle
+    that asks of the same nodes many times, over graphs that do not change within the block.
+    Why: the mutation-barrier oracle builds its version model of a graph two to four times a case,
+    and replaying layouts was half of that."""
+    outer = getattr(_MEMO, "layouts", None)
+    if outer is None:
+        _MEMO.layouts = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _MEMO.layouts = None
+
+
+def _layout(node: torch.fx.Node) -> Layout | None:
     replayed = _replay(node, 0)
     if replayed is None or not isinstance(replayed[0], torch.Tensor):
         return None
@@ -35,7 +69,11 @@ def layout(node: torch.fx.Node) -> Layout | None:
 
 def _ints(value: object) -> bool:
     if isinstance(value, (list, tuple)):
-        return all(_ints(v) for v in value)
+        # (a loop, not all() over a generator: asked of every size and stride, it was hot)
+        for v in value:
+            if type(v) is not int and not _ints(v):
+                return False
+        return True
     return not isinstance(value, (torch.fx.Node, torch.SymInt, torch.Tensor))
 
 

@@ -4,11 +4,12 @@ oracle defines them."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 
-from .._fx import flat_nodes, unreshaped
+from .._fx import flat_nodes, is_view, unreshaped
 from . import _layout
 
 __all__ = ["COPY", "END", "HOPS", "Versions", "is_view_or_unsafe", "written_names"]
@@ -18,8 +19,15 @@ def is_view_or_unsafe(target: Any) -> bool:
     """Whether a node with this target returns a view of its first input (``is_view``), counting
     ``aten._unsafe_view``: its schema declares a new tensor, but it returns a view (of the ``mm``
     that a ``matmul`` decomposes into), so a write to one is a write to the other."""
-    from .._fx import is_view
+    try:
+        return _is_view_or_unsafe(target)
+    except TypeError:  # an unhashable target
+        return _is_view_or_unsafe.__wrapped__(target)
 
+
+@functools.lru_cache(maxsize=4096)
+def _is_view_or_unsafe(target: Any) -> bool:
+    # Why cached: asked of every node several times a case (a tenth of the oracle's time)
     return is_view(target) or target is torch.ops.aten._unsafe_view.default
 
 

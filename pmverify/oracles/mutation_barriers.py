@@ -65,6 +65,7 @@ from typing import Any
 import torch
 
 from .._execution import RunPair
+from . import _layout
 from ._versions import COPY as _COPY
 from ._versions import END as _END
 from ._versions import HOPS as _HOPS
@@ -293,7 +294,7 @@ def _valued(pair: Any) -> torch.fx.Graph:
         return graph
     import copy
 
-    valued = copy.deepcopy(pair.before).graph
+    valued = copy.deepcopy(graph)  # the graph alone: a module around it would be recompiled for nothing
     for node in valued.nodes:
         if node.name in propagation.vals and "val" not in node.meta:
             node.meta["val"] = propagation.vals[node.name]
@@ -438,4 +439,5 @@ def check(pair: RunPair) -> list[Violation]:
         if len({regions[name] for name in names}) > 1:
             covered.update(record.nodes)
             violations.append(_crossing(f"match ({record.entry})", names, regions, mutators))
-    return violations + _moved_reads(pair, covered)
+    with _layout.remembered():  # (the graphs do not change while it reads them)
+        return violations + _moved_reads(pair, covered)
