@@ -88,7 +88,7 @@ def recording_matches():
     of :class:`MatchRecord` it fills. Wraps ``apply`` of the entry classes of
     ``torch._inductor.pattern_matcher`` (what ``PatternMatcherPass.apply`` calls once a match passed
     its mutation-region and ``extra_check`` tests) and restores them on exit."""
-    from torch._inductor import pattern_matcher as pm
+    from ._compat import pattern_matcher as pm
 
     records: list[MatchRecord] = []
     classes = [pm.ReplacementPatternEntry, pm.GraphPatternEntry, pm.LoweringPatternEntry]
@@ -137,7 +137,7 @@ def sort_like_inductor(graph: torch.fx.Graph) -> list[tuple[str, str]]:
     unchanged."""
     pairs = [(node.name, arg.name) for node, arg in _out_of_order(graph)]
     if pairs and _acyclic(graph):
-        from torch._inductor.pattern_matcher import stable_topological_sort
+        from ._compat import stable_topological_sort
 
         stable_topological_sort(graph)
     return pairs
@@ -233,7 +233,7 @@ def _constructible_without_arguments(cls: type) -> bool:
 
 def run_pass(pass_obj: Any, graph: torch.fx.Graph) -> int | None:
     """Run ``pass_obj`` on ``graph`` in place; return the match count it reports, if any."""
-    from torch._inductor.pattern_matcher import PatternMatcherPass
+    from ._compat import PatternMatcherPass
 
     if isinstance(pass_obj, PatternMatcherPass):
         return int(pass_obj.apply(graph))

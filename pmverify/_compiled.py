@@ -67,8 +67,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
-from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes
 
 from ._apply import (
     RunPair,
@@ -83,6 +81,7 @@ from ._apply import (
     sort_like_inductor,
 )
 from ._case import GraphCase
+from ._compat import CustomGraphPass, get_custom_graph_passes, pytree
 from ._compiled_graphs import alignment, copy_graph_module, symbolic_alignment
 from ._execution import clone_inputs, deterministic_fill
 
@@ -226,7 +225,7 @@ class _PostGradRecorder(CustomGraphPass):
         except Exception as exc:  # noqa: BLE001 - pmverify's own failure: not blamed on the pass
             self.internal_error = exc
             return
-        from torch._guards import detect_fake_mode
+        from ._compat import detect_fake_mode
 
         mode = detect_fake_mode([val for val in placeholders if isinstance(val, torch.Tensor)])
         shape_env = getattr(mode, "shape_env", None)
@@ -308,9 +307,7 @@ def _fresh_function(gm: torch.fx.GraphModule) -> Callable[..., Any]:
 def _compile_config(post_pass: Any, pre_pass: Any) -> Iterator[dict[str, Any]]:
     """The configuration of both compiles (see the module docstring): Dynamo's and AOTAutograd's
     set for the block, restored on exit; Inductor's yielded, as ``torch.compile``'s ``options``."""
-    import torch._dynamo.config
-    import torch._functorch.config
-    import torch._inductor.config as inductor_config
+    from ._compat import dynamo_config, functorch_config, inductor_config
 
     pre_passes = get_custom_graph_passes(inductor_config.pre_grad_custom_pass)
     options = {
@@ -323,8 +320,8 @@ def _compile_config(post_pass: Any, pre_pass: Any) -> Iterator[dict[str, Any]]:
         else inductor_config.pre_grad_custom_pass,
     }
     with (
-        torch._functorch.config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=False),
-        torch._dynamo.config.patch(
+        functorch_config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=False),
+        dynamo_config.patch(
             suppress_errors=False, automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False
         ),
         torch.no_grad(),

@@ -118,8 +118,7 @@ def check_entry(
     """
     import contextlib
 
-    from torch._inductor import config
-
+    from ._compat import inductor_config as config
     from ._gates import validate_config_patches
 
     if not isinstance(entry, RecordedEntry):
@@ -183,7 +182,7 @@ def enabling_patches(options: tuple[str, ...]) -> dict[str, Any]:
     pass's options as Inductor's run gives them (``split_cat``'s read their thresholds there)."""
     import re
 
-    from torch._inductor import config
+    from ._compat import inductor_config as config
 
     patches: dict[str, Any] = {}
     for option in options:
@@ -235,7 +234,7 @@ def _search(
         levers = gate.levers if gate is not None else ()
         if gate is None or gate.computed or any(lever.kind == "device" for lever in levers):
             raise _never_fired(entry, error.result, error.summary, gate) from None
-    from torch._inductor import config
+    from ._compat import inductor_config as config
 
     patches = {lever.key: lever.value for lever in levers if lever.kind == "config"}
     frozen = "all" if any(lever.kind == "frozen" for lever in levers) else None

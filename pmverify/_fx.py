@@ -10,9 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
-from torch._guards import TracingContext, tracing
-from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ._compat import FakeTensorMode, TracingContext, pytree, tracing
 
 __all__ = [
     "is_view",
@@ -138,7 +137,7 @@ def trace(pattern: Callable[..., Any], args: Sequence[Any], trace_fn: Callable[.
         _TRACES[key] = gm
         return gm
     if trace_fn is None:
-        from torch._inductor.pattern_matcher import fwd_only as trace_fn
+        from ._compat import fwd_only as trace_fn
     mode = FakeTensorMode(allow_fallback_kernels=True)
     with tracing(TracingContext(mode)):
         try:

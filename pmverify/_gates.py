@@ -242,7 +242,7 @@ def inference_mode_gate(recorded: Any) -> str | None:
     inference mode), else None."""
     if not torch.is_inference_mode_enabled():
         return None
-    from torch._inductor.pattern_matcher import PatternMatcherPass
+    from ._compat import PatternMatcherPass
 
     with torch.inference_mode(False):
         try:
@@ -257,7 +257,8 @@ def validate_config_patches(config_patches: Any) -> dict[str, Any]:
     ``"cpp.enable_concat_linear"``); InvalidArgument naming it for anything else, an unknown
     option, or a non-bool value for a bool option."""
     from hypothesis.errors import InvalidArgument
-    from torch._inductor import config
+
+    from ._compat import inductor_config as config
 
     if config_patches is None:
         return {}
@@ -382,7 +383,7 @@ def _graph_tensors(match: Any) -> Iterator[torch.Tensor]:
 
 def _run(check: Callable[[Any], Any], match: Any, levers: tuple[Lever, ...]) -> _Outcome:
     """Run ``check(match)`` with ``levers`` simulated, recording the bool config it reads."""
-    from torch._inductor import config
+    from ._compat import inductor_config as config
 
     patches = dict(_PROBE_CONFIG)
     patches.update({lever.key: lever.value for lever in levers if lever.kind == "config"})
@@ -447,7 +448,7 @@ def _recording_producers(match: Any, inspected: set[str]) -> Iterator[None]:
 @functools.cache
 def _options() -> frozenset[str]:
     """The option names of ``torch._inductor.config`` (dotted: ``"cpp.enable_concat_linear"``)."""
-    from torch._inductor import config
+    from ._compat import inductor_config as config
 
     return frozenset(config.get_config_copy())
 
@@ -496,7 +497,7 @@ def _on_cuda(value: Any) -> Any:
         return value
     mode = getattr(value, "fake_mode", None)
     if mode is None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
+        from ._compat import FakeTensorMode
 
         mode = FakeTensorMode()
     with mode:
@@ -521,7 +522,7 @@ def _on_device(match: Any, asked: list[bool]) -> Iterator[None]:
     """Inside the block, every tensor value of the match's graph is a fake tensor on ``cuda:0`` and
     the device queries answer as on a CUDA machine with Triton (``asked[0]`` set when Triton's
     availability is asked)."""
-    from torch.utils import _triton
+    from ._compat import triton_utils as _triton
 
     saved = {}
     for node in match.graph.nodes:

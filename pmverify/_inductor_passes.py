@@ -97,7 +97,7 @@ def bound_passes() -> list[tuple[str, Any]]:
     """``(name, pass)`` of every ``PatternMatcherPass`` bound at module level in Inductor's
     ``fx_passes`` modules as loaded now, each pass once, in the order of the modules' names and then
     of their bindings."""
-    from torch._inductor.pattern_matcher import PatternMatcherPass
+    from ._compat import PatternMatcherPass
 
     found: dict[int, list[tuple[tuple[bool, bool, int], str, Any]]] = {}
     names = sorted(name for name in sys.modules if name.startswith(PASSES + "."))
@@ -164,7 +164,7 @@ def held_entries(passes: list[tuple[str, Any]]) -> list[tuple[str, Any, Any]]:
 
 def kind_of(entry: Any) -> str:
     """``"replacement"``, ``"graph"`` or ``"lowering"`` (:data:`pmverify._entries.KINDS`)."""
-    from torch._inductor.pattern_matcher import GraphPatternEntry, LoweringPatternEntry, ReplacementPatternEntry
+    from ._compat import GraphPatternEntry, LoweringPatternEntry, ReplacementPatternEntry
 
     if isinstance(entry, GraphPatternEntry):
         return "graph"

@@ -73,7 +73,7 @@ def _modules() -> list[types.ModuleType]:
 
 
 def _pattern_passes() -> list[Any]:
-    from torch._inductor.pattern_matcher import PatternMatcherPass
+    from ._compat import PatternMatcherPass
 
     # type(), not isinstance(): isinstance on some of torch's objects (reduce_op) warns
     return [obj for obj in gc.get_objects() if issubclass(type(obj), PatternMatcherPass)]

@@ -105,7 +105,7 @@ class RecordedRewrite:
         """Whether ``register_replacement`` skipped the rewrite as a duplicate (it returned False
         outside inference mode: ``skip_duplicates=True`` and the same search pattern was registered
         before into the same pass), so that it was registered nowhere."""
-        from torch._inductor.pattern_matcher import joint_fwd_bwd
+        from ._compat import joint_fwd_bwd
 
         return self.result is False and not (self._inference_mode and self.trace_fn is joint_fwd_bwd)
 
@@ -135,7 +135,7 @@ class RecordedRewrite:
     @property
     def has_extra_check(self) -> bool:
         """Whether an ``extra_check`` other than Inductor's always-true default was given."""
-        from torch._inductor import pattern_matcher as pm
+        from ._compat import pattern_matcher as pm
 
         return self.extra_check is not getattr(pm, "_return_true", None)
 
@@ -214,7 +214,7 @@ def isolated_pass(rewrite: RecordedRewrite) -> IsolatedPass:
     outcomes of its ``extra_check`` calls; what :meth:`RecordedRewrite.pattern_pass` returns the
     pass of. Raises ``ValueError`` as it does."""
     if rewrite._isolated is None:
-        from torch._inductor.pattern_matcher import PatternMatcherPass
+        from ._compat import PatternMatcherPass
 
         isolated = IsolatedPass(PatternMatcherPass(pass_name=f"pmverify_rewrite_{rewrite.name}"))
         user_check = rewrite.extra_check
@@ -247,7 +247,7 @@ _STATE = _State()
 def original_register_replacement() -> Callable[..., Any]:
     """Return Inductor's ``register_replacement`` as it was before any :func:`record_patterns`
     block replaced it (calls to it are never recorded)."""
-    from torch._inductor import pattern_matcher as pm
+    from ._compat import pattern_matcher as pm
 
     return _STATE.original if _STATE.recorders else pm.register_replacement
 
@@ -261,9 +261,8 @@ def plain_tensors(values: Any) -> Any:
     a fake tensor keeps one. Made outside every active mode, so that it stays plain when made while
     tracing. Other values are kept as given."""
     import torch
-    from torch.utils import _pytree as pytree
 
-    from ._compat import outside_dispatch_modes
+    from ._compat import outside_dispatch_modes, pytree
 
     def plain(value: Any) -> Any:
         if not isinstance(value, torch.Tensor) or type(value) in (torch.Tensor, torch.nn.Parameter):
@@ -285,7 +284,8 @@ def _register_fake(arguments: dict[str, Any], error: Exception) -> Any:
     """``register_replacement(**arguments)`` again with fake copies of the example tensors, in a
     FakeTensorMode; ``error`` (the real registration's) when there is no tensor or that fails too."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ._compat import FakeTensorMode
 
     example = arguments.get("example_inputs")
     if not isinstance(example, (list, tuple)) or not any(isinstance(v, torch.Tensor) for v in example):
@@ -338,7 +338,7 @@ def pattern_rewrite(
     for a pattern given as a plain function (which constants it treats as wildcards, which
     arguments must be distinct nodes). ``example_inputs`` as ``register_replacement`` takes them:
     the search function's arguments less the ``scalar_workaround`` ones."""
-    from torch._inductor.pattern_matcher import fwd_only
+    from ._compat import fwd_only
 
     bound = inspect.signature(original_register_replacement()).bind(
         search_fn,
@@ -358,7 +358,7 @@ def _recording_register_replacement(*args: Any, **kwargs: Any) -> Any:
     every active block, and registers it unless the innermost block says not to."""
     original = _STATE.original
     if not _STATE.recorders:  # a stale reference, kept outside a module: behave as the original
-        from torch._inductor import pattern_matcher as pm
+        from ._compat import pattern_matcher as pm
 
         return (original or pm.register_replacement)(*args, **kwargs)
     try:
@@ -416,7 +416,7 @@ def record_patterns(*, register: bool = True) -> Iterator[list[RecordedRewrite]]
     """
     if not isinstance(register, bool):
         raise TypeError(f"register={register!r} must be a bool")
-    from torch._inductor import pattern_matcher as pm
+    from ._compat import pattern_matcher as pm
 
     records: list[RecordedRewrite] = []
     if not _STATE.recorders:

@@ -376,8 +376,7 @@ def check_rewrite(
             except (pmverify.PassVerificationError, pmverify.VacuousSearch) as error:
                 print(rewrite.name, error)
     """
-    from torch._inductor import config
-
+    from ._compat import inductor_config as config
     from ._gates import inference_mode_gate, rewrite_copy, validate_config_patches
 
     if not isinstance(recorded, RecordedRewrite):

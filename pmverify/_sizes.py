@@ -18,10 +18,10 @@ from typing import Any
 
 import sympy
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ._case import GraphCase
+from ._compat import FakeTensorMode
 
 __all__ = [
     "CompileRange",
@@ -86,8 +86,9 @@ def new_symbol(shape_env: ShapeEnv, name: str, hint: int) -> tuple[sympy.Symbol,
     """A new dynamic symbol of ``shape_env`` for the case's symbol ``name`` at ``hint`` (its source
     a ``ConstantSource(name)``, which maps the env's symbol back to ``name``): the sympy symbol and
     its ``SymInt``."""
-    from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    from ._compat import ConstantSource
 
     expr = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
     return expr, shape_env.create_symintnode(expr, hint=hint)

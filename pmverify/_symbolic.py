@@ -33,12 +33,11 @@ from typing import Any
 
 import sympy
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ._case import GraphCase, Symbol
-from ._compat import python_dispatcher
+from ._compat import FakeTensorMode, python_dispatcher
 from ._sizes import allowed_sizes, fake_input, new_symbol, written_size
 from .errors import SymbolizeError
 

@@ -147,7 +147,7 @@ def _registered_entries() -> Iterator[list[tuple[Any, Any]]]:
     registration order, each entry once (the first pass it was registered into); Inductor's own
     (a handler of ``torch._inductor``, registered by a module of Inductor imported in the block)
     left out."""
-    from torch._inductor.pattern_matcher import PatternEntry, PatternMatcherPass, ReplacementPatternEntry
+    from .._compat import PatternEntry, PatternMatcherPass, ReplacementPatternEntry
 
     rows: list[tuple[Any, Any]] = []
     seen: set[int] = set()

@@ -11,10 +11,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from .._compat import python_dispatcher
+from .._compat import FakeTensorMode, python_dispatcher
 from .._fx import output_vals
 
 __all__ = [
@@ -119,7 +118,7 @@ def _own_propagation(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakePro
     placeholder's value has the shape, dtype, strides, device and ``requires_grad`` of its input (a
     fake value depends on nothing else). Else None. That mode is then made to allow non-fake inputs,
     as :func:`propagate_recorded`'s does (a pass may re-trace its replacement with real constants)."""
-    from torch._subclasses.fake_tensor import FakeTensor
+    from .._compat import FakeTensor
 
     nodes = list(gm.graph.nodes)
     placeholders = [node for node in nodes if node.op == "placeholder"]
@@ -239,7 +238,7 @@ class _Reusing(FakeTensorProp):
 def _own_inputs(gm: torch.fx.GraphModule) -> tuple[FakeTensorMode, list[Any]] | None:
     """The ``meta["val"]`` of ``gm``'s placeholders and their one ``FakeTensorMode``, when every
     placeholder has one (a tensor's fake, or a ``SymInt``) and the fakes share a mode; else None."""
-    from torch._subclasses.fake_tensor import FakeTensor
+    from .._compat import FakeTensor
 
     vals = [node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder")]
     modes = {id(v.fake_mode): v.fake_mode for v in vals if isinstance(v, FakeTensor)}

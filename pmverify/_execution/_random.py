@@ -9,8 +9,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
+from .._compat import pytree
 from ._dtypes import inspectable
 
 __all__ = ["RNG_SEED", "Replayer", "draws", "random_calls", "run_recording", "run_replaying", "seeded"]

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
+from .._compat import pytree
 from ._random import random_calls, run_recording, run_replaying, seeded
 
 __all__ = [

@@ -70,7 +70,7 @@ def search_outcome() -> Iterator[dict[str, bool]]:
     """Yield a dict whose ``"finished"`` says, once the block's Hypothesis test has run, whether its
     engine ended with nothing left to do (its shrinker at its fixed point) rather than at a limit
     (``engine.MAX_SHRINKING_SECONDS``: ``very_slow_shrinking``; 500 shrinks; a flaky failure)."""
-    from hypothesis.statistics import collector
+    from .._compat import statistics_collector as collector
 
     outcome = {"finished": False}
     finished = finished_exit_reason()

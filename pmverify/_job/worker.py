@@ -91,7 +91,7 @@ class _Worker:
         # --strict-order, or a fault of the bank only a graph judged in the pass's order shows
         self.strict_order = bool(options.get("strict_order")) or self.target.strict_order
         # Inductor's pattern matcher takes seconds to import: not inside the first case's timeout.
-        import torch._inductor.pattern_matcher  # noqa: F401
+        from .._compat import pattern_matcher  # noqa: F401
 
     def ready(self) -> None:
         from .._verify import database_key

@@ -35,8 +35,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
+from .._compat import pytree
 from .._execution import Replayer, float64_module
 
 __all__ = ["RUNS", "noise_floor"]
@@ -137,8 +137,9 @@ def _decomposed(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> torch.fx.G
     inside a composite op (``_safe_softmax``'s max, subtraction, exp, sum and division) are
     perturbed each, as a fused kernel may round each; ``gm`` itself where it does not retrace."""
     try:
-        from torch._inductor.decomposition import select_decomp_table
         from torch.fx.experimental.proxy_tensor import make_fx
+
+        from .._compat import select_decomp_table
 
         args = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         with torch.no_grad():

@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
+
+from .._compat import pytree
 
 __all__ = ["rewritten_region", "region_reference"]
 

@@ -142,7 +142,7 @@ class Versions:
         merged: dict[str, str] | None = None,
         functional: frozenset[str] = frozenset(),
     ) -> None:
-        from torch._inductor.pattern_matcher import is_mutation_op
+        from .._compat import is_mutation_op
 
         calls = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
         self.mutating = {n.name for n in calls if is_mutation_op(n)}

@@ -100,7 +100,7 @@ def _in_place_af(af: torch.fx.Node) -> dict[str, torch.fx.Node] | None:
     op = _mutable_op(af)
     if marked is None or not isinstance(op, torch._ops.OpOverload):
         return None
-    from torch._higher_order_ops.auto_functionalize import get_mutable_args
+    from .._compat import get_mutable_args
 
     names, _ = get_mutable_args(op)
     written = {}
@@ -124,7 +124,7 @@ def _af_element(af: torch.fx.Node, index: int) -> torch.fx.Node | None:
     if not written:
         return None
     op = _mutable_op(af)
-    from torch._higher_order_ops.auto_functionalize import get_mutable_args
+    from .._compat import get_mutable_args
 
     names, _ = get_mutable_args(op)
     if af.target is _V2 and torch._library.utils.is_out(op):

@@ -286,7 +286,7 @@ def _rewrite_form(record: Any, inputs: tuple[Any, ...]) -> tuple[str, str]:
     re-checks a match: the pattern printed as Inductor prints it, its scalar-workaround arguments
     given its own workaround values (wildcards, whatever their value), the replacement given
     ``inputs`` as they are (at a match, the matched values)."""
-    from torch._inductor import pattern_matcher as pm
+    from .._compat import pattern_matcher as pm
 
     names = list(inspect.signature(record.search_fn).parameters)
     workaround = dict(record.scalar_workaround or {})

@@ -124,7 +124,7 @@ __all__ = [
 
 def _mutating(node: Any) -> bool:
     """Whether ``node`` is a mutation for Inductor's matcher (``is_mutation_op``)."""
-    from torch._inductor.pattern_matcher import is_mutation_op
+    from .._compat import is_mutation_op
 
     return node.op in ("call_function", "call_method") and is_mutation_op(node)
 
@@ -316,7 +316,7 @@ def _entry_matches(pair: Any, record: Any, regions: dict[str, int], before: dict
     pattern, one mutation region, its ``extra_check``); None when it cannot be asked (the entry or its
     anchor not recorded, nodes the pass itself made, a symbolic case, or the entry raised): the match
     the pass made stands."""
-    from torch._inductor.pattern_matcher import is_match
+    from .._compat import is_match
 
     if record.pattern_entry is None or record.anchor not in before or any(n not in before for n in record.nodes):
         return None

@@ -125,7 +125,7 @@ class _FakeRun(torch.fx.Interpreter):
 
 def _true_tuples(gm: torch.fx.GraphModule, inputs: tuple[Any, ...], afs: list[torch.fx.Node]) -> dict:
     """Each auto_functionalized node's result tuple, in fake tensors (absent where unknown)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from .._compat import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
@@ -230,7 +230,7 @@ def _as_before(getitem: torch.fx.Node, before: dict[str, torch.fx.Node]) -> bool
 
 def _decomposed(after: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> torch.fx.GraphModule | str:
     """A copy of ``after`` through Inductor's ``decompose_auto_functionalized``, or what fails."""
-    from torch._inductor.fx_passes.post_grad import decompose_auto_functionalized
+    from .._compat import decompose_auto_functionalized
 
     decomposed = copy.deepcopy(after)
     try:

@@ -79,7 +79,7 @@ __all__ = ["applies", "check", "mutation_regions"]
 
 def mutation_regions(graph: torch.fx.Graph) -> tuple[dict[str, int], list[torch.fx.Node]]:
     """(region id by node name, mutating nodes in graph order), as Inductor numbers them."""
-    from torch._inductor.pattern_matcher import is_mutation_op
+    from .._compat import is_mutation_op
 
     regions: dict[str, int] = {}
     mutators: list[torch.fx.Node] = []

@@ -31,9 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import DynamicOutputShapeException, UnsupportedOperatorException
 
+from .._compat import DynamicOutputShapeException, UnsupportedOperatorException, pytree
 from .._execution import Repropagation, RunPair
 from .._fx import GRADIENT_OUTPUTS
 from . import _specialisation

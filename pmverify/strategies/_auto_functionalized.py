@@ -79,7 +79,7 @@ def _layout(value: torch.Tensor) -> _Layout:
 def _functionalized(program: Any, n_bases: int) -> Any:
     """``program`` run under a fresh ``FunctionalTensorMode``, returning its outputs then the new
     values of its first ``n_bases`` inputs (what AOTAutograd does for mutated inputs)."""
-    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+    from .._compat import FunctionalTensor, FunctionalTensorMode
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with functionalize_key_excluded(), FunctionalTensorMode():

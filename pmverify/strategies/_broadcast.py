@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from hypothesis.errors import InvalidArgument
 
+from .._compat import pytree
 from .._validation import short_repr, validate_int
 
 __all__ = [

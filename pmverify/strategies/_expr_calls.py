@@ -114,7 +114,7 @@ class Calls:
         if not pieces:
             raise Retry("no pieces")
         index = args[1]
-        from torch._inductor import pattern_matcher as pm
+        from .._compat import pattern_matcher as pm
 
         if isinstance(index, pm.PatternExpr):
             index = self.getitem_next.get(parent, 0)

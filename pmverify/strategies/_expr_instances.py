@@ -102,7 +102,7 @@ class _Instance(Calls, Leaves):
     def build(self, p: Any, want: tuple[int | None, ...] | None = None) -> Any:
         """The node(s) of ``p``; ``want``: the shape its parent needs of it (None where a dim is
         free), a hint the leaves and size arguments below follow where they can."""
-        from torch._inductor import pattern_matcher as pm
+        from .._compat import pattern_matcher as pm
 
         if isinstance(p, pm.MultiOutputPattern):
             return [self.build(o) for o in p.outputs if o is not None]
@@ -124,7 +124,7 @@ class _Instance(Calls, Leaves):
     def build_fresh(self, p: Any) -> Any:
         """``p`` built again: its nodes new, except those of ``_users=MULTIPLE`` sub-patterns (as
         the matcher's ``ListOf`` and ``RepeatedExpr`` keep those across their elements)."""
-        from torch._inductor import pattern_matcher as pm
+        from .._compat import pattern_matcher as pm
 
         kept = {}
         for key, node in self.nodes.items():
@@ -166,7 +166,7 @@ class _Instance(Calls, Leaves):
         return [first, *rest]
 
     def call(self, p: Any, want: tuple[int | None, ...] | None = None) -> torch.fx.Node:
-        from torch._inductor import pattern_matcher as pm
+        from .._compat import pattern_matcher as pm
 
         self._register(p)
         fns = overloads(p.fns)
@@ -259,7 +259,7 @@ class _Instance(Calls, Leaves):
             return [ArgPosition(i, None, a) for i, a in enumerate(args)] + [
                 ArgPosition(k, None, v) for k, v in kwargs.items()
             ]
-        from torch._inductor import pattern_matcher as pm
+        from .._compat import pattern_matcher as pm
 
         if varargs:  # every required argument drawn, positional ones positionally
             out = []
@@ -279,7 +279,7 @@ class _Instance(Calls, Leaves):
         return out
 
     def value(self, fn: Any, position: ArgPosition, drawn: dict, positions: list[ArgPosition], keywords: dict) -> Any:
-        from torch._inductor import pattern_matcher as pm
+        from .._compat import pattern_matcher as pm
 
         held = position.held
         if isinstance(held, torch.fx.Node) or (isinstance(held, list) and held and isinstance(held[0], torch.fx.Node)):
@@ -308,7 +308,7 @@ def ground_truth(pattern: Any, root: torch.fx.Node, extra_check: Callable[[Any],
     """``("matched", match)`` when Inductor's matcher matches ``pattern`` at ``root`` and
     ``extra_check`` accepts; ``("extra_check", match)`` when it rejects; ``("pattern", None)``
     when the pattern does not match there (an ``extra_check`` that raises rejects)."""
-    from torch._inductor.pattern_matcher import is_match
+    from .._compat import is_match
 
     match = pattern.match(root)
     if not is_match(match):

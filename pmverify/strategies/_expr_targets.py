@@ -44,7 +44,7 @@ class Retry(Exception):
 
 def pattern_targets(pattern: Any) -> list[str]:
     """The targets of ``pattern``'s calls, outermost first (``["aten.add.Tensor", "aten.mm.default"]``)."""
-    from torch._inductor import pattern_matcher as pm
+    from .._compat import pattern_matcher as pm
 
     out: list[str] = []
     seen: set[int] = set()
@@ -71,7 +71,7 @@ def undrawable(pattern: Any) -> str | None:
     """Why pmverify draws no instance of ``pattern`` (one line), or None when it does: a target of
     :data:`_UNCHECKED_NAMESPACES` (``onednn.qlinear_pointwise`` wants weights prepacked by
     ``onednn.qlinear_prepack``; ``aten.mkldnn_rnn_layer`` does not check its weights' shapes)."""
-    from torch._inductor import pattern_matcher as pm
+    from .._compat import pattern_matcher as pm
 
     seen: set[int] = set()
     stack = [pattern]
@@ -94,7 +94,7 @@ def undrawable(pattern: Any) -> str | None:
 
 
 def children(p: Any) -> list[Any]:
-    from torch._inductor import pattern_matcher as pm
+    from .._compat import pattern_matcher as pm
 
     if isinstance(p, pm.MultiOutputPattern):
         return [o for o in p.outputs if o is not None]
@@ -186,7 +186,7 @@ def is_factory(fn: Any) -> bool:
 
 
 def is_sub_pattern(value: Any) -> bool:
-    from torch._inductor import pattern_matcher as pm
+    from .._compat import pattern_matcher as pm
 
     return isinstance(value, (pm._TargetExpr, pm.ListOf, pm.MultiOutputPattern, pm.RepeatedExpr))
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .._case import GraphCase, MutationSite, PlantedInstance
+from .._compat import is_non_overlapping_and_dense_or_false
 from .._execution import propagate_fake
 from .._fx import flat_nodes, is_view
 from .._symbolic import MIN_SIZE, static_source
@@ -98,7 +98,7 @@ def mark_mutations_inside(graph: torch.fx.Graph, planted: Sequence[PlantedInstan
     ``is_mutation_op``) strictly between its first and last node turned into
     ``must_match=False, reason="mutation_inside"``. Writes nothing to the graph's node meta (a
     stale ``mutation_region_id`` there would mislead ``PatternMatcherPass.apply``)."""
-    from torch._inductor.pattern_matcher import is_mutation_op
+    from .._compat import is_mutation_op
 
     nodes = list(graph.nodes)
     order = {node.name: i for i, node in enumerate(nodes)}

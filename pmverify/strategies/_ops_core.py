@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import snapshot_fake
 
 from .._case import GraphCase
+from .._compat import FakeTensorMode
 from ._dynamic import Dynamic, hinted_shape
 from ._tensors import DEFAULT_BOUND, max_magnitude_of, shapes, tensors
 

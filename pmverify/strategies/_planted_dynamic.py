@@ -96,8 +96,9 @@ def symbolic_matches(case: GraphCase, rewrite: RecordedRewrite) -> list[frozense
     re-trace of the search function on the symbolic fake values included, accepts), without
     rewriting anything; None when the matcher raises (its ``extra_check``: the pass under test
     raises there too)."""
-    from torch._inductor.pattern_matcher import is_match
     from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    from .._compat import is_match
 
     gm = copy.deepcopy(case.gm)
     propagate_symbolic(gm, case)

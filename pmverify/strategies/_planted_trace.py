@@ -67,7 +67,7 @@ def trace_checked(pattern: Callable[..., Any], args: tuple[Any, ...], trace_fn: 
     """Trace ``pattern`` on ``args``; InvalidArgument when it does not trace, has no op, or holds an
     in-place op (a register_replacement pattern is functional; Inductor's matcher never matches
     across the mutation region an in-place op starts)."""
-    from torch._inductor.pattern_matcher import is_mutation_op
+    from .._compat import is_mutation_op
 
     try:
         gm = trace(pattern, args, trace_fn)
@@ -92,7 +92,7 @@ def trace_checked(pattern: Callable[..., Any], args: tuple[Any, ...], trace_fn: 
 
 
 def _is_joint(trace_fn: Any) -> bool:
-    from torch._inductor.pattern_matcher import joint_fwd_bwd
+    from .._compat import joint_fwd_bwd
 
     return trace_fn is joint_fwd_bwd
 

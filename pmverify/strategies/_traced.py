@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
+from .._compat import pytree
 from .._execution import finite as finite_values
 from .._fx import flat_nodes
 

@@ -65,8 +65,9 @@ def _flat(result: Any) -> list[torch.Tensor]:
 def _trace(snippet: _Snippet) -> torch.fx.GraphModule:
     """The functional graph of ``snippet``: placeholders = bases then operands; output = op
     outputs, new bases, then new values of the buffers made inside (empties and clones)."""
-    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .._compat import FunctionalTensor, FunctionalTensorMode
 
     sources = dict(snippet.sources)
     n_bases = snippet.n_bases

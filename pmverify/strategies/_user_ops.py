@@ -314,7 +314,7 @@ def _same(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
 def verdict(call: Call) -> Verdict:
     """Whether ``call`` may be drawn: its op's fake kernel accepts it and its eager kernel (on the
     CPU) runs it to finite values; with the mutated args whose contents its results ignore."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from .._compat import FakeTensorMode
 
     try:
         with FakeTensorMode():
