@@ -135,7 +135,7 @@ def recorded(name: str):
 @contextlib.contextmanager
 def without_near_misses(kinds: tuple[str, ...]) -> Iterator[None]:
     """Leave the near-miss ``kinds`` out of both of the audit's checks while the block runs."""
-    import pmverify._rewrite as rewrite_module
+    import pmverify._rewrites.rewrite as rewrite_module
     import pmverify.strategies as strategies
     from pmverify.strategies._planted import NEAR_MISS_KINDS
 
@@ -152,8 +152,8 @@ def measure(
     name: str, depth: int, seeds: int, repro_dir: str, leave_out: tuple[str, ...] = (), *, shrink: bool = True
 ) -> dict:
     from pmverify._audit import check_one
+    from pmverify._engine.verify import batch_seed, fresh_settings
     from pmverify._settings import profile_settings
-    from pmverify._verify import batch_seed, fresh_settings
 
     rewrite = recorded(name)
     settings = fresh_settings(profile_settings("ci"), shrink=shrink)

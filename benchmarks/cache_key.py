@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     import pmverify
-    from pmverify._verify import fresh_settings
+    from pmverify._engine.verify import fresh_settings
 
     name, pass_, cases = _recipe_row()
     started = time.perf_counter()

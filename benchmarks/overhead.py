@@ -37,8 +37,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 import pmverify
-from pmverify._apply import apply_direct
 from pmverify._compat import no_local_constants
+from pmverify._engine.apply import apply_direct
 from pmverify.fusions.qk_norm import QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.oracles import ORACLES

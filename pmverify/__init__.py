@@ -23,53 +23,48 @@ _WHERE = {
     "MutationSite": "_case",
     "PlantedInstance": "_case",
     "Symbol": "_case",
-    "CompileRange": "_sizes",
-    "symbolize": "_symbolic",
-    "CaseResult": "_check",
-    "check_case": "_check",
-    "run_pass": "_apply",
-    "inductor_entry": "_inductor_rewrites",
-    "check_entry": "_entry_check",
-    "EntryResult": "_entry_check",
-    "RecordedEntry": "_entries",
-    "inductor_rewrite": "_inductor_rewrites",
-    "record_inductor": "_inductor_rewrites",
+    "CompileRange": "_shapes.sizes",
+    "symbolize": "_shapes.symbolic",
+    "CaseResult": "_engine.check",
+    "check_case": "_engine.check",
+    "run_pass": "_engine.apply",
+    "inductor_entry": "_rewrites.inductor_rewrites",
+    "check_entry": "_rewrites.entry_check",
+    "EntryResult": "_rewrites.entry_check",
+    "RecordedEntry": "_registry.entries",
+    "inductor_rewrite": "_rewrites.inductor_rewrites",
+    "record_inductor": "_rewrites.inductor_rewrites",
     "record_entries": "_audit.sources",
-    "RecordedRewrite": "_record",
-    "record_patterns": "_record",
-    "RewriteResult": "_rewrite",
-    "check_rewrite": "_rewrite",
+    "RecordedRewrite": "_registry.record",
+    "record_patterns": "_registry.record",
+    "RewriteResult": "_rewrites.rewrite",
+    "check_rewrite": "_rewrites.rewrite",
     "AllCasesVoid": "errors",
     "RewriteNeverMatched": "errors",
     "RewriteNotComparable": "errors",
     "RewriteUnsatisfiable": "errors",
     "VacuousSearch": "errors",
-    "VerifySummary": "_summary",
+    "VerifySummary": "_findings.summary",
     "PmverifyWarning": "errors",
     "UnfusedWarning": "errors",
     "EndCheck": "targets",
     "ExtraCheck": "targets",
     "FuzzTarget": "targets",
-    "Failure": "_verify",
-    "PassVerificationError": "_verify",
-    "verify": "_verify",
+    "Failure": "_engine.verify",
+    "PassVerificationError": "_engine.verify",
+    "verify": "_engine.verify",
     "Violation": "oracles",
     "InternalError": "oracles",
     "PmverifyInternalError": "errors",
 }
 
 if TYPE_CHECKING:
-    from ._apply import run_pass
     from ._audit.sources import record_entries
     from ._case import GraphCase, MutationSite, PlantedInstance, Symbol
-    from ._check import CaseResult, check_case
-    from ._entries import RecordedEntry
-    from ._entry_check import EntryResult, check_entry
-    from ._inductor_rewrites import inductor_entry, inductor_rewrite, record_inductor
-    from ._record import RecordedRewrite, record_patterns
-    from ._rewrite import RewriteResult, check_rewrite
-    from ._sizes import CompileRange
-    from ._summary import (
+    from ._engine.apply import run_pass
+    from ._engine.check import CaseResult, check_case
+    from ._engine.verify import Failure, PassVerificationError, verify
+    from ._findings.summary import (
         AllCasesVoid,
         PmverifyWarning,
         RewriteNeverMatched,
@@ -79,8 +74,13 @@ if TYPE_CHECKING:
         VacuousSearch,
         VerifySummary,
     )
-    from ._symbolic import symbolize
-    from ._verify import Failure, PassVerificationError, verify
+    from ._registry.entries import RecordedEntry
+    from ._registry.record import RecordedRewrite, record_patterns
+    from ._rewrites.entry_check import EntryResult, check_entry
+    from ._rewrites.inductor_rewrites import inductor_entry, inductor_rewrite, record_inductor
+    from ._rewrites.rewrite import RewriteResult, check_rewrite
+    from ._shapes.sizes import CompileRange
+    from ._shapes.symbolic import symbolize
     from .oracles import InternalError, PmverifyInternalError, Violation
     from .targets import EndCheck, FuzzTarget
 

@@ -115,7 +115,7 @@ class GraphCase:
       its size as an expression of the symbols (``"s0"``, ``"2*s0"``) or None where it is static;
       None for a static input. Empty without ``symbols``.
     - ``source``: for a case with symbols, the case with concrete sizes (at the hints) it was made
-      from (:func:`pmverify._symbolic.symbolize`): a strategy that wraps a drawn case (mutations,
+      from (:func:`pmverify._shapes.symbolic.symbolize`): a strategy that wraps a drawn case (mutations,
       tensor-parallel ranks...) rewrites that one and symbolizes the result again. None otherwise.
     - ``all_reduce``: for a tensor-parallel case whose graph holds a project's own all-reduce op
       (``tp_cases(..., all_reduce=)``), that ``OpOverload`` (schema ``(Tensor, str) -> Tensor``,

@@ -60,9 +60,9 @@ def _positive(kind: type, name: str):
 
 
 def _kinds(text: str) -> tuple[str, ...]:
-    """``--kinds``: a comma-separated list of :data:`pmverify._entries.KINDS`, as a tuple in the
+    """``--kinds``: a comma-separated list of :data:`pmverify._registry.entries.KINDS`, as a tuple in the
     order given, without repeats."""
-    from ._entries import KINDS
+    from ._registry.entries import KINDS
 
     kinds = tuple(dict.fromkeys(part.strip() for part in text.split(",")))
     bad = [kind for kind in kinds if kind not in KINDS]

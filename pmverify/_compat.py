@@ -476,7 +476,7 @@ class KeyedDatabase(ExampleDatabase):
     A test that runs on this database must be the only one that does.
 
     Why: pmverify names a search by what it searches (the pass and the strategy, see
-    ``pmverify._verify.database_key``), so that every search of the same pass on the same strategy
+    ``pmverify._engine.verify.database_key``), so that every search of the same pass on the same strategy
     (a test, ``pmverify fuzz``, another machine) replays the same failures. The one assumption on
     Hypothesis is the layout of its sub-keys (``b".".join((test key, name))``, read at
     :data:`HYPOTHESIS_READ_AT`)."""

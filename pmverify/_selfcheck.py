@@ -6,11 +6,11 @@ own environment, and nothing generic imports ``pmverify.faults``. A bank is a ma
 ``families()``, ``requires``, ``strict_order``, ``name``, and optionally ``entries``).
 
 A row whose ``entries`` is not None (a function returning the pass's recorded pattern entries,
-:class:`~pmverify._entries.RecordedEntry`) is searched by :func:`pmverify._entry_check.check_entry`
+:class:`~pmverify._registry.entries.RecordedEntry`) is searched by :func:`pmverify._rewrites.entry_check.check_entry`
 instead, entry by entry, each on instances drawn from its own pattern: its ``families`` are not read.
 
 A row whose ``oracles`` hold ``"unfused"`` is detected by the search's warning instead
-(:func:`pmverify._summary.unfused_warnings` over its cases so far, batches added up, judged after
+(:func:`pmverify._findings.summary.unfused_warnings` over its cases so far, batches added up, judged after
 each batch): a fault that breaks no property, such as a fusion never registered for a dtype its
 users run.
 
@@ -108,14 +108,14 @@ class _Counter:
     first failing one."""
 
     def __init__(self) -> None:
-        from ._summary import VerifySummary
+        from ._findings.summary import VerifySummary
 
         self.cases = 0
         self.first: tuple[int, tuple[str, ...], int] | None = None
         self.summary = VerifySummary()
 
     def __call__(self, result: Any) -> None:
-        from ._summary import VerifySummary
+        from ._findings.summary import VerifySummary
 
         self.cases += 1
         self.summary = self.summary + VerifySummary.of(result)
@@ -159,9 +159,9 @@ def run_fault(
     - ``name``: the name to report (default ``fault.name``, the pass class's).
 
     Runs under the active Hypothesis settings profile, without its example database and its
-    explain phase (and shrink phase, unless ``shrink``): :func:`pmverify._verify.fresh_settings`.
+    explain phase (and shrink phase, unless ``shrink``): :func:`pmverify._engine.verify.fresh_settings`.
     """
-    from ._verify import fresh_settings, verify_in_rotation
+    from ._engine.verify import fresh_settings, verify_in_rotation
 
     result = FaultResult(name or fault.name, fault.bug, fault.oracles)
     counter = _Counter()
@@ -210,16 +210,16 @@ def run_fault(
 
 
 def _entry_searches(fault: Any, max_examples: int, counter: _Counter, seed: int, repro_dir: Any, shrink: bool) -> Any:
-    """For a row with ``entries``: ``(family, error)`` of :func:`~pmverify._entry_check.check_entry`
+    """For a row with ``entries``: ``(family, error)`` of :func:`~pmverify._rewrites.entry_check.check_entry`
     on each entry in turn with the cases left (family ``check_entry(module/name)``; error None, or
     the search's :class:`~pmverify.PassVerificationError`), up to the first error; None for a row
     without. A vacuous search (the entry never fired) raises."""
     entries = getattr(fault, "entries", None)
     if entries is None:
         return None
-    from ._entry_check import check_entry
-    from ._reproducer import pass_recipe
-    from ._verify import PassVerificationError, fresh_settings
+    from ._engine.verify import PassVerificationError, fresh_settings
+    from ._findings.reproducer import pass_recipe
+    from ._rewrites.entry_check import check_entry
 
     recipe = pass_recipe(fault.pass_cls)  # the row's pass holds its entries: its reproducers rebuild it
     pass_source = None if recipe is None else "\n".join([*recipe[0], f"PASS = {recipe[1]}()"])
@@ -248,7 +248,7 @@ def _entry_searches(fault: Any, max_examples: int, counter: _Counter, seed: int,
 
 def _warned(counter: _Counter) -> list[str]:
     """The search's :class:`~pmverify.UnfusedWarning` texts over its cases so far."""
-    from ._summary import unfused_warnings
+    from ._findings.summary import unfused_warnings
 
     return unfused_warnings(counter.summary)
 

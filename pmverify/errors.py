@@ -7,7 +7,7 @@ errors of bad input to :func:`pmverify.symbolize`, the fuzz job and the audit, a
 builds on the engine: :class:`PassVerificationError` (a pass broke a property),
 :class:`SPMDError` / :class:`SPMDTimeoutError` (:func:`pmverify.distributed.run_spmd`) and
 :class:`InternalMoved` (a private torch / Hypothesis internal pmverify relies on moved). Their old
-import paths (``pmverify._summary.VacuousSearch``...) still work. Bad arguments raise
+import paths (``pmverify._findings.summary.VacuousSearch``...) still work. Bad arguments raise
 ``hypothesis.errors.InvalidArgument``, as Hypothesis' own functions do.
 """
 
@@ -112,7 +112,7 @@ class SymbolizeError(ValueError):
 
 class UncompilableCase(RuntimeError):
     """A case that ``torch.compile`` does not compile or run even without the pass (compiled mode,
-    :func:`pmverify._compiled.apply_compiled`): there is nothing to compare the pass with. Inductor's
+    :func:`pmverify._engine.compiled.apply_compiled`): there is nothing to compare the pass with. Inductor's
     limit on that graph (a lowering it lacks, a decomposition that refuses the drawn arguments), not
     the pass's: :func:`pmverify.verify` discards such a case as an invalid draw."""
 
@@ -127,7 +127,7 @@ class SourceError(ValueError):
 
 #: The exceptions whose code lives beside the engine they report on, loaded on first use.
 _HOMES = {
-    "PassVerificationError": "pmverify._verify",
+    "PassVerificationError": "pmverify._engine.verify",
     "SPMDError": "pmverify.distributed",
     "SPMDTimeoutError": "pmverify.distributed",
     "InternalMoved": "pmverify._compat",

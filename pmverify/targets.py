@@ -108,7 +108,7 @@ class FuzzTarget:
                 f"FuzzTarget(pass_={self.pass_!r}, pass_factory={self.pass_factory!r}): give exactly one of them"
             )
         if self.pass_factory is not None:
-            from ._factory import as_factory
+            from ._findings.factory import as_factory
 
             try:
                 as_factory(self.pass_factory)
@@ -141,7 +141,7 @@ class FuzzTarget:
                 raise ValueError(f"FuzzTarget({field}={value!r}): must be {what} or None")
         if not isinstance(self.strict_order, bool):
             raise ValueError(f"FuzzTarget(strict_order={self.strict_order!r}): must be a bool")
-        from ._summary import check_allow_unfused
+        from ._findings.summary import check_allow_unfused
 
         try:
             check_allow_unfused(self.allow_unfused, "FuzzTarget(allow_unfused)")

@@ -3,7 +3,7 @@
 import torch
 
 from pmverify import GraphCase
-from pmverify._symbolic import symbolize
+from pmverify._shapes.symbolic import symbolize
 
 
 def doubled_view_case(seed: int = 0) -> GraphCase:

@@ -35,7 +35,7 @@ def finding_only():
     fresh_settings(...))``; these tests call it as a user would, under the active profile.)"""
     from hypothesis import settings
 
-    from pmverify._verify import fresh_settings
+    from pmverify._engine.verify import fresh_settings
 
     @contextlib.contextmanager
     def fresh():

@@ -16,8 +16,8 @@ from torch._inductor import pattern_matcher as pm
 
 import pmverify
 from pmverify import PassVerificationError, verify
-from pmverify._record import record_patterns
-from pmverify._rewrite import RewriteNeverMatched, RewriteResult, check_rewrite
+from pmverify._registry.record import record_patterns
+from pmverify._rewrites.rewrite import RewriteNeverMatched, RewriteResult, check_rewrite
 from pmverify.faults import QKNormWrongRoundingOrder
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.fusion_pass import _pattern_pass
@@ -177,7 +177,7 @@ def test_a_replacement_assuming_a_0_1_mask_is_caught(finding_only):
 
 
 PASS_SOURCE = """
-from pmverify._record import record_patterns
+from pmverify._registry.record import record_patterns
 from pmverify.faults import QKNormWrongRoundingOrder
 from pmverify.fusions.qk_norm import QKNormConfig
 from pmverify.fusions.qk_norm.fusion_pass import _pattern_pass
@@ -379,7 +379,7 @@ def test_each_near_miss_kind_that_applies_is_judged_first_whatever_the_seed(seed
 
 def test_a_rewrite_says_which_near_miss_kinds_it_judged():
     result = check_rewrite(recorded()["rms_norm"], max_examples=4, seed=0)
-    assert result.coverage == pmverify._rewrite.NearMissCoverage(
+    assert result.coverage == pmverify._rewrites.rewrite.NearMissCoverage(
         judged=("optional_arg", "overload", "reduction_dim", "values", "dtype")
     )
     assert result.coverage.describe() == "judged: optional_arg, overload, reduction_dim, values, dtype"

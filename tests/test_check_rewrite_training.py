@@ -15,10 +15,10 @@ from hypothesis.errors import InvalidArgument
 from torch._inductor import pattern_matcher as pm
 
 from pmverify import GraphCase, PassVerificationError, check_case, verify
-from pmverify._apply import error_summary
+from pmverify._engine.apply import error_summary
 from pmverify._fx import GRADIENT_OUTPUTS, trace
-from pmverify._record import record_patterns
-from pmverify._rewrite import RewriteResult, check_rewrite
+from pmverify._registry.record import record_patterns
+from pmverify._rewrites.rewrite import RewriteResult, check_rewrite
 from pmverify.strategies import like, planted
 from pmverify.strategies._near_miss import variants
 from pmverify.strategies._traced import Traced
@@ -235,7 +235,7 @@ def test_every_inductor_training_rewrite_gets_a_status():
     stated reason (never matched, unsatisfiable here, not comparable, all cases void), never a
     crash of pmverify; most attention rewrites are compared. About two minutes of CPU."""
     from pmverify import VacuousSearch, record_inductor
-    from pmverify._verify import fresh_settings
+    from pmverify._engine.verify import fresh_settings
 
     rewrites = [entry.rewrite for entry in record_inductor(kinds=("replacement",))]
     training = {r.name: r for r in rewrites if r.trace_fn is pm.joint_fwd_bwd}

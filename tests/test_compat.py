@@ -26,7 +26,7 @@ from pmverify._compat import (
     max_shrinking_seconds,
     set_max_shrinking_seconds,
 )
-from pmverify._verify import database_key
+from pmverify._engine.verify import database_key
 
 
 def test_a_keyed_database_keeps_a_tests_keys_under_its_own():

@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import pmverify
 from pmverify import GraphCase, PassVerificationError, check_case, verify
-from pmverify._compiled import CompiledRun
+from pmverify._engine.compiled import CompiledRun
 from pmverify.faults import QKNormWrongRoundingOrder
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases

@@ -18,8 +18,8 @@ from torch._inductor.pattern_matcher import (
 )
 
 import pmverify
-from pmverify._entries import RecordedEntry
-from pmverify._entry_check import check_entry, enabling_patches
+from pmverify._registry.entries import RecordedEntry
+from pmverify._rewrites.entry_check import check_entry, enabling_patches
 
 aten = torch.ops.aten
 

@@ -12,8 +12,8 @@ import hypothesis
 import pytest
 
 import pmverify
-from pmverify._entry_check import LOWERING_CONDITION, LOWERING_UNMATCHED_CONDITION, check_entry
-from pmverify._summary import RewriteUnsatisfiable
+from pmverify._findings.summary import RewriteUnsatisfiable
+from pmverify._rewrites.entry_check import LOWERING_CONDITION, LOWERING_UNMATCHED_CONDITION, check_entry
 
 #: one generated case, not shrunk: two cold compiles (the default test's budget)
 ONE_CASE = hypothesis.settings(
@@ -88,7 +88,7 @@ def test_an_inductor_lowering_that_never_fires_under_torch_compile_is_unsatisfia
 
 def test_a_lowering_entry_whose_instances_torch_compile_cannot_compile_is_unsatisfiable_here(monkeypatch):
     from pmverify import _verify
-    from pmverify._apply import UncompilableCase
+    from pmverify._engine.apply import UncompilableCase
 
     def uncompilable(pass_, case, **options):
         raise UncompilableCase(

@@ -1,4 +1,4 @@
-"""A process the pass kills still names the case it died in (pmverify._fatal): the frame that runs
+"""A process the pass kills still names the case it died in (pmverify._findings.fatal): the frame that runs
 each case is named after it, for faulthandler's stack; ``$PMVERIFY_ANNOUNCE=1`` writes it first."""
 
 import faulthandler
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from pmverify._fatal import announce, call_named, case_label, fatal_stacks
+from pmverify._findings.fatal import announce, call_named, case_label, fatal_stacks
 
 
 class _Case:

@@ -11,7 +11,7 @@ from torch._inductor import config
 from torch._inductor import pattern_matcher as pm
 
 from pmverify import RewriteNeverMatched, RewriteUnsatisfiable, check_rewrite
-from pmverify._record import record_patterns
+from pmverify._registry.record import record_patterns
 
 
 def _pattern(x, w):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pmverify import GraphCase, check_case
-from pmverify._graphviz import INSERTED_FILL, MATCHED_FILL, render_dot, write_picture
+from pmverify._findings.graphviz import INSERTED_FILL, MATCHED_FILL, render_dot, write_picture
 
 
 def _exp_mul_to_fused(graph):

@@ -1,6 +1,6 @@
 """``record_inductor(kinds=)``: every entry of Inductor's pattern passes (replacement, graph, lowering),
 each with its pass, its config and a name unique within its module; ``inductor_entry``; the naming
-helpers of :mod:`pmverify._inductor_passes`. One recording per module (the lookups' own)."""
+helpers of :mod:`pmverify._registry.inductor_passes`. One recording per module (the lookups' own)."""
 
 import collections
 import types
@@ -10,13 +10,13 @@ import torch
 from hypothesis.errors import InvalidArgument
 
 import pmverify
-from pmverify._entries import KINDS
-from pmverify._inductor_passes import entry_labels, pass_config, root_ops
+from pmverify._registry.entries import KINDS
+from pmverify._registry.inductor_passes import entry_labels, pass_config, root_ops
 
 
 @pytest.fixture(scope="module")
 def entries():
-    from pmverify._inductor_rewrites import _recorded
+    from pmverify._rewrites.inductor_rewrites import _recorded
 
     return list(_recorded().values())  # what inductor_entry / inductor_rewrite look up: recorded once a process
 

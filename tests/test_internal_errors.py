@@ -64,7 +64,7 @@ def test_an_oracle_helper_that_raises_is_an_internal_error_not_a_finding(monkeyp
         return [][0]  # an IndexError in the oracle's bookkeeping
 
     monkeypatch.setattr(semantics, "region_results", lambda pair, rank: broken(pair))
-    caplog.set_level(logging.ERROR, logger="pmverify._check")
+    caplog.set_level(logging.ERROR, logger="pmverify._engine.check")
     result = check_case(_scale(1.25), _case(), oracles=["semantics"])  # wrong: flagged, then the region asked for
     assert result.violations == []
     assert [error.oracle for error in result.internal_errors] == ["semantics"]

@@ -12,7 +12,7 @@ def test_import_pmverify_does_not_import_torch_until_a_name_needs_it():
         "assert set(pmverify.__all__) <= set(dir(pmverify)) and pmverify.__version__\n"
         "assert not {'Any', 'TYPE_CHECKING', '_WHERE'} & set(dir(pmverify)), dir(pmverify)\n"
         "verify = pmverify.verify\n"
-        "assert 'torch' in sys.modules and verify.__module__ == 'pmverify._verify'\n"
+        "assert 'torch' in sys.modules and verify.__module__ == 'pmverify._engine.verify'\n"
         "assert pmverify.verify is verify and 'verify' in vars(pmverify)\n"
         "try:\n"
         "    pmverify.no_such_name\n"

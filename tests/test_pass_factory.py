@@ -20,7 +20,7 @@ from hypothesis.errors import InvalidArgument
 
 import pmverify
 from pmverify import GraphCase, PassVerificationError, check_case, verify
-from pmverify._reproducer import render
+from pmverify._findings.reproducer import render
 
 
 def _run(path, cwd):
@@ -73,7 +73,7 @@ def test_where_torch_library_recorded_a_custom_op():
     import _registered_ops
     import _user_op_library
 
-    from pmverify._factory import op_origins
+    from pmverify._findings.factory import op_origins
 
     assert op_origins("pmverify_user::triple") == [("_registered_ops", _registered_ops.__file__)]  # Library.define
     assert op_origins("pmverify_user::halve") == [
@@ -149,14 +149,14 @@ def test_the_prelude_runs_first_then_the_imports_then_the_pass_then_the_graph():
     assert 'print(f"cannot rebuild the case: {exc!r}", file=sys.stderr)' in source
     assert "pmverify could not check the case: nothing was checked" in source  # check_case raising: exit 2
     compile(source, "repro.py", "exec")
-    from pmverify._factory import PassFactory
+    from pmverify._findings.factory import PassFactory
 
     factory = PassFactory(make_mul_fold_pass, "_factory_passes", "make_mul_fold_pass", None)
     assert "pass_factory=PASS_FACTORY" in render(mul_case(), factory, [])
 
 
 def test_fuzz_target_naming_a_pass_factory():
-    from pmverify._factory import PassFactory
+    from pmverify._findings.factory import PassFactory
     from pmverify._job.targets import FuzzTarget, TargetError, load
 
     target = load("_factory_passes:make_mul_fold_pass", "_factory_passes:mul_cases")
@@ -227,7 +227,7 @@ def test_a_reproducer_imports_a_module_of_a_package_from_its_file(tmp_path, monk
     relative imports) is imported from the folder holding the package, not loaded alone."""
     import sys
 
-    from pmverify._factory import IMPORT_HELPER
+    from pmverify._findings.factory import IMPORT_HELPER
 
     package = tmp_path / "pmv_pkg_t29"
     package.mkdir()

@@ -298,7 +298,7 @@ def test_a_verification_error_is_found_in_groups_and_causes():
     except ImportError:  # Python 3.10: Hypothesis depends on the backport
         from exceptiongroup import ExceptionGroup
 
-    error_cls = type("PassVerificationError", (AssertionError,), {"__module__": "pmverify._verify"})
+    error_cls = type("PassVerificationError", (AssertionError,), {"__module__": "pmverify._engine.verify"})
     error = error_cls("broke")
     assert pytest_pmverify._verification_error(error) is error
     assert pytest_pmverify._verification_error(ExceptionGroup("two", [ValueError(), error])) is error

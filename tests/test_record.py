@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch._inductor import pattern_matcher as pm
 
-from pmverify._record import (
+from pmverify._registry.record import (
     RecordedRewrite,
     _recording_register_replacement,
     original_register_replacement,
@@ -162,7 +162,7 @@ def test_pattern_pass_holds_the_rewrite_alone():
 
     def graph(width):
         gm = pm.fwd_only(_from_import_pass.scale_tanh_pattern, [torch.ones(2, width), torch.ones(width)])
-        from pmverify._apply import propagate_fake
+        from pmverify._engine.apply import propagate_fake
 
         propagate_fake(gm, (torch.ones(2, width), torch.ones(width)))
         return gm

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from pmverify._record import plain_tensors
+from pmverify._registry.record import plain_tensors
 
 #: Run in a fresh process: record, then initialise Inductor as a compile does, then record again.
 SCRIPT = r"""
@@ -18,8 +18,8 @@ import importlib, json
 import torch
 import pmverify
 from torch._inductor.fx_passes import freezing_patterns, joint_graph, post_grad
-from pmverify._inductor_passes import import_pass_modules
-from pmverify._inductor_rewrites import _LAZY_IMPORTS, _pattern_passes
+from pmverify._registry.inductor_passes import import_pass_modules
+from pmverify._rewrites.inductor_rewrites import _LAZY_IMPORTS, _pattern_passes
 
 for name in _LAZY_IMPORTS:  # what the initialisers import (record_inductor imports them first too)
     importlib.import_module(f"torch._inductor.fx_passes.{name}")
@@ -113,7 +113,7 @@ def _scaled_exp(x, scale):
 def test_a_rewrite_is_named_by_its_search_functions_module():
     import functools
 
-    from pmverify._record import pattern_rewrite
+    from pmverify._registry.record import pattern_rewrite
 
     rewrite = pattern_rewrite(functools.partial(_scaled_exp, scale=2.0), (torch.empty(3),))
     assert rewrite.module == __name__ and not rewrite.duplicate

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pmverify import GraphCase, Violation
-from pmverify._reproducer import pass_recipe, render
+from pmverify._findings.reproducer import pass_recipe, render
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 
 
@@ -82,7 +82,7 @@ def test_a_reproducer_of_a_pass_that_aborts_names_the_pass_and_the_case_first(tm
     import subprocess
     import sys
 
-    from pmverify._reproducer import write
+    from pmverify._findings.reproducer import write
 
     source = "import os\n\n\ndef PASS(graph):\n    os.abort()\n"
     path = write(_case(), QKNormFusionPass, [], tmp_path, pass_source=source, dies=True)
@@ -104,7 +104,7 @@ def test_reproducer_runs_from_elsewhere_and_exits_2_when_it_cannot_import(tmp_pa
     import subprocess
     import sys
 
-    from pmverify._reproducer import write
+    from pmverify._findings.reproducer import write
 
     project = tmp_path / "project"
     project.mkdir()
@@ -127,7 +127,7 @@ def test_reproducer_exits_2_when_the_pass_cannot_be_built(tmp_path):
     import subprocess
     import sys
 
-    from pmverify._reproducer import write
+    from pmverify._findings.reproducer import write
 
     path = write(_case(), QKNormFusionPass, [], tmp_path, pass_source="PASS = None\nraise RuntimeError('no GPU')")
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
@@ -170,7 +170,7 @@ def test_a_symbolic_case_round_trips_and_its_finding_reproduces(tmp_path, monkey
     from _symbolic_cases import doubled_view_case
 
     from pmverify import check_case
-    from pmverify._reproducer import write
+    from pmverify._findings.reproducer import write
 
     case = doubled_view_case()
     assert case.dynamic
@@ -218,7 +218,7 @@ def test_torch_functions_of_a_pre_grad_graph_round_trip(tmp_path):
     ``torch.unbind`` (split_cat's reproducers exited 2 on the import)."""
     import runpy
 
-    from pmverify._reproducer import write
+    from pmverify._findings.reproducer import write
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
@@ -235,7 +235,7 @@ def test_a_case_with_frozen_parameters_round_trips(tmp_path):
     """A ``get_attr`` node is written with the constant it reads (saved as the inputs are)."""
     import runpy
 
-    from pmverify._reproducer import write
+    from pmverify._findings.reproducer import write
 
     case = _frozen_case()
     path = write(case, lambda graph: None, [], tmp_path, oracles=["semantics"])

@@ -8,8 +8,8 @@ import torch
 
 import pmverify
 from pmverify import GraphCase, PlantedInstance
-from pmverify._sizes import CompileRange, applies_at, case_at, inputs_at, size_points, symbolic_inputs
-from pmverify._symbolic import SymbolizeError, lift, static_source, symbolize, symbolize_like
+from pmverify._shapes.sizes import CompileRange, applies_at, case_at, inputs_at, size_points, symbolic_inputs
+from pmverify._shapes.symbolic import SymbolizeError, lift, static_source, symbolize, symbolize_like
 
 aten = torch.ops.aten
 

@@ -14,7 +14,7 @@ from hypothesis.errors import InvalidArgument
 
 import pmverify
 from pmverify import GraphCase, PlantedInstance
-from pmverify._summary import (
+from pmverify._findings.summary import (
     UNFUSED_MIN_CASES,
     UNFUSED_MIN_INSTANCES,
     VerifySummary,

@@ -69,7 +69,7 @@ def test_reproducer_exits_zero_once_the_pass_is_fixed(tmp_path):
     config = QKNormConfig(q_size=16, kv_size=8, eps=1e-6, dtype=torch.bfloat16)
     with pytest.raises(PassVerificationError) as info:
         verify(QKNormWrongRoundingOrder, qk_norm_cases(config), max_examples=50, repro_dir=tmp_path)
-    fixed = pmverify._reproducer.write(
+    fixed = pmverify._findings.reproducer.write(
         info.value.case, QKNormFusionPass(config), info.value.violations, tmp_path / "fixed"
     )
     run = subprocess.run([sys.executable, str(fixed)], capture_output=True, text=True, timeout=300)
@@ -226,7 +226,7 @@ def test_database_key_tells_passes_apart():
     of one would delete the other's saved failures."""
     from torch._inductor.pattern_matcher import PatternMatcherPass
 
-    from pmverify._verify import database_key
+    from pmverify._engine.verify import database_key
 
     def first(graph):
         pass
@@ -305,7 +305,7 @@ def test_strict_order_finds_a_pattern_entrys_disorder_and_keeps_its_failures_apa
     from hypothesis import settings
     from hypothesis.database import InMemoryExampleDatabase
 
-    from pmverify._verify import database_key
+    from pmverify._engine.verify import database_key
 
     db = InMemoryExampleDatabase()
     previous = settings.get_current_profile_name()
@@ -326,7 +326,7 @@ def test_strict_order_finds_a_pattern_entrys_disorder_and_keeps_its_failures_apa
     script = info.value.reproducer.read_text()
     assert "mode='direct', strict_order=True)" in script
     assert _run_reproducer(info.value.reproducer, monkeypatch) == 1
-    fixed = pmverify._reproducer.write(info.value.case, pass_, info.value.violations, tmp_path / "default")
+    fixed = pmverify._findings.reproducer.write(info.value.case, pass_, info.value.violations, tmp_path / "default")
     assert _run_reproducer(fixed, monkeypatch) == 0  # the same case in Inductor's order
 
 
@@ -421,7 +421,7 @@ class StridesThenValues:
 
 
 def test_each_distinct_failure_is_shrunk_to_its_own_case_most_severe_first(tmp_path, monkeypatch):
-    from pmverify._verify import fresh_settings
+    from pmverify._engine.verify import fresh_settings
 
     gm = _traced(lambda x: x.sin() + 1)
     cases = st.integers(0, 8).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
@@ -470,7 +470,7 @@ class StridesAlwaysDtypeSometimes:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_stride_change_on_every_case_does_not_hide_a_wrong_dtype(tmp_path, seed):
-    from pmverify._verify import fresh_settings
+    from pmverify._engine.verify import fresh_settings
 
     gm = _traced(lambda x: x.sin() + 1)
     cases = st.integers(0, 9).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
@@ -532,7 +532,7 @@ class CrashesOnSmallValuesOnLarge:
 
 
 def test_a_crash_that_shrinks_smaller_does_not_hide_wrong_values(tmp_path):
-    from pmverify._verify import fresh_settings
+    from pmverify._engine.verify import fresh_settings
 
     gm = _traced(lambda x: x.sin() + 1)
     cases = st.integers(0, 9).map(lambda i: pmverify.GraphCase(gm, [(_X,)], pass_config=i))
@@ -583,7 +583,7 @@ def test_a_shrink_budget_stops_shrinking_and_says_how_far_it_got(tmp_path, capsy
 
     import hypothesis
 
-    from pmverify._verify import fresh_settings
+    from pmverify._engine.verify import fresh_settings
 
     cases = st.lists(st.integers(0, 3), min_size=10, max_size=16).filter(any).map(_chain_case)
     with pytest.raises(PassVerificationError) as info:
@@ -614,7 +614,7 @@ def test_verifys_shrink_budget_is_capped_by_the_environment(monkeypatch):
     import hypothesis
     from hypothesis.internal.conjecture import engine
 
-    from pmverify._verify import fresh_settings
+    from pmverify._engine.verify import fresh_settings
 
     limits = []
     cases = st.just(pmverify.GraphCase(_traced(lambda x: x.sin()), [(_X,)]))
@@ -690,7 +690,7 @@ def test_the_callers_database_keeps_the_failure_under_pmverifys_key(tmp_path):
     from hypothesis import settings
     from hypothesis.database import InMemoryExampleDatabase
 
-    from pmverify._verify import database_key
+    from pmverify._engine.verify import database_key
 
     before = settings.default
     db = InMemoryExampleDatabase()

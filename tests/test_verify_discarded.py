@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import pmverify
 from pmverify import _verify
-from pmverify._apply import UncompilableCase
+from pmverify._engine.apply import UncompilableCase
 
 _X = torch.randn(4, 3)
 

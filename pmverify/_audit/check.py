@@ -1,13 +1,13 @@
 """One entry audited, the outcome mapped to the audit's status: a rewrite (``replacement``) by
 :func:`pmverify.check_rewrite`, then planted into random graphs with near misses; a ``graph`` entry
-by ``pmverify._entry_check.check_entry``; a ``lowering`` entry by ``check_entry`` too, in compiled
+by ``pmverify._rewrites.entry_check.check_entry``; a ``lowering`` entry by ``check_entry`` too, in compiled
 mode (it lowers to Inductor IR: only torch.compile runs it; sampled within ``--lowering-budget``).
 
 Statuses (:data:`STATUSES`), each with a one-line ``reason``:
 
 - ``ok``: check_rewrite compared the rewrite where it fired and found nothing, and so did the
   planted check, and every near-miss kind that applies to the rewrite was judged: each check draws
-  two cases of each kind that applies first (:func:`pmverify._rewrite.covered_verify`; the planted
+  two cases of each kind that applies first (:func:`pmverify._rewrites.rewrite.covered_verify`; the planted
   check those check_rewrite did not judge), then random ones (reason: the cases run and rewritten,
   then ``judged: optional_arg, reduction_dim, values``; ``near_misses``: the kinds ``judged``,
   ``missed`` and ``no_valid``, those with candidates none of which ran on the inputs drawn);
@@ -233,8 +233,8 @@ LOWERING_MAX_EXAMPLES = 3
 def _search(check: Any, step: str, drawn: str) -> dict[str, Any]:
     """The outcome of ``check()`` (``check_rewrite`` or ``check_entry``, named ``step``; ``drawn``:
     how its cases are drawn, for a never-matched reason), mapped to a status."""
-    from .._summary import AllCasesVoid, RewriteNeverMatched, RewriteNotComparable, RewriteUnsatisfiable
-    from .._verify import PassVerificationError
+    from .._engine.verify import PassVerificationError
+    from .._findings.summary import AllCasesVoid, RewriteNeverMatched, RewriteNotComparable, RewriteUnsatisfiable
 
     try:
         result = check()
@@ -277,16 +277,16 @@ def _search(check: Any, step: str, drawn: str) -> dict[str, Any]:
 
 
 def _check_rewrite(rewrite: Any, **options: Any) -> dict[str, Any]:
-    from .._rewrite import check_rewrite
+    from .._rewrites.rewrite import check_rewrite
 
     return _search(lambda: check_rewrite(rewrite, **options), "check_rewrite", "like its example inputs")
 
 
 def _check_entry(entry: Any, **options: Any) -> dict[str, Any]:
-    """A graph entry: ``pmverify._entry_check.check_entry`` (the instances drawn from its pattern,
+    """A graph entry: ``pmverify._rewrites.entry_check.check_entry`` (the instances drawn from its pattern,
     near misses among them), its outcome mapped as check_rewrite's is: ``not covered`` when an
     optional argument its pattern does not bind applied and no case judged one set."""
-    from .._entry_check import check_entry
+    from .._rewrites.entry_check import check_entry
 
     outcome = _search(lambda: check_entry(entry, **options), "check_entry", "from its pattern")
     near_misses = outcome.get("near_misses")
@@ -298,7 +298,7 @@ def _check_entry(entry: Any, **options: Any) -> dict[str, Any]:
 
 
 def _near_misses(*coverages: Any) -> dict[str, list[str]]:
-    """The near-miss kinds ``coverages`` (:class:`pmverify._rewrite.NearMissCoverage` or alike;
+    """The near-miss kinds ``coverages`` (:class:`pmverify._rewrites.rewrite.NearMissCoverage` or alike;
     None: none) judged, missed and found no valid near miss of, together, as JSON lists in
     :data:`pmverify.strategies.NEAR_MISS_KINDS` order: a kind one judged is judged."""
     from ..strategies import NEAR_MISS_KINDS
@@ -330,8 +330,8 @@ def _planted(
     reproducer_prelude: str | None = None,
     judged: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    from .._rewrite import covered_verify
-    from .._verify import PassVerificationError
+    from .._engine.verify import PassVerificationError
+    from .._rewrites.rewrite import covered_verify
     from ..strategies import NEAR_MISS_KINDS, planted
 
     counts = {"cases": 0, "rewritten": 0}
@@ -380,14 +380,14 @@ def check_one(
     shrink_calls: int = AUDIT_SHRINK_CALLS,
     wall_limit_s: float | None = None,
 ) -> dict[str, Any]:
-    """Audit one entry, a :class:`~pmverify._entries.RecordedEntry` (or a
+    """Audit one entry, a :class:`~pmverify._registry.entries.RecordedEntry` (or a
     :class:`pmverify.RecordedRewrite`, a replacement), by its kind:
 
     - ``"replacement"``: :func:`pmverify.check_rewrite` with ``max_examples`` cases, then, when that
       found nothing, ``planted`` cases (default :func:`planted_examples`) of
       :func:`pmverify.strategies.planted` (random context graphs, near misses) through
       :func:`pmverify.verify` with the one-rewrite pass; seeded ``seed`` and ``seed + 1``;
-    - ``"graph"``: ``pmverify._entry_check.check_entry`` with ``max_examples`` cases, seeded ``seed``;
+    - ``"graph"``: ``pmverify._rewrites.entry_check.check_entry`` with ``max_examples`` cases, seeded ``seed``;
     - ``"lowering"``: ``check_entry`` in compiled mode (Inductor's pattern matcher off, without and with
       the entry alone), with at most :data:`LOWERING_MAX_EXAMPLES` cases, seeded ``seed``.
 

@@ -26,10 +26,10 @@ import time
 import zlib
 from typing import Any, TextIO
 
+from .._engine.verify import batch_seed
 from .._job.protocol import CheckRequest, Failed, Ready, RewriteChecked
 from .._job.workers import WorkerProcess, WorkerState, describe_exit, poll, threads_per_worker
 from .._settings import AUDIT_MAX_EXAMPLES
-from .._verify import batch_seed
 from .check import ERROR, FINDING, NOT_REGISTERED, NOT_RUN, STATUSES, describe_counts, planted_examples
 from .report import write_outputs
 from .sources import AuditedRewrite
@@ -111,7 +111,7 @@ class _Slot:
 
 class _Audit:
     def __init__(self, options: AuditOptions, rewrites: list[AuditedRewrite], out: TextIO) -> None:
-        from .._reproducer import default_repro_dir
+        from .._findings.reproducer import default_repro_dir
 
         self.options = options
         self.rewrites = rewrites

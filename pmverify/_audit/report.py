@@ -10,9 +10,9 @@ import pathlib
 import xml.etree.ElementTree as ET
 from typing import Any, TextIO
 
-from .._entries import KINDS
 from .._io import output_stream, write_output
 from .._job.report import jsonable, xml_text
+from .._registry.entries import KINDS
 from .check import FINDING, LABELS, NOT_COVERED, describe_counts, label
 
 __all__ = ["summary", "junit_xml", "markdown", "write_outputs"]

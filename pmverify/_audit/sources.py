@@ -9,16 +9,16 @@ cross the process boundary:
 - ``MODULE:ATTR``: a callable (dotted attribute) that builds the pass, its entries recorded while it
   runs (a pass that registers lazily, on first use, registers nothing at import).
 
-An entry is a :class:`~pmverify._entries.RecordedEntry` of a kind (``replacement``: a
+An entry is a :class:`~pmverify._registry.entries.RecordedEntry` of a kind (``replacement``: a
 ``register_replacement`` call, recorded with :func:`pmverify.record_patterns`; ``graph``,
 ``lowering``: a ``register_graph_pattern`` / ``register_lowering_pattern`` handler, recorded as it
 registers). Within a source, an entry is named by ``(module, name)``, unique across kinds: a
 rewrite by :attr:`RecordedRewrite.module` and its name, a name several rewrites of the module share
 with their example inputs' dtypes and trace function, ``gelu_mul[bfloat16, fwd_only]``, and a
 number where those are shared too, ``gelu_mul[float32, fwd_only]#2``
-(:func:`pmverify._inductor_rewrites.unique_labels`); a handler by its module and qualified name,
+(:func:`pmverify._rewrites.inductor_rewrites.unique_labels`); a handler by its module and qualified name,
 with its pattern's root ops and a number where it is shared
-(:func:`pmverify._inductor_passes.entry_labels`).
+(:func:`pmverify._registry.inductor_passes.entry_labels`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._entries import KINDS, RecordedEntry
-from .._inductor_passes import entry_labels, handler_name, import_pass_modules, kind_of
-from .._inductor_rewrites import record_inductor, trace_name, unique_labels
-from .._record import RecordedRewrite, record_patterns
+from .._registry.entries import KINDS, RecordedEntry
+from .._registry.inductor_passes import entry_labels, handler_name, import_pass_modules, kind_of
+from .._registry.record import RecordedRewrite, record_patterns
+from .._rewrites.inductor_rewrites import record_inductor, trace_name, unique_labels
 from ..errors import SourceError
 
 __all__ = [
@@ -55,7 +55,7 @@ class AuditedRewrite:
     """One entry of a source, as the audit names it: ``source`` (as given), ``module``, ``name``
     (with dtypes and trace when shared), ``trace_fn`` (a rewrite's trace function's name; ``""``
     for a handler), ``duplicate`` (:attr:`RecordedEntry.duplicate`), ``kind`` (one of
-    :data:`~pmverify._entries.KINDS`), ``pass_name`` (:attr:`RecordedEntry.pass_name`), ``handler``
+    :data:`~pmverify._registry.entries.KINDS`), ``pass_name`` (:attr:`RecordedEntry.pass_name`), ``handler``
     (a handler's ``module.qualname``; None for a rewrite)."""
 
     source: str
@@ -323,13 +323,13 @@ def _pass_source(spec: str, rewrite: RecordedRewrite, label: tuple[str, str], in
 @contextlib.contextmanager
 def record_entries(kinds: Sequence[str] = KINDS) -> Iterator[list[RecordedEntry]]:
     """Record the pattern entries of ``kinds`` (default every kind of
-    :data:`~pmverify._entries.KINDS`) a pass registers while the block runs; yield a list filled with
-    them, as :class:`~pmverify._entries.RecordedEntry` objects, when the block ends: what ``pmverify
+    :data:`~pmverify._registry.entries.KINDS`) a pass registers while the block runs; yield a list filled with
+    them, as :class:`~pmverify._registry.entries.RecordedEntry` objects, when the block ends: what ``pmverify
     audit MODULE`` records, for a user's own pass (``register_replacement``, ``register_graph_pattern``
     and ``register_lowering_pattern`` calls; Inductor's own entries, which its modules register when
     first imported, are left out). Each entry holds its torch entry, the pass it was registered into
     (named by its ``pass_name``, or as its handler's module binds it) and a name unique in its
-    module, as the audit names them; check one with ``pmverify._entry_check.check_entry``. Raises
+    module, as the audit names them; check one with ``pmverify._rewrites.entry_check.check_entry``. Raises
     ``InvalidArgument`` for a kind not in ``KINDS``. Example::
 
         with pmverify.record_entries(kinds=("graph",)) as entries:

@@ -26,8 +26,8 @@ def _start(sources: list[str], options: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 def _check(recorded: dict[str, list[Any]], request: CheckRequest, options: dict[str, Any]) -> dict[str, Any]:
+    from .._engine.verify import fresh_settings
     from .._settings import profile_settings
-    from .._verify import fresh_settings
     from .sources import locate
 
     spec, module, name, seed = request.source, request.module, request.name, request.seed

@@ -193,7 +193,7 @@ class RunPair:
       pattern entry inserted (Inductor puts a multi-output replacement before the first output,
       relying on the sort that follows).
     - ``mode``: ``"direct"`` or ``"compiled"``; ``compiled``: what the compiled mode measured
-      (:class:`pmverify._compiled.CompiledRun`), whose runs stand in for the graph runs.
+      (:class:`pmverify._engine.compiled.CompiledRun`), whose runs stand in for the graph runs.
     - ``ranks``: for a tensor-parallel case in direct mode, the runs of ranks 1..tp_world-1 (each a
       ``RunPair`` of its own: the pass built for that rank, applied to that rank's copy); empty
       otherwise. :func:`rank_pair` picks a rank's run.
@@ -212,7 +212,7 @@ class RunPair:
       this pass was applied (returns the graph after it, or None when that pass raises): what the
       cache-key oracle asks of a pass built with another config; None in compiled mode.
     - ``built_from``: ``(builder, config)``, the class or pass factory that built the pass object
-      and the config it was given (None when it took none), :func:`pmverify._apply.built_from`;
+      and the config it was given (None when it took none), :func:`pmverify._engine.apply.built_from`;
       None for a pass given built.
     """
 
@@ -266,14 +266,14 @@ class RunPair:
 
     def at(self, sizes: dict[str, int]) -> RunPair:
         """This pair with the case's symbols at ``sizes`` (name -> size): the same graphs and pass,
-        the case's inputs resized (:func:`pmverify._sizes.case_at`), its own results (in compiled
+        the case's inputs resized (:func:`pmverify._shapes.sizes.case_at`), its own results (in compiled
         mode: both compiled functions run on those inputs, ``CompiledRun.at``); made once per
         assignment. ``self`` for a case without symbols."""
         if not self.case.symbols:
             return self
         key = tuple(sorted(sizes.items()))
         if key not in self._sized:
-            from .._sizes import case_at
+            from .._shapes.sizes import case_at
 
             sized = case_at(self.case, sizes)
             ranks = [

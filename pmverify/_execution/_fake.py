@@ -98,11 +98,11 @@ def propagate_recorded(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> FakeP
 
 def propagate_symbolic(gm: torch.fx.GraphModule, case: Any, rank: int = 0) -> FakePropagation:
     """:func:`propagate_recorded` for a case with symbols: from fake inputs of symbolic sizes in a
-    fresh ``FakeTensorMode`` and ``ShapeEnv`` (:func:`pmverify._sizes.symbolic_inputs`), so
+    fresh ``FakeTensorMode`` and ``ShapeEnv`` (:func:`pmverify._shapes.sizes.symbolic_inputs`), so
     every ``meta["val"]`` has the case's ``SymInt`` sizes, as the graphs torch.compile hands a
     pass with ``dynamic=True``."""
 
-    from .._sizes import symbolic_inputs
+    from .._shapes.sizes import symbolic_inputs
 
     mode, fake_inputs = symbolic_inputs(case, rank=rank)
     with python_dispatcher():  # as compile_fx: metas that take SymInts (baddbmm's expand)

@@ -26,7 +26,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._summary import VerifySummary
+    from .._findings.summary import VerifySummary
 
 __all__ = [
     "Alive",

@@ -153,7 +153,7 @@ def dies_alike(
     for a timeout finding (``exit_code`` None), still running after ``timeout_s`` (it is then
     killed). None when ``stop_at`` (``time.time()``) came first. Calls ``heartbeat`` about every
     second while it waits."""
-    from .._check import check_case
+    from .._engine.check import check_case
 
     parent = os.getpid()
     read, write = os.pipe()
@@ -203,7 +203,7 @@ def warm_up(case: Any) -> None:
     that each forked child starts with what a process's first case loads (a second or more in
     each child otherwise); then end the threaded worlds a tensor-parallel case starts, so that no
     thread runs when this process forks. An error is left to the children to meet."""
-    from .._check import check_case
+    from .._engine.check import check_case
     from ..distributed import shutdown_worlds
 
     try:

@@ -8,7 +8,7 @@ import pathlib
 import time
 from typing import Any
 
-from .._summary import VerifySummary
+from .._findings.summary import VerifySummary
 from .protocol import BatchRequest
 from .workers import WorkerProcess, WorkerState
 
@@ -165,7 +165,7 @@ class TargetRun:
         summary = self.summary
         if summary.cases == 0 or summary.rewritten_cases > 0 or self.findings:
             return None
-        from .._summary import vacuous_error
+        from .._findings.summary import vacuous_error
 
         message = str(vacuous_error(summary, f"{self.name} on {', '.join(self.families)}"))
         message = message.replace("pass allow_no_rewrites=True", "leave this target out of the run")
@@ -182,15 +182,15 @@ class TargetRun:
 
     def unfused(self) -> list[str]:
         """The warnings of its whole run: groups of planted instances never rewritten
-        (:func:`pmverify._summary.unfused_warnings`), less those its target allows."""
-        from .._summary import unfused_warnings
+        (:func:`pmverify._findings.summary.unfused_warnings`), less those its target allows."""
+        from .._findings.summary import unfused_warnings
 
         return unfused_warnings(self.summary, self.allow_unfused)
 
     def ordered_findings(self) -> list[dict[str, Any]]:
-        """Its findings, most severe first (:mod:`pmverify._severity`: by the most severe violation
+        """Its findings, most severe first (:mod:`pmverify._findings.severity`: by the most severe violation
         of each), in the order found among equals."""
-        from .._severity import failure_key, severity
+        from .._findings.severity import failure_key, severity
 
         def rank(finding: dict[str, Any]) -> Any:
             return min((severity(failure_key(v)) for v in finding["violations"]), default=(len(self.findings),))

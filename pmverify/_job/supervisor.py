@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .._verify import batch_seed
+from .._engine.verify import batch_seed
 from .findings import Findings
 from .protocol import (
     Alive,
@@ -62,7 +62,7 @@ class _Job(Findings):
         self.context = multiprocessing.get_context("spawn")
         self.turn = 0
         self.deadline = self.start + options.budget_s
-        from .._reproducer import default_repro_dir
+        from .._findings.reproducer import default_repro_dir
 
         self.log_dir = (options.repro_dir or default_repro_dir()) / "worker-logs"
         self.workers_started = 0

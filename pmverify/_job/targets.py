@@ -70,10 +70,10 @@ class Target:
     @property
     def pass_(self) -> Any:
         """The pass under test as :func:`pmverify.verify` takes it: ``pass_``, or ``pass_factory``
-        as a :class:`~pmverify._factory.PassFactory`."""
+        as a :class:`~pmverify._findings.factory.PassFactory`."""
         if self.fuzz.pass_factory is None:
             return self.fuzz.pass_
-        from .._factory import as_factory
+        from .._findings.factory import as_factory
 
         return as_factory(self.fuzz.pass_factory)
 
@@ -96,7 +96,7 @@ class Target:
     @property
     def allow_unfused(self) -> tuple[str, ...]:
         """The group keys ``allow_unfused`` silences (``"dtype bfloat16"``...), sorted."""
-        from .._summary import check_allow_unfused
+        from .._findings.summary import check_allow_unfused
 
         return tuple(sorted(check_allow_unfused(self.fuzz.allow_unfused)))
 
@@ -196,7 +196,7 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
     its factory or set-up)."""
     from hypothesis.errors import InvalidArgument
 
-    from .._apply import check_pass
+    from .._engine.apply import check_pass
 
     if ":" not in name:
         target = _built(name, _builtin(name, sources))
@@ -220,7 +220,7 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
         ) from None
     if cases is None:
         raise TargetError(f"--target={name!r} is a user pass: give its case strategy as --cases MODULE:ATTRIBUTE")
-    from .._reproducer import import_source
+    from .._findings.reproducer import import_source
 
     return Target(name, FuzzTarget(value, [(cases, _strategy(cases))], pass_source=import_source(name)))
 
@@ -231,7 +231,7 @@ def _pass_factory_target(name: str, factory: Callable[[], Any], cases: str) -> T
     raises, returns a :class:`FuzzTarget` (which declares its own families) or no pass."""
     from hypothesis.errors import InvalidArgument
 
-    from .._apply import check_pass
+    from .._engine.apply import check_pass
 
     try:
         built = factory()

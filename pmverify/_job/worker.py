@@ -14,8 +14,8 @@ import unittest
 import warnings
 from typing import Any
 
-from .._severity import failure_key
-from .._summary import UnfusedWarning, VerifySummary
+from .._findings.severity import failure_key
+from .._findings.summary import UnfusedWarning, VerifySummary
 from . import protocol
 from .shrink import current_choices, known_minimal, search_outcome, shrink_in_forks, shrinking_from, warm_up
 from .workers import die_with_parent, log_to, quiet_tqdm, threads_per_worker, use_threads
@@ -66,7 +66,7 @@ def _finding(
 
 
 def _checked(result: Any) -> protocol.CaseChecked:
-    from .._verify import case_events
+    from .._engine.verify import case_events
 
     return protocol.CaseChecked(
         tp_world=result.case.tp_world,
@@ -94,7 +94,7 @@ class _Worker:
         from .._compat import pattern_matcher  # noqa: F401
 
     def ready(self) -> None:
-        from .._verify import database_key
+        from .._engine.verify import database_key
 
         self.keys = [
             database_key(self.target.pass_, strategy, strict_order=self.strict_order)
@@ -118,9 +118,9 @@ class _Worker:
     def batch(self, request: protocol.BatchRequest) -> None:
         from hypothesis import Phase, settings
 
-        from .. import _reproducer
         from .._compat import set_max_shrinking_seconds
-        from .._verify import PassVerificationError, verify
+        from .._engine.verify import PassVerificationError, verify
+        from .._findings import reproducer as _reproducer
 
         family, replay, stop_at = request.family, request.replay, request.stop_at
         target = self.target
@@ -233,8 +233,8 @@ class _Worker:
         from hypothesis import HealthCheck, Phase, given, settings
         from hypothesis.database import InMemoryExampleDatabase
 
-        from .. import _reproducer
         from .._compat import keyed
+        from .._findings import reproducer as _reproducer
         from ..oracles import Violation
 
         family, exit_code, timeout_s, stop_at = request.family, request.exit_code, request.timeout_s, request.stop_at

@@ -5,7 +5,7 @@ A graph torch.compile traced with ``dynamic=True`` serves every size of its symb
 runs one graph for a whole compile range and evaluates no guard at run time). A rewrite that reads
 a symbolic size as an int bakes its hint into the graph: a ``view`` or ``full`` of the hint's size,
 or a guard (``Eq(s0, 11)``) the pass added while it matched. Checked here, with fake tensors of
-symbolic sizes (:func:`pmverify._sizes.symbolic_inputs`):
+symbolic sizes (:func:`pmverify._shapes.sizes.symbolic_inputs`):
 
 - the guards the pass added to the ``ShapeEnv`` of the graph it was handed (``RunPair.pass_guards``)
   hold at every size of each symbol's range;
@@ -31,7 +31,7 @@ import torch
 
 from .._execution import RunPair, propagate_symbolic
 from .._fx import output_vals
-from .._sizes import allowed_sizes, written_size
+from .._shapes.sizes import allowed_sizes, written_size
 from ._violation import SPECIALISATION, Violation
 
 __all__ = ["violations", "MAX_POINTS"]
@@ -83,7 +83,7 @@ def _written(value: Any, names: Mapping[sympy.Symbol, str]) -> Any:
 
 def _exprs(value: Any, names: Mapping[sympy.Symbol, str]) -> tuple[Any, ...] | None:
     """A tensor's sizes, or a ``SymInt``, as sympy expressions over the case's names (the symbols
-    :func:`~pmverify._sizes.written_size` writes), ints as ``sympy.Integer``; None otherwise."""
+    :func:`~pmverify._shapes.sizes.written_size` writes), ints as ``sympy.Integer``; None otherwise."""
     renamed = {sym: sympy.Symbol(name, integer=True, positive=True) for sym, name in names.items()}
 
     def expr(size: Any) -> Any:

@@ -59,7 +59,7 @@ class Violation:
     - ``kind``: what sort of finding of its oracle it is, where the oracle tells several apart (the
       structure oracle: ``"dtype/shape"``, ``"specialisation"``, ``"order"``, ``"meta"``,
       ``"strides"``); ``""`` otherwise. :func:`pmverify.verify` shrinks each ``(oracle, kind)`` to
-      a case of its own and orders them by severity (see ``pmverify._severity``).
+      a case of its own and orders them by severity (see ``pmverify._findings.severity``).
     """
 
     oracle: str

@@ -265,7 +265,7 @@ def _recorded_build(cls: Any, config: Any) -> list[Any] | None:
 
 
 def _record_build(cls: Any, config: Any) -> list[Any] | None:
-    from .._record import record_patterns
+    from .._registry.record import record_patterns
 
     graph = torch.fx.Graph()
     graph.output(graph.placeholder("x"))

@@ -35,7 +35,7 @@ import random
 import zlib
 
 from .._execution import RunPair, error_summary
-from .._sizes import CompileRange
+from .._shapes.sizes import CompileRange
 from . import semantics
 from ._violation import Violation
 

@@ -108,8 +108,8 @@ from .._execution import (
     rewrite_count,
     rewritten_outputs,
 )
-from .._sizes import CompileRange
-from .._summary import KEPT_FOR_READERS
+from .._findings.summary import KEPT_FOR_READERS
+from .._shapes.sizes import CompileRange
 from ._violation import Violation
 from .mutation_barriers import mutation_regions
 

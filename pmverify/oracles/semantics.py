@@ -235,17 +235,17 @@ def check(pair: RunPair, *, ulps: float = ULPS, k: float = K, far_ulps: float = 
     a void case (:func:`void_reason`). ``ulps``, ``k``, ``far_ulps``: the rule's constants (see
     :func:`compare`).
 
-    A case with symbols (symbolic sizes) runs at every assignment :func:`~pmverify._sizes.size_points`
+    A case with symbols (symbolic sizes) runs at every assignment :func:`~pmverify._shapes.sizes.size_points`
     gives (the hints, then each symbol at its range's ends and a drawn size), each against its own
     float64 reference (in compiled mode, the compiled functions run at each, see
     ``CompiledRun.at``); a finding names the sizes (``"at s0=9: output 0 ..."``), and a size where
     the case is void is skipped, as is a size of the first symbol the pass says it does not apply to
-    (``is_applicable_for_range``, see :func:`~pmverify._sizes.applies_at`: vLLM runs such a
+    (``is_applicable_for_range``, see :func:`~pmverify._shapes.sizes.applies_at`: vLLM runs such a
     graph without the pass; :mod:`.compile_ranges` checks what the pass says of whole ranges)."""
     if pair.after is None and pair.compiled is None:
         return []
     if pair.case.symbols:
-        from .._sizes import applies_at, size_points
+        from .._shapes.sizes import applies_at, size_points
 
         violations: list[Violation] = []
         first = pair.case.symbols[0].name

@@ -15,8 +15,20 @@ from ._public import Shown
 from ._tensors import dtypes, shapes, tensors, tp_sizes
 from ._tp import Replicate, Shard, tp_cases
 
-#: Loaded on first use (PEP 562): ``expr_cases`` imports Inductor's pattern matcher (seconds, and triton).
-__getattr__, __dir__ = lazy_attributes(__name__, {"expr_cases": "._expr_instances"})
+#: Loaded on first use (PEP 562): ``expr_cases`` imports Inductor's pattern matcher (seconds, and
+#: triton). ``undrawable`` / ``ExprUnsupported`` say which patterns ``expr_cases`` cannot draw;
+#: ``recorded_example`` / ``describe_sizes``, how ``planted`` reads a recorded rewrite's example
+#: inputs (what ``check_rewrite`` reports of them).
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {
+        "expr_cases": "._expr_instances",
+        "undrawable": "._expr_targets",
+        "ExprUnsupported": "._expr_targets",
+        "recorded_example": "._recorded_inputs",
+        "describe_sizes": "._recorded_inputs",
+    },
+)
 
 __all__ = [
     "dtypes",
@@ -30,6 +42,10 @@ __all__ = [
     "with_mutating_custom_ops",
     "tp_cases",
     "expr_cases",  # noqa: F822 - loaded on first use
+    "undrawable",  # noqa: F822
+    "ExprUnsupported",  # noqa: F822
+    "recorded_example",  # noqa: F822
+    "describe_sizes",  # noqa: F822
     "Shown",
     "Dim",
     "Replicate",

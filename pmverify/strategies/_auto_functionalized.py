@@ -36,7 +36,7 @@ from hypothesis.errors import InvalidArgument
 from .._case import GraphCase, MutationSite
 from .._compat import from_functional, functionalize_key_excluded
 from .._execution import runs_on
-from .._symbolic import static_source
+from .._shapes.symbolic import static_source
 from .._validation import validate_choices, validate_strategy
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
 from ._drawn import validate_drawn_case

@@ -2,9 +2,9 @@
 drawn case made symbolic as torch.compile traces it with ``dynamic=True``.
 
 A symbolic case is drawn as torch.compile gets its graphs: the case is first drawn with concrete
-sizes, its symbolic dims *at the hint* of their symbol (:data:`~pmverify._symbolic.HINTS`: ``s0``
+sizes, its symbolic dims *at the hint* of their symbol (:data:`~pmverify._shapes.symbolic.HINTS`: ``s0``
 11, ``s1`` 13, primes above every static size an input has), then
-:func:`~pmverify._symbolic.symbolize` traces it again in a ``ShapeEnv``: every input dim at a hint
+:func:`~pmverify._shapes.symbolic.symbolize` traces it again in a ``ShapeEnv``: every input dim at a hint
 becomes that symbol (duck sizing, as ``ShapeEnv`` does: dims at the same hint share a symbol) and
 every size argument holding it becomes its expression. :func:`symbolize_drawn` also draws one more
 size per symbol in its range (:attr:`~pmverify.Symbol.sizes`: hint, range ends, that one).
@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
-from .._sizes import inputs_at, size_points
-from .._symbolic import HINTS, static_source, symbolize, symbolize_like
+from .._shapes.sizes import inputs_at, size_points
+from .._shapes.symbolic import HINTS, static_source, symbolize, symbolize_like
 
 logger = logging.getLogger(__name__)
 
@@ -125,12 +125,12 @@ def _with_drawn_sizes(draw: Any, case: GraphCase) -> GraphCase:
 
 def symbolize_drawn(draw: Any, case: GraphCase, dynamic: Dynamic | None) -> GraphCase:
     """``case`` (drawn with concrete sizes, its symbolic dims at their hints by :func:`hinted_shape`)
-    made symbolic by :func:`~pmverify._symbolic.symbolize`, with one more size drawn per symbol in
+    made symbolic by :func:`~pmverify._shapes.symbolic.symbolize`, with one more size drawn per symbol in
     its range (shrinking toward the range's low end); ``case`` itself when ``dynamic`` is False or
     None, or when no input has a size at a hint (nothing is drawn then). With ``True`` every hint
     present is a symbol, named ``s0``, ``s1`` in hint order among them; with dim names
     (``"tokens"``) only :data:`TOKENS_HINT`, as ``s0``. A symbol the trace specialises is dropped, as
-    :func:`~pmverify._symbolic.symbolize` says."""
+    :func:`~pmverify._shapes.symbolic.symbolize` says."""
     if not dynamic or case.symbols:
         return case
     hints = _hints_in(case) if dynamic is True else {"s0": TOKENS_HINT} if _holds(case, TOKENS_HINT) else {}
@@ -142,7 +142,7 @@ def symbolize_drawn(draw: Any, case: GraphCase, dynamic: Dynamic | None) -> Grap
 def _checked(case: GraphCase) -> GraphCase:
     """``case``, or its static source when its graph fails to run at one of its size points: a
     constraint among sizes that an op's meta does not check, so the trace recorded no guard for it
-    (as ``slice_scatter``'s and ``as_strided``'s did, which :func:`~pmverify._symbolic.symbolize`
+    (as ``slice_scatter``'s and ``as_strided``'s did, which :func:`~pmverify._shapes.symbolic.symbolize`
     now guards itself). A safety net: valid cases by construction, whatever op table it meets.
     Cases of several ranks are returned as they are (their collectives need a world to run)."""
     if case.tp_world > 1:
@@ -161,7 +161,7 @@ def _checked(case: GraphCase) -> GraphCase:
 def resymbolize(draw: Any, rewritten: GraphCase, base: GraphCase, dynamic: Dynamic | None) -> GraphCase:
     """What a wrapping strategy returns after rewriting ``static_source(base)`` into ``rewritten``
     (concrete sizes): with ``dynamic`` None (follow the base), ``rewritten`` symbolized with
-    ``base``'s symbols (:func:`~pmverify._symbolic.symbolize_like`, its drawn sizes kept where they
+    ``base``'s symbols (:func:`~pmverify._shapes.symbolic.symbolize_like`, its drawn sizes kept where they
     still lie in the new ranges), static
     when ``base`` is; with ``dynamic`` False, ``rewritten`` as it is (static); with True or names,
     ``rewritten`` symbolized in every hint its inputs hold (:func:`symbolize_drawn`), sizes drawn

@@ -11,7 +11,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .._symbolic import HINTS
+from .._shapes.symbolic import HINTS
 from ._dynamic import validate_dynamic
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from .._case import GraphCase, MutationSite, PlantedInstance
 from .._compat import is_non_overlapping_and_dense_or_false
 from .._execution import propagate_fake
 from .._fx import flat_nodes, is_view
-from .._symbolic import MIN_SIZE, static_source
+from .._shapes.symbolic import MIN_SIZE, static_source
 from .._validation import validate_int, validate_order, validate_strategy
 from ._drawn import validate_drawn_case
 from ._dtype_support import running_on

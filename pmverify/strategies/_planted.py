@@ -40,7 +40,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from .._case import GraphCase
-from .._record import RecordedRewrite
+from .._registry.record import RecordedRewrite
 from ._like import TensorLike
 from ._near_miss import NEAR_MISS_KINDS
 from ._planted_draw import cases

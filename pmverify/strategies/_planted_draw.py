@@ -12,7 +12,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
 from .._execution import propagate_fake
-from .._symbolic import SymbolizeError, static_source
+from .._shapes.symbolic import SymbolizeError, static_source
 from .._validation import short_repr
 from ._broadcast import broadcast_kind
 from ._dynamic import symbolize_drawn

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from .._case import GraphCase, PlantedInstance
 from .._execution import propagate_symbolic, quiet_fake_tensor_errors
-from .._record import RecordedRewrite, isolated_pass
-from .._symbolic import HINTS
+from .._registry.record import RecordedRewrite, isolated_pass
+from .._shapes.symbolic import HINTS
 
 __all__ = ["hinted_args", "symbolic_matches", "symbolic_truth", "SYMBOLIC_REASON", "MAX_HINTED_NUMEL"]
 
@@ -54,7 +54,7 @@ def _resized(value: torch.Tensor, sizes: dict[int, int], dims: Sequence[int] | N
 
 def hinted_args(draw: Any, args: Sequence[Any], dynamic: bool | tuple[str, ...]) -> tuple[Any, ...]:
     """``args`` (a pattern's inputs, drawn with concrete sizes) with the sizes to make symbolic set
-    to a hint of :data:`~pmverify._symbolic.HINTS`:
+    to a hint of :data:`~pmverify._shapes.symbolic.HINTS`:
 
     - ``"tokens"``: the token count T, the leading dim of the first tensor input of rank >= 2, at
       ``s0``'s hint (11): the leading dim of every tensor input of rank >= 2 whose leading dim is T

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
-from .._record import RecordedRewrite
+from .._registry.record import RecordedRewrite
 from .._validation import short_repr, validate_choices, validate_int, validate_order, validate_strategy
 from ._dynamic import DYNAMIC_DIMS, Dynamic, validate_dynamic
 from ._like import TensorLike, like

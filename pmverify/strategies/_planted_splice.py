@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from .._case import GraphCase, PlantedInstance
 from .._fx import GRADIENT_OUTPUTS, flat_nodes
-from .._symbolic import HINTS
+from .._shapes.symbolic import HINTS
 from ._dtype_support import add_reader
 from ._joint import detached, gradient_outputs
 from ._traced import Traced

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._fx import trace
-from .._record import RecordedRewrite, isolated_pass
+from .._registry.record import RecordedRewrite, isolated_pass
 from ._like import TensorLike
 from ._planted_args import argument_names
 from ._traced import Traced, signature
@@ -51,7 +51,7 @@ class Wildcards:
 
     def rewrite(self, args: tuple[Any, ...]) -> RecordedRewrite:
         if self._rewrite is None:
-            from .._record import pattern_rewrite
+            from .._registry.record import pattern_rewrite
 
             example = self.example_inputs if self.example_inputs is not None else args
             example = tuple(x.zeros() if isinstance(x, TensorLike) else x for x in example)

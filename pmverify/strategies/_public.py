@@ -2,7 +2,7 @@
 ``fx_graphs(max_nodes=5)``, not the private composite behind it.
 
 A strategy's repr is what a user reads in Hypothesis' output and what keys pmverify's example
-database (:func:`pmverify._verify.database_key`), so it holds every argument that changes what is
+database (:func:`pmverify._engine.verify.database_key`), so it holds every argument that changes what is
 drawn, printed as Hypothesis prints arguments (``hypothesis.vendor.pretty``: functions by name,
 dataclasses field by field), and never a tensor's values (callers pass descriptions instead).
 

@@ -37,7 +37,7 @@ import torch
 from hypothesis import strategies as st
 
 from .._fx import trace
-from .._record import RecordedRewrite
+from .._registry.record import RecordedRewrite
 from ._like import TensorLike
 from ._scales import scale_positions
 from ._traced import Traced, runs_eagerly, signature

@@ -10,10 +10,10 @@ rank slices along ``dim``. Nothing is filtered:
 0 % of draws are rejected (tests/strategies/test_rejections.py).
 
 A symbolic case (``GraphCase.symbols``) stays symbolic: the ranks are drawn for its concrete
-source (:func:`~pmverify._symbolic.static_source`) and every rank gets the ``Sym`` inputs (the
+source (:func:`~pmverify._shapes.symbolic.static_source`) and every rank gets the ``Sym`` inputs (the
 hints) first; the graph is not traced again. ``Shard`` of a symbolic dim is allowed: every rank
 holds ``s0`` rows of a full tensor of ``tp_world * s0`` (sequence parallelism); at another size each
-rank's rows are resized alike (:func:`~pmverify._sizes.inputs_at`).
+rank's rows are resized alike (:func:`~pmverify._shapes.sizes.inputs_at`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from torch.distributed.tensor import Replicate, Shard
 
 from .._case import GraphCase
 from .._execution import inspectable
-from .._symbolic import SymbolizeError, static_source
+from .._shapes.symbolic import SymbolizeError, static_source
 from .._validation import short_repr, validate_all_reduce, validate_strategy
 from ._drawn import validate_drawn_case
 from ._dynamic import DYNAMIC_DIMS, symbolize_drawn, validate_dynamic
@@ -175,7 +175,7 @@ def tp_cases(
       ``Sym`` inputs, the hints; ``placements`` given for it may hold a ``Replicate()`` for each, or
       leave them out); with ``True`` or dim names (``"tokens"``) a static drawn case whose inputs
       hold sizes at a symbol's hint (11, 13: e.g. drawn by ``like(..., dynamic=...)``) is made
-      symbolic in them (:func:`pmverify._symbolic.symbolize`, one more size drawn per symbol; it
+      symbolic in them (:func:`pmverify._shapes.symbolic.symbolize`, one more size drawn per symbol; it
       stays static, its label saying why, where another input size is divisible by a hint);
       default False (it stays static). ``Shard`` of a symbolic dim gives every rank ``s0`` rows of
       a full tensor of ``tp_world * s0`` (sequence parallelism).

@@ -9,7 +9,7 @@ import dataclasses
 
 from .._execution import propagate_fake, quiet_fake_tensor_errors
 from .._fx import arg_key
-from .._record import RecordedRewrite, isolated_pass
+from .._registry.record import RecordedRewrite, isolated_pass
 from ._traced import Traced, signature
 
 __all__ = ["isolated_truth"]

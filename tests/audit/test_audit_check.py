@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-import pmverify._rewrite
-import pmverify._verify
+import pmverify._engine.verify
+import pmverify._rewrites.rewrite
 from pmverify._audit import check, worker
 from pmverify._audit.sources import listing, locate, record_source
 from pmverify._job.protocol import CheckRequest
@@ -119,7 +119,7 @@ _SUMMARY = pmverify.VerifySummary(cases=3, void_cases=3, first_void="output 0 is
     ],
 )
 def test_each_outcome_of_check_rewrite_maps_to_its_status(monkeypatch, error, status, reason):
-    monkeypatch.setattr(pmverify._rewrite, "check_rewrite", _raising(error))
+    monkeypatch.setattr(pmverify._rewrites.rewrite, "check_rewrite", _raising(error))
     outcome = check.check_one(object(), "PASS = None", max_examples=1, seed=0)
     assert outcome["status"] == status and outcome["reason"].startswith(reason)
     assert outcome["violations"] == (
@@ -141,9 +141,9 @@ class _PlantedFinding(Exception):
 
 def test_a_finding_of_the_planted_check_makes_the_rewrite_a_finding(monkeypatch):
     passed = types.SimpleNamespace(examples=2, rewritten_cases=2)
-    monkeypatch.setattr(pmverify._rewrite, "check_rewrite", lambda *args, **kwargs: passed)
-    monkeypatch.setattr(pmverify._verify, "PassVerificationError", _PlantedFinding)
-    monkeypatch.setattr(pmverify._verify, "verify", _raising(_PlantedFinding()))
+    monkeypatch.setattr(pmverify._rewrites.rewrite, "check_rewrite", lambda *args, **kwargs: passed)
+    monkeypatch.setattr(pmverify._engine.verify, "PassVerificationError", _PlantedFinding)
+    monkeypatch.setattr(pmverify._engine.verify, "verify", _raising(_PlantedFinding()))
     monkeypatch.setattr("pmverify.strategies.planted", lambda rewrite, **kwargs: None)
     outcome = check.check_one(types.SimpleNamespace(pattern_pass=lambda: None), "PASS = None", max_examples=4, seed=0)
     assert outcome["status"] == "finding" and outcome["check"] == "planted"
@@ -167,10 +167,10 @@ def test_two_runs_at_the_same_seed_give_the_same_finding(recorded, tmp_path):
 
 def test_a_rewrite_with_a_near_miss_kind_never_judged_is_not_covered(monkeypatch):
     """ok in both checks, but check_rewrite made its values near miss only in void cases: not ok."""
-    coverage = pmverify._rewrite.NearMissCoverage(judged=("optional_arg",), missed=("values",))
+    coverage = pmverify._rewrites.rewrite.NearMissCoverage(judged=("optional_arg",), missed=("values",))
     passed = types.SimpleNamespace(examples=6, rewritten_cases=2, coverage=coverage)
-    monkeypatch.setattr(pmverify._rewrite, "check_rewrite", lambda *args, **kwargs: passed)
-    monkeypatch.setattr(pmverify._verify, "verify", lambda *args, **kwargs: pmverify.VerifySummary())
+    monkeypatch.setattr(pmverify._rewrites.rewrite, "check_rewrite", lambda *args, **kwargs: passed)
+    monkeypatch.setattr(pmverify._engine.verify, "verify", lambda *args, **kwargs: pmverify.VerifySummary())
     monkeypatch.setattr("pmverify.strategies.planted", lambda rewrite, **kwargs: None)
     outcome = check.check_one(types.SimpleNamespace(pattern_pass=lambda: None), "PASS = None", max_examples=4, seed=0)
     assert outcome["status"] == "not covered"

@@ -8,8 +8,8 @@ import pytest
 from pmverify._audit import check_one
 from pmverify._audit.job import AuditOptions, rewrite_seed
 from pmverify._audit.sources import listing, locate, record_source
+from pmverify._engine.verify import fresh_settings
 from pmverify._settings import AUDIT_MAX_EXAMPLES, profile_settings
-from pmverify._verify import fresh_settings
 
 SOURCE = "_constant_passes"
 FLOAT32 = "gelu_mul[float32, fwd_only]"

@@ -22,7 +22,7 @@ def recorded():
 
 
 class _StandIn:
-    """``pmverify._entry_check`` until it lands: ``check_entry`` answers ``outcome`` (a result, or
+    """``pmverify._rewrites.entry_check`` until it lands: ``check_entry`` answers ``outcome`` (a result, or
     an exception it raises) and keeps what it was called with."""
 
     def __init__(self, outcome):
@@ -40,9 +40,9 @@ class _StandIn:
 def stand_in(monkeypatch):
     def install(outcome):
         fake = _StandIn(outcome)
-        module = types.ModuleType("pmverify._entry_check")
+        module = types.ModuleType("pmverify._rewrites.entry_check")
         module.check_entry = fake.check_entry
-        monkeypatch.setitem(sys.modules, "pmverify._entry_check", module)
+        monkeypatch.setitem(sys.modules, "pmverify._rewrites.entry_check", module)
         return fake
 
     return install
@@ -119,7 +119,7 @@ def test_a_lowering_entry_is_checked_by_check_entry_with_few_cases(recorded, sta
 
 
 def test_the_worker_checks_an_inductor_graph_entry_with_a_pass_inductor_entry_rebuilds(stand_in, tmp_path):
-    from pmverify._inductor_rewrites import _recorded
+    from pmverify._rewrites.inductor_rewrites import _recorded
 
     fake = stand_in(types.SimpleNamespace(examples=1, rewritten_cases=1, outcomes={}, summary=None))
     request = CheckRequest(INDUCTOR, "joint_graph", "pointless_view", 0, "graph")

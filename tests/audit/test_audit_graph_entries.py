@@ -13,8 +13,8 @@ import pytest
 
 import pmverify
 from pmverify._audit import check
+from pmverify._engine.verify import fresh_settings
 from pmverify._settings import AUDIT_MAX_EXAMPLES
-from pmverify._verify import fresh_settings
 
 CURATED = [
     ("joint_graph", "pointless_view", "ok"),

@@ -11,7 +11,7 @@ from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, joint_
 import pmverify
 from pmverify._audit import list_rewrites
 from pmverify._audit.sources import listing
-from pmverify._inductor_rewrites import unique_labels
+from pmverify._rewrites.inductor_rewrites import unique_labels
 
 
 def gelu_mul(x, y):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import pmverify
 from pmverify import GraphCase, PlantedInstance
-from pmverify._verify import fresh_settings
+from pmverify._engine.verify import fresh_settings
 from pmverify.faults import BANK, GeluMulConfig, GeluMulFusion, GeluMulRegisteredAtFloat32Only, gelu_mul_pattern
 
 

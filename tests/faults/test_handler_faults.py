@@ -10,7 +10,7 @@ from hypothesis.errors import InvalidArgument
 
 import pmverify
 from pmverify import _selfcheck, faults
-from pmverify._entry_check import check_entry
+from pmverify._rewrites.entry_check import check_entry
 from pmverify.faults import BANK
 
 aten = torch.ops.aten

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from pmverify import PassVerificationError, check_case, verify
-from pmverify._apply import propagate_fake
 from pmverify._case import GraphCase
+from pmverify._engine.apply import propagate_fake
 from pmverify.faults import BANK, IdentityFoldingIgnoresPromotion
 from pmverify.faults.identities import HandIdentityFolding, IdentityConfig
 from pmverify.strategies import fx_graphs

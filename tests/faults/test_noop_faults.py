@@ -26,7 +26,7 @@ def _scatter_case(*tail) -> GraphCase:
     nx, ny = graph.placeholder("x0"), graph.placeholder("x1")
     scatter = graph.call_function(aten.slice_scatter.default, (nx, ny, *tail))
     graph.output((graph.call_function(aten.neg.default, (scatter,)),))
-    from pmverify._apply import propagate_fake
+    from pmverify._engine.apply import propagate_fake
 
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     propagate_fake(gm, (x, y))

@@ -12,8 +12,8 @@ from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
-from pmverify._apply import apply_direct
-from pmverify._symbolic import symbolize
+from pmverify._engine.apply import apply_direct
+from pmverify._shapes.symbolic import symbolize
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.patterns import should_fuse
 from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from pmverify import check_case
-from pmverify._apply import apply_direct
 from pmverify._case import GraphCase
+from pmverify._engine.apply import apply_direct
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -140,7 +140,7 @@ def test_a_saved_failure_is_shrunk_from_its_choices(big, tmp_path):
     """What a replay of a failure saved unshrunk does: a search under ``shrinking_from`` starts from
     the saved case (a primary entry replayed exactly would be taken as shrunk) and shrinks it."""
     from pmverify import PassVerificationError, verify
-    from pmverify._verify import database_key
+    from pmverify._engine.verify import database_key
 
     choices, _ = big
     key = database_key(passes.raises, passes.CASES)

@@ -412,7 +412,7 @@ def test_batches_are_seeded_by_the_one_batch_seed(make_job):
 
     from pmverify._audit.job import rewrite_seed
     from pmverify._audit.sources import AuditedRewrite
-    from pmverify._verify import batch_seed
+    from pmverify._engine.verify import batch_seed
 
     job = make_job("mod:Pass", seed=5)
     (run,) = job.runs

@@ -228,7 +228,7 @@ def test_junit_drops_what_xml_cannot_hold():
 def test_database_keys_do_not_hold_memory_addresses():
     import functools
 
-    from pmverify._verify import database_key
+    from pmverify._engine.verify import database_key
     from pmverify.strategies import fx_graphs
 
     class Knob:
@@ -247,8 +247,8 @@ def test_a_finding_is_the_failure_hypothesis_shrank_and_lists_the_others_most_se
     import types
 
     from pmverify import Violation
+    from pmverify._engine.verify import Failure
     from pmverify._job.worker import _finding
-    from pmverify._verify import Failure
 
     strides = Violation("structure", "strides", kind="strides")
     dtype, semantics = Violation("structure", "dtype", kind="dtype/shape"), Violation("semantics", "values")

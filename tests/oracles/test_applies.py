@@ -6,7 +6,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from pmverify import GraphCase, check_case
-from pmverify._check import CaseResult
+from pmverify._engine.check import CaseResult
 from pmverify.oracles import MODULES, ORACLES, applicability, semantics
 
 

@@ -14,7 +14,7 @@ aten = torch.ops.aten
 
 def _case():
     """relu of an (s0, 8) input, s0 in [2, 64] (hint 11)."""
-    from pmverify._symbolic import symbolize
+    from pmverify._shapes.symbolic import symbolize
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")

@@ -159,8 +159,8 @@ def test_an_extra_user_near_miss_rewritten_with_its_intermediate_kept_is_a_note(
     assert result.rewrite_count == 1 and "duplicated work" in result.notes[0]
     assert "sigmoid" in {node.name for node in result.pair.after.graph.nodes}  # kept for its other reader
     # the case's Hypothesis event and the search summary say so too
-    from pmverify._summary import VerifySummary
-    from pmverify._verify import case_events
+    from pmverify._engine.verify import case_events
+    from pmverify._findings.summary import VerifySummary
 
     assert "near miss extra_user: rewritten, either is right (see the note)" in case_events(result)
     assert VerifySummary.of(result).planted_counts == {

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from pmverify import GraphCase, PlantedInstance, check_case
-from pmverify._summary import KEPT_FOR_READERS, MATCHED_KEEPING, VerifySummary
-from pmverify._verify import case_events
+from pmverify._engine.verify import case_events
+from pmverify._findings.summary import KEPT_FOR_READERS, MATCHED_KEEPING, VerifySummary
 from pmverify.faults import gelu_mul_pattern
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from pmverify import GraphCase, MutationSite, PassVerificationError, PlantedInstance, check_case, verify
-from pmverify._summary import EITHER_BY_PASS
-from pmverify._verify import case_events
+from pmverify._engine.verify import case_events
+from pmverify._findings.summary import EITHER_BY_PASS
 from pmverify.faults.stale_regions import (
     HoistedWriteBackRMSNorm,
     WriteBackHoistStaleRegions,

@@ -193,7 +193,7 @@ def test_stale_meta_is_reported():
 
 
 def test_updated_meta_is_quiet():
-    from pmverify._apply import propagate_fake
+    from pmverify._engine.apply import propagate_fake
 
     def to_half_and_update(graph):
         _to_half_inside(graph)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import pmverify
 from pmverify import GraphCase
-from pmverify._symbolic import symbolize
+from pmverify._shapes.symbolic import symbolize
 from pmverify.oracles._specialisation import MAX_POINTS, _same_size
 
 aten = torch.ops.aten

@@ -17,7 +17,7 @@ from hypothesis.strategies import SearchStrategy
 from torch._inductor.pattern_matcher import is_mutation_op
 
 from pmverify import GraphCase
-from pmverify._apply import propagate_fake
+from pmverify._engine.apply import propagate_fake
 from pmverify.fusions.qk_norm import QKNormConfig
 from pmverify.fusions.qk_norm.testing.cases import build_case, make_layer
 from pmverify.fusions.qk_norm.testing.layers import Source

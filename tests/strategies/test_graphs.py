@@ -16,8 +16,8 @@ from _mutation_checks import first
 from hypothesis import Phase, given, settings
 from hypothesis.errors import InvalidArgument
 
-from pmverify._apply import propagate_fake
 from pmverify._case import GraphCase
+from pmverify._engine.apply import propagate_fake
 from pmverify.strategies._graph_ops import GRAPH_DTYPES, OPS
 from pmverify.strategies._graphs import GRAPH_DTYPES_WITHOUT_FLOAT64, GRAPH_OPS, fx_graphs
 from pmverify.strategies._ops_core import INT64_MAX

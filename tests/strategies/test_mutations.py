@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import pmverify
-from pmverify._apply import propagate_fake
+from pmverify._engine.apply import propagate_fake
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.strategies import fx_graphs

@@ -588,7 +588,7 @@ def test_examples_inputs_drawing_something_else():
 def recorded_qk_norm(config: QKNormConfig) -> dict:
     """The shipped pass's rewrites for ``config`` as ``record_patterns`` records them, by name
     (registered afresh: the pass caches its own registration per config)."""
-    from pmverify._record import record_patterns
+    from pmverify._registry.record import record_patterns
     from pmverify.fusions.qk_norm.fusion_pass import _pattern_pass
 
     with record_patterns() as recorded:
@@ -657,7 +657,7 @@ def test_recorded_scalar_workaround_makes_constant_near_misses_optional():
     with another eps, so that near miss is must_match=None; another constant stays a near miss."""
     from torch._inductor import pattern_matcher as pm
 
-    from pmverify._record import record_patterns
+    from pmverify._registry.record import record_patterns
 
     def any_eps(x, w, eps):
         xf = x.float()
@@ -790,7 +790,7 @@ def test_recorded_scalar_workaround_varies_by_default():
     extra_check accepts the value, must not where it rejects it."""
     from torch._inductor import pattern_matcher as pm
 
-    from pmverify._record import record_patterns
+    from pmverify._registry.record import record_patterns
 
     eps_pass = pm.PatternMatcherPass(pass_name="recorded_eps")
     with record_patterns() as recorded:
@@ -836,7 +836,7 @@ def test_recorded_scalar_workaround_values_that_do_not_trace_fall_back():
     example value, not raised; the caller's own inputs draw it too (their value is replaced)."""
     from torch._inductor import pattern_matcher as pm
 
-    from pmverify._record import record_patterns
+    from pmverify._registry.record import record_patterns
 
     with record_patterns(register=False) as recorded:
         pm.register_replacement(

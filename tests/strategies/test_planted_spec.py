@@ -61,7 +61,7 @@ def test_default_and_absent_context_and_kinds():
 def test_a_recorded_rewrite_is_unpacked():
     from torch._inductor import pattern_matcher as pm
 
-    from pmverify._record import record_patterns
+    from pmverify._registry.record import record_patterns
 
     with record_patterns(register=False) as rewrites:
         pm.register_replacement(

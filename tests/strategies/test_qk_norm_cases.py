@@ -11,9 +11,9 @@ from hypothesis import Phase, find, given, settings
 from hypothesis.errors import InvalidArgument
 
 import pmverify
-from pmverify._apply import apply_direct
 from pmverify._case import GraphCase
-from pmverify._symbolic import symbolize
+from pmverify._engine.apply import apply_direct
+from pmverify._shapes.symbolic import symbolize
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.fusions.qk_norm.testing.cases import QK_NORM_FORMS, QK_NORM_NEAR_MISS_KINDS, build_case, make_layer

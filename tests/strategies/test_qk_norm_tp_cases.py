@@ -17,9 +17,9 @@ from hypothesis.errors import InvalidArgument
 from torch.distributed.tensor import Shard
 
 import pmverify
-from pmverify._apply import apply_direct
 from pmverify._case import GraphCase
-from pmverify._symbolic import symbolize
+from pmverify._engine.apply import apply_direct
+from pmverify._shapes.symbolic import symbolize
 from pmverify.fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from pmverify.fusions.qk_norm.config import kv_head_range
 from pmverify.fusions.qk_norm.testing import qk_norm_tp_cases

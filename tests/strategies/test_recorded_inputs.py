@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch._inductor import pattern_matcher as pm
 
-from pmverify._record import record_patterns
+from pmverify._registry.record import record_patterns
 from pmverify.strategies import planted
 from pmverify.strategies._planted_splice import keeping_layout as _keeping_layout
 from pmverify.strategies._recorded_inputs import MAX_NUMEL, MAX_SIDE, capped_sizes, number_positions, recorded_example

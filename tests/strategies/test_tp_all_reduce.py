@@ -192,7 +192,7 @@ def test_functional_forms_are_the_default(value):
 
 
 def test_reproducer_names_the_all_reduce():
-    from pmverify._reproducer import render
+    from pmverify._findings.reproducer import render
 
     source = render(_norm_and_all_reduce_case(ALL_REDUCE), TPRMSNormPass)
     assert "    all_reduce=torch.ops.pmtest.all_reduce.default,\n" in source

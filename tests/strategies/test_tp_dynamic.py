@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import pmverify
-from pmverify._sizes import case_at
+from pmverify._shapes.sizes import case_at
 from pmverify.strategies import Replicate, Shard, like, planted, tp_cases
 
 

@@ -105,7 +105,7 @@ class RecordedRewrite:
         """Whether ``register_replacement`` skipped the rewrite as a duplicate (it returned False
         outside inference mode: ``skip_duplicates=True`` and the same search pattern was registered
         before into the same pass), so that it was registered nowhere."""
-        from ._compat import joint_fwd_bwd
+        from .._compat import joint_fwd_bwd
 
         return self.result is False and not (self._inference_mode and self.trace_fn is joint_fwd_bwd)
 
@@ -135,7 +135,7 @@ class RecordedRewrite:
     @property
     def has_extra_check(self) -> bool:
         """Whether an ``extra_check`` other than Inductor's always-true default was given."""
-        from ._compat import pattern_matcher as pm
+        from .._compat import pattern_matcher as pm
 
         return self.extra_check is not getattr(pm, "_return_true", None)
 
@@ -165,7 +165,7 @@ class RecordedRewrite:
         return isolated_pass(self).pass_
 
     def __repr__(self) -> str:
-        from ._validation import short_repr
+        from .._validation import short_repr
 
         parts = [
             f"{_qualname(self.search_fn)} -> {_qualname(self.replace_fn)}",
@@ -190,7 +190,7 @@ class IsolatedPass:
     """A one-rewrite ``PatternMatcherPass`` and the outcomes of its ``extra_check`` since the
     caller last cleared them; ``outcomes`` memoises ground truth by the caller's key;
     ``rejected``: the first matches the ``extra_check`` rejected, one per
-    :func:`~pmverify._gates.rejection_key` (where :func:`pmverify.check_rewrite` looks for a gate)."""
+    :func:`~pmverify._registry.gates.rejection_key` (where :func:`pmverify.check_rewrite` looks for a gate)."""
 
     pass_: Any
     checks: list[bool] = dataclasses.field(default_factory=list)
@@ -200,7 +200,7 @@ class IsolatedPass:
     def reject(self, match: Any) -> None:
         """Keep ``match`` (one the ``extra_check`` rejected) if its key is new, up to
         :data:`_MAX_REJECTED` of them."""
-        from ._gates import rejection_key
+        from .gates import rejection_key
 
         if len(self.rejected) < _MAX_REJECTED:
             self.rejected.setdefault(rejection_key(match), match)
@@ -214,7 +214,7 @@ def isolated_pass(rewrite: RecordedRewrite) -> IsolatedPass:
     outcomes of its ``extra_check`` calls; what :meth:`RecordedRewrite.pattern_pass` returns the
     pass of. Raises ``ValueError`` as it does."""
     if rewrite._isolated is None:
-        from ._compat import PatternMatcherPass
+        from .._compat import PatternMatcherPass
 
         isolated = IsolatedPass(PatternMatcherPass(pass_name=f"pmverify_rewrite_{rewrite.name}"))
         user_check = rewrite.extra_check
@@ -247,7 +247,7 @@ _STATE = _State()
 def original_register_replacement() -> Callable[..., Any]:
     """Return Inductor's ``register_replacement`` as it was before any :func:`record_patterns`
     block replaced it (calls to it are never recorded)."""
-    from ._compat import pattern_matcher as pm
+    from .._compat import pattern_matcher as pm
 
     return _STATE.original if _STATE.recorders else pm.register_replacement
 
@@ -262,7 +262,7 @@ def plain_tensors(values: Any) -> Any:
     tracing. Other values are kept as given."""
     import torch
 
-    from ._compat import outside_dispatch_modes, pytree
+    from .._compat import outside_dispatch_modes, pytree
 
     def plain(value: Any) -> Any:
         if not isinstance(value, torch.Tensor) or type(value) in (torch.Tensor, torch.nn.Parameter):
@@ -285,7 +285,7 @@ def _register_fake(arguments: dict[str, Any], error: Exception) -> Any:
     FakeTensorMode; ``error`` (the real registration's) when there is no tensor or that fails too."""
     import torch
 
-    from ._compat import FakeTensorMode
+    from .._compat import FakeTensorMode
 
     example = arguments.get("example_inputs")
     if not isinstance(example, (list, tuple)) or not any(isinstance(v, torch.Tensor) for v in example):
@@ -338,7 +338,7 @@ def pattern_rewrite(
     for a pattern given as a plain function (which constants it treats as wildcards, which
     arguments must be distinct nodes). ``example_inputs`` as ``register_replacement`` takes them:
     the search function's arguments less the ``scalar_workaround`` ones."""
-    from ._compat import fwd_only
+    from .._compat import fwd_only
 
     bound = inspect.signature(original_register_replacement()).bind(
         search_fn,
@@ -358,7 +358,7 @@ def _recording_register_replacement(*args: Any, **kwargs: Any) -> Any:
     every active block, and registers it unless the innermost block says not to."""
     original = _STATE.original
     if not _STATE.recorders:  # a stale reference, kept outside a module: behave as the original
-        from ._compat import pattern_matcher as pm
+        from .._compat import pattern_matcher as pm
 
         return (original or pm.register_replacement)(*args, **kwargs)
     try:
@@ -416,7 +416,7 @@ def record_patterns(*, register: bool = True) -> Iterator[list[RecordedRewrite]]
     """
     if not isinstance(register, bool):
         raise TypeError(f"register={register!r} must be a bool")
-    from ._compat import pattern_matcher as pm
+    from .._compat import pattern_matcher as pm
 
     records: list[RecordedRewrite] = []
     if not _STATE.recorders:

@@ -7,7 +7,7 @@ values symbolically again, no fake value is written), loads the exact inputs (em
 pass, runs :func:`pmverify.check_case` and prints the violations. It exits 1 while the pass is
 wrong, 0 once it is fixed, and 2 when it cannot check anything, in a fresh interpreter. In order: the
 prelude (``verify(reproducer_prelude=)``, a fuzz target's, the pass's own), the imports (the
-modules that registered the graph's custom ops, :func:`pmverify._factory.op_origins`; the pass's),
+modules that registered the graph's custom ops, :func:`pmverify._findings.factory.op_origins`; the pass's),
 the pass (or its factory), then the case: each step exits 2 when it fails (a module that does not
 import, ``PASS`` to be edited in, a graph whose ops are missing), and so does ``check_case``
 raising, so that 1 means only that the violation reproduces.
@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from ._case import GraphCase
-from ._factory import IMPORT_HELPER, PassFactory, import_code, op_origins
-from ._fx import GRADIENT_OUTPUTS
+from .._case import GraphCase
+from .._fx import GRADIENT_OUTPUTS
+from .factory import IMPORT_HELPER, PassFactory, import_code, op_origins
 
 __all__ = ["render", "write", "write_picture", "pass_recipe", "rebuildable", "import_source", "default_repro_dir"]
 
@@ -601,8 +601,8 @@ def write_picture(pair: Any, reproducer: str | os.PathLike[str]) -> list[pathlib
     before, the nodes the pass inserted marked in the graph after. Always a Graphviz ``.dot`` file,
     and an ``.svg`` when Graphviz's ``dot`` is installed; returns the paths written. Raises
     ``OSError`` when the ``.dot`` file cannot be written."""
-    from ._graphviz import render_dot
-    from ._graphviz import write_picture as write_dot
+    from .graphviz import render_dot
+    from .graphviz import write_picture as write_dot
 
     before = {node.name for node in pair.before.graph.nodes}
     after = {node.name for node in pair.after.graph.nodes} if pair.after is not None else set()

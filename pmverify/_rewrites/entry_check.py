@@ -23,12 +23,12 @@ from typing import Any
 
 from hypothesis.errors import InvalidArgument
 
-from ._apply import UncompilableCase
-from ._check import CaseResult
-from ._entries import RecordedEntry
-from ._rewrite import NearMissCoverage, covered_verify
-from ._summary import AllCasesVoid, RewriteNeverMatched, RewriteUnsatisfiable, VerifySummary, vacuous_error
-from ._verify import PassVerificationError
+from .._engine.apply import UncompilableCase
+from .._engine.check import CaseResult
+from .._engine.verify import PassVerificationError
+from .._findings.summary import AllCasesVoid, RewriteNeverMatched, RewriteUnsatisfiable, VerifySummary, vacuous_error
+from .._registry.entries import RecordedEntry
+from .rewrite import NearMissCoverage, covered_verify
 
 __all__ = ["EntryResult", "check_entry"]
 
@@ -37,7 +37,7 @@ __all__ = ["EntryResult", "check_entry"]
 class EntryResult:
     """What :func:`check_entry` checked.
 
-    - ``entry``: the :class:`~pmverify._entries.RecordedEntry`.
+    - ``entry``: the :class:`~pmverify._registry.entries.RecordedEntry`.
     - ``examples``: cases run (each one instance of the entry's pattern).
     - ``rewritten_cases``: the cases in which the entry fired (its handler ran on a match its
       ``extra_check`` accepted; the handler may still have left the graph as it was).
@@ -51,7 +51,7 @@ class EntryResult:
       parameters..."``): config options set, tensors drawn as frozen parameters.
     - ``coverage``: whether the near miss ``"optional_arg"`` (an optional argument the pattern does
       not bind, set) applied and was judged (:class:`~pmverify.NearMissCoverage`): the first cases
-      set one on each call that has one (:func:`~pmverify._rewrite.covered_verify`).
+      set one on each call that has one (:func:`~pmverify._rewrites.rewrite.covered_verify`).
     """
 
     entry: RecordedEntry
@@ -81,7 +81,7 @@ def check_entry(
     barriers; return an :class:`EntryResult` (a :class:`~pmverify.RewriteResult` for a
     ``"replacement"`` entry, checked by :func:`~pmverify.check_rewrite`).
 
-    - ``entry``: a :class:`~pmverify._entries.RecordedEntry` (:func:`pmverify.record_inductor`).
+    - ``entry``: a :class:`~pmverify._registry.entries.RecordedEntry` (:func:`pmverify.record_inductor`).
     - ``max_examples``, ``seed``, ``repro_dir``, ``settings``, ``reproducer_prelude``: as for
       :func:`~pmverify.check_rewrite`.
     - ``pass_source``: Python code defining ``PASS`` (the one-entry pass) for the reproducer.
@@ -96,7 +96,7 @@ def check_entry(
       another value.
 
     A ``"lowering"`` entry (its handler lowers the match to Inductor IR, which only a compile runs)
-    is checked in compiled mode (:func:`pmverify._compiled.apply_compiled`): each case compiled
+    is checked in compiled mode (:func:`pmverify._engine.compiled.apply_compiled`): each case compiled
     with ``torch.compile`` twice, Inductor's ``pattern_matcher`` off in both, the second with the
     entry alone as the post-grad custom pass, and the semantics oracle alone judges the compiled
     values (the graph the entry leaves calls its handler, which only Inductor's lowering runs);
@@ -105,7 +105,7 @@ def check_entry(
 
     Raises :class:`PassVerificationError` (shrunk case, reproducer) when the handler breaks a
     property; :class:`RewriteUnsatisfiable` when it never fired because its ``extra_check`` is gated
-    on what this machine or configuration lacks (see :mod:`pmverify._gates`); also when its
+    on what this machine or configuration lacks (see :mod:`pmverify._registry.gates`); also when its
     pattern calls an op whose CPU kernel trusts its arguments (mkldnn, onednn: a drawn call may
     crash the process, so none is drawn; :func:`~pmverify.strategies._expr_instances.undrawable`);
     also (``condition`` saying so) when it never fired and no gate was found: pmverify drew no
@@ -114,17 +114,17 @@ def check_entry(
     re-traces the drawn graph, and its instance may not reach the post-grad graph whole; else
     :data:`LOWERING_UNMATCHED_CONDITION`: a few cases do not show a pattern dead); :class:`AllCasesVoid`
     when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
-    is not a :class:`~pmverify._entries.RecordedEntry`.
+    is not a :class:`~pmverify._registry.entries.RecordedEntry`.
     """
     import contextlib
 
-    from ._compat import inductor_config as config
-    from ._gates import validate_config_patches
+    from .._compat import inductor_config as config
+    from .._registry.gates import validate_config_patches
 
     if not isinstance(entry, RecordedEntry):
         raise InvalidArgument(f"entry={entry!r} must be a RecordedEntry (from pmverify.record_inductor())")
     if entry.kind == "replacement":
-        from ._rewrite import check_rewrite
+        from .rewrite import check_rewrite
 
         return check_rewrite(
             entry.rewrite,
@@ -136,7 +136,7 @@ def check_entry(
             settings=settings,
             reproducer_prelude=reproducer_prelude,
         )
-    from .strategies._expr_instances import undrawable
+    from ..strategies import undrawable
 
     why = undrawable(entry.pattern)
     if why is not None:
@@ -182,7 +182,7 @@ def enabling_patches(options: tuple[str, ...]) -> dict[str, Any]:
     pass's options as Inductor's run gives them (``split_cat``'s read their thresholds there)."""
     import re
 
-    from ._compat import inductor_config as config
+    from .._compat import inductor_config as config
 
     patches: dict[str, Any] = {}
     for option in options:
@@ -234,7 +234,7 @@ def _search(
         levers = gate.levers if gate is not None else ()
         if gate is None or gate.computed or any(lever.kind == "device" for lever in levers):
             raise _never_fired(entry, error.result, error.summary, gate) from None
-    from ._compat import inductor_config as config
+    from .._compat import inductor_config as config
 
     patches = {lever.key: lever.value for lever in levers if lever.kind == "config"}
     frozen = "all" if any(lever.kind == "frozen" for lever in levers) else None
@@ -263,8 +263,8 @@ def _search(
 
 
 def _gate(entry: RecordedEntry, rejected: list[Any]) -> Any:
-    """The first gate :func:`pmverify._gates.find_gate` finds on a rejected match (None: none)."""
-    from ._gates import find_gate
+    """The first gate :func:`pmverify._registry.gates.find_gate` finds on a rejected match (None: none)."""
+    from .._registry.gates import find_gate
 
     for match in rejected:
         try:
@@ -291,7 +291,7 @@ def _search_once(
     lever_note: str | None = None,
     dynamic: Any = False,
 ) -> EntryResult:
-    from .strategies._expr_instances import ExprUnsupported, expr_cases
+    from ..strategies import ExprUnsupported, expr_cases
 
     def extra_check(match: Any) -> bool:
         accepted = bool(entry.extra_check(match))

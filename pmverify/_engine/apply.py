@@ -14,7 +14,7 @@ its next pass on the graph a pass left, before any sort). The pass may be:
 - anything with ``__call__(torch.fx.Graph)`` (Inductor's ``CustomGraphPass``, vLLM's passes);
 - a ``PatternMatcherPass`` (called through ``.apply``);
 - a class, built per case as ``cls(case.pass_config)``;
-- a :class:`~pmverify._factory.PassFactory` (``verify(pass_factory=...)``), used as a class is.
+- a :class:`~pmverify._findings.factory.PassFactory` (``verify(pass_factory=...)``), used as a class is.
 
 A tensor-parallel case (``tp_world > 1``) runs the same per-rank graph on every rank, and so does
 the pass: it is applied once per rank, to its own copy propagated with that rank's inputs, built
@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
-from ._case import GraphCase
-from ._compat import python_dispatcher
-from ._execution import (
+from .._case import GraphCase
+from .._compat import python_dispatcher
+from .._execution import (
     MatchRecord,
     RunPair,
     error_summary,
@@ -49,9 +49,9 @@ from ._execution import (
     quiet_fake_tensor_errors,
     rank_pair,
 )
-from ._factory import PassFactory
-from ._fx import output_vals
-from .errors import UncompilableCase
+from .._findings.factory import PassFactory
+from .._fx import output_vals
+from ..errors import UncompilableCase
 
 __all__ = [
     "MatchRecord",
@@ -88,7 +88,7 @@ def recording_matches():
     of :class:`MatchRecord` it fills. Wraps ``apply`` of the entry classes of
     ``torch._inductor.pattern_matcher`` (what ``PatternMatcherPass.apply`` calls once a match passed
     its mutation-region and ``extra_check`` tests) and restores them on exit."""
-    from ._compat import pattern_matcher as pm
+    from .._compat import pattern_matcher as pm
 
     records: list[MatchRecord] = []
     classes = [pm.ReplacementPatternEntry, pm.GraphPatternEntry, pm.LoweringPatternEntry]
@@ -137,7 +137,7 @@ def sort_like_inductor(graph: torch.fx.Graph) -> list[tuple[str, str]]:
     unchanged."""
     pairs = [(node.name, arg.name) for node, arg in _out_of_order(graph)]
     if pairs and _acyclic(graph):
-        from ._compat import stable_topological_sort
+        from .._compat import stable_topological_sort
 
         stable_topological_sort(graph)
     return pairs
@@ -233,7 +233,7 @@ def _constructible_without_arguments(cls: type) -> bool:
 
 def run_pass(pass_obj: Any, graph: torch.fx.Graph) -> int | None:
     """Run ``pass_obj`` on ``graph`` in place; return the match count it reports, if any."""
-    from ._compat import PatternMatcherPass
+    from .._compat import PatternMatcherPass
 
     if isinstance(pass_obj, PatternMatcherPass):
         return int(pass_obj.apply(graph))

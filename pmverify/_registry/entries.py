@@ -78,7 +78,7 @@ class RecordedEntry:
         register into it), with the ``pass_name`` of the pass Inductor holds it in, so that a
         handler counting into ``counters["inductor"]`` by pass name counts as in Inductor."""
         if self._pass is None:
-            from ._compat import PatternMatcherPass
+            from .._compat import PatternMatcherPass
 
             name, subsystem = self.torch_pass
             isolated = PatternMatcherPass(pass_name=name, subsystem=subsystem)

@@ -19,7 +19,7 @@ the symbol is then dropped (the case stays static in it) rather than kept specia
 The range a symbol is valid for comes from the ``ShapeEnv``'s guards (a literal ``slice`` end of 9
 guards ``s0 >= 9``): :attr:`Symbol.min` / :attr:`Symbol.max` is the widest interval around the
 hint, within ``[2, MAX_SIZE]``, where every guard holds. Running a symbolic case at sizes, and
-the fake inputs a pass sees, are :mod:`pmverify._sizes`' (its names are re-exported here).
+the fake inputs a pass sees, are :mod:`pmverify._shapes.sizes`' (its names are re-exported here).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from ._case import GraphCase, Symbol
-from ._compat import FakeTensorMode, python_dispatcher
-from ._sizes import allowed_sizes, fake_input, new_symbol, written_size
-from .errors import SymbolizeError
+from .._case import GraphCase, Symbol
+from .._compat import FakeTensorMode, python_dispatcher
+from ..errors import SymbolizeError
+from .sizes import allowed_sizes, fake_input, new_symbol, written_size
 
 __all__ = [
     "HINTS",

@@ -1,4 +1,4 @@
-"""What a :func:`~pmverify._verify.verify` search found: its distinct failures (one per ``(oracle,
+"""What a :func:`~pmverify._engine.verify.verify` search found: its distinct failures (one per ``(oracle,
 kind)``, each shrunk to a case of its own), how far shrinking got, and the
 :class:`PassVerificationError` raised for them with their reproducers."""
 
@@ -17,11 +17,11 @@ try:
 except ImportError:  # Python 3.10: Hypothesis depends on the backport
     from exceptiongroup import BaseExceptionGroup
 
-from . import _reproducer
-from ._check import CaseResult
-from ._factory import PassFactory
-from ._severity import failure_key, key_label, most_severe, severity
-from ._summary import VerifySummary
+from .._findings import reproducer as _reproducer
+from .._findings.factory import PassFactory
+from .._findings.severity import failure_key, key_label, most_severe, severity
+from .._findings.summary import VerifySummary
+from .check import CaseResult
 
 __all__ = [
     "CaseFailed",
@@ -42,7 +42,7 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class Failure:
     """One distinct failure of a search: the failures of one ``(oracle, kind)``
-    (:func:`pmverify._severity.failure_key`: ``("semantics", "")``, ``("structure", "strides")``...).
+    (:func:`pmverify._findings.severity.failure_key`: ``("semantics", "")``, ``("structure", "strides")``...).
 
     - ``key``: that ``(oracle, kind)``; ``label``: it in words (``"structure (strides)"``);
     - ``result``: the :class:`CaseResult` of its case; ``case``: the case;
@@ -82,7 +82,7 @@ class PassVerificationError(AssertionError):
 
     - ``failures``: every distinct failure of the search (:class:`Failure`: one per ``(oracle,
       kind)``, each shrunk to a case of its own and with its own reproducer), most severe first
-      (:mod:`pmverify._severity`: wrong values, dtype/shape, mutation/aliasing, ..., strides, crash).
+      (:mod:`pmverify._findings.severity`: wrong values, dtype/shape, mutation/aliasing, ..., strides, crash).
     - ``case``, ``violations``, ``result``, ``reproducer``: those of ``failures[0]``, the most severe:
       the shrunk :class:`GraphCase`, every violation of it, the full :class:`CaseResult`, the path of
       a standalone script that shows the violation when run (None if it could not be written).

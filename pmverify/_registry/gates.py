@@ -196,7 +196,7 @@ def gate_of_rewrite(rewrite: Any, isolated: Any, *, forced: bool = False) -> Rew
     for args in _variants(rewrite.search_args):
         isolated.rejected.clear()
         if _apply_on(rewrite, isolated, args) and accepted is None:
-            from ._validation import short_repr
+            from .._validation import short_repr
 
             accepted = short_repr(args)
         for match in () if forced else list(isolated.rejected.values()):
@@ -242,7 +242,7 @@ def inference_mode_gate(recorded: Any) -> str | None:
     inference mode), else None."""
     if not torch.is_inference_mode_enabled():
         return None
-    from ._compat import PatternMatcherPass
+    from .._compat import PatternMatcherPass
 
     with torch.inference_mode(False):
         try:
@@ -258,7 +258,7 @@ def validate_config_patches(config_patches: Any) -> dict[str, Any]:
     option, or a non-bool value for a bool option."""
     from hypothesis.errors import InvalidArgument
 
-    from ._compat import inductor_config as config
+    from .._compat import inductor_config as config
 
     if config_patches is None:
         return {}
@@ -308,8 +308,8 @@ def _apply_on(rewrite: Any, isolated: Any, args: tuple[Any, ...]) -> bool:
     """Run the one-rewrite pass on the search function traced on ``args``; whether it rewrote."""
     import copy
 
-    from ._execution import propagate_fake, quiet_fake_tensor_errors
-    from ._fx import trace
+    from .._execution import propagate_fake, quiet_fake_tensor_errors
+    from .._fx import trace
 
     try:
         gm = copy.deepcopy(trace(rewrite.search_fn, args, rewrite.trace_fn))
@@ -322,7 +322,7 @@ def _apply_on(rewrite: Any, isolated: Any, args: tuple[Any, ...]) -> bool:
 
 def _inputs(match: Any) -> str:
     """The match's inputs in words: ``mat1=tensor[5, 5]:float16, ...``."""
-    from ._validation import short_repr
+    from .._validation import short_repr
 
     parts = []
     for name, value in match.kwargs.items():
@@ -383,7 +383,7 @@ def _graph_tensors(match: Any) -> Iterator[torch.Tensor]:
 
 def _run(check: Callable[[Any], Any], match: Any, levers: tuple[Lever, ...]) -> _Outcome:
     """Run ``check(match)`` with ``levers`` simulated, recording the bool config it reads."""
-    from ._compat import inductor_config as config
+    from .._compat import inductor_config as config
 
     patches = dict(_PROBE_CONFIG)
     patches.update({lever.key: lever.value for lever in levers if lever.kind == "config"})
@@ -448,7 +448,7 @@ def _recording_producers(match: Any, inspected: set[str]) -> Iterator[None]:
 @functools.cache
 def _options() -> frozenset[str]:
     """The option names of ``torch._inductor.config`` (dotted: ``"cpp.enable_concat_linear"``)."""
-    from ._compat import inductor_config as config
+    from .._compat import inductor_config as config
 
     return frozenset(config.get_config_copy())
 
@@ -497,7 +497,7 @@ def _on_cuda(value: Any) -> Any:
         return value
     mode = getattr(value, "fake_mode", None)
     if mode is None:
-        from ._compat import FakeTensorMode
+        from .._compat import FakeTensorMode
 
         mode = FakeTensorMode()
     with mode:
@@ -522,7 +522,7 @@ def _on_device(match: Any, asked: list[bool]) -> Iterator[None]:
     """Inside the block, every tensor value of the match's graph is a fake tensor on ``cuda:0`` and
     the device queries answer as on a CUDA machine with Triton (``asked[0]`` set when Triton's
     availability is asked)."""
-    from ._compat import triton_utils as _triton
+    from .._compat import triton_utils as _triton
 
     saved = {}
     for node in match.graph.nodes:

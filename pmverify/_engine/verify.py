@@ -15,19 +15,17 @@ from hypothesis import event, given, reject
 from hypothesis.errors import FailedHealthCheck, InvalidArgument, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
-from . import _reproducer
-from ._apply import UncompilableCase, check_pass
-from ._check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory, validate_oracles
-from ._compat import (
+from .._compat import (
     max_shrinking_seconds,
     no_local_constants,
     search_statistics,
     very_slow_shrinking_reason,
     without_slow_shrinking_warning,
 )
-from ._fatal import announce, call_named, case_label, fatal_stacks
-from ._severity import failure_key, most_severe
-from ._summary import (
+from .._findings import reproducer as _reproducer
+from .._findings.fatal import announce, call_named, case_label, fatal_stacks
+from .._findings.severity import failure_key, most_severe
+from .._findings.summary import (
     UnfusedWarning,
     VerifySummary,
     check_allow_unfused,
@@ -35,7 +33,9 @@ from ._summary import (
     unfused_warnings,
     vacuous_error,
 )
-from ._verify_failures import (
+from .apply import UncompilableCase, check_pass
+from .check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory, validate_oracles
+from .verify_failures import (
     Failure,
     PassVerificationError,
     Shrinking,
@@ -46,7 +46,7 @@ from ._verify_failures import (
     raise_failures,
     short_repr,
 )
-from ._verify_settings import batch_seed, database_key, fresh_settings, search_settings
+from .verify_settings import batch_seed, database_key, fresh_settings, search_settings
 
 __all__ = [
     "DEFAULT_SHRINK_BUDGET_S",
@@ -155,7 +155,7 @@ def verify(
       ``"compiled"`` (two ``torch.compile`` runs a case: seconds each, so keep ``max_examples``
       small); the reproducer runs the same mode. A compiled case that ``torch.compile`` cannot
       compile or run even without the pass is discarded as an invalid draw (an event says so);
-      when too few others are drawn the search raises :class:`~pmverify._apply.UncompilableCase`
+      when too few others are drawn the search raises :class:`~pmverify._engine.apply.UncompilableCase`
       (a ``RuntimeError``) with the first such case's error.
     - ``strict_order``: judge the graph in the order the pass left it, as for :func:`check_case`
       (default False: Inductor's order, sorted after ``post_grad_custom_post_pass``; True for a
@@ -172,7 +172,7 @@ def verify(
       least 5 instances over 3 cases (a dtype, a form, a may-match reason) that was never rewritten
       while the pass rewrote other instances is warned about (``warnings.warn``, so pytest shows it)
       with its count and remedy, and listed in the summary's ``warnings``
-      (:func:`pmverify._summary.unfused_warnings`). Default None: none silenced.
+      (:func:`pmverify._findings.summary.unfused_warnings`). Default None: none silenced.
     - ``settings``: the ``hypothesis.settings`` the search runs under, as a parent: its
       ``max_examples``, ``database``, ``phases``, ``verbosity``... hold, except that ``deadline`` is
       always None (torch code trips it at random), ``too_slow`` and ``data_too_large`` are added to
@@ -188,7 +188,7 @@ def verify(
 
     The failing cases are saved to the Hypothesis example database before this
     raises, and replayed first on the next run. Each distinct failure, an ``(oracle, kind)``
-    (:func:`pmverify._severity.failure_key`: a stride change and a wrong dtype are two) is shrunk to
+    (:func:`pmverify._findings.severity.failure_key`: a stride change and a wrong dtype are two) is shrunk to
     a case of its own on which it is the most severe violation, and gets its own reproducer; the
     error's ``failures`` list them most severe first, the first being the error's ``case``. An
     ``(oracle, kind)`` that fired only beside a more severe one is listed too, on its first case
@@ -246,11 +246,11 @@ def verify(
         raise InvalidArgument(f"oracles={oracles!r} asks no oracle: the search would check nothing; None asks all")
     validate_oracles(oracles)
     if seed is None:
-        from ._settings import env_seed  # (torch-free; pytest and the CLI check it at start-up)
+        from .._settings import env_seed  # (torch-free; pytest and the CLI check it at start-up)
 
         seed = env_seed()
     check_pass(pass_)
-    from ._settings import env_shrink_budget
+    from .._settings import env_shrink_budget
 
     cap = env_shrink_budget()
     if cap is not None:
@@ -340,7 +340,7 @@ class _Search:
         self.numbered += 1
         label = case_label(self.numbered, case, self.seed)
         announce(label)
-        # a process the pass kills: faulthandler's stack names the case (see pmverify._fatal)
+        # a process the pass kills: faulthandler's stack names the case (see pmverify._findings.fatal)
         try:
             result = call_named(
                 label,
@@ -370,7 +370,7 @@ class _Search:
             raise failure_class(key)(result)
 
     def raise_uncompilable(self, error: BaseException) -> None:
-        """Raise :class:`~pmverify._apply.UncompilableCase` when ``error``, a search's end without a
+        """Raise :class:`~pmverify._engine.apply.UncompilableCase` when ``error``, a search's end without a
         case failure, came of too few cases that compile even without the pass."""
         if self.uncompilable and isinstance(error, (Unsatisfiable, FailedHealthCheck, TooManyUncompilable)):
             raise UncompilableCase(

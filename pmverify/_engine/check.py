@@ -10,12 +10,12 @@ from typing import Any
 
 from hypothesis.errors import InvalidArgument
 
-from ._apply import apply_direct
-from ._case import GraphCase
-from ._execution import RunPair, changed, matched_instances, rewrite_count
-from .distributed import SPMDTimeoutError
-from .oracles import ORACLES, InternalError, Oracle, PmverifyInternalError, Violation, applicability, semantics
-from .oracles.expectations import kept_intermediate_notes, near_miss_notes, pass_put_barriers
+from .._case import GraphCase
+from .._execution import RunPair, changed, matched_instances, rewrite_count
+from ..distributed import SPMDTimeoutError
+from ..oracles import ORACLES, InternalError, Oracle, PmverifyInternalError, Violation, applicability, semantics
+from ..oracles.expectations import kept_intermediate_notes, near_miss_notes, pass_put_barriers
+from .apply import apply_direct
 
 __all__ = ["CaseResult", "check_case", "judged_by", "graph_failure", "MODES"]
 
@@ -181,10 +181,10 @@ def _oracle_raised(
 
 def pass_or_factory(pass_: Any, pass_factory: Any) -> Any:
     """The pass under test of ``pass_=`` / ``pass_factory=`` (exactly one of them): ``pass_``, or
-    ``pass_factory`` as a :class:`~pmverify._factory.PassFactory`. Raises ``InvalidArgument``
-    naming both when both are given or neither is, and as :func:`~pmverify._factory.as_factory`
+    ``pass_factory`` as a :class:`~pmverify._findings.factory.PassFactory`. Raises ``InvalidArgument``
+    naming both when both are given or neither is, and as :func:`~pmverify._findings.factory.as_factory`
     does."""
-    from ._factory import as_factory
+    from .._findings.factory import as_factory
 
     if pass_ is None and pass_factory is None:
         raise InvalidArgument("pass_=None is not a pass: give the pass, or pass_factory= a function building it")
@@ -218,7 +218,7 @@ def check_case(
     - ``mode``: ``"direct"`` (default: copy, fake-propagate, run the pass, recompile; no
       torch.compile) or ``"compiled"`` (``torch.compile`` the case's graph with Inductor twice,
       without and with the pass installed as ``post_grad_custom_post_pass``, and compare the two on
-      every rank; see :mod:`pmverify._compiled`). Compiled mode takes seconds a case, not
+      every rank; see :mod:`pmverify._engine.compiled`). Compiled mode takes seconds a case, not
       milliseconds; ``pair.before`` / ``pair.after`` are then Inductor's post-grad graphs, and the
       expectations oracle judges the pass's match count, not node names.
     - ``strict_order``: a node the pass leaves before one of its inputs is a structure finding even
@@ -252,7 +252,7 @@ def check_case(
     checks = _resolve_oracles(oracles)
     start = time.perf_counter()
     if mode == "compiled":
-        from ._compiled import apply_compiled  # imports torch._inductor: only when asked for
+        from .compiled import apply_compiled  # imports torch._inductor: only when asked for
 
         if case.tp_world > 1 and _has_collectives(case):
             raise ValueError(

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ._case import GraphCase
+from .._case import GraphCase
 
 __all__ = ["Alignment", "alignment", "copy_graph_module", "symbolic_alignment"]
 

@@ -11,7 +11,7 @@ back afterwards, so the rewrites are recorded as a fresh process registers them 
 skipped against each other only) and Inductor's own state is what it was, initialised or not (a
 cached initialiser that another module imported is swapped there for the same fresh cache). The
 entries its modules register when imported are read from the passes before the sandbox, less
-those the initialisers register again (:func:`pmverify._inductor_passes.entry_key`).
+those the initialisers register again (:func:`pmverify._registry.inductor_passes.entry_key`).
 
 Why not record the lazy initialisers as they run: they run once a process, and a process that
 compiled something has run them already.
@@ -30,8 +30,8 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._entries import KINDS, RecordedEntry
-from ._inductor_passes import (
+from .._registry.entries import KINDS, RecordedEntry
+from .._registry.inductor_passes import (
     bound_passes,
     entry_key,
     entry_labels,
@@ -40,7 +40,7 @@ from ._inductor_passes import (
     kind_of,
     pass_config,
 )
-from ._record import RecordedRewrite, record_patterns
+from .._registry.record import RecordedRewrite, record_patterns
 
 __all__ = ["record_inductor", "inductor_entry", "inductor_rewrite", "trace_name", "unique_labels"]
 
@@ -73,7 +73,7 @@ def _modules() -> list[types.ModuleType]:
 
 
 def _pattern_passes() -> list[Any]:
-    from ._compat import PatternMatcherPass
+    from .._compat import PatternMatcherPass
 
     # type(), not isinstance(): isinstance on some of torch's objects (reduce_op) warns
     return [obj for obj in gc.get_objects() if issubclass(type(obj), PatternMatcherPass)]
@@ -168,8 +168,8 @@ def _sandbox() -> Iterator[None]:
 
 def record_inductor(kinds: Sequence[str] = KINDS) -> list[RecordedEntry]:
     """Return every entry of the ``kinds`` (default all: ``"replacement"``, ``"graph"``,
-    ``"lowering"``; :data:`pmverify._entries.KINDS`) that Inductor's own pattern passes hold at the
-    installed torch, as :class:`~pmverify._entries.RecordedEntry`, kind by kind in that order:
+    ``"lowering"``; :data:`pmverify._registry.entries.KINDS`) that Inductor's own pattern passes hold at the
+    installed torch, as :class:`~pmverify._registry.entries.RecordedEntry`, kind by kind in that order:
 
     - ``"replacement"``: each ``register_replacement`` call of ``joint_graph.lazy_init`` (``pad_mm``,
       ``fuse_attention``, with its pre-serialized patterns, ``misc_patterns``), ``post_grad.lazy_init``
@@ -180,7 +180,7 @@ def record_inductor(kinds: Sequence[str] = KINDS) -> list[RecordedEntry]:
     - ``"graph"`` / ``"lowering"``: each ``GraphPatternEntry`` / ``LoweringPatternEntry`` of a
       ``PatternMatcherPass`` bound at module level in ``torch._inductor.fx_passes`` (those its modules
       register when imported, as post_grad's lowerings and split_cat's pre-grad passes, and those of
-      the lazy initialisers), each once, pass by pass (:mod:`pmverify._inductor_passes`); named by
+      the lazy initialisers), each once, pass by pass (:mod:`pmverify._registry.inductor_passes`); named by
       its handler (``module``, ``name``: ``("binary_folding", "folded_op[add.Tensor]")``). Inductor
       skips no graph or lowering entry: none is a ``duplicate``.
 
@@ -188,18 +188,18 @@ def record_inductor(kinds: Sequence[str] = KINDS) -> list[RecordedEntry]:
     subsystem)`` and the config options that enable the pass. The initialisers run again, in a
     sandbox, as a fresh process runs them: whether or not Inductor was initialised in this process,
     the same entries are recorded and Inductor's own pattern passes, caches and registries are left
-    as they were (see :mod:`pmverify._inductor_rewrites`). They run outside inference mode and with
+    as they were (see :mod:`pmverify._rewrites.inductor_rewrites`). They run outside inference mode and with
     grad enabled (where Inductor skips its training rewrites). Every module of
     ``torch._inductor.fx_passes`` is imported first. Names do not depend on ``kinds``. Takes a few
     seconds; not thread-safe (as :func:`record_patterns`). Raises ``InvalidArgument`` for kinds not
-    in :data:`~pmverify._entries.KINDS`.
+    in :data:`~pmverify._registry.entries.KINDS`.
 
     Example::
 
         for entry in pmverify.record_inductor(kinds=("graph",)):
             print(entry.pass_name, entry.label)
     """
-    from ._validation import validate_choices
+    from .._validation import validate_choices
 
     chosen = validate_choices("kinds", kinds, KINDS)
     return [entry for entry in _record_all() if entry.kind in chosen]

@@ -1,4 +1,4 @@
-"""What a :func:`~pmverify._verify.verify` search runs under: its Hypothesis settings, the
+"""What a :func:`~pmverify._engine.verify.verify` search runs under: its Hypothesis settings, the
 example-database key its failures are saved under, and the seeds and settings of the searches
 that ``pmverify fuzz``, ``selfcheck`` and ``audit`` run in batches."""
 
@@ -14,9 +14,9 @@ import hypothesis
 from hypothesis import Phase
 from hypothesis.strategies import SearchStrategy
 
-from ._compat import keyed
-from ._factory import PassFactory
-from ._settings import SUPPRESSED_HEALTH_CHECKS
+from .._compat import keyed
+from .._findings.factory import PassFactory
+from .._settings import SUPPRESSED_HEALTH_CHECKS
 
 __all__ = ["batch_seed", "database_key", "fresh_settings", "pass_identity", "search_settings"]
 
@@ -88,7 +88,7 @@ def search_settings(
     mode: str,
     strict_order: bool,
 ) -> hypothesis.settings:
-    """The settings :func:`~pmverify._verify.verify` searches under: ``settings`` (default
+    """The settings :func:`~pmverify._engine.verify.verify` searches under: ``settings`` (default
     ``hypothesis.settings.default``) as a parent, no deadline, pmverify's suppressed health checks
     added, ``max_examples`` when given, and its example database keyed by :func:`database_key`."""
     parent = hypothesis.settings.default if settings is None else settings

@@ -20,8 +20,8 @@ import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from ._case import GraphCase
-from ._compat import FakeTensorMode
+from .._case import GraphCase
+from .._compat import FakeTensorMode
 
 __all__ = [
     "CompileRange",
@@ -88,7 +88,7 @@ def new_symbol(shape_env: ShapeEnv, name: str, hint: int) -> tuple[sympy.Symbol,
     its ``SymInt``."""
     from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-    from ._compat import ConstantSource
+    from .._compat import ConstantSource
 
     expr = shape_env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
     return expr, shape_env.create_symintnode(expr, hint=hint)

@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from hypothesis.errors import FailedHealthCheck, InvalidArgument, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
-from ._apply import UncompilableCase
-from ._check import CaseResult
-from ._record import RecordedRewrite, isolated_pass
-from ._summary import (
+from .._engine.apply import UncompilableCase
+from .._engine.check import CaseResult
+from .._engine.verify import PassVerificationError, batch_seed
+from .._findings.summary import (
     AllCasesVoid,
     RewriteNeverMatched,
     RewriteNotComparable,
@@ -37,7 +37,7 @@ from ._summary import (
     VerifySummary,
     vacuous_error,
 )
-from ._verify import PassVerificationError, batch_seed
+from .._registry.record import RecordedRewrite, isolated_pass
 
 __all__ = ["NearMissCoverage", "RewriteResult", "RewriteNeverMatched", "check_rewrite", "covered_verify"]
 
@@ -174,10 +174,10 @@ def covered_verify(
     only kinds an instance had a valid candidate of get one. Each kind's case is seeded from
     ``seed`` and the kind's place in ``kinds`` (``seed`` None: random). ``options`` go to
     :func:`verify`; a :class:`PassVerificationError` of any of the searches is raised as is; a near-miss
-    search none of whose cases compile (compiled mode: :class:`~pmverify._apply.UncompilableCase`), or
+    search none of whose cases compile (compiled mode: :class:`~pmverify._engine.apply.UncompilableCase`), or
     whose draws are rejected too often (Hypothesis' filter health check), judges nothing of its kind, and
     the others go on."""
-    from . import _verify  # (looked up when called: a test may stand in for verify)
+    from .._engine import verify as _verify  # (looked up when called: a test may stand in for verify)
 
     if max_examples is not None and (
         not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1
@@ -222,9 +222,9 @@ def _never_matched(
     result: RewriteResult, summary: VerifySummary, rewrite: RecordedRewrite, force_extra_check: bool
 ) -> RewriteNeverMatched:
     """The error of a search in which no case was rewritten: :class:`RewriteUnsatisfiable` when the
-    rewrite's ``extra_check`` is gated on a device or configuration (see :mod:`pmverify._gates`)."""
-    from ._gates import gate_of_rewrite
-    from .strategies._recorded_inputs import describe_sizes
+    rewrite's ``extra_check`` is gated on a device or configuration (see :mod:`pmverify._registry.gates`)."""
+    from .._registry.gates import gate_of_rewrite
+    from ..strategies import describe_sizes
 
     why = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.outcomes.items()))
     cap = describe_sizes(result.capped_sizes)
@@ -349,7 +349,7 @@ def check_rewrite(
     property (``violations`` name the oracle: ``semantics``, ``structure``...);
     :class:`RewriteUnsatisfiable` when no case was rewritten because the rewrite is gated on what
     this machine or configuration lacks (its ``condition``: ``"tensors on a CUDA device (with
-    Triton) and torch._inductor.config.force_shape_pad=True"``; see :mod:`pmverify._gates`: the
+    Triton) and torch._inductor.config.force_shape_pad=True"``; see :mod:`pmverify._registry.gates`: the
     ``extra_check`` is run again on a match it rejected with config options it read flipped, its
     inputs made frozen parameters and its tensors put on a fake CUDA device, smallest set first;
     also a training pattern registered in inference mode);
@@ -376,8 +376,8 @@ def check_rewrite(
             except (pmverify.PassVerificationError, pmverify.VacuousSearch) as error:
                 print(rewrite.name, error)
     """
-    from ._compat import inductor_config as config
-    from ._gates import inference_mode_gate, rewrite_copy, validate_config_patches
+    from .._compat import inductor_config as config
+    from .._registry.gates import inference_mode_gate, rewrite_copy, validate_config_patches
 
     if not isinstance(recorded, RecordedRewrite):
         raise InvalidArgument(f"recorded={recorded!r} must be a RecordedRewrite (from pmverify.record_patterns())")
@@ -438,8 +438,8 @@ def _search(
     reproducer_prelude: str | None = None,
 ) -> RewriteResult:
     """:func:`check_rewrite`'s search of ``rewrite`` (``recorded`` or its variant)."""
-    from .strategies import planted
-    from .strategies._recorded_inputs import recorded_example
+    from ..strategies import planted
+    from ..strategies import recorded_example
 
     def cases(kind: str | None) -> SearchStrategy[Any]:
         return planted(

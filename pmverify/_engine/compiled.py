@@ -23,7 +23,7 @@ graph cache would be bypassed even if it were on) that, on the post-grad graph:
 
 - copies the graph before the pass;
 - runs the pass (``PatternMatcherPass`` through ``.apply``, anything else called on the graph)
-  inside :func:`~pmverify._apply.recording_matches`, so ``RunPair.match_records`` fills;
+  inside :func:`~pmverify._engine.apply.recording_matches`, so ``RunPair.match_records`` fills;
 - copies the graph right after it, and sorts the *copy* as Inductor sorts the real graph right
   after the pass, recording the ``(node, input)`` pairs the pass left out of order;
 - records an exception of the pass and re-raises it, so the compile fails; the failure becomes
@@ -68,7 +68,10 @@ from typing import Any
 
 import torch
 
-from ._apply import (
+from .._case import GraphCase
+from .._compat import CustomGraphPass, get_custom_graph_passes, pytree
+from .._execution import clone_inputs, deterministic_fill
+from .apply import (
     RunPair,
     UncompilableCase,
     build_pass,
@@ -80,10 +83,7 @@ from ._apply import (
     run_pass,
     sort_like_inductor,
 )
-from ._case import GraphCase
-from ._compat import CustomGraphPass, get_custom_graph_passes, pytree
-from ._compiled_graphs import alignment, copy_graph_module, symbolic_alignment
-from ._execution import clone_inputs, deterministic_fill
+from .compiled_graphs import alignment, copy_graph_module, symbolic_alignment
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class CompiledRun:
 
     def at(self, inputs: Sequence[tuple[Any, ...]], where: str) -> CompiledRun:
         """The runs of both compiled functions (``functions``: without, with the pass) on
-        ``inputs`` (per rank, e.g. a case's inputs at other sizes, :func:`pmverify._sizes.case_at`),
+        ``inputs`` (per rank, e.g. a case's inputs at other sizes, :func:`pmverify._shapes.sizes.case_at`),
         as a :class:`CompiledRun` (``where`` names the sizes in messages). A function compiled with
         ``dynamic=True`` serves every size of the case's ranges without recompiling: the one with
         the pass runs with ``torch.compiler.set_stance("fail_on_recompile")``, so that a guard the pass
@@ -225,7 +225,7 @@ class _PostGradRecorder(CustomGraphPass):
         except Exception as exc:  # noqa: BLE001 - pmverify's own failure: not blamed on the pass
             self.internal_error = exc
             return
-        from ._compat import detect_fake_mode
+        from .._compat import detect_fake_mode
 
         mode = detect_fake_mode([val for val in placeholders if isinstance(val, torch.Tensor)])
         shape_env = getattr(mode, "shape_env", None)
@@ -307,7 +307,7 @@ def _fresh_function(gm: torch.fx.GraphModule) -> Callable[..., Any]:
 def _compile_config(post_pass: Any, pre_pass: Any) -> Iterator[dict[str, Any]]:
     """The configuration of both compiles (see the module docstring): Dynamo's and AOTAutograd's
     set for the block, restored on exit; Inductor's yielded, as ``torch.compile``'s ``options``."""
-    from ._compat import dynamo_config, functorch_config, inductor_config
+    from .._compat import dynamo_config, functorch_config, inductor_config
 
     pre_passes = get_custom_graph_passes(inductor_config.pre_grad_custom_pass)
     options = {
@@ -380,17 +380,17 @@ def _compile_and_run(
 def apply_compiled(pass_: Any, case: GraphCase, *, strict_order: bool = False) -> RunPair:
     """Apply ``pass_`` to ``case`` through ``torch.compile``, compared with the compile without it.
 
-    Returns a :class:`~pmverify._apply.RunPair` with ``mode="compiled"``: ``before`` / ``after``
+    Returns a :class:`~pmverify._engine.apply.RunPair` with ``mode="compiled"``: ``before`` / ``after``
     the post-grad graph before / right after the pass (``after`` None when the pass raised),
     ``matched_count``, ``match_records`` and ``unsorted`` from the pass's run in the compile, and
     ``compiled`` a :class:`CompiledRun` (the semantics oracle compares its runs, against the
     float64 reference of ``case.gm``, whose outputs line up with the compiled functions').
-    ``strict_order`` as for :func:`~pmverify._apply.apply_direct`: the disorder is read on the
+    ``strict_order`` as for :func:`~pmverify._engine.apply.apply_direct`: the disorder is read on the
     copy of the graph taken right after the pass, before Inductor sorts it. Never raises for the pass's own errors: one raised by the pass lands in
     ``RunPair.error``; a compile (or run) with the pass that fails after the pass returned lands in
     ``compiled.after`` for the semantics oracle to report.
 
-    Raises :class:`~pmverify._apply.UncompilableCase` (a ``RuntimeError``) when the case does not
+    Raises :class:`~pmverify._engine.apply.UncompilableCase` (a ``RuntimeError``) when the case does not
     compile or run *without* the pass (nothing to compare with), ``RuntimeError`` when pmverify cannot copy the post-grad graph; ``ValueError`` when a pass class is
     given and the case has no ``pass_config``.
     """

@@ -106,7 +106,7 @@ def _loaded_module_of(path: str) -> str | None:
 def _fake_function_module(qualname: str) -> str | None:
     """The module of the function registered as ``qualname``'s fake implementation (torch wraps
     it: the function is found among the wrapper's closure cells), unless it is torch's own."""
-    from ._compat import simple_registry
+    from .._compat import simple_registry
 
     kernel = simple_registry.singleton.find(qualname).fake_impl.kernel
     func = getattr(kernel, "func", None)
@@ -125,7 +125,7 @@ def op_origins(qualname: str) -> list[tuple[str, str]]:
     through a library made in another module, whose file is what the dispatcher records) and the
     file of the ``Library`` the dispatcher names (``registered at FILE:LINE``), matched against the
     loaded modules' files. Empty when none leads to a loaded module (an op of a C++ extension)."""
-    from ._compat import custom_ops
+    from .._compat import custom_ops
 
     opdef = custom_ops.OPDEFS.get(qualname)
     module = getattr(getattr(opdef, "_init_fn", None), "__module__", None)

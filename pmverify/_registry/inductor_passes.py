@@ -97,7 +97,7 @@ def bound_passes() -> list[tuple[str, Any]]:
     """``(name, pass)`` of every ``PatternMatcherPass`` bound at module level in Inductor's
     ``fx_passes`` modules as loaded now, each pass once, in the order of the modules' names and then
     of their bindings."""
-    from ._compat import PatternMatcherPass
+    from .._compat import PatternMatcherPass
 
     found: dict[int, list[tuple[tuple[bool, bool, int], str, Any]]] = {}
     names = sorted(name for name in sys.modules if name.startswith(PASSES + "."))
@@ -163,8 +163,8 @@ def held_entries(passes: list[tuple[str, Any]]) -> list[tuple[str, Any, Any]]:
 
 
 def kind_of(entry: Any) -> str:
-    """``"replacement"``, ``"graph"`` or ``"lowering"`` (:data:`pmverify._entries.KINDS`)."""
-    from ._compat import GraphPatternEntry, LoweringPatternEntry, ReplacementPatternEntry
+    """``"replacement"``, ``"graph"`` or ``"lowering"`` (:data:`pmverify._registry.entries.KINDS`)."""
+    from .._compat import GraphPatternEntry, LoweringPatternEntry, ReplacementPatternEntry
 
     if isinstance(entry, GraphPatternEntry):
         return "graph"

@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis.errors import InvalidArgument
 
-from .errors import (
+from ..errors import (
     AllCasesVoid,
     PmverifyWarning,
     RewriteNeverMatched,

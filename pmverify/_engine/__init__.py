@@ -1,0 +1,1 @@
+"""Running a pass on a case and judging it: apply (eager), compiled, check (one case), verify (a search)."""

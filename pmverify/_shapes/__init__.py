@@ -1,0 +1,1 @@
+"""Symbolic sizes: hinted symbols for dynamic shapes, and size arithmetic on them."""
