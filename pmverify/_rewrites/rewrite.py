@@ -438,8 +438,7 @@ def _search(
     reproducer_prelude: str | None = None,
 ) -> RewriteResult:
     """:func:`check_rewrite`'s search of ``rewrite`` (``recorded`` or its variant)."""
-    from ..strategies import planted
-    from ..strategies import recorded_example
+    from ..strategies import planted, recorded_example
 
     def cases(kind: str | None) -> SearchStrategy[Any]:
         return planted(
