@@ -87,7 +87,7 @@ def test_an_inductor_lowering_that_never_fires_under_torch_compile_is_unsatisfia
 
 
 def test_a_lowering_entry_whose_instances_torch_compile_cannot_compile_is_unsatisfiable_here(monkeypatch):
-    from pmverify import _verify
+    from pmverify._engine import verify as _verify
     from pmverify._engine.apply import UncompilableCase
 
     def uncompilable(pass_, case, **options):

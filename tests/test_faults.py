@@ -11,7 +11,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 import pmverify
-from pmverify import PassVerificationError, _reproducer, faults, verify
+from pmverify import PassVerificationError, faults, verify
+from pmverify._findings import reproducer as _reproducer
 from pmverify.faults import (
     BANK,
     AddmmDropsScalars,

@@ -61,8 +61,10 @@ def test_public_homes_hold_what_users_need(module, names):
 
 
 def test_public_names_are_the_engine_s_own_objects():
-    from pmverify import _apply, _job, _symbolic, _validation
+    from pmverify import _job, _validation
+    from pmverify._engine import apply as _apply
     from pmverify._job import report, targets
+    from pmverify._shapes import symbolic as _symbolic
 
     assert pmverify.run_pass is _apply.run_pass
     assert pmverify.FuzzTarget is targets.FuzzTarget and _job.TargetError is pmverify.errors.TargetError

@@ -55,7 +55,7 @@ def test_import_loads_neither_torch_nor_pmverify_beyond_its_torch_free_helpers()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert (
         out.stdout.strip()
-        == "['pmverify', 'pmverify._compat', 'pmverify._io', 'pmverify._settings', 'pmverify._version']"
+        == "['pmverify', 'pmverify._compat', 'pmverify._io', 'pmverify._settings', 'pmverify._version', 'pmverify.lazy']"
     )
 
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import strategies as st
 
 import pmverify
-from pmverify import _verify
+from pmverify._engine import verify as _verify
 from pmverify._engine.apply import UncompilableCase
 
 _X = torch.randn(4, 3)

@@ -121,7 +121,7 @@ def planted(
     (or of another length), a pattern that does not trace, traces to no op or to an in-place op,
     and a context that is not a functional single-rank case.
 
-    See the docs page *Planting pattern instances* for the near-miss kinds and their ground
+    See the docs page *The strategies*, section *How ``planted`` draws*, for the near-miss kinds and their ground
     truth, the drawn wildcard values, recorded rewrites' default inputs and dynamic shapes.
 
     Example, for a pass that registers ``rms_pattern`` with ``scalar_workaround={"eps": 1e-6}``::

@@ -20,7 +20,7 @@ from hypothesis.errors import InvalidArgument
 from torch._inductor.pattern_matcher import is_mutation_op
 
 import pmverify
-from pmverify import _reproducer
+from pmverify._findings import reproducer as _reproducer
 from pmverify.fusions.qk_norm import QKNormFusionPass
 from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.strategies import _custom_ops

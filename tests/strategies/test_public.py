@@ -18,7 +18,14 @@ def scale_pattern(x, w):
 
 EXAMPLE = (torch.empty(4, 8), torch.empty(8))
 
+
 #: One call of each public strategy, with arguments that must show in its repr.
+def _relu_pattern():
+    from torch._inductor import pattern_matcher as pm
+
+    return pm.CallFunction(torch.ops.aten.relu.default, pm.KeywordArg("x"))
+
+
 CALLS = {
     "dtypes": (lambda: S.dtypes(allowed=[torch.bfloat16]), ["allowed=[torch.bfloat16]"]),
     "shapes": (lambda: S.shapes(max_dims=2), ["max_dims=2"]),
@@ -43,6 +50,10 @@ CALLS = {
     "with_mutating_custom_ops": (
         lambda: S.with_mutating_custom_ops(S.fx_graphs(), versions=[2]),
         ["with_mutating_custom_ops(fx_graphs()", "versions=[2]"],
+    ),
+    "expr_cases": (
+        lambda: S.expr_cases(_relu_pattern(), near_miss="optional_arg"),
+        ["expr_cases(CallFunction(aten.relu.default, KeywordArg('x'))", "near_miss='optional_arg'"],
     ),
     "tp_cases": (
         lambda: S.tp_cases(S.fx_graphs(), placements=[S.Replicate()], tp_world=S.tp_sizes(min_size=2)),
