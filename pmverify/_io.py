@@ -14,7 +14,7 @@ import sys
 import tempfile
 from typing import TextIO
 
-__all__ = ["check_writable", "make_folder", "output_file", "output_stream", "write_atomic", "write_output"]
+__all__ = ["validate_writable", "make_folder", "output_file", "output_stream", "write_atomic", "write_output"]
 
 _STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
 _FD_PATH = re.compile(r"/(?:dev|proc/self)/fd/(\d+)")
@@ -133,7 +133,7 @@ def write_output(path: str | os.PathLike[str], text: str, *, stdout: TextIO | No
     stream.flush()
 
 
-def check_writable(path: str | os.PathLike[str]) -> None:
+def validate_writable(path: str | os.PathLike[str]) -> None:
     """Raise unless the output ``path`` can be written: ``ValueError`` (see :func:`output_file`) for
     a path that is neither a file, nor one not there yet, nor a stream; ``OSError`` for a file that
     cannot be written (parent folders are made) or a stream whose descriptor is not open. Opens

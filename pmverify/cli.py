@@ -171,13 +171,13 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
 
 def _writable(command: str, path: pathlib.Path | None, option: str = "--report") -> bool:
     """Whether ``path`` (given as ``option``) can be written: a file, a path not there yet, or a
-    stream (:func:`pmverify._io.check_writable`); says why not in one line on stderr."""
+    stream (:func:`pmverify._io.validate_writable`); says why not in one line on stderr."""
     from . import _io
 
     if path is None:
         return True
     try:
-        _io.check_writable(path)
+        _io.validate_writable(path)
     except ValueError as exc:  # not a file: "'p' cannot be written: it is a FIFO, not a file; ..."
         print(f"pmverify {command}: {option}={exc}", file=sys.stderr)
         return False

@@ -141,10 +141,10 @@ class FuzzTarget:
                 raise ValueError(f"FuzzTarget({field}={value!r}): must be {what} or None")
         if not isinstance(self.strict_order, bool):
             raise ValueError(f"FuzzTarget(strict_order={self.strict_order!r}): must be a bool")
-        from ._findings.summary import check_allow_unfused
+        from ._findings.summary import validate_allow_unfused
 
         try:
-            check_allow_unfused(self.allow_unfused, "FuzzTarget(allow_unfused)")
+            validate_allow_unfused(self.allow_unfused, "FuzzTarget(allow_unfused)")
         except InvalidArgument as exc:
             raise ValueError(str(exc)) from None
 

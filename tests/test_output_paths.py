@@ -1,4 +1,4 @@
-"""Report paths (``pmverify._io.output_file`` / ``output_stream`` / ``check_writable`` /
+"""Report paths (``pmverify._io.output_file`` / ``output_stream`` / ``validate_writable`` /
 ``write_output``, shared by ``pmverify fuzz --report/--junit``, ``pmverify selfcheck --report`` and
 ``--pmverify-report``): a file or a new path is replaced atomically (a symlink's target), a stream
 is written once at the end, anything else is refused up front. Run as root, in tmp_path only: a
@@ -86,7 +86,7 @@ def test_a_file_or_a_path_not_there_yet_is_replaced_atomically(tmp_path, where):
     path = tmp_path / where
     if where == "r.json":
         path.write_text("old")
-    _io.check_writable(path)
+    _io.validate_writable(path)
     assert path.exists() == (where == "r.json")  # the check leaves no file that was not there
     _io.write_output(path, "new\n")
     assert path.read_text() == "new\n" and os.listdir(path.parent) == ["r.json"]  # no temporary file
@@ -98,7 +98,7 @@ def test_a_symlink_stays_a_link_and_its_target_is_written(tmp_path, target):
     link.symlink_to(target)
     if target == "real.json":
         (tmp_path / target).write_text("old")
-    _io.check_writable(link)
+    _io.validate_writable(link)
     assert _io.output_file(link) == str(tmp_path / target)
     _io.write_output(link, "new\n")
     assert link.is_symlink() and os.readlink(link) == target and (tmp_path / target).read_text() == "new\n"
@@ -109,7 +109,7 @@ def test_what_is_not_a_file_is_refused_and_left_alone(tmp_path, kind):
     path, message = _refused(tmp_path, kind)
     before = _kind(path) if os.path.lexists(path) else None
     with _within(10):
-        for call in (_io.check_writable, lambda p: _io.write_output(p, "{}")):
+        for call in (_io.validate_writable, lambda p: _io.write_output(p, "{}")):
             with pytest.raises(ValueError, match="cannot be written") as info:
                 call(path)
             assert str(info.value) == f"{str(path)!r} cannot be written: {message}" + (
@@ -144,14 +144,14 @@ def test_a_stream_is_written_through_never_replaced(tmp_path, monkeypatch):
     assert stdout.getvalue() == "{}\n" and os.listdir(tmp_path) == []
     read, write = os.pipe()
     try:
-        _io.check_writable(f"/dev/fd/{write}")
+        _io.validate_writable(f"/dev/fd/{write}")
         _io.write_output(f"/dev/fd/{write}", "<x/>\n")
         assert os.read(read, 100) == b"<x/>\n"
     finally:
         os.close(read)
         os.close(write)
     with pytest.raises(OSError):  # a descriptor that is not open
-        _io.check_writable(f"/dev/fd/{write}")
+        _io.validate_writable(f"/dev/fd/{write}")
 
 
 def test_the_job_checkpoints_only_files_and_writes_streams_once_at_the_end(tmp_path, monkeypatch):

@@ -18,8 +18,8 @@ from pmverify._findings.summary import (
     UNFUSED_MIN_CASES,
     UNFUSED_MIN_INSTANCES,
     VerifySummary,
-    check_allow_unfused,
     unfused_warnings,
+    validate_allow_unfused,
 )
 
 
@@ -49,8 +49,8 @@ def test_no_warning_below_the_threshold_or_when_rewritten(groups):
 def test_allow_unfused_silences_named_groups():
     summary = _summary(dtype_float32=(9, 9, 9), dtype_bfloat16=(9, 0, 9), dtype_float16=(9, 0, 9))
     assert len(unfused_warnings(summary)) == 2
-    assert unfused_warnings(summary, check_allow_unfused(["float16", "bfloat16"])) == []
-    (left,) = unfused_warnings(summary, check_allow_unfused({"dtype": ["float16"]}))
+    assert unfused_warnings(summary, validate_allow_unfused(["float16", "bfloat16"])) == []
+    (left,) = unfused_warnings(summary, validate_allow_unfused({"dtype": ["float16"]}))
     assert "bfloat16" in left
 
 
@@ -82,17 +82,17 @@ def test_a_reason_group_counts_only_the_instances_of_dtypes_not_warned_about():
 )
 def test_bad_allow_unfused_is_invalid_argument(value, message):
     with pytest.raises(InvalidArgument, match=rf"allow_unfused=.*{message}"):
-        check_allow_unfused(value)
+        validate_allow_unfused(value)
 
 
 def test_good_allow_unfused_names_its_groups():
-    assert check_allow_unfused(None) == frozenset()
-    assert check_allow_unfused(["bfloat16", "inplace", "trace_differs"]) == {
+    assert validate_allow_unfused(None) == frozenset()
+    assert validate_allow_unfused(["bfloat16", "inplace", "trace_differs"]) == {
         "dtype bfloat16",
         "form inplace",
         "reason trace_differs",
     }
-    assert check_allow_unfused({"reason": ["symbolic"]}) == {"reason symbolic"}
+    assert validate_allow_unfused({"reason": ["symbolic"]}) == {"reason symbolic"}
 
 
 def test_verify_rejects_a_bad_allow_unfused_before_searching():

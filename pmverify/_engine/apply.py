@@ -62,7 +62,7 @@ __all__ = [
     "built_from",
     "rank_config",
     "rank_pair",
-    "check_pass",
+    "validate_pass",
     "error_summary",
     "pass_made_unsorted",
     "run_pass",
@@ -155,7 +155,7 @@ def pass_made_unsorted(
     return [(node, arg) for node, arg in pairs if node not in inserted]
 
 
-def check_pass(pass_: Any) -> None:
+def validate_pass(pass_: Any) -> None:
     """Raise ``hypothesis.errors.InvalidArgument`` naming ``pass_`` unless it is a pass class, a
     ``PatternMatcherPass`` (anything with ``apply``) or callable on a ``torch.fx.Graph``."""
     from hypothesis.errors import InvalidArgument
@@ -188,9 +188,9 @@ def build_pass(pass_: Any, case: GraphCase, rank: int = 0) -> Any:
     a class, ``pass_(rank_config(case.pass_config, rank))``, or ``pass_()`` for a case that carries
     no ``pass_config`` (a fresh object per case, so no state leaks from one case to the next); a
     :class:`PassFactory` the same way (:meth:`PassFactory.build`).
-    Raises ``InvalidArgument`` for something that is not a pass (:func:`check_pass`), ``ValueError`` when
+    Raises ``InvalidArgument`` for something that is not a pass (:func:`validate_pass`), ``ValueError`` when
     a class needs constructor arguments and the case carries no ``pass_config``."""
-    check_pass(pass_)
+    validate_pass(pass_)
     if isinstance(pass_, PassFactory):
         return pass_.build(
             rank_config(case.pass_config, rank, case.tp_world) if case.tp_world > 1 else case.pass_config

@@ -28,12 +28,12 @@ from .._findings.severity import failure_key, most_severe
 from .._findings.summary import (
     UnfusedWarning,
     VerifySummary,
-    check_allow_unfused,
     either_by_pass,
     unfused_warnings,
     vacuous_error,
+    validate_allow_unfused,
 )
-from .apply import UncompilableCase, check_pass
+from .apply import UncompilableCase, validate_pass
 from .check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory, validate_oracles
 from .verify_failures import (
     Failure,
@@ -220,7 +220,7 @@ def verify(
         pmverify.verify(pass_factory=make_pass, cases=cases)
     """
     pass_ = pass_or_factory(pass_, pass_factory)
-    allowed = check_allow_unfused(allow_unfused)
+    allowed = validate_allow_unfused(allow_unfused)
     if reproducer_prelude is not None and not isinstance(reproducer_prelude, str):
         raise InvalidArgument(f"reproducer_prelude={reproducer_prelude!r} must be a str of Python code or None")
     if not isinstance(cases, SearchStrategy):
@@ -249,7 +249,7 @@ def verify(
         from .._settings import env_seed  # (torch-free; pytest and the CLI check it at start-up)
 
         seed = env_seed()
-    check_pass(pass_)
+    validate_pass(pass_)
     from .._settings import env_shrink_budget
 
     cap = env_shrink_budget()

@@ -37,7 +37,7 @@ __all__ = [
     "UnfusedWarning",
     "UNFUSED_FAMILIES",
     "unfused_warnings",
-    "check_allow_unfused",
+    "validate_allow_unfused",
     "KEPT_FOR_READERS",
     "either_by_pass",
 ]
@@ -359,7 +359,7 @@ _REASON_WHY = {
 }
 
 
-def check_allow_unfused(allow_unfused: Any, name: str = "allow_unfused") -> frozenset[str]:
+def validate_allow_unfused(allow_unfused: Any, name: str = "allow_unfused") -> frozenset[str]:
     """The group keys (``"dtype bfloat16"``, ``"form inplace"``, ``"reason trace_differs"``) that
     ``allow_unfused`` silences: None (none), a list of names (``["bfloat16", "float16"]``: a dtype,
     a form or a reason of :data:`UNFUSED_FAMILIES`), or a dict of family to names
@@ -419,7 +419,7 @@ def _never_rewritten(groups: Mapping[str, tuple[int, int, int]], allow: frozense
 
 def unfused_warnings(summary: VerifySummary, allow: frozenset[str] = frozenset()) -> list[str]:
     """The warnings of ``summary``: each group of :attr:`VerifySummary.groups` (see
-    :data:`UNFUSED_FAMILIES`) not in ``allow`` (:func:`check_allow_unfused`) that held at least
+    :data:`UNFUSED_FAMILIES`) not in ``allow`` (:func:`validate_allow_unfused`) that held at least
     :data:`UNFUSED_MIN_INSTANCES` instances over :data:`UNFUSED_MIN_CASES` cases, none rewritten,
     in a search whose pass rewrote other planted instances (a pass that rewrites nothing is
     :class:`RewriteNeverMatched`; a must-match instance left alone is an expectations finding), with

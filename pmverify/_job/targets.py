@@ -96,9 +96,9 @@ class Target:
     @property
     def allow_unfused(self) -> tuple[str, ...]:
         """The group keys ``allow_unfused`` silences (``"dtype bfloat16"``...), sorted."""
-        from .._findings.summary import check_allow_unfused
+        from .._findings.summary import validate_allow_unfused
 
-        return tuple(sorted(check_allow_unfused(self.fuzz.allow_unfused)))
+        return tuple(sorted(validate_allow_unfused(self.fuzz.allow_unfused)))
 
 
 def resolve(spec: str, what: str) -> Any:
@@ -196,7 +196,7 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
     its factory or set-up)."""
     from hypothesis.errors import InvalidArgument
 
-    from .._engine.apply import check_pass
+    from .._engine.apply import validate_pass
 
     if ":" not in name:
         target = _built(name, _builtin(name, sources))
@@ -212,7 +212,7 @@ def load(name: str, cases: str | None = None, *, sources: Sequence[str] = DEFAUL
         _set_up(name, target)
         return Target(name, target)
     try:
-        check_pass(value)
+        validate_pass(value)
     except InvalidArgument:
         raise TargetError(
             f"--target={name!r} is {type(value).__name__}, not a pass (a class built per case "
@@ -231,7 +231,7 @@ def _pass_factory_target(name: str, factory: Callable[[], Any], cases: str) -> T
     raises, returns a :class:`FuzzTarget` (which declares its own families) or no pass."""
     from hypothesis.errors import InvalidArgument
 
-    from .._engine.apply import check_pass
+    from .._engine.apply import validate_pass
 
     try:
         built = factory()
@@ -240,7 +240,7 @@ def _pass_factory_target(name: str, factory: Callable[[], Any], cases: str) -> T
     if isinstance(built, FuzzTarget):
         raise TargetError(f"--cases={cases!r} is only for a pass: --target={name!r} declares its own families")
     try:
-        check_pass(built)
+        validate_pass(built)
     except InvalidArgument:
         raise TargetError(
             f"--target={name!r} built {type(built).__name__}: neither a FuzzTarget nor a pass (a pass factory "

@@ -13,7 +13,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
 
-__all__ = ["aten", "convert", "is_call", "check_config", "fault_uuid", "HandWrittenFault", "DtypesConfig"]
+__all__ = ["aten", "convert", "is_call", "validate_config", "fault_uuid", "HandWrittenFault", "DtypesConfig"]
 
 aten = torch.ops.aten
 convert = torch.ops.prims.convert_element_type.default
@@ -32,7 +32,7 @@ def is_call(node: Any, target: Any) -> bool:
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
 
 
-def check_config(config: Any, kind: type = QKNormConfig) -> None:
+def validate_config(config: Any, kind: type = QKNormConfig) -> None:
     """Raise ``TypeError`` unless ``config`` is a ``kind`` or None."""
     if config is not None and not isinstance(config, kind):
         raise TypeError(f"config={config!r} must be a {kind.__name__} or None")

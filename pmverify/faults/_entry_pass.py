@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch._inductor.pattern_matcher import Match, PatternMatcherPass, register_graph_pattern
 
-from ._common import DtypesConfig, HandWrittenFault, check_config
+from ._common import DtypesConfig, HandWrittenFault, validate_config
 
 __all__ = ["GraphEntryPass"]
 
@@ -28,7 +28,7 @@ class GraphEntryPass(HandWrittenFault):
     pass_name: str
 
     def __init__(self, config: DtypesConfig | None = None) -> None:
-        check_config(config, DtypesConfig)
+        validate_config(config, DtypesConfig)
         self.config = config
         self.matched_count = 0
         self.patterns = PatternMatcherPass(pass_name=self.pass_name)

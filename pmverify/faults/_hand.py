@@ -15,7 +15,7 @@ import torch
 
 from ..fusions.qk_norm import QKNormConfig
 from ..fusions.qk_norm.config import SUPPORTED_DTYPES
-from ._common import HandWrittenFault, aten, check_config, convert, is_call
+from ._common import HandWrittenFault, aten, convert, is_call, validate_config
 
 __all__ = ["HandRMSNorm"]
 
@@ -49,7 +49,7 @@ class HandRMSNorm(HandWrittenFault):
     rewires_extra_users = False
 
     def __init__(self, config: QKNormConfig | None = None) -> None:
-        check_config(config)
+        validate_config(config)
         self.config = config
         self.matched_count = 0
 

@@ -7,7 +7,7 @@ import operator
 import torch
 
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from ._common import HandWrittenFault, aten, check_config, is_call
+from ._common import HandWrittenFault, aten, is_call, validate_config
 
 __all__ = ["ReinplaceReadsWhatItWrites"]
 
@@ -49,7 +49,7 @@ class ReinplaceReadsWhatItWrites(HandWrittenFault):
     """
 
     def __init__(self, config: QKNormConfig | None = None) -> None:
-        check_config(config)
+        validate_config(config)
         self.config = config
         self.matched_count = 0
         self.reinplaced = 0

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ._common import DtypesConfig, HandWrittenFault, check_config
+from ._common import DtypesConfig, HandWrittenFault, validate_config
 
 __all__ = ["GeluMulFlattensUnbroadcast", "GeluMulFlattens", "gelu_mul_pattern", "GELU_MUL_EXAMPLE"]
 
@@ -75,7 +75,7 @@ class GeluMulFlattens(HandWrittenFault):
     _expand = True
 
     def __init__(self, config: DtypesConfig | None = None) -> None:
-        check_config(config, DtypesConfig)
+        validate_config(config, DtypesConfig)
         self.config = config
         self.matched_count = 0
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._common import HandWrittenFault, aten, check_config, is_call
+from ._common import HandWrittenFault, aten, is_call, validate_config
 
 __all__ = [
     "BlindDefunctionalization",
@@ -151,7 +151,7 @@ class Defunctionalization(HandWrittenFault):
     checks_readers = True
 
     def __init__(self, config: DefuncConfig | None = None) -> None:
-        check_config(config, DefuncConfig)
+        validate_config(config, DefuncConfig)
         self.config = config
         self.matched_count = 0
 

@@ -8,7 +8,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from ._common import HandWrittenFault, check_config
+from ._common import HandWrittenFault, validate_config
 
 __all__ = ["GeluMulConfig", "GeluMulFusion", "GeluMulRegisteredAtFloat32Only", "gelu_mul_pattern", "GELU_MUL_EXAMPLE"]
 
@@ -62,7 +62,7 @@ class GeluMulFusion(HandWrittenFault):
     registered: tuple[torch.dtype, ...] | None = None  # None: config.dtypes
 
     def __init__(self, config: GeluMulConfig | None = None) -> None:
-        check_config(config, GeluMulConfig)
+        validate_config(config, GeluMulConfig)
         self.config = config
         self.matched_count = 0
 

@@ -23,7 +23,7 @@ from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
 from ..fusions.qk_norm.config import output_dtype
 from ..fusions.qk_norm.ops import validate_qk_norm_args
 from ..fusions.qk_norm.patterns import Rewrite
-from ._common import HandWrittenFault, aten, check_config, is_call
+from ._common import HandWrittenFault, aten, is_call, validate_config
 from .casts import replaced
 
 __all__ = [
@@ -165,7 +165,7 @@ class HandHeadRMSNormIntViews(HandWrittenFault):
     """
 
     def __init__(self, config: HeadRMSNormConfig | None = None) -> None:
-        check_config(config, HeadRMSNormConfig)
+        validate_config(config, HeadRMSNormConfig)
         self.config = config
         self.matched_count = 0
 

@@ -18,7 +18,7 @@ import dataclasses
 
 import torch
 
-from ._common import HandWrittenFault, aten, check_config, convert
+from ._common import HandWrittenFault, aten, convert, validate_config
 
 __all__ = ["IdentityConfig", "HandIdentityFolding", "IdentityFoldingIgnoresPromotion"]
 
@@ -75,7 +75,7 @@ class HandIdentityFolding(HandWrittenFault):
     """
 
     def __init__(self, config: IdentityConfig | None = None) -> None:
-        check_config(config, IdentityConfig)
+        validate_config(config, IdentityConfig)
         self.config = config
         self.matched_count = 0
 

@@ -7,7 +7,7 @@ import functools
 import torch
 
 from ..fusions.qk_norm.config import SUPPORTED_DTYPES
-from ._common import DtypesConfig, HandWrittenFault, check_config
+from ._common import DtypesConfig, HandWrittenFault, validate_config
 from ._hand import HandRMSNorm
 
 __all__ = [
@@ -116,7 +116,7 @@ class FusedAddRMSNormLeftUnsorted(HandWrittenFault):
     """
 
     def __init__(self, config: DtypesConfig | None = None) -> None:
-        check_config(config, DtypesConfig)
+        validate_config(config, DtypesConfig)
         self.config = config
         self.matched_count = 0
 

@@ -8,7 +8,7 @@ import operator
 import torch
 
 from ..fusions.qk_norm import QKNormConfig, QKNormFusionPass
-from ._common import HandWrittenFault, check_config
+from ._common import HandWrittenFault, validate_config
 from ._hand import HandRMSNorm
 
 __all__ = ["HandRMSNormIgnoresMutations", "SwappedAutoFunctionalizedGetitems"]
@@ -53,7 +53,7 @@ class SwappedAutoFunctionalizedGetitems(HandWrittenFault):
     """
 
     def __init__(self, config: QKNormConfig | None = None) -> None:
-        check_config(config)
+        validate_config(config)
         self.config = config
         self.matched_count = 0
         self.swapped = 0

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from ._common import HandWrittenFault, aten, check_config
+from ._common import HandWrittenFault, aten, validate_config
 
 __all__ = [
     "NoOpConfig",
@@ -90,7 +90,7 @@ class HandNoOpElimination(HandWrittenFault):
     """
 
     def __init__(self, config: NoOpConfig | None = None) -> None:
-        check_config(config, NoOpConfig)
+        validate_config(config, NoOpConfig)
         self.config = config
         self.matched_count = 0
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._common import DtypesConfig, HandWrittenFault, aten, check_config, is_call
+from ._common import DtypesConfig, HandWrittenFault, aten, is_call, validate_config
 
 __all__ = ["MeanDecompositionDropsDtype", "HandSoftmaxFusion", "SoftmaxFusionIgnoresDim", "softmax_pattern"]
 
@@ -18,7 +18,7 @@ def _val(node: object) -> torch.Tensor | None:
 
 class _ReductionRewrite(HandWrittenFault):
     def __init__(self, config: DtypesConfig | None = None) -> None:
-        check_config(config, DtypesConfig)
+        validate_config(config, DtypesConfig)
         self.config = config
         self.matched_count = 0
 

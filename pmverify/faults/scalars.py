@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pmverify import GraphCase
 
-from ._common import DtypesConfig, HandWrittenFault, aten, check_config
+from ._common import DtypesConfig, HandWrittenFault, aten, validate_config
 
 __all__ = [
     "AddmmDropsScalars",
@@ -57,7 +57,7 @@ class AddmmDropsScalars(HandWrittenFault):
     """
 
     def __init__(self, config: UnfuseAddmmConfig | None = None) -> None:
-        check_config(config, UnfuseAddmmConfig)
+        validate_config(config, UnfuseAddmmConfig)
         self.config = config
         self.matched_count = 0
 
@@ -160,7 +160,7 @@ class AddcmulFusionDropsAlpha(HandWrittenFault):
     """
 
     def __init__(self, config: DtypesConfig | None = None) -> None:
-        check_config(config, DtypesConfig)
+        validate_config(config, DtypesConfig)
         self.config = config
         self.matched_count = 0
 
@@ -239,7 +239,7 @@ class RMSNormHardCodedEps(HandWrittenFault):
     """
 
     def __init__(self, config: RMSNormEpsConfig | None = None) -> None:
-        check_config(config, RMSNormEpsConfig)
+        validate_config(config, RMSNormEpsConfig)
         self.config = config
         self.matched_count = 0
 

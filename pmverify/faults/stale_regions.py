@@ -26,7 +26,7 @@ import operator
 
 import torch
 
-from ._common import HandWrittenFault, aten, check_config
+from ._common import HandWrittenFault, aten, validate_config
 from .scalars import RMSNormEpsConfig, rms_norm_pattern_with
 
 __all__ = ["HoistedWriteBackRMSNorm", "WriteBackHoistStaleRegions"]
@@ -145,7 +145,7 @@ class HoistedWriteBackRMSNorm(HandWrittenFault):
     renumbers_regions = True
 
     def __init__(self, config: RMSNormEpsConfig | None = None) -> None:
-        check_config(config, RMSNormEpsConfig)
+        validate_config(config, RMSNormEpsConfig)
         self.config = config
         self.matched_count = 0
 
