@@ -48,7 +48,7 @@ import pytest
 from hypothesis import Phase, Verbosity, is_hypothesis_test, settings
 
 from pmverify._compat import pin_seed
-from pmverify._io import check_writable, output_stream, write_output
+from pmverify._io import output_stream, validate_writable, write_output
 from pmverify._settings import PROFILES, env_seed, env_shrink_budget, example_database, load_profile, redacted
 
 __all__: list[str] = []  # hooks only; the helpers it shares live in pmverify._settings and pmverify._io
@@ -169,7 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if report and not hasattr(config, "workerinput"):  # the xdist controller, or no xdist
         path = report if output_stream(report) is not None else os.path.join(config.invocation_params.dir, report)
         try:  # refused now, not after the whole session has run
-            check_writable(path)
+            validate_writable(path)
         except ValueError as exc:  # "'p' cannot be written: it is a FIFO, not a file; ..."
             raise pytest.UsageError(f"--pmverify-report={exc}") from None
         except OSError as exc:
