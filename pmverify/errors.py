@@ -8,7 +8,7 @@ builds on the engine: :class:`PassVerificationError` (a pass broke a property),
 :class:`SPMDError` / :class:`SPMDTimeoutError` (:func:`pmverify.distributed.run_spmd`) and
 :class:`InternalMoved` (a private torch / Hypothesis internal pmverify relies on moved). Their old
 import paths (``pmverify._findings.summary.VacuousSearch``...) still work. Bad arguments raise
-``hypothesis.errors.InvalidArgument``, as Hypothesis' own functions do.
+``hypothesis.errors.InvalidArgument``, as Hypothesis' own functions do (also importable from here).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .lazy import lazy_attributes
 __all__ = [
     "AllCasesVoid",
     "InternalMoved",  # noqa: F822 - loaded on first use
+    "InvalidArgument",  # noqa: F822 - loaded on first use (hypothesis.errors.InvalidArgument)
     "PassVerificationError",  # noqa: F822 - loaded on first use
     "PmverifyInternalError",
     "PmverifyWarning",
@@ -131,6 +132,8 @@ _HOMES = {
     "SPMDError": "pmverify.distributed",
     "SPMDTimeoutError": "pmverify.distributed",
     "InternalMoved": "pmverify._compat",
+    # every bad argument (of verify, check_case, the strategies) raises Hypothesis' own error
+    "InvalidArgument": "hypothesis.errors",
 }
 
-__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, public=__all__)

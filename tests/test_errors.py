@@ -27,6 +27,7 @@ OLD_PATHS = {
     "SPMDError": ["pmverify.distributed"],
     "SPMDTimeoutError": ["pmverify.distributed"],
     "InternalMoved": ["pmverify._compat"],
+    "InvalidArgument": ["hypothesis.errors"],
 }
 
 
@@ -45,6 +46,10 @@ def test_pmverify_errors_lists_each_exception_of_the_public_api():
     public = {name for name in pmverify.__all__ if isinstance(getattr(pmverify, name), type)}
     raised = {name for name in public if issubclass(getattr(pmverify, name), (Exception, Warning))}
     assert raised <= set(errors.__all__), raised - set(errors.__all__)
+
+
+def test_dir_of_pmverify_errors_is_its_public_names():
+    assert {name for name in dir(errors) if not name.startswith("__")} == set(errors.__all__)
 
 
 def test_import_pmverify_errors_does_not_import_torch():

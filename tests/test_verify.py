@@ -119,6 +119,7 @@ def test_something_that_is_not_a_pass_is_refused_eagerly(pass_):
         (dict(oracles=["nope"]), "oracles=\\['nope'\\]: unknown oracle 'nope'"),
         (dict(oracles="nope"), "oracles='nope': unknown oracle 'nope'"),
         (dict(oracles=[3.5]), "oracles=\\[3.5\\]: 3.5 is neither an oracle name nor a callable"),
+        (dict(oracles=5), "oracles=5: expected None, an oracle name, or a list of oracle names and callables"),
         (dict(pass_=None, pass_factory=None), "pass_=None is not a pass"),
     ],
 )

@@ -102,6 +102,10 @@ def _resolve_oracles(oracles: Sequence[OracleSpec] | None) -> list[tuple[str, Or
     given = oracles
     if isinstance(oracles, str):
         oracles = [oracles]
+    elif not isinstance(oracles, Sequence):
+        raise InvalidArgument(
+            f"oracles={given!r}: expected None, an oracle name, or a list of oracle names and callables"
+        )
     resolved = []
     for oracle in oracles:
         if isinstance(oracle, str):
