@@ -60,6 +60,8 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -284,28 +286,38 @@ def _before(
     return before, _stand_ins(before, after)
 
 
-def _valued(pair: Any) -> torch.fx.Graph:
+@contextlib.contextmanager
+def _valued(pair: Any) -> Iterator[torch.fx.Graph]:
     """The graph before the pass, its nodes carrying the fake values the direct mode propagated
     before running the pass (``pair.before`` is the case's graph, untouched, without them), so that
-    memory is laid out in it as in the graph after the pass; the graph itself where there are none."""
+    memory is laid out in it as in the graph after the pass; the graph itself where there are none.
+    The values are put on the case's own nodes for the block and taken off again on leaving it (a
+    copy of the graph cost as much as the rest of the oracle); only nodes that had none get one."""
     propagation = getattr(pair, "before_propagation", None)
     graph = pair.before.graph
-    if propagation is None or all("val" in n.meta for n in graph.nodes):
-        return graph
-    import copy
-
-    valued = copy.deepcopy(graph)  # the graph alone: a module around it would be recompiled for nothing
-    for node in valued.nodes:
-        if node.name in propagation.vals and "val" not in node.meta:
-            node.meta["val"] = propagation.vals[node.name]
-    return valued
+    added = []
+    if propagation is not None:
+        for node in graph.nodes:
+            if "val" not in node.meta and node.name in propagation.vals:
+                node.meta["val"] = propagation.vals[node.name]
+                added.append(node)
+    try:
+        yield graph
+    finally:
+        for node in added:
+            node.meta.pop("val", None)
 
 
 def _moved_reads(pair: Any, covered: set[str]) -> list[Violation]:
     """Reads that see another version of their storage after the pass (see the module docstring)."""
     after = _Versions(pair.after.graph)
+    with _valued(pair) as graph:
+        return _moved_reads_in(pair, graph, after, covered)
+
+
+def _moved_reads_in(pair: Any, graph: torch.fx.Graph, after: _Versions, covered: set[str]) -> list[Violation]:
+    """:func:`_moved_reads` with ``graph``, the graph before the pass carrying its fake values."""
     written_back = {w for chain in after.chains.values() for w in chain}
-    graph = _valued(pair)
     before, stand_in = _before(graph, after, frozenset())
     # a functional scatter is a write only where the pass reinplaced it (an inserted write stands
     # for it): one it kept, dropped or rebuilt writes nothing

@@ -461,3 +461,29 @@ def test_a_read_of_no_element_sees_no_write():
     assert not quiet.violations, quiet.violations
     caught = check_case(_reinplace(at_copy=False), _sliced_reader_case(1), oracles=["mutation_barriers"])
     assert [v.oracle for v in caught.violations] == ["mutation_barriers"], caught.violations
+
+
+def test_the_fake_values_lent_to_the_case_graph_are_taken_back():
+    """The oracle reads the graph before the pass with the fake values the direct mode propagated
+    (lent to the case's own nodes for the check, not copied): they are there while it reads, gone
+    after it, also when it raises; a value the case's node had of its own stays."""
+    from pmverify._engine.apply import apply_direct
+    from pmverify.oracles import mutation_barriers
+
+    case = _case()
+    x = next(iter(case.gm.graph.nodes))
+    own = torch.empty(5)
+    x.meta["val"] = own
+    pair = apply_direct(_reinplace(False), case)
+    assert pair.before is case.gm and pair.before_propagation is not None
+    seen = {}
+    with pytest.raises(KeyError), mutation_barriers._valued(pair) as graph:
+        assert graph is case.gm.graph
+        seen = {n.name: n.meta.get("val") for n in graph.nodes}
+        raise KeyError
+    assert seen, seen
+    assert isinstance(seen.pop("output"), tuple) and seen.pop("x") is own
+    assert seen and all(isinstance(v, torch.Tensor) for v in seen.values()), seen
+    assert [n.name for n in case.gm.graph.nodes if "val" in n.meta] == ["x"] and x.meta["val"] is own
+    assert mutation_barriers.check(pair)  # caught, and the case's graph is left as it was
+    assert [n.name for n in case.gm.graph.nodes if "val" in n.meta] == ["x"]

@@ -33,6 +33,25 @@ def test_identical_results_hold():
     assert compare("out", before, before.clone(), _reference(x, w)) is None
 
 
+def test_identical_results_hold_without_being_measured(monkeypatch):
+    """The same values before and after the pass hold the rule whatever the reference (the error
+    after is the error before, and k >= 1), so they are not measured against it; with k < 1 (a
+    pass asked to be more accurate than the graph) they are, and an inaccurate result is flagged."""
+    from pmverify._execution import _rule
+
+    x, w = _inputs()
+    before = _bf16_norm(x, w, False)
+    off = (_reference(x, w) * 1.01).bfloat16()  # 1% off the reference, before and after alike
+    judged = []
+    real = _rule._judge
+    monkeypatch.setattr(_rule, "_judge", lambda *args, **kwargs: judged.append(1) or real(*args, **kwargs))
+    assert compare("out", before, before.clone(), _reference(x, w)) is None
+    assert compare("out", off, off.clone(), _reference(x, w)) is None
+    assert not judged
+    assert "less accurate in aggregate" in compare("out", off, off.clone(), _reference(x, w), k=0.5)
+    assert judged
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_changed_rounding_order_is_caught(seed):
     x, w = _inputs(seed)
