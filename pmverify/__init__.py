@@ -25,6 +25,8 @@ _WHERE = {
     "Symbol": "_case",
     "CompileRange": "_shapes.sizes",
     "symbolize": "_shapes.symbolic",
+    "on_device": "device",
+    "DeviceUnavailable": "errors",
     "CaseResult": "_engine.check",
     "check_case": "_engine.check",
     "run_pass": "_engine.apply",
@@ -81,6 +83,8 @@ if TYPE_CHECKING:
     from ._rewrites.rewrite import RewriteResult, check_rewrite
     from ._shapes.sizes import CompileRange
     from ._shapes.symbolic import symbolize
+    from .device import on_device
+    from .errors import DeviceUnavailable
     from .oracles import InternalError, PmverifyInternalError, Violation
     from .targets import EndCheck, FuzzTarget
 
@@ -88,6 +92,7 @@ __all__ = [
     "AllCasesVoid",
     "CaseResult",
     "CompileRange",
+    "DeviceUnavailable",
     "EndCheck",
     "Failure",
     "FuzzTarget",
@@ -113,6 +118,7 @@ __all__ = [
     "check_rewrite",
     "inductor_entry",
     "check_entry",
+    "on_device",
     "EntryResult",
     "RecordedEntry",
     "inductor_rewrite",

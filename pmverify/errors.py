@@ -19,6 +19,7 @@ from .lazy import lazy_attributes
 
 __all__ = [
     "AllCasesVoid",
+    "DeviceUnavailable",
     "InternalMoved",  # noqa: F822 - loaded on first use
     "InvalidArgument",  # noqa: F822 - loaded on first use (hypothesis.errors.InvalidArgument)
     "PassVerificationError",  # noqa: F822 - loaded on first use
@@ -109,6 +110,12 @@ class PmverifyInternalError(Exception):
 
 class SymbolizeError(ValueError):
     """Raised by :func:`symbolize` for arguments it cannot honour (the message names the argument)."""
+
+
+class DeviceUnavailable(RuntimeError):
+    """A device given as ``device=`` (or ``--device``) that this machine lacks: ``device='cuda'``
+    where ``torch.cuda.is_available()`` is False (see :func:`pmverify.device.require_device`). An
+    error of the setup, not a finding."""
 
 
 class UncompilableCase(RuntimeError):

@@ -12,6 +12,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
 from .._execution import RunPair, changed, matched_instances, rewrite_count
+from ..device import on_device
 from ..distributed import SPMDTimeoutError
 from ..oracles import ORACLES, InternalError, Oracle, PmverifyInternalError, Violation, applicability, semantics
 from ..oracles.expectations import kept_intermediate_notes, near_miss_notes, pass_put_barriers
@@ -207,6 +208,7 @@ def check_case(
     mode: str = "direct",
     strict_order: bool = False,
     pass_factory: Callable[..., Any] | None = None,
+    device: Any = None,
 ) -> CaseResult:
     """Apply ``pass_`` to ``case`` and return what the oracles found; never raises on a finding.
 
@@ -233,6 +235,13 @@ def check_case(
       any sort: vLLM's pass manager runs its passes back to back, and so does a pass installed as
       ``post_grad_custom_pre_pass`` ahead of Inductor's own. Works in both modes.
 
+    - ``device``: run the case on this device (``"cuda"``, ``"cuda:1"``, ``"cpu"`` or a
+      ``torch.device``): the case is moved there first (:func:`pmverify.on_device`: inputs with
+      their strides and aliasing, the graph's own ``device=`` arguments and constants), so the pass
+      sees fake values on that device, and the runs before and after it and the float64 reference
+      all run there. Default None: where the case's inputs are (CPU for the strategies' cases unless
+      they were given ``device=``).
+
     A tensor-parallel case (``tp_world > 1``) is applied once per rank in direct mode and run on a
     real world of ``tp_world`` ranks (:mod:`pmverify.distributed`, threaded backend).
 
@@ -244,7 +253,8 @@ def check_case(
     :class:`pmverify.distributed.SPMDTimeoutError` when a tensor-parallel world did not finish within
     its timeout (``$PMVERIFY_TP_TIMEOUT_S``, default 120 s): an error of the run, not a finding.
     ``InvalidArgument`` when both ``pass_`` and ``pass_factory`` are given or neither is, or for a
-    ``pass_factory`` that is not a function importable by its module path.
+    ``pass_factory`` that is not a function importable by its module path, or a bad ``device``;
+    :class:`pmverify.DeviceUnavailable` for a device this machine lacks.
     """
     pass_ = pass_or_factory(pass_, pass_factory)
     if not isinstance(case, GraphCase):
@@ -254,6 +264,7 @@ def check_case(
     if not isinstance(strict_order, bool):
         raise InvalidArgument(f"strict_order={strict_order!r} must be a bool")
     checks = _resolve_oracles(oracles)
+    case = on_device(case, device)
     start = time.perf_counter()
     if mode == "compiled":
         from .compiled import apply_compiled  # imports torch._inductor: only when asked for

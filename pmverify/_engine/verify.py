@@ -33,6 +33,7 @@ from .._findings.summary import (
     vacuous_error,
     validate_allow_unfused,
 )
+from ..device import require_device
 from .apply import UncompilableCase, validate_pass
 from .check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory, validate_oracles
 from .verify_failures import (
@@ -118,6 +119,7 @@ def verify(
     pass_factory: Callable[..., Any] | None = None,
     reproducer_prelude: str | None = None,
     allow_unfused: Any = None,
+    device: Any = None,
 ) -> VerifySummary:
     """Search ``cases`` for a case on which ``pass_`` breaks a property; return a
     :class:`VerifySummary` of what was checked when none is found, else raise
@@ -173,6 +175,12 @@ def verify(
       while the pass rewrote other instances is warned about (``warnings.warn``, so pytest shows it)
       with its count and remedy, and listed in the summary's ``warnings``
       (:func:`pmverify._findings.summary.unfused_warnings`). Default None: none silenced.
+    - ``device``: run every case on this device (``"cuda"``, ``"cuda:1"``, ``"cpu"``), as
+      :func:`check_case` does: the strategy draws on CPU (the same draws, shrinks and saved
+      examples on every machine) and each case is moved there before the pass sees it
+      (:func:`pmverify.on_device`); the reproducer embeds the moved case, so it runs there too. A
+      device other than CPU keys the example database apart (:func:`database_key`). Default None:
+      where the strategy's cases are.
     - ``settings``: the ``hypothesis.settings`` the search runs under, as a parent: its
       ``max_examples``, ``database``, ``phases``, ``verbosity``... hold, except that ``deadline`` is
       always None (torch code trips it at random), ``too_slow`` and ``data_too_large`` are added to
@@ -207,7 +215,8 @@ def verify(
     ``pass_factory`` are given or neither is, for a
     ``pass_factory`` that is a class, not callable, or not importable by its module path (a lambda,
     a closure, a ``functools.partial``), for a ``reproducer_prelude`` that is not a str, and for an
-    ``allow_unfused`` that is not a list or dict of known group names.
+    ``allow_unfused`` that is not a list or dict of known group names, and a bad ``device``;
+    :class:`~pmverify.DeviceUnavailable` for a device this machine lacks, before any case is drawn.
 
     Example::
 
@@ -250,14 +259,15 @@ def verify(
 
         seed = env_seed()
     validate_pass(pass_)
+    device = require_device("device", device)
     from .._settings import env_shrink_budget
 
     cap = env_shrink_budget()
     if cap is not None:
         shrink_budget_s = cap if shrink_budget_s is None else min(shrink_budget_s, cap)
-    settings_ = search_settings(settings, max_examples, pass_, cases, mode, strict_order)
+    settings_ = search_settings(settings, max_examples, pass_, cases, mode, strict_order, device)
     search = _Search(pass_, seed, settings_, oracles=oracles, mode=mode, strict_order=strict_order, on_case=on_case,
-                     on_result=on_result)  # fmt: skip
+                     on_result=on_result, device=device)  # fmt: skip
     # The settings go on last: ``hypothesis.seed`` sets ``database=None`` (a seeded search must still
     # save its failures: tests/test_verify.py checks this against Hypothesis), and they replace it.
 
@@ -323,10 +333,11 @@ class _Search:
         strict_order: bool,
         on_case: Callable[[Any], None] | None,
         on_result: Any,
+        device: Any = None,
     ) -> None:
         self.pass_, self.seed, self.max_examples = pass_, seed, settings.max_examples
         self.oracles, self.mode, self.strict_order = oracles, mode, strict_order
-        self.on_case, self.on_result = on_case, on_result
+        self.on_case, self.on_result, self.device = on_case, on_result, device
         self.tally = VerifySummary()
         self.first: dict[tuple[str, str], CaseResult] = {}
         self.progress = Shrinking()
@@ -350,6 +361,7 @@ class _Search:
                 oracles=self.oracles,
                 mode=self.mode,
                 strict_order=self.strict_order,
+                device=self.device,
             )
         except UncompilableCase as exc:  # nothing to compare with: Inductor's limit, not the pass's
             self.uncompilable.append(exc)

@@ -46,7 +46,9 @@ def pass_identity(pass_: Any) -> str:
     return ident if name is None else f"{ident}[{name!r}]"
 
 
-def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct", strict_order: bool = False) -> bytes:
+def database_key(
+    pass_: Any, cases: SearchStrategy, mode: str = "direct", strict_order: bool = False, device: Any = None
+) -> bytes:
     """The example-database key under which :func:`verify` saves the failures of ``pass_`` on
     ``cases`` in ``mode``: a digest of the pass's class (and config) and the strategy's repr, so
     that every search of the same pass on the same strategy (a test, ``pmverify fuzz``, another
@@ -54,9 +56,12 @@ def database_key(pass_: Any, cases: SearchStrategy, mode: str = "direct", strict
 
     ``strict_order`` gets keys of its own: a strict search's failures may hold only a disorder the
     default forgives (a default search replaying them would pass them and delete them from the
-    database), and a default search's failures are the strict search's to find on its own."""
+    database), and a default search's failures are the strict search's to find on its own. So does
+    a ``device`` other than CPU (``verify(device="cuda")``), for the same reason: a failure only a
+    GPU shows would be deleted by a CPU machine replaying it."""
     key = f"pmverify.verify:{pass_identity(pass_)}:{cases!r}" + ("" if mode == "direct" else f":{mode}")
     key += ":strict_order" if strict_order else ""
+    key += f":device={device}" if device is not None and str(device) != "cpu" else ""
     key = re.sub(r" at 0x[0-9a-fA-F]+", "", key)  # default reprs hold addresses that change every run
     return hashlib.sha256(key.encode()).digest()
 
@@ -87,6 +92,7 @@ def search_settings(
     cases: SearchStrategy,
     mode: str,
     strict_order: bool,
+    device: Any = None,
 ) -> hypothesis.settings:
     """The settings :func:`~pmverify._engine.verify.verify` searches under: ``settings`` (default
     ``hypothesis.settings.default``) as a parent, no deadline, pmverify's suppressed health checks
@@ -98,5 +104,5 @@ def search_settings(
         suppress_health_check=list(dict.fromkeys([*parent.suppress_health_check, *SUPPRESSED_HEALTH_CHECKS])),
         max_examples=parent.max_examples if max_examples is None else max_examples,
         # Hypothesis derives a test's key from its source; the failures are kept under pmverify's own
-        database=keyed(parent.database, database_key(pass_, cases, mode, strict_order)),
+        database=keyed(parent.database, database_key(pass_, cases, mode, strict_order, device)),
     )
