@@ -27,6 +27,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from pmverify import run_pass
+from pmverify.device import require_device
 
 from .config import SUPPORTED_DTYPES, QKNormConfig
 from .fusion_pass import QKNormFusionPass
@@ -225,6 +226,7 @@ def check_minimax_m2(
     experts_implementation: str = "batched_mm",
     emulate_precision_casts: bool = True,
     dynamic: bool = False,
+    device: Any = None,
 ) -> RealModelResult:
     """Check a QK-norm pass on a compiled tiny transformers MiniMax-M2 (CPU, Inductor).
 
@@ -252,11 +254,16 @@ def check_minimax_m2(
       (``torch._dynamo.mark_dynamic``, as vLLM marks its token count): the pass sees ``Sym``
       placeholders and ``[1, s0, width]`` activations; the same compiled graph then runs
       ``tokens`` and ``tokens + 5`` tokens (default False: ``dynamic=False``, one size).
+    - ``device``: where the model and its inputs live and the compiles generate code for
+      (``"cuda"``: Triton kernels, and the pass's fused op dispatches to its own Triton kernels;
+      default None: CPU, C++ code).
 
     Returns a :class:`RealModelResult`; ``skipped`` is set, and nothing raised, when transformers
     cannot be imported. Raises ``ValueError`` for a ``dtype`` the fusion does not support,
     ``tokens < 1`` (``tokens < 2`` with ``dynamic``: sizes 0 and 1 are specialised), or a
-    ``dynamic`` that is not a bool; errors of the pass itself propagate out of ``torch.compile``.
+    ``dynamic`` that is not a bool; ``InvalidArgument`` for a bad ``device`` and
+    :class:`pmverify.DeviceUnavailable` for one this machine lacks; errors of the pass itself
+    propagate out of ``torch.compile``.
 
     Example::
 
@@ -271,6 +278,7 @@ def check_minimax_m2(
         raise ValueError(f"tokens={tokens!r} must be an int of at least {least}" + (" with dynamic" * dynamic))
     if dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {', '.join(str(d) for d in SUPPORTED_DTYPES)}")
+    device = require_device("device", device) or torch.device("cpu")
     start = time.perf_counter()
     timings: dict[str, float] = {}
     try:
@@ -286,7 +294,8 @@ def check_minimax_m2(
     model = _tiny_minimax_m2(
         transformers, dtype=dtype, tokens=max(sizes), experts_implementation=experts_implementation
     )
-    inputs = [torch.randint(0, model.config.vocab_size, (1, n)) for n in sizes]
+    inputs = [torch.randint(0, model.config.vocab_size, (1, n)).to(device) for n in sizes]
+    model = model.to(device)
     attn = model.layers[0].self_attn
     pass_config = QKNormConfig(
         q_size=attn.q_proj.out_features,
@@ -330,7 +339,7 @@ def check_minimax_m2(
     if dynamic:
         ok = ok and counting.symbolic_graphs == graphs >= 1
     elapsed = time.perf_counter() - start
-    where = f"tokens={'/'.join(map(str, sizes))}" + (" dynamic" if dynamic else "")
+    where = f"tokens={'/'.join(map(str, sizes))}" + (" dynamic" if dynamic else "") + f" on {device}"
     detail = (
         f"{name} {str(dtype).removeprefix('torch.')} {where} seed={seed}: "
         f"{counting.matches} matches, {counting.fused_ops} pmverify.rms_norm nodes "
