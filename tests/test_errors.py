@@ -28,6 +28,7 @@ OLD_PATHS = {
     "SPMDTimeoutError": ["pmverify.distributed"],
     "InternalMoved": ["pmverify._compat"],
     "InvalidArgument": ["hypothesis.errors"],
+    "DeviceUnavailable": ["pmverify.device", "pmverify"],
 }
 
 
