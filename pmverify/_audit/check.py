@@ -329,6 +329,7 @@ def _planted(
     settings: Any,
     reproducer_prelude: str | None = None,
     judged: tuple[str, ...] = (),
+    device: str | None = None,
 ) -> dict[str, Any]:
     from .._engine.verify import PassVerificationError
     from .._rewrites.rewrite import covered_verify
@@ -339,6 +340,12 @@ def _planted(
     def count(result: Any) -> None:
         counts["cases"] += 1
         counts["rewritten"] += bool(result.rewrite_count)
+
+    if device is not None:  # its pattern traced on the device, as check_rewrite's
+        from .._rewrites.rewrite import examples_on
+        from ..device import require_device
+
+        rewrite = examples_on(rewrite, require_device("device", device))
 
     try:
         summary, coverage = covered_verify(
@@ -353,6 +360,7 @@ def _planted(
             allow_no_rewrites=True,  # near misses and context graphs are rightly left alone
             settings=settings,
             reproducer_prelude=reproducer_prelude,
+            device=device,
         )
     except PassVerificationError as error:
         return _finding(error, "planted")
@@ -379,6 +387,7 @@ def check_one(
     reproducer_prelude: str | None = None,
     shrink_calls: int = AUDIT_SHRINK_CALLS,
     wall_limit_s: float | None = None,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """Audit one entry, a :class:`~pmverify._registry.entries.RecordedEntry` (or a
     :class:`pmverify.RecordedRewrite`, a replacement), by its kind:
@@ -394,6 +403,8 @@ def check_one(
     ``pass_source``: code defining ``PASS`` for the reproducers. ``settings``: the
     ``hypothesis.settings`` of the searches (default the active profile).
     ``reproducer_prelude``: Python code the reproducers run first (:func:`pmverify.verify`).
+    ``device``: where every check runs (``"cuda"``...; None: CPU), as :func:`pmverify.check_rewrite`'s:
+    an entry gated on a CUDA device is judged there, not ``unsatisfiable here``.
 
     Hypothesis is timed in test calls, not seconds (:func:`pmverify._compat.counted_clock`): a
     failure's shrinking stops after about ``shrink_calls`` calls, and the search for other failures
@@ -411,7 +422,7 @@ def check_one(
     with counted_clock(wall_limit_s) as clock, max_shrinking_seconds(None):  # (restored after)
         set_max_shrinking_seconds(shrink_calls)  # calls, whatever limit in seconds was set
         outcome = _check_kind(
-            recorded, pass_source, max_examples, seed, repro_dir, planted, settings, reproducer_prelude
+            recorded, pass_source, max_examples, seed, repro_dir, planted, settings, reproducer_prelude, device
         )
     if clock.cut:
         outcome["shrink_cut"] = True
@@ -435,6 +446,7 @@ def _check_kind(
     planted: int | None,
     settings: Any,
     reproducer_prelude: str | None,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """The checks of ``recorded``'s kind (:func:`check_one`): its outcome."""
     options = {
@@ -443,6 +455,7 @@ def _check_kind(
         "pass_source": pass_source,
         "settings": settings,
         "reproducer_prelude": reproducer_prelude,
+        "device": device,
     }
     kind = getattr(recorded, "kind", "replacement")
     if kind == "lowering":
