@@ -5,6 +5,8 @@ check_rewrite validated up front. Real CUDA runs: tests/gpu/test_cli_cuda.py."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from hypothesis.errors import InvalidArgument
@@ -103,3 +105,50 @@ def test_a_never_matched_rewrite_without_a_gate_stays_a_finding_on_a_device():
     with pytest.raises(RewriteNeverMatched) as info:
         check_rewrite(rewrite, max_examples=4, seed=0, device="cpu")
     assert not isinstance(info.value, RewriteUnsatisfiable)
+
+
+def test_check_entry_runs_its_cases_on_the_device_given():
+    from test_entry_check import _entry
+
+    from pmverify._rewrites.entry_check import check_entry
+
+    result = check_entry(_entry(), max_examples=6, seed=0, device="cpu")
+    assert result.rewritten_cases > 0
+    with pytest.raises(InvalidArgument, match="device='mps'"):
+        check_entry(_entry(), max_examples=1, device="mps")
+
+
+@pytest.mark.parametrize(
+    ("gate", "searched_again_with"),
+    [
+        (Gate((CUDA,), triton=True), None),  # the device gives it: nothing to search with
+        (Gate((Lever("config", "shape_padding", True), CUDA)), "torch._inductor.config.shape_padding=True"),
+    ],
+)
+def test_a_graph_entry_on_cuda_is_searched_again_with_only_what_the_device_does_not_give(
+    gate, searched_again_with, monkeypatch
+):
+    """check_entry's gate comes from ground truth's rejected matches, drawn on CPU: on a CUDA
+    device its CUDA lever is given, and what is left decides (a config lever: searched again with
+    it, on the device); nothing left: unsatisfiable without naming CUDA as missing."""
+    from test_entry_check import _entry
+
+    from pmverify._rewrites import entry_check
+
+    searches = []
+
+    def search_once(*args, **kwargs):
+        searches.append(kwargs)
+        raise RewriteNeverMatched("never fired", None, types.SimpleNamespace(outcomes={"extra_check": 3}, examples=3))
+
+    monkeypatch.setattr(entry_check, "_search_once", search_once)
+    monkeypatch.setattr(entry_check, "_gate", lambda entry, rejected: gate)
+    with simulated("cuda"), pytest.raises(RewriteUnsatisfiable) as info:
+        entry_check.check_entry(_entry(), max_examples=3, device="cuda")
+    assert [kwargs["device"] for kwargs in searches] == [CUDA0] * len(searches)
+    assert "tensors on a CUDA device" not in info.value.condition
+    if searched_again_with is None:
+        assert len(searches) == 1
+    else:
+        assert len(searches) == 2 and searches[1]["lever_note"].endswith(searched_again_with)
+        assert info.value.condition == searched_again_with
