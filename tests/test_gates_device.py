@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis.errors import InvalidArgument
 from test_gates import _on_cuda, _pattern, _rewrite
+from torch._inductor import pattern_matcher as pm
 
 from pmverify import RewriteNeverMatched, RewriteUnsatisfiable, check_rewrite
 from pmverify._registry.gates import Gate, Lever, gate_of_rewrite, unmet
@@ -152,3 +153,34 @@ def test_a_graph_entry_on_cuda_is_searched_again_with_only_what_the_device_does_
     else:
         assert len(searches) == 2 and searches[1]["lever_note"].endswith(searched_again_with)
         assert info.value.condition == searched_again_with
+
+
+def _case(*instances):
+    from pmverify import GraphCase
+
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    return GraphCase(gm=gm, inputs=[(torch.zeros(2),)], planted=instances)
+
+
+def test_ground_truth_from_an_extra_check_on_cpu_is_either_way_on_another_device():
+    """Inductor's _sfdp_extra_check(disable_cuda=True) accepts on CPU what it rejects on CUDA: a
+    must-match instance whose truth came from the check on CPU would be a false "not rewritten" on
+    the GPU. A near miss keeps its truth (the expectations oracle asks the entry again there)."""
+    from pmverify import PlantedInstance
+    from pmverify._rewrites.rewrite import truth_for_device
+
+    must = PlantedInstance("p", ("a",), True, truth_from="matcher")
+    rejected = PlantedInstance("p", ("b",), False, "extra_check", truth_from="matcher")
+    near = PlantedInstance("p", ("c",), False, "values", "mask 2", truth_from="matcher")
+    case = _case(must, rejected, near)
+    gated, plain = _rewrite(_on_cuda), _rewrite(pm._return_true)
+    assert truth_for_device(case, gated, None) is case
+    assert truth_for_device(case, gated, torch.device("cpu")) is case
+    assert truth_for_device(case, plain, CUDA0) is case  # no extra_check: the matcher alone, the same anywhere
+    on_cuda = truth_for_device(case, gated, CUDA0)
+    assert on_cuda.planted == (
+        PlantedInstance("p", ("a",), None, "extra_check on cuda:0", truth_from="matcher"),
+        rejected,
+        near,
+    )
+    assert case.planted[0] is must  # the drawn case is left as it was

@@ -341,16 +341,21 @@ def _planted(
         counts["cases"] += 1
         counts["rewritten"] += bool(result.rewrite_count)
 
-    if device is not None:  # its pattern traced on the device, as check_rewrite's
-        from .._rewrites.rewrite import examples_on
+    on = None
+    if device is not None:  # its pattern traced on the device, its ground truth judged there, as check_rewrite's
+        import functools
+
+        from .._rewrites.rewrite import examples_on, truth_for_device
         from ..device import require_device
 
-        rewrite = examples_on(rewrite, require_device("device", device))
+        target = require_device("device", device)
+        rewrite = examples_on(rewrite, target)
+        on = functools.partial(truth_for_device, rewrite=rewrite, device=target)
 
     try:
         summary, coverage = covered_verify(
             rewrite.pattern_pass(),
-            lambda kind: planted(rewrite, near_miss=kind),
+            lambda kind: planted(rewrite, near_miss=kind) if on is None else planted(rewrite, near_miss=kind).map(on),
             tuple(k for k in NEAR_MISS_KINDS if k not in judged),  # the kinds check_rewrite judged: covered
             max_examples=max_examples,
             seed=seed,

@@ -317,7 +317,7 @@ def validate_config_patches(config_patches: Any) -> dict[str, Any]:
 def _variants(args: tuple[Any, ...], device: Any = None) -> Iterator[tuple[Any, ...]]:
     """``args`` with every size above 1 made one larger (equal sizes kept equal), with the float
     tensors cast to float16 and to bfloat16, and both (zeros; ``requires_grad`` kept), on
-    ``device`` (None: CPU; moved with :func:`pmverify.tensor_on`)."""
+    ``device`` (None: CPU; moved with :func:`pmverify.device.tensor_on`)."""
     sizes = {s for a in args if isinstance(a, torch.Tensor) for s in a.shape if s > 1}
     for grow in (False, True):
         if grow and not sizes:

@@ -457,7 +457,7 @@ def check_rewrite(
 
 def examples_on(rewrite: RecordedRewrite, device: Any) -> RecordedRewrite:
     """``rewrite`` with its example inputs on ``device`` (a ``torch.device``; each tensor moved with
-    :func:`pmverify.tensor_on`): a copy, registered afresh on first use; ``rewrite`` itself when
+    :func:`pmverify.device.tensor_on`): a copy, registered afresh on first use; ``rewrite`` itself when
     ``device`` is None or every example tensor is there already."""
     if device is None:
         return rewrite
@@ -469,6 +469,27 @@ def examples_on(rewrite: RecordedRewrite, device: Any) -> RecordedRewrite:
     given = rewrite.arguments.get("example_inputs")
     arguments = {**rewrite.arguments, "example_inputs": list(moved) if isinstance(given, list) else moved}
     return dataclasses.replace(rewrite, example_inputs=moved, arguments=arguments)
+
+
+def truth_for_device(case: Any, rewrite: RecordedRewrite, device: Any) -> Any:
+    """``case`` (drawn on CPU, its ground truth from ``rewrite``'s matcher there) as it is judged on
+    ``device`` (a ``torch.device``; None: CPU): where ``rewrite`` has an ``extra_check`` and
+    ``device`` is not CPU, a must-match instance is "either is right" (``must_match=None``, reason
+    ``"extra_check on <device>"``): the check's verdict on CPU says nothing of the device's (Inductor's
+    ``_sfdp_extra_check(disable_cuda=True)`` rejects CUDA queries that it accepts on CPU). A near miss
+    the check rejected on CPU and the device's check accepts is rewritten rightly: the expectations
+    oracle asks the entry again on the graph with the device's values."""
+    if device is None or device.type == "cpu" or not rewrite.has_extra_check:
+        return case
+    if not any(instance.must_match is True for instance in case.planted):
+        return case
+    relaxed = tuple(
+        dataclasses.replace(instance, must_match=None, reason=f"extra_check on {device}")
+        if instance.must_match is True
+        else instance
+        for instance in case.planted
+    )
+    return dataclasses.replace(case, planted=relaxed)
 
 
 def _search(
@@ -490,7 +511,7 @@ def _search(
     from ..strategies import planted, recorded_example
 
     def cases(kind: str | None) -> SearchStrategy[Any]:
-        return planted(
+        drawn = planted(
             rewrite,
             inputs,
             context=st.nothing(),
@@ -499,6 +520,9 @@ def _search(
             near_misses=_NEAR_MISSES,
             near_miss=kind,
         )
+        if device is None or device.type == "cpu" or not rewrite.has_extra_check:
+            return drawn
+        return drawn.map(functools.partial(truth_for_device, rewrite=rewrite, device=device))
 
     example = recorded_example(rewrite) if inputs is None else None  # memoised: planted made it
     cap = None if example is None else example.describe_cap()
