@@ -184,3 +184,19 @@ def test_ground_truth_from_an_extra_check_on_cpu_is_either_way_on_another_device
         near,
     )
     assert case.planted[0] is must  # the drawn case is left as it was
+
+
+def test_a_rewrite_its_check_accepts_on_cpu_but_never_on_the_device_is_unsatisfiable_there():
+    """As Inductor's sfdp patterns registered with _sfdp_extra_check(disable_cuda=True), on a GPU:
+    gated away from CUDA, not a dead pattern."""
+    from pmverify import VerifySummary
+    from pmverify._rewrites.rewrite import RewriteResult
+
+    rewrite = _rewrite(_on_cuda)
+    result = RewriteResult(rewrite, 4, 0, {"extra_check on cuda:0": 3, "values": 1})
+    judged = _never_matched(result, VerifySummary(), rewrite, False, CUDA0)
+    assert isinstance(judged, RewriteUnsatisfiable)
+    assert judged.condition == (
+        "a device other than cuda:0 (its extra_check accepted 3 of the instances drawn, on CPU, and rejected every "
+        "match on cuda:0)"
+    )

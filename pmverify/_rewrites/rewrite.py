@@ -229,7 +229,8 @@ def _never_matched(
     """The error of a search in which no case was rewritten: :class:`RewriteUnsatisfiable` when the
     rewrite's ``extra_check`` is gated on a device or configuration (see :mod:`pmverify._registry.gates`)
     that the cases' ``device`` does not give (a gate it gives, yet no match accepted there: unsatisfiable
-    on that device, never a dead pattern)."""
+    on that device, never a dead pattern); also when its ``extra_check`` accepted instances on CPU
+    (:func:`truth_for_device`) and rejected every match on ``device``: gated away from it."""
     from .._registry.gates import gate_of_rewrite
     from ..strategies import describe_sizes
 
@@ -239,6 +240,19 @@ def _never_matched(
         f"{result.examples} cases drawn like its example inputs{f' ({cap})' if cap else ''} (ground truth of the "
         f"instances: {why or 'none'})"
     )
+    accepted_on_cpu = result.outcomes.get(f"extra_check on {device}", 0) if device is not None else 0
+    if accepted_on_cpu:  # (truth_for_device) gated away from this device, as _sfdp_extra_check(disable_cuda=True)
+        condition = (
+            f"a device other than {device} (its extra_check accepted {accepted_on_cpu} of the instances drawn, on "
+            f"CPU, and rejected every match on {device})"
+        )
+        return RewriteUnsatisfiable(
+            f"rewrite {result.rewrite.name} is unsatisfiable here: it never matched in the {drawn} on {device}; it "
+            f"needs {condition}; nothing was compared",
+            condition,
+            summary,
+            result,
+        )
     found = None
     if result.outcomes.get("extra_check"):
         found = gate_of_rewrite(rewrite, isolated_pass(rewrite), forced=force_extra_check, device=device)
@@ -377,8 +391,10 @@ def check_rewrite(
     this machine or configuration lacks (its ``condition``: ``"tensors on a CUDA device (with
     Triton) and torch._inductor.config.force_shape_pad=True"``; see :mod:`pmverify._registry.gates`: the
     ``extra_check`` is run again on a match it rejected with config options it read flipped, its
-    inputs made frozen parameters and its tensors put on a fake CUDA device, smallest set first;
-    also a training pattern registered in inference mode);
+    inputs made frozen parameters and its tensors put on a fake CUDA device, smallest set first; on
+    a ``device``, only what it does not give is the condition, and a check that accepts with CUDA
+    simulated, or on CPU, but rejected every match on the device is unsatisfiable there; also a
+    training pattern registered in inference mode);
     :class:`RewriteNeverMatched` when no case was rewritten and no gate was found (e.g.
     ``extra_check`` rejected every input: the rewrite was not checked at all; its ``result`` is the
     :class:`RewriteResult`);
