@@ -9,7 +9,7 @@ import pathlib
 import re
 from typing import Any, NoReturn
 
-__all__ = ["DURATION_OPTIONS", "PROFILE_DEFAULTS", "parser", "duration"]
+__all__ = ["DEVICE_HELP", "DURATION_OPTIONS", "PROFILE_DEFAULTS", "device", "parser", "duration"]
 
 #: What ``--profile`` sets unless given: the Hypothesis profile ``pmverify-<name>`` the searches
 #: run under, the time budget, cases per search (batch) and the per-case timeout.
@@ -71,6 +71,27 @@ def _kinds(text: str) -> tuple[str, ...]:
             f"--kinds={text!r} must be kinds among {', '.join(KINDS)}, comma-separated (e.g. replacement,graph)"
         )
     return kinds
+
+
+#: ``--device``'s help, shared by the commands that take it.
+DEVICE_HELP = (
+    "where every case runs: cpu (default) or cuda, cuda:N; the cases are drawn on CPU (the same draws, shrinks "
+    "and saved examples on every machine) and moved there, so the pass sees fake tensors on that device and the runs "
+    "before and after it and the float64 reference run there; recorded in the reports. A device this machine lacks is "
+    "bad usage (exit status 2) before any case runs"
+)
+
+
+def device(text: str) -> str:
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:N`` (checked without importing torch: the device
+    types of :data:`pmverify.device.DEVICE_TYPES`); whether this machine has it is checked by the
+    command (:func:`pmverify.device.require_device`)."""
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(
+            f"--device={text!r}: cases run on cpu or cuda devices (cpu, cuda or cuda:N: the float64 reference "
+            "runs on the case's device, and needs float64 there)"
+        )
+    return text
 
 
 def duration(name: str):
@@ -199,6 +220,7 @@ def _fuzz_parser(sub: Any) -> None:
         "put a node before its input (default: forgiven, as Inductor sorts the graph right after "
         "post_grad_custom_post_pass); for a pass another may run after before any sort, as in vLLM's pass manager",
     )
+    fuzz.add_argument("--device", type=device, metavar="DEVICE", help=DEVICE_HELP)
     fuzz.add_argument("--no-real-model", action="store_true", help="skip the compiled real-model check")
     fuzz.add_argument(
         "--progress",
@@ -237,6 +259,13 @@ def _selfcheck_parser(sub: Any) -> None:
     )
     selfcheck.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
     selfcheck.add_argument("--no-shrink", action="store_true", help="report the first failing case unshrunk (faster)")
+    selfcheck.add_argument(
+        "--device",
+        type=device,
+        metavar="DEVICE",
+        help=DEVICE_HELP + "; on cuda the kernel faults run their Triton kernels on the GPU, compiled (the interpreter "
+        "must be off: TRITON_INTERPRET=1 is refused)",
+    )
 
 
 def _audit_parser(sub: Any) -> None:
@@ -337,6 +366,13 @@ def _audit_parser(sub: Any) -> None:
         help=f"the Markdown table of docs/AUDIT.md (counts per module, a line per rewrite not ok); {_OUTPUT_HELP}",
     )
     audit.add_argument("--repro-dir", type=pathlib.Path, metavar="DIR", help="where reproducer scripts go")
+    audit.add_argument(
+        "--device",
+        type=device,
+        metavar="DEVICE",
+        help=DEVICE_HELP + "; each entry's example inputs are moved there too, and an entry gated on a CUDA device "
+        "(pad_mm, prepare_softmax...) is judged on cuda instead of unsatisfiable here",
+    )
     audit.add_argument(
         "--reproducer-prelude",
         metavar="CODE",

@@ -147,6 +147,7 @@ def run_fault(
     repro_dir: Any = None,
     shrink: bool = True,
     name: str | None = None,
+    device: Any = None,
 ) -> FaultResult:
     """Search ``fault``'s case families for a case it breaks; return what was found.
 
@@ -157,6 +158,9 @@ def run_fault(
     - ``shrink``: whether to shrink the failing case (default True); without, ``nodes`` and
       ``oracles`` are those of the first failing case, and the search takes seconds, not minutes.
     - ``name``: the name to report (default ``fault.name``, the pass class's).
+    - ``device``: where every case runs (:func:`pmverify.verify`'s ``device``; None: CPU). On a
+      CUDA device the kernel faults' Triton kernels run on the GPU, compiled (their op runs the
+      Triton path on the tensors' device; Triton's interpreter is on only without a GPU).
 
     Runs under the active Hypothesis settings profile, without its example database and its
     explain phase (and shrink phase, unless ``shrink``): :func:`pmverify._engine.verify.fresh_settings`.
@@ -169,7 +173,7 @@ def run_fault(
     try:
         if fault.requires is not None:
             fault.requires()
-        searches = _entry_searches(fault, max_examples, counter, seed, repro_dir, shrink)
+        searches = _entry_searches(fault, max_examples, counter, seed, repro_dir, shrink, device)
         if searches is None:
             searches = verify_in_rotation(
                 fault.pass_cls,
@@ -182,6 +186,7 @@ def run_fault(
                 # a bank row may ask for strict order (a fault only a graph judged unsorted shows)
                 strict_order=fault.strict_order,
                 settings=fresh_settings(shrink=shrink),
+                device=device,
             )
         for family, error in searches:
             if error is not None:
@@ -209,7 +214,9 @@ def run_fault(
     return result
 
 
-def _entry_searches(fault: Any, max_examples: int, counter: _Counter, seed: int, repro_dir: Any, shrink: bool) -> Any:
+def _entry_searches(
+    fault: Any, max_examples: int, counter: _Counter, seed: int, repro_dir: Any, shrink: bool, device: Any = None
+) -> Any:
     """For a row with ``entries``: ``(family, error)`` of :func:`~pmverify._rewrites.entry_check.check_entry`
     on each entry in turn with the cases left (family ``check_entry(module/name)``; error None, or
     the search's :class:`~pmverify.PassVerificationError`), up to the first error; None for a row
@@ -238,6 +245,7 @@ def _entry_searches(fault: Any, max_examples: int, counter: _Counter, seed: int,
                 pass_source=pass_source,
                 settings=fresh_settings(shrink=shrink),
                 on_result=counter,
+                device=device,
             )
         except PassVerificationError as error:
             searches.append((family, error))
@@ -262,10 +270,11 @@ def selfcheck(
     shrink: bool = True,
     bank: dict[str, Any] | None = None,
     on_fault: Callable[[FaultResult], None] | None = None,
+    device: Any = None,
 ) -> list[FaultResult]:
     """Run :func:`run_fault` for each fault named (default every fault of ``bank``, by default
-    :func:`load_bank`'s, :data:`pmverify.faults.BANK`), in bank order; ``on_fault`` is called with each result as it
-    comes. Raises ``KeyError`` naming an unknown fault before running any."""
+    :func:`load_bank`'s, :data:`pmverify.faults.BANK`), in bank order, on ``device`` (None: CPU);
+    ``on_fault`` is called with each result as it comes. Raises ``KeyError`` naming an unknown fault before running any."""
     bank = load_bank() if bank is None else bank
     names = list(bank) if not names else list(dict.fromkeys(names))
     unknown = [name for name in names if name not in bank]
@@ -274,7 +283,13 @@ def selfcheck(
     results = []
     for name in names:
         result = run_fault(
-            bank[name], max_examples=max_examples, seed=seed, repro_dir=repro_dir, shrink=shrink, name=name
+            bank[name],
+            max_examples=max_examples,
+            seed=seed,
+            repro_dir=repro_dir,
+            shrink=shrink,
+            name=name,
+            device=device,
         )
         if on_fault is not None:
             on_fault(result)

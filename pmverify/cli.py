@@ -93,6 +93,30 @@ def _summary(report: dict[str, Any], out: Any) -> None:
             )
 
 
+#: What :func:`_device` returns for a ``--device`` this machine lacks (its one line is printed).
+_NO_DEVICE = object()
+
+
+def _device(command: str, text: str | None) -> Any:
+    """``--device`` (None: not given) as the device string every check runs on (``"cpu"``,
+    ``"cuda:0"``: :func:`pmverify.device.require_device`'s, which also keys the example database),
+    None when not given, or :data:`_NO_DEVICE` when this machine lacks it (one line on stderr,
+    ``pmverify fuzz: --device='cuda': this machine has no CUDA device ...``). Imports torch only
+    when given."""
+    if text is None:
+        return None
+    from hypothesis.errors import InvalidArgument
+
+    from .device import require_device
+    from .errors import DeviceUnavailable
+
+    try:
+        return str(require_device("--device", text))
+    except (DeviceUnavailable, InvalidArgument) as exc:
+        print(f"pmverify {command}: {exc}", file=sys.stderr)
+        return _NO_DEVICE
+
+
 def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     from . import _io, _settings
     from ._job import JobOptions, TargetError, format_duration, run_job
@@ -100,6 +124,9 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
     from ._job.targets import DEFAULT_TARGET, check
 
     out = out if out is not None else sys.stdout
+    device = _device("fuzz", getattr(args, "device", None))
+    if device is _NO_DEVICE:
+        return 2
     defaults = PROFILE_DEFAULTS[args.profile]
     budget = args.budget if args.budget is not None else _duration("--budget")(defaults["budget"])
     if args.case_timeout is not None:
@@ -149,6 +176,7 @@ def fuzz(args: argparse.Namespace, out: Any = None) -> int:
         progress=args.progress,
         jobs=args.jobs,
         strict_order=args.strict_order,
+        device=device,
     )
     if case_timeout + WORKER_START_S >= budget:  # said once the usage is known good
         print(
@@ -230,6 +258,9 @@ def audit(args: argparse.Namespace, out: Any = None) -> int:
     from ._audit import run_command
 
     out = out if out is not None else sys.stdout
+    args.device = _device("audit", getattr(args, "device", None))
+    if args.device is _NO_DEVICE:
+        return 2
     outputs = [("--report", args.report), ("--junit", args.junit), ("--markdown", args.markdown)]
     if not _outputs_ok("audit", outputs):
         return 2
@@ -248,6 +279,16 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
     from ._version import __version__
 
     out = out if out is not None else sys.stdout
+    device = _device("selfcheck", getattr(args, "device", None))
+    if device is _NO_DEVICE:
+        return 2
+    if device is not None and device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1":
+        print(
+            "pmverify selfcheck: --device cuda runs the kernel faults' Triton kernels on the GPU, but TRITON_INTERPRET=1 "
+            "would run them in Triton's interpreter: unset it",
+            file=sys.stderr,
+        )
+        return 2
     try:  # the bank sets up its environment; a setting its passes cannot run with is bad usage
         BANK = load_bank()
     except (ValueError, RuntimeError) as exc:
@@ -265,7 +306,8 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
     max_examples = args.max_examples or DEFAULT_MAX_EXAMPLES
     names = list(dict.fromkeys(args.fault or BANK))
     print(
-        f"pmverify {__version__}: selfcheck of {len(names)} fault(s), up to {max_examples} cases each (seed {args.seed})",
+        f"pmverify {__version__}: selfcheck of {len(names)} fault(s), up to {max_examples} cases each (seed {args.seed}, "
+        f"device {device or 'cpu'})",
         file=out,
         flush=True,
     )
@@ -284,6 +326,7 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
         shrink=not args.no_shrink,
         bank=BANK,
         on_fault=progress,
+        device=device,
     )
     print("\n" + table(results), file=out)
     if args.report is not None:
@@ -293,6 +336,7 @@ def selfcheck(args: argparse.Namespace, out: Any = None) -> int:
             seed=args.seed,
             max_examples=max_examples,
             shrink=not args.no_shrink,
+            device=device or "cpu",
             elapsed_s=round(time.monotonic() - start, 3),
         )
         _io.write_output(args.report, json.dumps(data, indent=2) + "\n", stdout=stdout)

@@ -103,6 +103,7 @@ def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:
         command=args.command_line,
         reproducer_prelude=getattr(args, "reproducer_prelude", None),
         lowering_budget_s=getattr(args, "lowering_budget", None),
+        device=getattr(args, "device", None),
     )
     skipped = sum(r.duplicate for r in rewrites)
     by_kind = collections.Counter(r.kind for r in rewrites)
@@ -110,7 +111,8 @@ def run_command(args: Any, out: TextIO, stdout: TextIO) -> int:
     print(
         f"pmverify {__version__}: auditing {len(rewrites)} entries ({counts}) of {', '.join(sources)} "
         f"({len(rewrites) - skipped} to check, {skipped} not registered) with {args.jobs} job(s): "
-        f"{args.max_examples} cases each, {planted_examples(args.max_examples)} planted (seed {args.seed}"
+        f"{args.max_examples} cases each, {planted_examples(args.max_examples)} planted on {options.device or 'cpu'} "
+        f"(seed {args.seed}"
         f"{f', budget {options.budget_text}' if args.budget is not None else ''}, "
         f"per-rewrite timeout {format_duration(args.timeout)})",
         file=out,

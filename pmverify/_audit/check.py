@@ -329,6 +329,7 @@ def _planted(
     settings: Any,
     reproducer_prelude: str | None = None,
     judged: tuple[str, ...] = (),
+    device: str | None = None,
 ) -> dict[str, Any]:
     from .._engine.verify import PassVerificationError
     from .._rewrites.rewrite import covered_verify
@@ -340,10 +341,21 @@ def _planted(
         counts["cases"] += 1
         counts["rewritten"] += bool(result.rewrite_count)
 
+    on = None
+    if device is not None:  # its pattern traced on the device, its ground truth judged there, as check_rewrite's
+        import functools
+
+        from .._rewrites.rewrite import examples_on, truth_for_device
+        from ..device import require_device
+
+        target = require_device("device", device)
+        rewrite = examples_on(rewrite, target)
+        on = functools.partial(truth_for_device, rewrite=rewrite, device=target)
+
     try:
         summary, coverage = covered_verify(
             rewrite.pattern_pass(),
-            lambda kind: planted(rewrite, near_miss=kind),
+            lambda kind: planted(rewrite, near_miss=kind) if on is None else planted(rewrite, near_miss=kind).map(on),
             tuple(k for k in NEAR_MISS_KINDS if k not in judged),  # the kinds check_rewrite judged: covered
             max_examples=max_examples,
             seed=seed,
@@ -353,6 +365,7 @@ def _planted(
             allow_no_rewrites=True,  # near misses and context graphs are rightly left alone
             settings=settings,
             reproducer_prelude=reproducer_prelude,
+            device=device,
         )
     except PassVerificationError as error:
         return _finding(error, "planted")
@@ -379,6 +392,7 @@ def check_one(
     reproducer_prelude: str | None = None,
     shrink_calls: int = AUDIT_SHRINK_CALLS,
     wall_limit_s: float | None = None,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """Audit one entry, a :class:`~pmverify._registry.entries.RecordedEntry` (or a
     :class:`pmverify.RecordedRewrite`, a replacement), by its kind:
@@ -394,6 +408,8 @@ def check_one(
     ``pass_source``: code defining ``PASS`` for the reproducers. ``settings``: the
     ``hypothesis.settings`` of the searches (default the active profile).
     ``reproducer_prelude``: Python code the reproducers run first (:func:`pmverify.verify`).
+    ``device``: where every check runs (``"cuda"``...; None: CPU), as :func:`pmverify.check_rewrite`'s:
+    an entry gated on a CUDA device is judged there, not ``unsatisfiable here``.
 
     Hypothesis is timed in test calls, not seconds (:func:`pmverify._compat.counted_clock`): a
     failure's shrinking stops after about ``shrink_calls`` calls, and the search for other failures
@@ -411,7 +427,7 @@ def check_one(
     with counted_clock(wall_limit_s) as clock, max_shrinking_seconds(None):  # (restored after)
         set_max_shrinking_seconds(shrink_calls)  # calls, whatever limit in seconds was set
         outcome = _check_kind(
-            recorded, pass_source, max_examples, seed, repro_dir, planted, settings, reproducer_prelude
+            recorded, pass_source, max_examples, seed, repro_dir, planted, settings, reproducer_prelude, device
         )
     if clock.cut:
         outcome["shrink_cut"] = True
@@ -435,6 +451,7 @@ def _check_kind(
     planted: int | None,
     settings: Any,
     reproducer_prelude: str | None,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """The checks of ``recorded``'s kind (:func:`check_one`): its outcome."""
     options = {
@@ -443,6 +460,7 @@ def _check_kind(
         "pass_source": pass_source,
         "settings": settings,
         "reproducer_prelude": reproducer_prelude,
+        "device": device,
     }
     kind = getattr(recorded, "kind", "replacement")
     if kind == "lowering":

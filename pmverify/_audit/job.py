@@ -65,6 +65,8 @@ class AuditOptions:
     command: str = "pmverify audit"
     reproducer_prelude: str | None = None
     lowering_budget_s: float | None = None
+    #: where every entry is checked (``--device``: ``"cpu"``, ``"cuda:0"``); None: CPU
+    device: str | None = None
 
 
 #: Seconds the lowering entries of an audit may take together, by default (``--lowering-budget``).
@@ -194,6 +196,7 @@ class _Audit:
             "command": self.options.command,
             "status": self.status,
             "seed": self.options.seed,
+            "device": self.options.device or "cpu",
             "max_examples": self.options.max_examples,
             "planted_examples": planted_examples(self.options.max_examples),
             "timeout_s": self.options.timeout_s,
@@ -239,6 +242,7 @@ class _Audit:
             "repro_dir": str(self.repro_dir),
             "shrink_s": shrink_s,
             "reproducer_prelude": self.options.reproducer_prelude,
+            "device": self.options.device,
             "threads": threads_per_worker(self.options.jobs),
         }
         name = f"audit-{self.workers_started}"

@@ -121,7 +121,7 @@ def junit_xml(report: dict[str, Any]) -> str:
     for module, rows in rows_by_module.items():
         suite = ET.SubElement(suites, "testsuite", name=module)
         props = ET.SubElement(suite, "properties")
-        for key in ("torch", "pmverify", "seed", "max_examples"):
+        for key in ("torch", "pmverify", "seed", "max_examples", "device"):
             ET.SubElement(props, "property", name=key, value=str(report.get(key)))
         failures = errors = skipped = 0
         seconds = 0.0
@@ -195,6 +195,7 @@ def markdown(report: dict[str, Any], path: Any = None) -> str:
         _title(report.get("sources") or ["inductor"]),
         "",
         f"pmverify {report['pmverify']} on torch {report['torch']}, {report['date']}: seed {report['seed']}, "
+        f"on {report.get('device') or 'cpu'}, "
         f"{report['max_examples']} cases per rewrite for check_rewrite and {report['planted_examples']} planted "
         f"among random graphs with near misses, as many per graph entry for check_entry (kinds: "
         f"{', '.join(report.get('kinds') or ['replacement'])}); {report['elapsed_s']:.0f}s with {report['jobs']} job(s) "

@@ -47,6 +47,7 @@ def _check(recorded: dict[str, list[Any]], request: CheckRequest, options: dict[
             reproducer_prelude=options.get("reproducer_prelude"),
             shrink_calls=options.get("shrink_calls", AUDIT_SHRINK_CALLS),
             wall_limit_s=options.get("shrink_s"),  # shrinking is bounded in calls; this in seconds, a net
+            device=options.get("device"),
         )
     except Exception as exc:  # noqa: BLE001 - check_one catches what checking raises; this is the rest
         return {"status": ERROR, "reason": f"the worker raised {error_text(exc)}", "violations": [], "reproducer": None}
@@ -56,7 +57,8 @@ def serve(conn: Any, sources: list[str], options: dict[str, Any]) -> None:
     """The worker process's main. ``options``: ``log`` (a file for its output, or None),
     ``max_examples``, ``repro_dir``, ``shrink_calls`` (default :data:`.check.AUDIT_SHRINK_CALLS`),
     ``shrink_s`` (the real time after which a rewrite's checks
-    have their shrinking cut: :func:`.check.check_one`'s ``wall_limit_s``), ``threads`` (torch's
+    have their shrinking cut: :func:`.check.check_one`'s ``wall_limit_s``), ``device`` (where the
+    entries are checked, :func:`.check.check_one`'s; None: CPU), ``threads`` (torch's
     intra-op threads: :func:`pmverify._job.workers.use_threads`)."""
     if options.get("log"):
         log_to(options["log"])

@@ -417,6 +417,7 @@ def verify_in_rotation(
     repro_dir: str | os.PathLike[str] | None = None,
     strict_order: bool = False,
     settings: hypothesis.settings | None = None,
+    device: Any = None,
 ) -> Iterator[tuple[str, PassVerificationError | None]]:
     """Run :func:`verify` on ``families`` (``(name, strategy)`` pairs) in rotation, ``batch`` cases
     of one family at a time, while ``remaining()`` (checked before each batch) says how many cases
@@ -424,7 +425,7 @@ def verify_in_rotation(
     batch. Batch ``i`` is seeded :func:`batch_seed` ``(seed, i)``, so a run is reproducible batch by batch.
     A batch that rewrites nothing is no error (``allow_no_rewrites=True``) and warns about no group
     never rewritten (:class:`~pmverify.UnfusedWarning`): the caller judges the whole run, e.g. from
-    ``on_result``. ``settings``: as for :func:`verify`. What ``pmverify
+    ``on_result``. ``settings``, ``device``: as for :func:`verify`. What ``pmverify
     selfcheck`` searches with."""
     index = 0
     while (todo := min(batch, remaining())) > 0:
@@ -442,6 +443,7 @@ def verify_in_rotation(
                     strict_order=strict_order,
                     allow_no_rewrites=True,
                     settings=settings,
+                    device=device,
                 )
         except PassVerificationError as error:
             yield family, error

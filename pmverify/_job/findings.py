@@ -66,6 +66,7 @@ class Findings:
             },
             "profile": self.options.profile,
             "seed": self.options.seed,
+            "device": self.options.device or "cpu",
             "budget_s": self.options.budget_s,
             "database": self.database_text,
             "started": self.started_at.isoformat(timespec="seconds"),

@@ -41,6 +41,9 @@ class JobOptions:
     progress: str = "auto"
     jobs: int = 1
     strict_order: bool = False
+    #: where every case runs (``--device``: ``"cpu"``, ``"cuda:0"``, as :func:`pmverify.device.require_device`
+    #: gives it); None: CPU, where the strategies draw
+    device: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -354,7 +354,8 @@ def _run(job: _Job) -> tuple[dict[str, Any], int]:
     budget = options.budget_text
     job.display.line(
         f"pmverify {job.version}: fuzzing {', '.join(r.name for r in job.runs)} for {budget} "
-        f"(profile {options.profile}, seed {options.seed}, database {job.database_text})"
+        f"(profile {options.profile}, seed {options.seed}, device {options.device or 'cpu'}, database "
+        f"{job.database_text})"
     )
     code = 0
     try:

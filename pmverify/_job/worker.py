@@ -90,6 +90,8 @@ class _Worker:
         self.target = load(name, cases)
         # --strict-order, or a fault of the bank only a graph judged in the pass's order shows
         self.strict_order = bool(options.get("strict_order")) or self.target.strict_order
+        #: ``--device`` (None: CPU): every search's cases run there, and its example database key says so
+        self.device = options.get("device")
         # Inductor's pattern matcher takes seconds to import: not inside the first case's timeout.
         from .._compat import pattern_matcher  # noqa: F401
 
@@ -97,7 +99,7 @@ class _Worker:
         from .._engine.verify import database_key
 
         self.keys = [
-            database_key(self.target.pass_, strategy, strict_order=self.strict_order)
+            database_key(self.target.pass_, strategy, strict_order=self.strict_order, device=self.device)
             for _, strategy in self.target.families
         ]
         self.conn.send(
@@ -170,6 +172,7 @@ class _Worker:
                 pass_source=target.pass_source,
                 reproducer_prelude=target.reproducer_prelude,
                 strict_order=self.strict_order,
+                device=self.device,
                 allow_no_rewrites=True,  # the job judges a target's whole run (never_matched), not a batch
                 settings=search_settings,
                 # by the job's end too (the batch's first failure sets it again, when shrinking starts)
@@ -267,7 +270,13 @@ class _Worker:
         case = drawn[0]
         note = choices = None
         shrunk_to_end = False
-        if stop_at is not None and stop_at - time.time() >= 1:
+        if self.device is not None:
+            from ..device import on_device
+
+            case = on_device(case, self.device)  # as the search ran it
+        if stop_at is not None and not _forks_run(self.device):
+            note = f"it was not shrunk: its shrinking runs the pass in forked processes, where {self.device} cannot run"
+        elif stop_at is not None and stop_at - time.time() >= 1:
             warm_up(case)
             try:
                 shrunk = shrink_in_forks(
@@ -335,15 +344,22 @@ def serve_options(options: Any, log: pathlib.Path | None) -> dict[str, Any]:
         "shrink_budget_s": options.shrink_budget_s,
         "log": str(log) if log else None,
         "strict_order": options.strict_order,
+        "device": options.device,
         "threads": threads_per_worker(options.jobs),
     }
+
+
+def _forks_run(device: str | None) -> bool:
+    """Whether a case on ``device`` (None: CPU) can run in a process forked from this one: not on
+    CUDA (a forked child cannot initialise it again), where a crash's reproducer is written unshrunk."""
+    return device is None or not device.startswith("cuda")
 
 
 def serve(conn: Any, name: str, cases: str | None, options: dict) -> None:
     """The worker process's main: build the target, say :class:`~.protocol.Ready`, then serve
     requests until :class:`~.protocol.Stop` or the pipe closes. ``options``: ``profile``, ``db``
     (spec or None), ``repro_dir``, ``shrink``, ``shrink_budget_s`` (None: none but the job's), ``log`` (a file for its output, or None),
-    ``strict_order``, ``threads`` (torch's intra-op threads: :func:`.workers.use_threads`)."""
+    ``strict_order``, ``device`` (``--device``; None: CPU), ``threads`` (torch's intra-op threads: :func:`.workers.use_threads`)."""
     if options.get("log"):
         log_to(options["log"])
     die_with_parent()

@@ -52,6 +52,7 @@ __all__ = [
     "inference_mode_gate",
     "rejection_key",
     "rewrite_copy",
+    "unmet",
 ]
 
 _DEVICE = "cuda"
@@ -174,35 +175,69 @@ def find_gate(check: Callable[[Any], Any], match: Any, *, max_levers: int = 3, m
 class RewriteGate:
     """What :func:`gate_of_rewrite` found: the ``gate`` (None when none was found), the ``match`` it
     was found on (its inputs in words: ``inputs``), and ``accepted``: inputs of other sizes or
-    dtypes on which the ``extra_check`` accepts as is (when no gate was found), in words."""
+    dtypes on which the ``extra_check`` accepts as is (when no gate was found), in words. ``met``:
+    when no gate was found, a gate the cases' device already gives (:func:`unmet` left nothing of
+    it), found on the match ``inputs`` names: the check accepts there simulated, yet rejected
+    every match on the device; else None."""
 
     gate: Gate | None
     inputs: str | None = None
     accepted: str | None = None
+    met: Gate | None = None
 
 
-def gate_of_rewrite(rewrite: Any, isolated: Any, *, forced: bool = False) -> RewriteGate:
+def unmet(gate: Gate | None, device: Any) -> Gate | None:
+    """What of ``gate`` a run on ``device`` (a ``torch.device``, or None: CPU) does not give: the
+    gate without its ``device`` lever when ``device`` is of that lever's type (a CUDA device
+    gives "tensors on a CUDA device", Triton included); None when nothing is left of it (or
+    ``gate`` is None). A gate of a match drawn on CPU (ground truth is computed there) names the
+    device even when the cases run on it: this is what is still missing."""
+    if gate is None:
+        return None
+    kind = None if device is None else torch.device(device).type
+    levers = tuple(lever for lever in gate.levers if not (lever.kind == "device" and lever.key == kind))
+    if len(levers) == len(gate.levers):
+        return gate
+    if not levers and not gate.computed:
+        return None
+    return dataclasses.replace(gate, levers=levers, triton=False)
+
+
+def gate_of_rewrite(rewrite: Any, isolated: Any, *, forced: bool = False, device: Any = None) -> RewriteGate:
     """Look for the gate of a recorded rewrite's ``extra_check``: on the matches it rejected
     (``isolated.rejected``, from its one-rewrite pass), then on the search function traced on its
-    example inputs with other sizes and dtypes (:func:`_variants`: the drawn inputs may be ones the
-    check rejects on every machine, such as a matmul pad_mm need not pad). ``forced``: the check is
-    :func:`rewrite_copy`'s forced one, which looked for gates itself: only ``accepted`` is
-    looked for."""
-    for match in () if forced else list(isolated.rejected.values()):
-        gate = find_gate(rewrite.extra_check, match)
-        if gate is not None:
-            return RewriteGate(gate, _inputs(match))
+    example inputs with other sizes and dtypes, on ``device`` (:func:`_variants`: the drawn inputs
+    may be ones the check rejects on every machine, such as a matmul pad_mm need not pad).
+    ``forced``: the check is :func:`rewrite_copy`'s forced one, which looked for gates itself: only
+    ``accepted`` is looked for. ``device``: where the cases ran (None: CPU); a gate is what of it
+    that device does not give (:func:`unmet`); one it gives whole is ``met``, and the search goes on."""
+    met: list[tuple[Gate, Any]] = []
+
+    def gate_among(matches: list[Any]) -> RewriteGate | None:
+        for match in matches:
+            gate = find_gate(rewrite.extra_check, match)
+            left = unmet(gate, device)
+            if left is not None:
+                return RewriteGate(left, _inputs(match))
+            if gate is not None and not met:
+                met.append((gate, match))
+        return None
+
+    found = None if forced else gate_among(list(isolated.rejected.values()))
+    if found is not None:
+        return found
     accepted = None
-    for args in _variants(rewrite.search_args):
+    for args in _variants(rewrite.search_args, device):
         isolated.rejected.clear()
         if _apply_on(rewrite, isolated, args) and accepted is None:
             from .._validation import short_repr
 
             accepted = short_repr(args)
-        for match in () if forced else list(isolated.rejected.values()):
-            gate = find_gate(rewrite.extra_check, match)
-            if gate is not None:
-                return RewriteGate(gate, _inputs(match))
+        found = None if forced else gate_among(list(isolated.rejected.values()))
+        if found is not None:
+            return found
+    if met:
+        return RewriteGate(None, _inputs(met[0][1]), accepted, met=met[0][0])
     return RewriteGate(None, accepted=accepted)
 
 
@@ -279,9 +314,10 @@ def validate_config_patches(config_patches: Any) -> dict[str, Any]:
     return dict(config_patches)
 
 
-def _variants(args: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+def _variants(args: tuple[Any, ...], device: Any = None) -> Iterator[tuple[Any, ...]]:
     """``args`` with every size above 1 made one larger (equal sizes kept equal), with the float
-    tensors cast to float16 and to bfloat16, and both (zeros; ``requires_grad`` kept)."""
+    tensors cast to float16 and to bfloat16, and both (zeros; ``requires_grad`` kept), on
+    ``device`` (None: CPU; moved with :func:`pmverify.device.tensor_on`)."""
     sizes = {s for a in args if isinstance(a, torch.Tensor) for s in a.shape if s > 1}
     for grow in (False, True):
         if grow and not sizes:
@@ -289,7 +325,17 @@ def _variants(args: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
         for dtype in (None, torch.float16, torch.bfloat16):
             if not grow and dtype is None:
                 continue
-            yield tuple(_variant(a, grow, dtype) for a in args)
+            variant = tuple(_variant(a, grow, dtype) for a in args)
+            yield variant if device is None else tuple(_moved(a, device) for a in variant)
+
+
+def _moved(value: Any, device: Any) -> Any:
+    from ..device import tensor_on
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    moved = tensor_on(value.detach(), device)
+    return moved.requires_grad_() if value.requires_grad and not moved.requires_grad else moved
 
 
 def _variant(value: Any, grow: bool, dtype: torch.dtype | None) -> Any:

@@ -75,6 +75,7 @@ def check_entry(
     reproducer_prelude: str | None = None,
     on_result: Any = None,
     dynamic: Any = False,
+    device: Any = None,
 ) -> Any:
     """Check one entry of a pattern pass alone: whatever its handler does to an instance of its
     pattern keeps the graph's values (against a float64 reference), structure and mutation
@@ -94,6 +95,10 @@ def check_entry(
       instances drawn with some sizes at a symbol's hint and traced again with ``SymInt`` sizes
       (``expr_cases(dynamic=)``), each case run at its symbols' sizes; ``InvalidArgument`` for
       another value.
+    - ``device``: where the entry is checked (``"cuda"``, ``"cpu"``...): every case is drawn on CPU
+      and moved there (:func:`pmverify.verify`'s ``device``), so the entry's ``extra_check`` and
+      handler see tensors there (a handler gated on a CUDA device is judged on one), a
+      replacement entry's example inputs too (:func:`~pmverify.check_rewrite`); default None: CPU.
 
     A ``"lowering"`` entry (its handler lowers the match to Inductor IR, which only a compile runs)
     is checked in compiled mode (:func:`pmverify._engine.compiled.apply_compiled`): each case compiled
@@ -114,15 +119,18 @@ def check_entry(
     re-traces the drawn graph, and its instance may not reach the post-grad graph whole; else
     :data:`LOWERING_UNMATCHED_CONDITION`: a few cases do not show a pattern dead); :class:`AllCasesVoid`
     when every case's float64 reference was NaN or Inf; ``InvalidArgument`` for an ``entry`` that
-    is not a :class:`~pmverify._registry.entries.RecordedEntry`.
+    is not a :class:`~pmverify._registry.entries.RecordedEntry`, or a bad ``device``;
+    :class:`~pmverify.DeviceUnavailable` for a device this machine lacks.
     """
     import contextlib
 
     from .._compat import inductor_config as config
     from .._registry.gates import validate_config_patches
+    from ..device import require_device
 
     if not isinstance(entry, RecordedEntry):
         raise InvalidArgument(f"entry={entry!r} must be a RecordedEntry (from pmverify.record_inductor())")
+    device = require_device("device", device)
     if entry.kind == "replacement":
         from .rewrite import check_rewrite
 
@@ -135,6 +143,7 @@ def check_entry(
             config_patches=config_patches,
             settings=settings,
             reproducer_prelude=reproducer_prelude,
+            device=device,
         )
     from ..strategies import undrawable
 
@@ -151,7 +160,7 @@ def check_entry(
         reproducer_prelude = _config_prelude(patches, reproducer_prelude)
     with config.patch(patches) if patches else contextlib.nullcontext():
         return _search(
-            entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result, dynamic
+            entry, max_examples, seed, repro_dir, pass_source, settings, reproducer_prelude, on_result, dynamic, device
         )
 
 
@@ -209,10 +218,15 @@ def _search(
     reproducer_prelude: str | None,
     on_result: Any = None,
     dynamic: Any = False,
+    device: Any = None,
 ) -> EntryResult:
-    """The search; where the entry never fired and its ``extra_check`` accepts a rejected match
-    with levers pmverify can draw (config options, frozen parameters: not a device), the search
-    again with them (config options set, every tensor after the first a frozen parameter)."""
+    """The search, its cases on ``device``; where the entry never fired and its ``extra_check``
+    accepts a rejected match with levers pmverify can draw (config options, frozen parameters: not a
+    device) beside what ``device`` gives (:func:`~pmverify._registry.gates.unmet`: the rejected
+    matches are ground truth's, drawn on CPU), the search again with them (config options set,
+    every tensor after the first a frozen parameter)."""
+    from .._registry.gates import unmet
+
     rejected: list[Any] = []
     try:
         return _search_once(
@@ -226,11 +240,12 @@ def _search(
             rejected,
             on_result=on_result,
             dynamic=dynamic,
+            device=device,
         )
     except RewriteUnsatisfiable:
         raise
     except RewriteNeverMatched as error:
-        gate = _gate(entry, rejected)
+        gate = unmet(_gate(entry, rejected), device)
         levers = gate.levers if gate is not None else ()
         if gate is None or gate.computed or any(lever.kind == "device" for lever in levers):
             raise _never_fired(entry, error.result, error.summary, gate) from None
@@ -255,6 +270,7 @@ def _search(
                 frozen=frozen,
                 lever_note=f"with what its extra_check needs: {gate.condition}",
                 dynamic=dynamic,
+                device=device,
             )
         except RewriteUnsatisfiable:
             raise
@@ -290,6 +306,7 @@ def _search_once(
     frozen: str | None = None,
     lever_note: str | None = None,
     dynamic: Any = False,
+    device: Any = None,
 ) -> EntryResult:
     from ..strategies import ExprUnsupported, expr_cases
 
@@ -322,6 +339,8 @@ def _search_once(
     notes = [f"the pass is {entry.kind} entry {entry.label} of {entry.pass_name} alone (check_entry)"]
     if lever_note:
         notes.append(lever_note)
+    if device is not None:
+        notes.append(f"on {device}: every case moved there (device=)")
     lowering = entry.kind == "lowering"
     if lowering:
         notes.append(
@@ -349,6 +368,7 @@ def _search_once(
             allow_no_rewrites=True,
             settings=settings,
             reproducer_prelude=reproducer_prelude,
+            device=device,
         )
     except ExprUnsupported as exc:
         condition = f"an instance pmverify can draw (it does not draw this pattern: {exc})"

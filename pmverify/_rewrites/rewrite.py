@@ -38,6 +38,7 @@ from .._findings.summary import (
     vacuous_error,
 )
 from .._registry.record import RecordedRewrite, isolated_pass
+from ..device import require_device, tensor_on
 
 __all__ = ["NearMissCoverage", "RewriteResult", "RewriteNeverMatched", "check_rewrite", "covered_verify"]
 
@@ -219,10 +220,17 @@ def covered_verify(
 
 
 def _never_matched(
-    result: RewriteResult, summary: VerifySummary, rewrite: RecordedRewrite, force_extra_check: bool
+    result: RewriteResult,
+    summary: VerifySummary,
+    rewrite: RecordedRewrite,
+    force_extra_check: bool,
+    device: Any = None,
 ) -> RewriteNeverMatched:
     """The error of a search in which no case was rewritten: :class:`RewriteUnsatisfiable` when the
-    rewrite's ``extra_check`` is gated on a device or configuration (see :mod:`pmverify._registry.gates`)."""
+    rewrite's ``extra_check`` is gated on a device or configuration (see :mod:`pmverify._registry.gates`)
+    that the cases' ``device`` does not give (a gate it gives, yet no match accepted there: unsatisfiable
+    on that device, never a dead pattern); also when its ``extra_check`` accepted instances on CPU
+    (:func:`truth_for_device`) and rejected every match on ``device``: gated away from it."""
     from .._registry.gates import gate_of_rewrite
     from ..strategies import describe_sizes
 
@@ -232,9 +240,34 @@ def _never_matched(
         f"{result.examples} cases drawn like its example inputs{f' ({cap})' if cap else ''} (ground truth of the "
         f"instances: {why or 'none'})"
     )
+    accepted_on_cpu = result.outcomes.get(f"extra_check on {device}", 0) if device is not None else 0
+    if accepted_on_cpu:  # (truth_for_device) gated away from this device, as _sfdp_extra_check(disable_cuda=True)
+        condition = (
+            f"a device other than {device} (its extra_check accepted {accepted_on_cpu} of the instances drawn, on "
+            f"CPU, and rejected every match on {device})"
+        )
+        return RewriteUnsatisfiable(
+            f"rewrite {result.rewrite.name} is unsatisfiable here: it never matched in the {drawn} on {device}; it "
+            f"needs {condition}; nothing was compared",
+            condition,
+            summary,
+            result,
+        )
     found = None
     if result.outcomes.get("extra_check"):
-        found = gate_of_rewrite(rewrite, isolated_pass(rewrite), forced=force_extra_check)
+        found = gate_of_rewrite(rewrite, isolated_pass(rewrite), forced=force_extra_check, device=device)
+    if found is not None and found.gate is None and found.met is not None:
+        condition = (
+            f"a {device} on which its extra_check accepts (it accepts one ({found.inputs}) with {found.met.condition} "
+            f"simulated, which the cases on {device} have, and rejected every match there)"
+        )
+        return RewriteUnsatisfiable(
+            f"rewrite {result.rewrite.name} is unsatisfiable here: its extra_check rejected every match in the "
+            f"{drawn} on {device}; it needs {condition}; nothing was compared",
+            condition,
+            summary,
+            result,
+        )
     if found is not None and found.gate is not None:
         condition = found.gate.condition
         return RewriteUnsatisfiable(
@@ -283,6 +316,7 @@ def check_rewrite(
     config_patches: Mapping[str, Any] | None = None,
     settings: Any = None,
     reproducer_prelude: str | None = None,
+    device: Any = None,
 ) -> RewriteResult:
     """Check one recorded rewrite alone: its replacement computes what its search function
     computes on every input Inductor's matcher rewrites; return a :class:`RewriteResult`.
@@ -329,6 +363,12 @@ def check_rewrite(
     - ``reproducer_prelude``: Python code (a str) the reproducer runs first, as for :func:`verify`
       (the modules that defined the rewrite's custom ops with ``torch.library`` are imported
       without it); default None.
+    - ``device``: where the rewrite is checked (``"cuda"``, ``"cuda:1"``, ``"cpu"`` or a
+      ``torch.device``): its example inputs are moved there before it is registered again (its
+      pattern traced there, as Inductor traces its own on the GPU it runs on), and every case is
+      drawn on CPU and moved there (:func:`pmverify.verify`'s ``device``), so its ``extra_check``
+      sees tensors on that device: a rewrite gated on "tensors on a CUDA device" is compared on a
+      CUDA device, not unsatisfiable. Default None: the example inputs as recorded, the cases on CPU.
 
     Each case holds one instance of the search function in no context, traced with the rewrite's
     ``trace_fn``: the inputs as drawn, or a near miss of what the trace does not pin (two cases of
@@ -351,8 +391,10 @@ def check_rewrite(
     this machine or configuration lacks (its ``condition``: ``"tensors on a CUDA device (with
     Triton) and torch._inductor.config.force_shape_pad=True"``; see :mod:`pmverify._registry.gates`: the
     ``extra_check`` is run again on a match it rejected with config options it read flipped, its
-    inputs made frozen parameters and its tensors put on a fake CUDA device, smallest set first;
-    also a training pattern registered in inference mode);
+    inputs made frozen parameters and its tensors put on a fake CUDA device, smallest set first; on
+    a ``device``, only what it does not give is the condition, and a check that accepts with CUDA
+    simulated, or on CPU, but rejected every match on the device is unsatisfiable there; also a
+    training pattern registered in inference mode);
     :class:`RewriteNeverMatched` when no case was rewritten and no gate was found (e.g.
     ``extra_check`` rejected every input: the rewrite was not checked at all; its ``result`` is the
     :class:`RewriteResult`);
@@ -363,8 +405,9 @@ def check_rewrite(
     :class:`RecordedRewrite`, an ``inputs`` that is not a strategy, or example inputs
     :func:`~pmverify.strategies.like` cannot draw, a ``force_extra_check`` that is not a bool, or
     ``config_patches`` that are not a mapping of ``torch._inductor.config`` options to values of
-    their type (a bool option takes a bool), a ``reproducer_prelude`` that is not a str;
-    ``ValueError`` when the rewrite cannot be registered again.
+    their type (a bool option takes a bool), a ``reproducer_prelude`` that is not a str, a bad
+    ``device``; :class:`~pmverify.DeviceUnavailable` for a device this machine lacks, before anything
+    runs; ``ValueError`` when the rewrite cannot be registered again.
 
     Example::
 
@@ -385,6 +428,7 @@ def check_rewrite(
         raise InvalidArgument(f"force_extra_check={force_extra_check!r} must be a bool")
     if reproducer_prelude is not None and not isinstance(reproducer_prelude, str):
         raise InvalidArgument(f"reproducer_prelude={reproducer_prelude!r} must be a str of Python code or None")
+    target = require_device("device", device)
     patches = validate_config_patches(config_patches)
     with config.patch(patches) if patches else contextlib.nullcontext():
         rewrite, simulated = (
@@ -392,6 +436,7 @@ def check_rewrite(
             if force_extra_check or patches
             else (recorded, set())
         )
+        rewrite = examples_on(rewrite, target)
         try:
             rewrite.pattern_pass()  # ValueError now, not inside the search, when it registers nothing
         except ValueError as error:
@@ -407,6 +452,8 @@ def check_rewrite(
             notes.append(f"under torch._inductor.config.patch({patches!r}) (config_patches)")
         if force_extra_check:
             notes.append("its extra_check forced: a match it rejects is accepted where a gate is simulated")
+        if target is not None:
+            notes.append(f"on {target}: its example inputs and every case moved there (device=)")
         return _search(
             recorded,
             rewrite,
@@ -420,7 +467,45 @@ def check_rewrite(
             pass_source,
             settings,
             reproducer_prelude,
+            target,
         )
+
+
+def examples_on(rewrite: RecordedRewrite, device: Any) -> RecordedRewrite:
+    """``rewrite`` with its example inputs on ``device`` (a ``torch.device``; each tensor moved with
+    :func:`pmverify.device.tensor_on`): a copy, registered afresh on first use; ``rewrite`` itself when
+    ``device`` is None or every example tensor is there already."""
+    if device is None:
+        return rewrite
+    import torch
+
+    moved = tuple(tensor_on(v, device) if isinstance(v, torch.Tensor) else v for v in rewrite.example_inputs)
+    if all(new is old for new, old in zip(moved, rewrite.example_inputs, strict=True)):
+        return rewrite
+    given = rewrite.arguments.get("example_inputs")
+    arguments = {**rewrite.arguments, "example_inputs": list(moved) if isinstance(given, list) else moved}
+    return dataclasses.replace(rewrite, example_inputs=moved, arguments=arguments)
+
+
+def truth_for_device(case: Any, rewrite: RecordedRewrite, device: Any) -> Any:
+    """``case`` (drawn on CPU, its ground truth from ``rewrite``'s matcher there) as it is judged on
+    ``device`` (a ``torch.device``; None: CPU): where ``rewrite`` has an ``extra_check`` and
+    ``device`` is not CPU, a must-match instance is "either is right" (``must_match=None``, reason
+    ``"extra_check on <device>"``): the check's verdict on CPU says nothing of the device's (Inductor's
+    ``_sfdp_extra_check(disable_cuda=True)`` rejects CUDA queries that it accepts on CPU). A near miss
+    the check rejected on CPU and the device's check accepts is rewritten rightly: the expectations
+    oracle asks the entry again on the graph with the device's values."""
+    if device is None or device.type == "cpu" or not rewrite.has_extra_check:
+        return case
+    if not any(instance.must_match is True for instance in case.planted):
+        return case
+    relaxed = tuple(
+        dataclasses.replace(instance, must_match=None, reason=f"extra_check on {device}")
+        if instance.must_match is True
+        else instance
+        for instance in case.planted
+    )
+    return dataclasses.replace(case, planted=relaxed)
 
 
 def _search(
@@ -436,12 +521,13 @@ def _search(
     pass_source: str | None,
     settings: Any,
     reproducer_prelude: str | None = None,
+    device: Any = None,
 ) -> RewriteResult:
-    """:func:`check_rewrite`'s search of ``rewrite`` (``recorded`` or its variant)."""
+    """:func:`check_rewrite`'s search of ``rewrite`` (``recorded`` or its variant), its cases on ``device``."""
     from ..strategies import planted, recorded_example
 
     def cases(kind: str | None) -> SearchStrategy[Any]:
-        return planted(
+        drawn = planted(
             rewrite,
             inputs,
             context=st.nothing(),
@@ -450,6 +536,9 @@ def _search(
             near_misses=_NEAR_MISSES,
             near_miss=kind,
         )
+        if device is None or device.type == "cpu" or not rewrite.has_extra_check:
+            return drawn
+        return drawn.map(functools.partial(truth_for_device, rewrite=rewrite, device=device))
 
     example = recorded_example(rewrite) if inputs is None else None  # memoised: planted made it
     cap = None if example is None else example.describe_cap()
@@ -479,6 +568,7 @@ def _search(
             allow_no_rewrites=True,  # judged below, with the rewrite's own message
             settings=settings,
             reproducer_prelude=reproducer_prelude,
+            device=device,
         )
     except PassVerificationError as error:
         if cap:
@@ -498,7 +588,7 @@ def _search(
         coverage=coverage,
     )
     if not result.rewritten_cases:
-        raise _never_matched(result, summary, rewrite, force_extra_check)
+        raise _never_matched(result, summary, rewrite, force_extra_check, device)
     if incomparable and not counts["comparable"]:
         raise RewriteNotComparable(
             f"rewrite {recorded.name} is not comparable: none of the {result.rewritten_cases} cases it rewrote could be "

@@ -50,6 +50,11 @@ def serve(conn, sources, options):
 
 
 def _answer(request, options):
-    """The outcome, saying which kind of entry the request asked for (``request_kind``) and the
-    torch threads the job gave the worker (``worker_threads``)."""
-    return {**_outcome(request), "request_kind": request.kind, "worker_threads": options.get("threads")}
+    """The outcome, saying which kind of entry the request asked for (``request_kind``), the
+    torch threads the job gave the worker (``worker_threads``) and its device (``worker_device``)."""
+    return {
+        **_outcome(request),
+        "request_kind": request.kind,
+        "worker_threads": options.get("threads"),
+        "worker_device": options.get("device"),
+    }

@@ -85,6 +85,7 @@ def test_check_one_gives_a_graph_entry_to_check_entry(recorded, stand_in, tmp_pa
         "pass_source": source,
         "settings": None,
         "reproducer_prelude": "pass",
+        "device": None,  # (--device: where the entry's cases run)
     }
 
 
