@@ -177,7 +177,7 @@ def run_fault(
         if searches is None:
             searches = verify_in_rotation(
                 fault.pass_cls,
-                fault.families(),
+                _families(fault, device),
                 batch=BATCH,
                 remaining=lambda: max_examples - counter.cases,
                 seed=seed,
@@ -212,6 +212,19 @@ def run_fault(
         result.status, result.oracles, result.examples = DETECTED, (UNFUSED,), counter.cases
         result.case = _warned(counter)[0]
     return result
+
+
+def _families(fault: Any, device: Any) -> Any:
+    """``fault``'s case families, for cases run on ``device``: a bank row's ``families`` that takes
+    a ``device`` argument sizes its cases for it (a kernel fault that shows only past the device's
+    grid), else it is called without one."""
+    import inspect
+
+    try:
+        takes_device = "device" in inspect.signature(fault.families).parameters
+    except (TypeError, ValueError):
+        takes_device = False
+    return fault.families(device=device) if takes_device else fault.families()
 
 
 def _entry_searches(

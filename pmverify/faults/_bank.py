@@ -112,19 +112,32 @@ def _tensor_parallel() -> Families:
     return [("qk_norm_tp_cases", qk_norm_tp_cases())]
 
 
-def _kernel() -> Families:
-    """The split forms (the rewrites the kernel faults replace) with 257..320 tokens. The default
-    tiling (``launch_for``) has ``rows`` = 64, 32 or 16 per row block for the drawn widths (``rows ·
+def _kernel(device: Any = None) -> Families:
+    """The split forms (the rewrites the kernel faults replace) with more tokens than the fused
+    kernel's grid covers without its grid-stride loop on ``device``. The default tiling
+    (``launch_for``) has ``rows`` = 64, 32 or 16 per row block for the drawn widths (``rows ·
     (next_pow2(q_size) + next_pow2(kv_size))`` about 8192 elements, at most 64 rows) and 4 programs in
-    Triton's interpreter, so its grid covers at most 256 rows without the grid-stride loop: more
-    than 256 tokens make every case show the capped grid. The default widths (4..32-element heads,
-    1..8 heads) hold many that are not powers of two, for the other two. No bfloat16: Triton's
-    interpreter casts float32 to bfloat16 by truncation, which the semantics oracle would flag in the
-    correct kernel too (a finding that is not the fault's)."""
+    Triton's interpreter (CPU cases, which a GPU machine runs on CUDA copies with the same tiling),
+    so its grid covers at most 256 rows: 257..320 tokens. On a CUDA ``device`` the grid is 4
+    programs per SM (528 on an H100), so the cases have more rows than ``programs · 64`` (34k on an
+    H100; the widths stay small). The default widths (4..32-element heads, 1..8 heads) hold many
+    that are not powers of two, for the other two faults. No bfloat16: Triton's interpreter casts
+    float32 to bfloat16 by truncation, which the semantics oracle would flag in the correct kernel
+    too (a finding that is not the fault's)."""
     from ..fusions.qk_norm.testing import qk_norm_cases
 
+    min_tokens = 257
+    if device is not None and torch.device(device).type == "cuda":
+        from ..fusions.qk_norm import triton_impl
+
+        index = torch.device(device).index or 0
+        programs = torch.cuda.get_device_properties(index).multi_processor_count * triton_impl.PROGRAMS_PER_SM
+        min_tokens = programs * triton_impl.MAX_ROWS + 1
     cases = qk_norm_cases(
-        min_tokens=257, max_tokens=320, dtypes=(torch.float32, torch.float16), forms=("qk_norm", "qk_norm_split3")
+        min_tokens=min_tokens,
+        max_tokens=min_tokens + 63,
+        dtypes=(torch.float32, torch.float16),
+        forms=("qk_norm", "qk_norm_split3"),
     )
     return [("qk_norm_cases", cases)]
 
