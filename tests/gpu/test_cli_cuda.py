@@ -112,7 +112,9 @@ def test_fuzz_runs_the_shipped_pass_s_cases_on_the_device(tmp_path):
     assert "device cuda:0" in done.stdout + done.stderr  # the run's header
 
 
-@pytest.mark.parametrize("fault", ["QKNormKernelGridCapped", "QKNormKernelUnmaskedLoads", "QKNormKernelLeavesKOutUnwritten"])
+@pytest.mark.parametrize(
+    "fault", ["QKNormKernelGridCapped", "QKNormKernelUnmaskedLoads", "QKNormKernelLeavesKOutUnwritten"]
+)
 def test_selfcheck_detects_a_kernel_fault_running_its_compiled_kernel_on_the_gpu(tmp_path, fault):
     report = tmp_path / "selfcheck.json"
     done = _pmverify(
