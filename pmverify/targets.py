@@ -33,7 +33,9 @@ class EndCheck:
     - ``about``: what the job prints when it starts it (``"tiny MiniMax-M2, compiled with and
       without the pass"``).
     - ``run``: called in the target's worker process with the target's pass; returns a JSON-ready
-      dict with at least ``ok`` (bool); what it raises is reported as a failed check.
+      dict with at least ``ok`` (bool); what it raises is reported as a failed check. A ``run``
+      with a ``device`` parameter is also given the job's ``--device`` (when one other than the
+      default is given), to run there.
     - ``skipped``: why the check does not apply to this target (reported as skipped, ``ok``), or None.
     """
 

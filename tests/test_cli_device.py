@@ -207,3 +207,16 @@ def test_a_fault_is_searched_on_the_device_family_by_family_and_entry_by_entry(m
     with_entries = types.SimpleNamespace(**vars(row), entries=lambda: [types.SimpleNamespace(label="p/e")])
     _selfcheck.run_fault(with_entries, max_examples=3, device="cuda:0")
     assert [kwargs["device"] for kwargs in entries] == ["cuda:0"]
+
+
+def test_the_end_check_runs_on_the_jobs_device_when_it_takes_one():
+    from pmverify import EndCheck
+    from pmverify._job.worker import _run_end_check
+
+    seen = []
+    takes = EndCheck("m", "model", lambda pass_, device=None: seen.append(device) or {"ok": True})
+    plain = EndCheck("m", "model", lambda pass_: seen.append("plain") or {"ok": True})
+    _run_end_check(takes, object(), "cuda:0")
+    _run_end_check(takes, object(), None)
+    _run_end_check(plain, object(), "cuda:0")
+    assert seen == ["cuda:0", None, "plain"]

@@ -322,7 +322,7 @@ class _Worker:
         check = self.target.fuzz.end_check
         start = time.monotonic()
         try:
-            result = {"name": check.name, **check.run(self.target.pass_)}
+            result = {"name": check.name, **_run_end_check(check, self.target.pass_, self.device)}
         except Exception as exc:  # noqa: BLE001 - reported as a failed check
             result = {
                 "name": check.name,
@@ -331,6 +331,21 @@ class _Worker:
                 "elapsed_s": round(time.monotonic() - start, 3),
             }
         self.conn.send(protocol.ExtraCheckDone(result))
+
+
+def _run_end_check(check: Any, pass_: Any, device: Any) -> dict:
+    """``check.run(pass_)``, given ``device=`` too when the job runs on a device other than CPU and
+    the check's ``run`` takes that argument (the shipped fusion's compiled model runs there)."""
+    import inspect
+
+    if device is not None:
+        try:
+            takes_device = "device" in inspect.signature(check.run).parameters
+        except (TypeError, ValueError):
+            takes_device = False
+        if takes_device:
+            return check.run(pass_, device=device)
+    return check.run(pass_)
 
 
 def serve_options(options: Any, log: pathlib.Path | None) -> dict[str, Any]:

@@ -64,21 +64,22 @@ def dynamic_rotation() -> list[tuple[str, Any]]:
 def real_model_check(skipped: str | None = None) -> Any:
     """The compiled tiny MiniMax-M2 check (:func:`..real_model.check_minimax_m2`) as an
     :class:`pmverify.EndCheck`, run on the target's pass (a class built from a ``QKNormConfig``)
-    twice: static (``dynamic=False``) and with a symbolic token dim (``dynamic=True``). Its result
+    twice: static (``dynamic=False``) and with a symbolic token dim (``dynamic=True``), on the job's
+    ``--device`` (default CPU). Its result
     sums the two runs' matches and elapsed time, takes the larger error, is ``ok`` when both are,
     and holds each run's result under ``"static"`` and ``"dynamic"``. ``skipped``: why it does not
     apply to the target (reported as skipped)."""
     from pmverify import EndCheck
 
-    def run(pass_factory: Any) -> dict:
+    def run(pass_factory: Any, device: Any = None) -> dict:
         from pmverify.targets import jsonable
 
         from ..real_model import check_minimax_m2
 
-        static = jsonable(check_minimax_m2(pass_factory=pass_factory))
+        static = jsonable(check_minimax_m2(pass_factory=pass_factory, device=device))
         if static.get("skipped"):
             return static
-        dynamic = jsonable(check_minimax_m2(pass_factory=pass_factory, dynamic=True))
+        dynamic = jsonable(check_minimax_m2(pass_factory=pass_factory, dynamic=True, device=device))
         errors = [run["max_abs_err"] for run in (static, dynamic)]
         return {
             **static,
