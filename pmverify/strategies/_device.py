@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
 from ..device import case_device, inputs_on, on_device, validate_device
@@ -80,16 +81,33 @@ def tuple_device(values: Sequence[Any]) -> torch.device:
     return next((v.device for v in values if isinstance(v, torch.Tensor)), _CPU)
 
 
+def _check_real(values: Sequence[Any], what: str) -> None:
+    from .._compat import FakeTensor
+
+    if any(isinstance(v, FakeTensor) for v in values):
+        raise InvalidArgument(
+            f"{what} drew fake tensors (under pmverify.device.simulated()), which hold no values to work on: "
+            "let the inner strategy draw on CPU and give device= to the strategy wrapping it"
+        )
+
+
 def on_cpu(case: GraphCase) -> tuple[GraphCase, torch.device]:
-    """A wrapper's inner ``case`` on CPU, and the device it was drawn on."""
+    """A wrapper's inner ``case`` on CPU, and the device it was drawn on. Raises
+    ``InvalidArgument`` for a case of fake tensors (drawn under :func:`~pmverify.device.simulated`)."""
     device = case_device(case)
+    if device == _CPU:
+        return on_device(case, _CPU), device
+    _check_real([v for rank in case.inputs for v in rank], "cases")
     return on_device(case, _CPU), device
 
 
 def on_cpu_inputs(values: Sequence[Any]) -> tuple[tuple[Any, ...], torch.device]:
-    """An inner input tuple on CPU, and the device it was drawn on."""
+    """An inner input tuple on CPU, and the device it was drawn on (``InvalidArgument`` as :func:`on_cpu`)."""
     device = tuple_device(values)
-    return (tuple(values) if device == _CPU else _moved(values, _CPU)), device
+    if device == _CPU:
+        return tuple(values), device
+    _check_real(values, "inputs")
+    return _moved(values, _CPU), device
 
 
 def finished(case: GraphCase, device: torch.device | None, inner: torch.device) -> GraphCase:

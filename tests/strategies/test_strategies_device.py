@@ -266,3 +266,18 @@ def test_factory_calls_without_a_device_move_too():
             for node in case.gm.graph.nodes:
                 if isinstance(node.meta.get("val"), torch.Tensor):
                     assert node.meta["val"].device == CUDA, node.format_node()
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda: with_mutations(fx_graphs(max_nodes=2, device="cuda")),
+        lambda: tp_cases(fx_graphs(max_nodes=2, device="cuda"), tp_world=st.just(2)),
+        lambda: planted(_rms_pattern, like(_RMS_EXAMPLE, device="cuda"), min_instances=1),
+    ],
+    ids=["with_mutations", "tp_cases", "planted_inputs"],
+)
+def test_a_wrapper_of_a_simulated_inner_strategy_says_what_to_do(wrap):
+    """Fake tensors hold no values for a wrapper's CPU work: it says to give it device= instead."""
+    with simulated("cuda"), pytest.raises(InvalidArgument, match="give device= to the strategy wrapping it"):
+        _drawn(wrap(), examples=1)
