@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
 from ..device import case_device, inputs_on, on_device, validate_device
+from ._public import PublicStrategy
 
 __all__ = [
     "validated",
@@ -46,11 +46,11 @@ def validated(device: Any) -> torch.device | None:
     return validate_device("device", device)
 
 
-def cases_on(strategy: st.SearchStrategy[GraphCase], device: torch.device | None) -> st.SearchStrategy[GraphCase]:
-    """``strategy`` with each drawn case moved to ``device`` (``strategy`` itself for None)."""
-    if device is None:
-        return strategy
-    return strategy.map(lambda case: on_device(case, device))
+def cases_on(strategy: PublicStrategy[GraphCase], device: torch.device | None) -> PublicStrategy[GraphCase]:
+    """``strategy`` with each drawn case moved to ``device`` (unchanged for None)."""
+    if device is not None:
+        strategy.finish = lambda case: on_device(case, device)
+    return strategy
 
 
 def _moved(values: Sequence[Any], device: torch.device) -> tuple[Any, ...]:
@@ -62,18 +62,18 @@ def _moved(values: Sequence[Any], device: torch.device) -> tuple[Any, ...]:
     return moved
 
 
-def tuples_on(strategy: st.SearchStrategy[Any], device: torch.device | None) -> st.SearchStrategy[Any]:
+def tuples_on(strategy: PublicStrategy[Any], device: torch.device | None) -> PublicStrategy[Any]:
     """``strategy`` (of input tuples) with each tuple's tensors moved to ``device`` together."""
-    if device is None:
-        return strategy
-    return strategy.map(lambda values: _moved(values, device))
+    if device is not None:
+        strategy.finish = lambda values: _moved(values, device)
+    return strategy
 
 
-def tensor_strategy_on(strategy: st.SearchStrategy[Any], device: torch.device | None) -> st.SearchStrategy[Any]:
+def tensor_strategy_on(strategy: PublicStrategy[Any], device: torch.device | None) -> PublicStrategy[Any]:
     """``strategy`` (of tensors) with each tensor moved to ``device``."""
-    if device is None:
-        return strategy
-    return strategy.map(lambda tensor: _moved((tensor,), device)[0])
+    if device is not None:
+        strategy.finish = lambda tensor: _moved((tensor,), device)[0]
+    return strategy
 
 
 def tuple_device(values: Sequence[Any]) -> torch.device:

@@ -239,9 +239,9 @@ def fx_graphs(
         )
     target = validated(device)
     drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable, level), dynamic)
-    return public_call(
+    public = public_call(
         fx_graphs,
-        cases_on(drawn, target),
+        drawn,
         min_nodes=min_nodes,
         max_nodes=given_max,
         dtypes=given_dtypes,
@@ -250,3 +250,4 @@ def fx_graphs(
         level=level,
         device=device,
     )
+    return cases_on(public, target)

@@ -549,7 +549,7 @@ def like(
         drawn = _inputs(described, candidates, dynamic_spec(example, candidates, dynamic, fixed), fixed, scale_set)
     strategy = public_call(
         like,
-        tuples_on(drawn, target),
+        drawn,
         described,
         vary=vary,
         min_side=min_side,
@@ -560,6 +560,7 @@ def like(
         pattern=pattern,
         device=device,
     )
+    tuples_on(strategy, target)
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches,
     # and gives its search function to draw the broadcast forms where it runs on them.
     strategy.pmverify_example_inputs = example

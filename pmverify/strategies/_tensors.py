@@ -368,9 +368,9 @@ def tensors(
     if elements is None:
         nonfinite = ((math.nan,) if allow_nan else ()) + ((math.inf, -math.inf) if allow_infinity else ())
         drawn = _seeded(dtype, shape, max_magnitude, nonfinite if dtype.is_floating_point else ())
-        return public_call(
+        public = public_call(
             tensors,
-            tensor_strategy_on(drawn, target),
+            drawn,
             dtype,
             shape,
             max_magnitude=max_magnitude,
@@ -378,14 +378,17 @@ def tensors(
             allow_infinity=allow_infinity,
             device=device,
         )
+        return tensor_strategy_on(public, target)
     validate_strategy("elements", elements)
     if max_magnitude is not None or allow_nan or allow_infinity:
         raise InvalidArgument(
             f"elements={elements!r} draws the values itself: drop max_magnitude={max_magnitude!r}, "
             f"allow_nan={allow_nan!r} and allow_infinity={allow_infinity!r}"
         )
-    drawn = tensor_strategy_on(_from_elements(dtype, shape, elements), target)
-    return public_call(tensors, drawn, dtype, shape, elements=elements, device=device)
+    public = public_call(
+        tensors, _from_elements(dtype, shape, elements), dtype, shape, elements=elements, device=device
+    )
+    return tensor_strategy_on(public, target)
 
 
 def tp_sizes(*, min_size: int = 1, max_size: int = 8) -> st.SearchStrategy[int]:

@@ -158,6 +158,20 @@ def test_cases_move_to_simulated_cuda(name):
             check_moved(cpu_case, case, mode)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASE_STRATEGIES))
+def test_cases_move_to_simulated_cuda_many(name):
+    """As above over 300 draws: the move adds no choice and no span (it is made inside the
+    strategy's own span), so a derandomized search draws the same sequence of cases either way."""
+    make = CASE_STRATEGIES[name]
+    on_cpu = _drawn(make(), examples=300)
+    with simulated("cuda") as mode:
+        moved = _drawn(make(device="cuda"), examples=300)
+        assert len(moved) == len(on_cpu)
+        for cpu_case, case in zip(on_cpu, moved, strict=True):
+            check_moved(cpu_case, case, mode)
+
+
 @pytest.mark.parametrize("name", ["fx_graphs", "with_mutations", "tp_cases", "qk_norm_cases"])
 def test_device_cpu_draws_what_none_draws(name):
     make = CASE_STRATEGIES[name]
