@@ -1,8 +1,9 @@
 """``device=`` of the case strategies: draw, trace and judge on CPU, move the drawn value last.
 
-Why last: the same choices make the same case on every machine (an example database found on a
-GPU machine replays on a laptop up to the move), and a strategy's ground truth (matcher runs,
-eager checks, dtype probes) is CPU work. The move is :func:`pmverify.device.on_device` (a case) or
+Why last: the same choices make the same case, up to the move, on every device and machine (a
+failure's choices found on a GPU replay on CPU; a derandomized search draws the same sequence:
+the move adds no choice and no span, :attr:`PublicStrategy.finish`), and a strategy's ground truth
+(matcher runs, eager checks, dtype probes) is CPU work. The move is :func:`pmverify.device.on_device` (a case) or
 :func:`pmverify.device.inputs_on` (an input tuple, a tensor): strides, storage offsets, values and
 aliasing kept.
 

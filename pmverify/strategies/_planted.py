@@ -105,8 +105,8 @@ def planted(
       :data:`~pmverify.strategies._dynamic.DYNAMIC_DIMS` (``"tokens"``): symbolic sizes, as
       torch.compile gives a pass its graph with ``dynamic=True``.
     - ``device``: the device of the cases (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
-      ``torch.device``; default None: the device ``inputs`` or ``context`` drew on, CPU for
-      theirs). Every case is drawn, traced and judged on CPU (inputs and context drawn elsewhere
+      ``torch.device``; default None: where ``inputs`` or ``context`` drew, the first device
+      other than CPU among their draws, else CPU). Every case is drawn, traced and judged on CPU (inputs and context drawn elsewhere
       are copied to CPU first), then moved whole (:func:`pmverify.device.on_device`).
 
     Each case's ``planted`` holds, per instance, its ``call_function`` node names (producers and
