@@ -3,7 +3,8 @@
 What CPU cannot reach (tests/test_execution_device.py covers the rest with fake CUDA tensors): a
 graph drawing random numbers on CUDA runs from the seeded CUDA generator, restores it, and its
 float64 reference replays the CUDA draws; the noise floor's perturbations meet CUDA values (drawn
-on CPU, the same on every device); a pass that does nothing is quiet on drawn CUDA cases."""
+on CPU, the same on every device); a symbolic CUDA case runs at its range's ends (compile_ranges);
+a pass that does nothing is quiet on drawn CUDA cases."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from pmverify import GraphCase, check_case
 from pmverify._execution import Replayer, deterministic_fill, float64_reference, run_graph
+from pmverify._shapes.sizes import case_at
 from pmverify.device import on_device
+from pmverify.fusions.qk_norm.testing import qk_norm_cases
 from pmverify.oracles._noise import noise_floor
 from pmverify.strategies import fx_graphs, with_mutations
 
@@ -80,6 +83,20 @@ def test_the_noise_floor_runs_on_cuda_as_on_cpu():
                     continue
                 assert b.device == CUDA
                 torch.testing.assert_close(b.cpu(), a, rtol=1e-3, atol=1e-15)
+
+
+@settings(max_examples=5, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(qk_norm_cases(max_instances=1, dynamic=True))
+def test_a_symbolic_cuda_case_runs_at_other_sizes(case):
+    symbol = case.symbols[0]
+    moved = on_device(case, "cuda")
+    for size in {symbol.min, symbol.max}:
+        on_cpu, on_cuda = case_at(case, {symbol.name: size}), case_at(moved, {symbol.name: size})
+        for want, got in zip(on_cpu.inputs[0], on_cuda.inputs[0], strict=True):
+            if isinstance(want, torch.Tensor):
+                assert got.device == CUDA and torch.equal(got.cpu(), want)
+        outputs, _ = run_graph(on_cuda.gm, on_cuda.inputs[0])
+        assert all(v.device == CUDA for v in outputs if isinstance(v, torch.Tensor))
 
 
 def _does_nothing(graph: torch.fx.Graph) -> None:
