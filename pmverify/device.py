@@ -13,8 +13,8 @@ what they would have seen on CPU:
   tensor), across the ranks of a tensor-parallel case too;
 - the graph: each ``torch.device('cpu')`` in a node's arguments (creation ops' ``device=``,
   ``_to_copy``'s) names the target, and so does a factory call that leaves ``device=`` out (a
-  hand-written ``aten.full(size, v)`` makes CPU tensors, torch's default), each tensor the graph reads by ``get_attr`` (frozen
-  parameters, constants) is moved, and the fake values in ``node.meta`` (``val``,
+  hand-written ``aten.full(size, v)`` makes CPU tensors, torch's default); each tensor the graph
+  reads by ``get_attr`` (frozen parameters, constants) is moved, and the fake values in ``node.meta`` (``val``,
   ``example_value``: what a pass reads, as Inductor's ``is_cuda`` checks do) say the target, with
   their symbolic sizes;
 - a symbolic case's ``source`` (moved too).
