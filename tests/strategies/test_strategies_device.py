@@ -295,3 +295,15 @@ def test_a_wrapper_of_a_simulated_inner_strategy_says_what_to_do(wrap):
     """Fake tensors hold no values for a wrapper's CPU work: it says to give it device= instead."""
     with simulated("cuda"), pytest.raises(InvalidArgument, match="give device= to the strategy wrapping it"):
         _drawn(wrap(), examples=1)
+
+
+def test_inputs_on_moves_a_tuple_storage_by_storage():
+    """What like() and planted's inputs move with: a view of another item stays a view of it."""
+    from pmverify.device import inputs_on
+
+    base = torch.arange(12.0).reshape(3, 4)
+    values = (base, base[1:, ::2], torch.ones(2), 0.5)
+    with simulated("cuda"):
+        moved = inputs_on(values, "cuda")
+    _check_inputs_moved(values, moved, CUDA)
+    assert moved[3] == 0.5 and moved[1].storage_offset() == 4
