@@ -12,8 +12,9 @@ what they would have seen on CPU:
   storage (a view of another input stays a view of it: moved storage by storage, not tensor by
   tensor), across the ranks of a tensor-parallel case too;
 - the graph: each ``torch.device('cpu')`` in a node's arguments (creation ops' ``device=``,
-  ``_to_copy``'s) names the target, each tensor the graph reads by ``get_attr`` (frozen
-  parameters, constants) is moved, and the fake values in ``node.meta`` (``val``,
+  ``_to_copy``'s) names the target, and so does a factory call that leaves ``device=`` out (a
+  hand-written ``aten.full(size, v)`` makes CPU tensors, torch's default); each tensor the graph
+  reads by ``get_attr`` (frozen parameters, constants) is moved, and the fake values in ``node.meta`` (``val``,
   ``example_value``: what a pass reads, as Inductor's ``is_cuda`` checks do) say the target, with
   their symbolic sizes;
 - a symbolic case's ``source`` (moved too).
@@ -48,6 +49,7 @@ __all__ = [
     "DEVICE_TYPES",
     "DeviceUnavailable",
     "case_device",
+    "inputs_on",
     "on_device",
     "require_device",
     "simulated",
@@ -184,6 +186,17 @@ def tensor_on(tensor: torch.Tensor, device: Any) -> torch.Tensor:
     return tensor if target is None else _Mover(target)(tensor)
 
 
+def inputs_on(values: Sequence[Any], device: Any) -> tuple[Any, ...]:
+    """``values`` (an input tuple) with each tensor on ``device``, moved storage by storage as
+    :func:`on_device` moves a case's inputs (tensors sharing a storage still share one there);
+    other items as they are. Raises as :func:`tensor_on` does."""
+    target = require_device("device", device)
+    if target is None:
+        return tuple(values)
+    mover = _Mover(target)
+    return tuple(mover(value) for value in values)
+
+
 def case_device(case: GraphCase) -> torch.device:
     """The device of ``case``'s tensor inputs (its first one's; CPU when it has none)."""
     for rank_inputs in case.inputs:
@@ -223,6 +236,19 @@ def _attribute_owner(gm: torch.fx.GraphModule, target: Any) -> tuple[Any, str]:
     return owner, leaf
 
 
+def _makes_on_cpu_by_default(node: torch.fx.Node) -> bool:
+    """Whether ``node`` calls a factory op (``full``, ``zeros``, ``arange``...: a ``device``
+    argument and no tensor one) leaving ``device`` out, so that it makes CPU tensors, torch's
+    default device. (A ``*_like`` op left without one follows its input instead.)"""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or node.kwargs.get("device") is not None:
+        return False
+    names = [argument.name for argument in schema.arguments]
+    if "device" not in names or len(node.args) > names.index("device"):
+        return False
+    return not any("Tensor" in str(argument.type) for argument in schema.arguments)
+
+
 def _graph_on(gm: torch.fx.GraphModule, device: torch.device) -> torch.fx.GraphModule:
     from ._compat import pytree
 
@@ -232,6 +258,8 @@ def _graph_on(gm: torch.fx.GraphModule, device: torch.device) -> torch.fx.GraphM
         if _names_device(node.args) or any(_names_device(v) for v in node.kwargs.values()):
             node.args = _retarget(node.args, device)
             node.kwargs = {k: _retarget(v, device) for k, v in node.kwargs.items()}
+        if device.type != "cpu" and _makes_on_cpu_by_default(node):
+            node.kwargs = {**node.kwargs, "device": device}
         for key in ("val", "example_value"):
             if key in node.meta:
                 node.meta[key] = pytree.tree_map(lambda v: _fake_on(v, device), node.meta[key])
@@ -281,6 +309,8 @@ def _graph_names_other_device(gm: torch.fx.GraphModule, device: torch.device) ->
 
     for node in gm.graph.nodes:
         if other(node.args) or any(other(v) for v in node.kwargs.values()):
+            return True
+        if device.type != "cpu" and _makes_on_cpu_by_default(node):
             return True
         if node.op == "get_attr":
             owner, leaf = _attribute_owner(gm, node.target)

@@ -55,7 +55,17 @@ from ._fake import (
     repropagate,
     torch_level,
 )
-from ._random import RNG_SEED, Replayer, draws, random_calls, run_recording, run_replaying, seeded
+from ._random import (
+    RNG_SEED,
+    Replayer,
+    draws,
+    forked_rng,
+    random_calls,
+    rng_devices,
+    run_recording,
+    run_replaying,
+    seeded,
+)
 from ._rewrites import (
     changed,
     compiled_expectation,
@@ -101,6 +111,8 @@ __all__ = [
     "RNG_SEED",
     "draws",
     "random_calls",
+    "rng_devices",
+    "forked_rng",
     "seeded",
     "run_recording",
     "run_replaying",

@@ -79,7 +79,7 @@ def run_graph(
             out, record = run_recording(gm, args)
             drawn.update(record)
         else:
-            with seeded(gm):
+            with seeded(gm, args):
                 out = gm(*args)
     return pytree.tree_leaves(out), args
 

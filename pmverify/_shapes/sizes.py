@@ -252,7 +252,11 @@ def inputs_at(case: GraphCase, sizes: Mapping[str, int], rank: int = 0) -> tuple
             for d, expr in enumerate(dims):
                 if expr is not None:
                     n = evaluate_size(expr, namespace)
-                    picks = torch.arange(n) % value.shape[d] if value.shape[d] else torch.zeros(0, dtype=torch.long)
+                    picks = (  # on the value's device: index_select takes no index from another device
+                        torch.arange(n, device=value.device) % value.shape[d]
+                        if value.shape[d]
+                        else torch.zeros(0, dtype=torch.long, device=value.device)
+                    )
                     value = value.index_select(d, picks)
             value = value.contiguous() if case.inputs[rank][i].is_contiguous() else value
         if i in index and isinstance(value, torch.Tensor):

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from .._compat import pytree
-from .._execution import Replayer, float64_module
+from .._execution import Replayer, float64_module, forked_rng
 
 __all__ = ["RUNS", "noise_floor"]
 
@@ -89,7 +89,8 @@ class _Perturbing(Replayer):
     def _perturb(self, value: Any, u: float, eta: float) -> Any:
         if not isinstance(value, torch.Tensor) or value.dtype != torch.float64 or not value.numel():
             return value
-        d = torch.rand(value.shape, generator=self.generator, dtype=torch.float64) * 2 - 1
+        # drawn on CPU (the same perturbations on every device), used on the value's device
+        d = (torch.rand(value.shape, generator=self.generator, dtype=torch.float64) * 2 - 1).to(value.device)
         return value * (1 + u * d) + eta * d
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -127,7 +128,7 @@ def _computed_dtypes(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> dict[
     ``inputs``."""
     recorder = _DtypeRecorder(gm)
     args = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+    with torch.no_grad(), forked_rng(gm, args):
         recorder.run(*args)
     return recorder.dtypes
 
@@ -154,7 +155,7 @@ def _spread(runs: list[Any], reference: tuple[list[Any], list[Any]], position: i
     ref = reference[position][index]
     if not isinstance(ref, torch.Tensor) or not ref.is_floating_point():
         return None
-    total = torch.zeros(ref.shape, dtype=torch.float64)
+    total = torch.zeros(ref.shape, dtype=torch.float64, device=ref.device)
     for run in runs:
         value = run[position][index]
         if not isinstance(value, torch.Tensor) or value.shape != ref.shape:
@@ -192,7 +193,7 @@ def noise_floor(
                     else x
                     for x in inputs
                 ]
-                with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                with torch.no_grad(), forked_rng(float64, args):
                     out = _Perturbing(float64, drawn or {}, dtypes, SEED + i, own).run(*args)
                 runs.append((pytree.tree_leaves(out), args))
             levels.append(tuple([_spread(runs, reference, p, i) for i in range(len(reference[p]))] for p in range(2)))

@@ -1,8 +1,8 @@
 """Random numbers in the graphs the semantics oracle runs (randperm, dropout, rand_like...).
 
 Every run of a graph that draws random numbers (the graph before the pass, after it, and its
-float64 reference) starts from the same state of the default CPU generator (:data:`RNG_SEED`),
-restored afterwards. A replacement that draws the same numbers in the same order as its pattern
+float64 reference) starts from the same state of the default generators (:data:`RNG_SEED`: the CPU
+one and, for a case on CUDA, its device's, which its random ops draw from), restored afterwards. A replacement that draws the same numbers in the same order as its pattern
 (the same random ops, with outputs of the same shapes and dtypes, in graph order) then computes
 the same values, and the case is compared as any other; one that draws them otherwise (a dropout
 mask drawn with another op, two draws in the other order) cannot be compared value by value, nor

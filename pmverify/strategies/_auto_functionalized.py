@@ -39,6 +39,7 @@ from .._execution import runs_on
 from .._shapes.symbolic import static_source
 from .._validation import validate_choices, validate_strategy
 from ._custom_ops import CUSTOM_OPS, CustomOpSpec, op
+from ._device import finished, on_cpu, validated
 from ._drawn import validate_drawn_case
 from ._dynamic import Dynamic, resymbolize, validate_dynamic
 from ._mutations import Editor, _view_node, apply_view, meta_val
@@ -263,9 +264,11 @@ def _functional_cases(
     dynamic: Dynamic | None,
     write_backs: str,
     user_ops: tuple[UserOp, ...] | None = None,
+    device: torch.device | None = None,
 ) -> GraphCase:
     case = draw(cases)
     validate_drawn_case("cases", case)
+    case, drawn_on = on_cpu(case)
     if case.form != "functional":
         raise InvalidArgument(
             f"cases drew a case of form={case.form!r}; with_mutating_custom_ops takes functional cases "
@@ -288,7 +291,7 @@ def _functional_cases(
         for old, new in sorted(copies, key=lambda pair: order[pair[0]]):  # in input order, as AOTAutograd
             node = editor.graph.create_node("call_function", torch.ops.aten.copy_.default, (old, new), name="copy_")
             editor.mutations.append(MutationSite(node.name, "aten.copy_.default", old.name))
-    return resymbolize(draw, editor.finish(case.form), case, dynamic)
+    return finished(resymbolize(draw, editor.finish(case.form), case, dynamic), device, drawn_on)
 
 
 def with_mutating_custom_ops(
@@ -299,6 +302,7 @@ def with_mutating_custom_ops(
     versions: Sequence[int] = VERSIONS,
     dynamic: bool | str | Sequence[str] | None = None,
     write_backs: str = "anywhere",
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for cases drawn from ``cases`` with 1..2 mutating custom ops inserted in
     the functional form of Inductor's post-grad graphs (``auto_functionalized`` /
@@ -351,14 +355,18 @@ def with_mutating_custom_ops(
       end of the graph or right after the op) or ``"end"`` (only in the graph's epilogue, in input
       order, as AOTAutograd writes post-grad graphs: the form Inductor's own post-grad passes, such
       as ``reinplace_inplaceable_ops``, rely on).
+    - ``device``: the device of the cases (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
+      ``torch.device``; default None: the device ``cases`` drew on). The ops are drawn and run on
+      CPU (a case drawn elsewhere is copied to CPU first; ``ops`` need CPU kernels), then the case
+      is moved whole (:func:`pmverify.device.on_device`).
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy,
     ``versions`` that is not a non-empty sequence of 1 and 2, a ``dynamic`` that is not None, a
     bool, ``"tokens"`` or a non-empty list of it, or a ``write_backs`` other than ``"anywhere"`` and
     ``"end"``, ``ops`` that is not a non-empty list of mutable, auto-functionalizable
     ``OpOverload``s with fake kernels, bad ``examples`` (not a dict of ops of ``ops`` to non-empty
-    lists of calls that bind to the schema and that the op's kernels accept), or ``examples``
-    without ``ops``; at draw time, when no call of any op of ``ops`` is accepted for the drawn
+    lists of calls that bind to the schema and that the op's kernels accept), ``examples``
+    without ``ops``, or a ``device`` that is not a CPU or CUDA device; at draw time, when no call of any op of ``ops`` is accepted for the drawn
     value (give examples).
 
     Example::
@@ -381,13 +389,15 @@ def with_mutating_custom_ops(
     if ops is None and examples is not None:
         raise InvalidArgument(f"examples={examples!r} is given without ops")
     user_ops = None if ops is None else validate_ops(ops, examples)
+    target = validated(device)
     return public_call(
         with_mutating_custom_ops,
-        _functional_cases(cases, tuple(versions), canonical, write_backs, user_ops),
+        _functional_cases(cases, tuple(versions), canonical, write_backs, user_ops, target),
         cases,
         **({} if ops is None else {"ops": ops}),
         **({} if examples is None else {"examples": Shown(describe_examples(user_ops))}),
         versions=given,
         dynamic=dynamic,
         write_backs=write_backs,
+        device=device,
     )

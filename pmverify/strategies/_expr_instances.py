@@ -44,6 +44,8 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase, PlantedInstance
 from .._execution import torch_level
+from ..device import on_device
+from ._device import validated
 from ._dynamic import symbolize_drawn, validate_dynamic
 from ._expr_calls import Calls
 from ._expr_leaves import EXPR_DTYPES, ArgPosition, Leaves, draw_order, drawn_again
@@ -322,9 +324,7 @@ def ground_truth(pattern: Any, root: torch.fx.Node, extra_check: Callable[[Any],
     return ("matched" if accepted else "extra_check"), match
 
 
-@st.composite
 def expr_cases(
-    draw: Any,
     pattern: Any,
     *,
     name: str = "pattern",
@@ -333,7 +333,8 @@ def expr_cases(
     frozen: bool | str | None = None,
     near_miss: str | None = None,
     dynamic: Any = False,
-) -> GraphCase:
+    device: Any = None,
+) -> st.SearchStrategy[GraphCase]:
     """Graphs holding one instance of ``pattern`` (a ``PatternExpr``), drawn from the expression
     (see the module's docstring): the instance's inputs are placeholders holding random values in
     one float dtype of :data:`EXPR_DTYPES` mostly (index tensors int64 in range), its root (and
@@ -353,7 +354,37 @@ def expr_cases(
     (:func:`~pmverify.strategies._dynamic.symbolize_drawn`: ``SymInt`` size arguments, its symbols'
     sizes drawn); a case holding frozen parameters, or calling torch functions or methods (a
     pre-grad graph), stays static. ``InvalidArgument`` for another
-    ``dynamic``."""
+    ``dynamic``. ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a ``torch.device``; default
+    None: CPU): each case is drawn and its ground truth asked on CPU exactly as without it, then
+    moved whole (:func:`pmverify.device.on_device`); ``InvalidArgument`` (at once) for a device
+    that is not a CPU or CUDA device."""
+    validated(device)
+    return _expr_cases(
+        pattern,
+        name=name,
+        extra_check=extra_check,
+        near_misses=near_misses,
+        frozen=frozen,
+        near_miss=near_miss,
+        dynamic=dynamic,
+        device=device,
+    )
+
+
+def _drawn_case(
+    draw: Any,
+    pattern: Any,
+    *,
+    name: str = "pattern",
+    extra_check: Callable[[Any], bool] | None = None,
+    near_misses: bool = True,
+    frozen: bool | str | None = None,
+    near_miss: str | None = None,
+    dynamic: Any = False,
+    device: Any = None,
+) -> GraphCase:
+    """:func:`expr_cases`' draw (a composite named after it, so that its repr is the public call:
+    the arguments given, those that are their defaults left out)."""
     if near_miss not in (None, "optional_arg"):
         raise InvalidArgument(f"near_miss={near_miss!r}: expr_cases draws None or 'optional_arg'")
     dynamic = validate_dynamic("dynamic", dynamic)
@@ -391,7 +422,11 @@ def expr_cases(
     # or methods (a pre-grad graph: the symbolic trace, make_fx's, would give ATen ops instead)
     if dynamic and not instance.constants and not torch_level(gm.graph):
         case = symbolize_drawn(draw, case, dynamic)
-    return case
+    return case if device is None else on_device(case, device)
+
+
+_drawn_case.__name__ = _drawn_case.__qualname__ = "expr_cases"
+_expr_cases = st.composite(_drawn_case)
 
 
 def _finished(draw: Any, instance: _Instance, roots: list[torch.fx.Node]) -> torch.fx.GraphModule:

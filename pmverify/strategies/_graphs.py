@@ -32,6 +32,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
 from .._validation import validate_choices, validate_dtypes, validate_int, validate_optional_int, validate_order
+from ._device import cases_on, validated
 from ._dynamic import Dynamic, symbolize_drawn, validate_dynamic
 from ._graph_ops import GRAPH_DTYPES, GRAPH_OPS, LEVELS, OPS, GraphOp
 from ._ops_core import Builder
@@ -134,6 +135,7 @@ def fx_graphs(
     ops: Sequence[str] | None = None,
     dynamic: bool | str | Sequence[str] = False,
     level: str = "post_grad",
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs of random aten ops, each drawn
     with the arguments it really takes.
@@ -190,6 +192,10 @@ def fx_graphs(
       torch.compile hands a post-grad pass), ``"pre_grad"`` (the forms make_fx writes) or ``"any"``
       (every form, also those no traced graph holds: for robustness runs). Ops of ``ops`` not at the
       level are left out.
+    - ``device``: the device of the cases (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
+      ``torch.device``; default None: CPU). A case is drawn on CPU exactly as without it, then
+      moved whole (:func:`pmverify.device.on_device`: inputs with their strides and aliasing, the
+      graph's ``device=`` arguments and fake values).
 
     Shrinks toward one op on one input with default arguments: ``x0 -> neg -> output``, x0 a
     float32 ``[1]`` of zeros; each op toward its simplest form (``slice.Tensor(x, 0, 0, 1)``,
@@ -199,7 +205,8 @@ def fx_graphs(
     ``min_nodes > max_nodes``, a bound no sum of the ops' node counts can meet, ``dtypes`` empty or
     holding another dtype, ``ops`` empty, a string, holding an unknown name, or none of which
     applies to ``dtypes`` at ``level``, ``dynamic`` not a bool, ``"tokens"`` or a non-empty list
-    of it, and ``level`` not one of :data:`LEVELS`.
+    of it, ``level`` not one of :data:`LEVELS`, and a ``device`` that is not a CPU or CUDA device;
+    :class:`pmverify.DeviceUnavailable` when drawing on a device this machine lacks.
 
     Example::
 
@@ -230,8 +237,9 @@ def fx_graphs(
             f"no graph of ops={list(names)!r} (op nodes each: {costs}) has between min_nodes={min_nodes} "
             f"and max_nodes={max_nodes} op nodes"
         )
+    target = validated(device)
     drawn = _graphs(_Spec(min_nodes, max_nodes, tuple(names), dtypes, completable, level), dynamic)
-    return public_call(
+    public = public_call(
         fx_graphs,
         drawn,
         min_nodes=min_nodes,
@@ -240,4 +248,6 @@ def fx_graphs(
         ops=given_ops,
         dynamic=given_dynamic,
         level=level,
+        device=device,
     )
+    return cases_on(public, target)

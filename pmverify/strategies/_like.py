@@ -21,6 +21,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._validation import short_repr, validate_int, validate_optional_int, validate_order
 from ._broadcast import BroadcastForm, allows, apply_shape, candidate_forms, validate_broadcast, validate_position
+from ._device import tuples_on, validated
 from ._like_dynamic import LikeDynamic, dynamic_spec, hinted_symbols, not_at_hints
 from ._public import public_call
 from ._scales import scale_tensors
@@ -407,6 +408,7 @@ def like(
     broadcast: Sequence[tuple[int, int]] | bool | None = None,
     pattern: Any = None,
     dtypes: Sequence[torch.dtype] | None = None,
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[tuple[Any, ...]]:
     """Return a strategy for input tuples like ``example_inputs``: the same length, dtypes and
     ranks, sizes drawn along the dimensions ``vary`` names, values from
@@ -474,6 +476,11 @@ def like(
       simplest; integer and bool tensors keep theirs. Default None: the example's dtypes. Unlike
       ``st.one_of(like(...), like(...))`` it keeps :func:`planted`'s search function, so the
       broadcast forms are drawn, and the example inputs ``planted`` traces are the ones given.
+    - ``device``: where the drawn tensors live (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
+      ``torch.device``; default None: CPU). Each tuple is drawn on CPU exactly as without it, then
+      its tensors are copied there together (:func:`pmverify.device.inputs_on`: strides, values and
+      any storage they share kept). :func:`planted` consuming such inputs traces on CPU and moves
+      its cases there.
 
     Shrinks toward no broadcast form, every symbol at its lower bound (with ``dynamic``, none at a hint beyond those
     named) and all-zero tensors.
@@ -490,7 +497,8 @@ def like(
     not None, False or a sequence of ``(input index, dim)`` pairs of tensors of rank 1 or more, or
     is a sequence given with ``dynamic``; a ``pattern`` that is not callable, or raises on
     ``example_inputs`` (when drawing); ``dtypes`` that is not a non-empty sequence of floating dtypes
-    that :func:`~pmverify.strategies.tensors` draws.
+    that :func:`~pmverify.strategies.tensors` draws; a ``device`` that is not a CPU or CUDA device;
+    :class:`pmverify.DeviceUnavailable` when drawing on a device this machine lacks.
 
     Example: for a norm pattern on ``(x[8, 16], weight[16], 1e-6)``::
 
@@ -504,8 +512,11 @@ def like(
         raise InvalidArgument(
             f"example_inputs={short_repr(example_inputs)} holds no tensor: there is nothing to draw like it"
         )
+    target = validated(device)
     if dtypes is not None:
         options = dict(vary=vary, min_side=min_side, max_side=max_side, dynamic=dynamic, scales=scales)
+        if device is not None:
+            options["device"] = device
         return _like_in_dtypes(example_inputs, _validate_dtypes(dtypes), options, broadcast, pattern)
     example = tuple(example_inputs)
     for i, item in enumerate(example):
@@ -547,7 +558,9 @@ def like(
         scales=tuple(scales),
         broadcast=broadcast if positions is None or positions is False else tuple(broadcast),
         pattern=pattern,
+        device=device,
     )
+    tuples_on(strategy, target)
     # ``planted`` reads the example inputs to tell the traces a pass registered with them matches,
     # and gives its search function to draw the broadcast forms where it runs on them.
     strategy.pmverify_example_inputs = example
@@ -560,5 +573,6 @@ def like(
             scales=scales,
             broadcast=broadcast,
             pattern=search,
+            device=device,
         )
     return strategy

@@ -37,6 +37,7 @@ from .._execution import propagate_fake
 from .._fx import flat_nodes, is_view
 from .._shapes.symbolic import MIN_SIZE, static_source
 from .._validation import validate_int, validate_order, validate_strategy
+from ._device import finished, on_cpu, validated
 from ._drawn import validate_drawn_case
 from ._dtype_support import running_on
 from ._dynamic import Dynamic, resymbolize, validate_dynamic
@@ -489,16 +490,19 @@ def mutation_chain(draw: Any, add: Any, count: int, low: int, high: int) -> int:
 
 @st.composite
 def _inplace_cases(
-    draw: Any, cases: st.SearchStrategy, min_mutations: int, max_mutations: int, dynamic: Dynamic | None
+    draw: Any, cases: st.SearchStrategy, min_mutations: int, max_mutations: int, dynamic: Dynamic | None, device: Any
 ) -> GraphCase:
     case = draw(cases)
     validate_drawn_case("cases", case)
+    case, drawn_on = on_cpu(case)
     editor = Editor(static_source(case), draw(st.integers(0, 2**32 - 1)))
     editor.symbolic = bool(case.symbols) if dynamic is None else bool(dynamic)
     if another_follows(draw, 0, min_mutations, max_mutations):
         draw(mutation_chain(lambda d: _add_mutation(d, editor), 0, min_mutations, max_mutations))
-    # without a mutation, the drawn case as it was (its form too)
-    return resymbolize(draw, editor.finish("inplace" if editor.mutations else case.form), case, dynamic)
+    # without a mutation, the drawn case as it was (its form too); where ``cases`` drew it, or on ``device``
+    return finished(
+        resymbolize(draw, editor.finish("inplace" if editor.mutations else case.form), case, dynamic), device, drawn_on
+    )
 
 
 def with_mutations(
@@ -507,6 +511,7 @@ def with_mutations(
     min_mutations: int = 0,
     max_mutations: int = 2,
     dynamic: bool | str | Sequence[str] | None = None,
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for the in-place form (``form="inplace"``) of cases drawn from ``cases``.
 
@@ -561,11 +566,14 @@ def with_mutations(
       hint (11 as ``s0``, 13 as ``s1``) an input size holds, sizes drawn afresh; ``"tokens"``: in
       11 only (``s0``). A static case drawn without ``dynamic=`` holds no size at a hint, so only
       ``None`` and ``False`` matter for it.
+    - ``device``: the cases' device (``"cuda"``, ``"cuda:1"``, ``"cpu"``, a ``torch.device``;
+      default None: where ``cases`` drew them); mutations are drawn and run on CPU (the drawn case
+      copied there), the result moved whole (:func:`pmverify.device.on_device`).
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``cases`` that is not a strategy, a
     ``min_mutations`` that is not an int >= 0, a ``max_mutations`` that is not an int >= 1, a
-    ``min_mutations`` above ``max_mutations``, or a ``dynamic`` that is not None, a bool,
-    ``"tokens"`` or a non-empty list of it.
+    ``min_mutations`` above ``max_mutations``, a ``dynamic`` that is not None, a bool,
+    ``"tokens"`` or a non-empty list of it, or a ``device`` that is not a CPU or CUDA device.
 
     Example::
 
@@ -579,11 +587,13 @@ def with_mutations(
     validate_int("max_mutations", max_mutations, 1)
     validate_order("min_mutations", min_mutations, "max_mutations", max_mutations)
     canonical = validate_dynamic("dynamic", dynamic, follow=True)
+    target = validated(device)
     return public_call(
         with_mutations,
-        _inplace_cases(cases, min_mutations, max_mutations, canonical),
+        _inplace_cases(cases, min_mutations, max_mutations, canonical, target),
         cases,
         min_mutations=min_mutations,
         max_mutations=max_mutations,
         dynamic=dynamic,
+        device=device,
     )

@@ -37,10 +37,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
 
 from .._case import GraphCase
 from .._registry.record import RecordedRewrite
+from ._device import validated
 from ._like import TensorLike
 from ._near_miss import NEAR_MISS_KINDS
 from ._planted_draw import cases
@@ -69,6 +71,7 @@ def planted(
     scalar_workaround: Mapping[str, float | int] | None = None,
     exclusive_arg_names: Sequence[str] = (),
     dynamic: bool | str | Sequence[str] = False,
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs with instances of ``pattern``
     spliced into random context graphs, and the ground truth of each instance.
@@ -101,12 +104,16 @@ def planted(
     - ``dynamic``: ``False`` (default), ``True`` or a dim name or list of names of
       :data:`~pmverify.strategies._dynamic.DYNAMIC_DIMS` (``"tokens"``): symbolic sizes, as
       torch.compile gives a pass its graph with ``dynamic=True``.
+    - ``device``: the device of the cases (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
+      ``torch.device``; default None: where ``inputs`` or ``context`` drew, the first device
+      other than CPU among their draws, else CPU). Every case is drawn, traced and judged on CPU (inputs and context drawn elsewhere
+      are copied to CPU first), then moved whole (:func:`pmverify.device.on_device`).
 
     Each case's ``planted`` holds, per instance, its ``call_function`` node names (producers and
     consumers excluded), ``must_match`` (True, False, or None: either is right), the near-miss
     ``reason`` and ``detail``, and where the truth came from (``truth_from``); instances keep the
     shapes and dtypes ``inputs`` draws (at a symbol's hint in a dynamic case). ``inputs`` is one
-    tuple of CPU tensors (``tp_world=1``, ``form="functional"``). Shrinks toward one plain
+    tuple of CPU tensors (or on ``device``) (``tp_world=1``, ``form="functional"``). Shrinks toward one plain
     instance in no context, inputs used directly, outputs returned.
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``pattern`` that is not callable, ``inputs``
@@ -117,7 +124,8 @@ def planted(
     rewrite, ``dynamic`` not False, True, a dim name or a list of them, a recorded rewrite whose
     example inputs :func:`like` cannot draw, a ``scalar_workaround`` that is not a mapping of
     ``pattern``'s argument names to distinct ints or floats, ``exclusive_arg_names`` that are not
-    its argument names; when drawing, for ``inputs`` drawing something other than a tuple or list
+    its argument names, a ``device`` that is not a CPU or CUDA device; when drawing, for ``inputs``
+    drawing something other than a tuple or list
     (or of another length), a pattern that does not trace, traces to no op or to an in-place op,
     and a context that is not a functional single-rank case.
 
@@ -136,6 +144,7 @@ def planted(
         def test_my_pass():
             pmverify.verify(MyRMSNormPass(), cases)
     """
+    target = validated(device)
     spec = canonical_spec(
         pattern,
         inputs,
@@ -169,5 +178,6 @@ def planted(
         "scalar_workaround": scalar_workaround,
         "exclusive_arg_names": exclusive_arg_names,
         "dynamic": dynamic,
+        "device": device,
     }
-    return public_call(planted, cases(spec), *call_args, **call_kwargs)
+    return public_call(planted, cases(spec, target), *call_args, **call_kwargs)

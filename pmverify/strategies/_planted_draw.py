@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -15,6 +16,7 @@ from .._execution import propagate_fake
 from .._shapes.symbolic import SymbolizeError, static_source
 from .._validation import short_repr
 from ._broadcast import broadcast_kind
+from ._device import finished, on_cpu, on_cpu_inputs
 from ._dynamic import symbolize_drawn
 from ._joint import requires_grad_flags, tangents, with_requires_grad
 from ._near_miss import kind_applies, variants
@@ -27,12 +29,16 @@ from ._traced import Traced
 
 __all__ = ["cases"]
 
+_CPU = torch.device("cpu")
 
-def _instance(draw: Any, spec: PlantSpec) -> Traced:
-    """One instance of the pattern: its inputs, trace, kind (plain or a near miss) and ground truth."""
+
+def _instance(draw: Any, spec: PlantSpec) -> tuple[Traced, torch.device]:
+    """One instance of the pattern: its inputs, trace, kind (plain or a near miss) and ground
+    truth; and the device ``inputs`` drew it on (it is traced and judged on CPU)."""
     args = draw(spec.inputs)
     if not isinstance(args, (tuple, list)):
         raise InvalidArgument(f"inputs drew {short_repr(args)}; it must draw tuples of pattern inputs")
+    args, drawn_on = on_cpu_inputs(args)
     form = broadcast_kind(args)  # like() marks a tensor it drew in a broadcast form
     if spec.numbers is not None:
         args = spec.numbers.draw(draw, tuple(args))
@@ -45,7 +51,7 @@ def _instance(draw: Any, spec: PlantSpec) -> Traced:
     # a joint trace (training rewrite) also takes tangents, drawn like its forward outputs
     base = Traced(gm, (*args, *draw(tangents(gm, len(args)))), primals=len(args))
     chosen, applicable = _kind_of(draw, spec, base)
-    return judged(spec, base, chosen, form, applicable)
+    return judged(spec, base, chosen, form, applicable), drawn_on
 
 
 def _kind_of(draw: Any, spec: PlantSpec, base: Traced) -> tuple[Traced, tuple[str, ...]]:
@@ -79,7 +85,7 @@ def _go_on(draw: Any) -> bool:
 
 
 @st.composite
-def _instances(draw: Any, spec: PlantSpec, index: int) -> list[Traced]:
+def _instances(draw: Any, spec: PlantSpec, index: int) -> list[tuple[Traced, torch.device]]:
     """Instance ``index`` and those after it: one instance, whether another follows (asked whenever
     there is room, so that every instance has the same choices), and the rest nested inside, as a
     linked list. The shrinker drops an instance by putting the rest in its place (a descendant span
@@ -91,18 +97,31 @@ def _instances(draw: Any, spec: PlantSpec, index: int) -> list[Traced]:
 
 
 @st.composite
-def cases(draw: Any, spec: PlantSpec) -> GraphCase:
+def cases(draw: Any, spec: PlantSpec, device: torch.device | None = None) -> GraphCase:
     """One case of ``spec``: its instances, maybe a context (always one when there is no
-    instance), spliced; in a dynamic case traced again symbolically, the ground truth asked there."""
+    instance), spliced; in a dynamic case traced again symbolically, the ground truth asked there.
+    Drawn on CPU, then moved to ``device``, else to the first device other than CPU the inputs or
+    the context were drawn on (:mod:`._device`)."""
+    devices: list[torch.device] = []
+    case = _case(draw, spec, devices)
+    return finished(case, device, next((d for d in devices if d.type != "cpu"), _CPU))
+
+
+def _case(draw: Any, spec: PlantSpec, devices: list[torch.device]) -> GraphCase:
+    """:func:`cases` on CPU; ``devices`` gets the devices the inputs and the context were drawn on."""
     name = spec.name
     low, high = spec.min_instances, spec.max_instances
-    instances = draw(_instances(spec, 0)) if high > 0 and (low > 0 or _go_on(draw)) else []
+    drawn = draw(_instances(spec, 0)) if high > 0 and (low > 0 or _go_on(draw)) else []
+    instances = [instance for instance, _ in drawn]
+    devices.extend(drawn_on for _, drawn_on in drawn)
     count = len(instances)
     context = None
     if count == 0 or (spec.context is not None and draw(st.booleans())):
         context = draw(spec.context)
         if not isinstance(context, GraphCase) or context.tp_world != 1 or context.form != "functional":
             raise InvalidArgument(f"context drew {context!r}; it must draw functional GraphCases with tp_world=1")
+        context, drawn_on = on_cpu(context)
+        devices.append(drawn_on)
         context = _static_context(context)
     dynamic = spec.dynamic
     gm, inputs, records = splice(draw, name, context, instances, bool(dynamic))

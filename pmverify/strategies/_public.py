@@ -50,6 +50,9 @@ class PublicStrategy(st.SearchStrategy[Ex]):
         self.wrapped = strategy
         self._name, self._args, self._kwargs = name, args, kwargs
         self._repr: str | None = None
+        #: Applied to each drawn value (a move to a device: :mod:`._device`), inside this
+        #: strategy's span, so that the choices and spans are those of the strategy without it.
+        self.finish: Callable[[Ex], Ex] | None = None
 
     def __repr__(self) -> str:
         if self._repr is None:
@@ -64,7 +67,8 @@ class PublicStrategy(st.SearchStrategy[Ex]):
         return recur(self.wrapped)
 
     def do_draw(self, data: Any) -> Ex:
-        return data.draw(self.wrapped)
+        value = data.draw(self.wrapped)
+        return value if self.finish is None else self.finish(value)
 
 
 def public_call(

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .._validation import FLOAT_DTYPES, validate_bool, validate_dtypes, validate_int, validate_order, validate_strategy
+from ._device import tensor_strategy_on, validated
 from ._public import public_call
 
 __all__ = [
@@ -309,8 +310,10 @@ def tensors(
     max_magnitude: float | None = None,
     allow_nan: bool = False,
     allow_infinity: bool = False,
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[torch.Tensor]:
-    """Return a strategy for real, contiguous CPU tensors of ``dtype`` and ``shape``.
+    """Return a strategy for real, contiguous CPU tensors of ``dtype`` and ``shape`` (or on
+    ``device``).
 
     - ``dtype``: a torch dtype from :data:`TENSOR_DTYPES`: float32, float16, bfloat16, float64,
       float8_e4m3fn, float8_e5m2, int64, int32, int16, int8, uint8 or bool. A float8 tensor's
@@ -327,6 +330,9 @@ def tensors(
       (default False: every value is finite): a few positions of some draws, as "specials" do.
       Ignored for integer and bool dtypes, which hold no such values, so that one call serves a
       drawn dtype (``dtypes(...).flatmap(lambda d: tensors(d, shape, allow_nan=True))``).
+    - ``device``: where the tensor lives (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
+      ``torch.device``; default None: CPU). Values are drawn on CPU, the same for every device,
+      then copied there (:func:`pmverify.device.tensor_on`).
 
     Default floating values: base values times a scale ``2**e`` per tensor (e = 0 for about half of
     the draws, else drawn in -24..16; -24..7 in float16 and float8). Base values are all zeros, one constant
@@ -342,7 +348,8 @@ def tensors(
     Raises ``hypothesis.errors.InvalidArgument`` when ``dtype`` is not a supported torch dtype,
     ``shape`` is not a tuple of non-negative ints, ``elements`` is not a strategy, ``max_magnitude``
     is not a finite number >= 0, ``allow_nan`` / ``allow_infinity`` are not bools, or ``elements`` is
-    given with any of those three (it draws the values itself).
+    given with any of those three (it draws the values itself), or a ``device`` that is not a CPU
+    or CUDA device; :class:`pmverify.DeviceUnavailable` when drawing on a device this machine lacks.
 
     Example: ``tensors(torch.bfloat16, (4, 8))``; ``tensors(torch.float32, (4, 8), max_magnitude=2.0)``
     for values in [-2, 2]; ``tensors(torch.int64, (3,), elements=st.integers(0, 15))`` for indices into
@@ -357,10 +364,11 @@ def tensors(
     _check_magnitude(max_magnitude)
     validate_bool("allow_nan", allow_nan)
     validate_bool("allow_infinity", allow_infinity)
+    target = validated(device)
     if elements is None:
         nonfinite = ((math.nan,) if allow_nan else ()) + ((math.inf, -math.inf) if allow_infinity else ())
         drawn = _seeded(dtype, shape, max_magnitude, nonfinite if dtype.is_floating_point else ())
-        return public_call(
+        public = public_call(
             tensors,
             drawn,
             dtype,
@@ -368,14 +376,19 @@ def tensors(
             max_magnitude=max_magnitude,
             allow_nan=allow_nan,
             allow_infinity=allow_infinity,
+            device=device,
         )
+        return tensor_strategy_on(public, target)
     validate_strategy("elements", elements)
     if max_magnitude is not None or allow_nan or allow_infinity:
         raise InvalidArgument(
             f"elements={elements!r} draws the values itself: drop max_magnitude={max_magnitude!r}, "
             f"allow_nan={allow_nan!r} and allow_infinity={allow_infinity!r}"
         )
-    return public_call(tensors, _from_elements(dtype, shape, elements), dtype, shape, elements=elements)
+    public = public_call(
+        tensors, _from_elements(dtype, shape, elements), dtype, shape, elements=elements, device=device
+    )
+    return tensor_strategy_on(public, target)
 
 
 def tp_sizes(*, min_size: int = 1, max_size: int = 8) -> st.SearchStrategy[int]:

@@ -31,6 +31,7 @@ from .._case import GraphCase
 from .._execution import inspectable
 from .._shapes.symbolic import SymbolizeError, static_source
 from .._validation import short_repr, validate_all_reduce, validate_strategy
+from ._device import finished, on_cpu, validated
 from ._drawn import validate_drawn_case
 from ._dynamic import DYNAMIC_DIMS, symbolize_drawn, validate_dynamic
 from ._public import Shown, public_call
@@ -100,12 +101,26 @@ def _own_placements(given: Any, case: GraphCase) -> Any:
 
 @st.composite
 def _tp_cases(
-    draw: Any, cases: st.SearchStrategy, placements: Any, tp_world: st.SearchStrategy, dynamic: Any, all_reduce: Any
+    draw: Any,
+    cases: st.SearchStrategy,
+    placements: Any,
+    tp_world: st.SearchStrategy,
+    dynamic: Any,
+    all_reduce: Any,
+    device: torch.device | None = None,
 ) -> GraphCase:
     drawn = draw(cases)
     validate_drawn_case("cases", drawn)
     if drawn.tp_world != 1:
         raise InvalidArgument(f"cases drew {drawn!r}; it must draw GraphCases with tp_world=1")
+    drawn, drawn_on = on_cpu(drawn)
+    return finished(_spread(draw, drawn, placements, tp_world, dynamic, all_reduce), device, drawn_on)
+
+
+def _spread(
+    draw: Any, drawn: GraphCase, placements: Any, tp_world: st.SearchStrategy, dynamic: Any, all_reduce: Any
+) -> GraphCase:
+    """The single-rank CPU case ``drawn`` spread over a drawn world."""
     case = static_source(drawn)
     world = draw(tp_world)
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
@@ -159,6 +174,7 @@ def tp_cases(
     tp_world: st.SearchStrategy[int] | None = None,
     dynamic: bool | str | Sequence[str] = False,
     all_reduce: Any = None,
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` cases run by a tensor-parallel world:
     the drawn single-rank case's graph is the per-rank graph, with one input tuple per rank.
@@ -188,6 +204,10 @@ def tp_cases(
       (:mod:`pmverify.distributed`, one default group named ``"0"``): its CPU kernel must reduce
       over that group (e.g. return ``wait_tensor(_c10d_functional.all_reduce(x, "sum", "0"))``,
       whatever the name), and a fake kernel (``register_fake``) lets ``planted`` trace it.
+    - ``device``: the device of the cases (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
+      ``torch.device``; default None: the device ``cases`` drew on). The ranks are drawn on CPU
+      (a case drawn elsewhere is copied to CPU first), then every rank's inputs are moved whole
+      (:func:`pmverify.device.on_device`).
 
     The result keeps the graph, ground truth and ``pass_config`` of the drawn case and records the
     placements in ``GraphCase.placements``. Shrinks toward tp_world 1 and every input replicated.
@@ -195,7 +215,7 @@ def tp_cases(
     Raises ``hypothesis.errors.InvalidArgument`` for ``cases`` or ``tp_world`` not a strategy, or
     ``placements`` neither None, a sequence nor callable, ``dynamic`` not False, True, a dim name or
     a list of them, ``all_reduce`` neither None, ``_c10d_functional.all_reduce`` nor an op with schema
-    ``(Tensor, str) -> Tensor``; when drawing, for a case with
+    ``(Tensor, str) -> Tensor``, ``device`` not a CPU or CUDA device; when drawing, for a case with
     ``tp_world != 1``, a world size below 1, and placements that do not fit the case's inputs
     (wrong count, ``Shard`` of a dim the input lacks, or of a non-tensor).
 
@@ -214,7 +234,8 @@ def tp_cases(
     given_dynamic = dynamic
     dynamic = validate_dynamic("dynamic", dynamic, DYNAMIC_DIMS)
     op = validate_all_reduce("all_reduce", all_reduce)
-    drawn = _tp_cases(cases, placements, tp_world, dynamic, op)
+    target = validated(device)
+    drawn = _tp_cases(cases, placements, tp_world, dynamic, op, target)
     shown = None if all_reduce is None else Shown(f"torch.ops.{all_reduce}")
-    given = dict(placements=placements, tp_world=given_world, dynamic=given_dynamic, all_reduce=shown)
+    given = dict(placements=placements, tp_world=given_world, dynamic=given_dynamic, all_reduce=shown, device=device)
     return public_call(tp_cases, drawn, cases, **given)

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from pmverify import GraphCase, PlantedInstance
+from pmverify.device import on_device, validate_device
 
 from ..config import SUPPORTED_DTYPES, QKNormConfig
 from .layers import (
@@ -454,6 +455,7 @@ def qk_norm_cases(
     dtypes: Sequence[torch.dtype] | None = None,
     forms: Sequence[str] | None = None,
     dynamic: bool | str | Sequence[str] = False,
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for :class:`~pmverify.GraphCase` graphs with MiniMax QK norms planted in
     random elementwise context, for :class:`~pmverify.fusions.qk_norm.QKNormFusionPass`.
@@ -502,14 +504,17 @@ def qk_norm_cases(
       static row count over ``config.max_tokens`` in the symbolic graph (which the pass must not
       fuse), and no static size of the case is a multiple of 11. Needs ``min_tokens <= 11 <=
       max_tokens``, and a ``config`` with ``max_tokens >= 11`` and no width divisible by 11.
+    - ``device``: the device of the cases (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
+      ``torch.device``; default None: CPU). A case is drawn and traced on CPU exactly as without
+      it, then moved whole (:func:`pmverify.device.on_device`).
 
     Shrinks toward one float32 ``"qk_norm"`` layer on a fresh input, T = 1, no context, no near miss.
 
     Raises ``hypothesis.errors.InvalidArgument`` for a ``config`` that is not a ``QKNormConfig`` or
     has ``tp_world != 1``, non-int or non-positive bounds, ``min_* > max_*``, ``min_tokens >
     config.max_tokens``, ``dtypes`` empty, unsupported or given with ``config``, ``forms`` empty or
-    holding an unknown form, ``dynamic`` other than a bool or ``"tokens"``, or a dynamic case that
-    cannot be drawn (see ``dynamic``).
+    holding an unknown form, ``dynamic`` other than a bool or ``"tokens"``, a dynamic case that
+    cannot be drawn (see ``dynamic``), or a ``device`` that is not a CPU or CUDA device.
 
     Example::
 
@@ -556,6 +561,7 @@ def qk_norm_cases(
     elif isinstance(forms, str) or not isinstance(forms, Sequence) or not forms or set(forms) - set(QK_NORM_FORMS):
         raise InvalidArgument(f"forms={forms!r} must be a non-empty sequence drawn from {QK_NORM_FORMS}")
     given_dynamic, dynamic = dynamic, validate_dynamic(dynamic)
+    target = validate_device("device", device)
     if dynamic:
         validate_dynamic_tokens(min_tokens, max_tokens, config)
     kinds = QK_NORM_NEAR_MISS_KINDS if near_misses else ()
@@ -573,6 +579,6 @@ def qk_norm_cases(
     arguments = dict(
         config=config, min_tokens=min_tokens, max_tokens=given_max_tokens, min_instances=min_instances,
         max_instances=max_instances, near_misses=near_misses, dtypes=given_dtypes, forms=given_forms,
-        dynamic=given_dynamic,
+        dynamic=given_dynamic, device=device,
     )  # fmt: skip
-    return as_public_call(qk_norm_cases, arguments, lambda draw: _draw_case(draw, spec))
+    return as_public_call(qk_norm_cases, arguments, lambda draw: on_device(_draw_case(draw, spec), target))

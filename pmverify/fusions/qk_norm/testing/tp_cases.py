@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import Shard
 
 from pmverify import GraphCase, PlantedInstance
+from pmverify.device import on_device, validate_device
 from pmverify.validation import (
     short_repr,
     validate_all_reduce,
@@ -399,6 +400,7 @@ def qk_norm_tp_cases(
     dtypes: Sequence[torch.dtype] | None = None,
     dynamic: bool | str | Sequence[str] = False,
     all_reduce: Any = None,
+    device: str | torch.device | None = None,
 ) -> st.SearchStrategy[GraphCase]:
     """Return a strategy for tensor-parallel :class:`~pmverify.GraphCase` graphs with MiniMax QK
     norms planted in random elementwise context, for
@@ -456,6 +458,9 @@ def qk_norm_tp_cases(
       runs as registered: its CPU kernel must reduce over the default group (``"0"``) of
       pmverify's worlds; :class:`~pmverify.fusions.qk_norm.QKNormFusionPass` matches only the
       functional form.
+    - ``device``: the device of the cases (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a
+      ``torch.device``; default None: CPU). A case is drawn and traced on CPU exactly as without
+      it, then every rank's inputs and the graph are moved (:func:`pmverify.device.on_device`).
 
     Shrinks toward W = 1, one float32 layer on a fresh input, T = 1, no context, no near miss.
 
@@ -466,7 +471,7 @@ def qk_norm_tp_cases(
     config.max_tokens``; ``dtypes`` empty, unsupported or given with ``config``; when drawing, for
     a world size that is not a positive int; ``dynamic`` other than a bool or ``"tokens"``, or a
     dynamic case that cannot be drawn; ``all_reduce`` neither None, ``_c10d_functional.all_reduce``
-    nor an op with schema ``(Tensor, str) -> Tensor``.
+    nor an op with schema ``(Tensor, str) -> Tensor``; ``device`` not a CPU or CUDA device.
 
     Example::
 
@@ -515,12 +520,14 @@ def qk_norm_tp_cases(
         config=config, tp_world=given_tp_world, min_tokens=min_tokens, max_tokens=given_max_tokens,
         min_instances=min_instances, max_instances=max_instances, near_misses=near_misses, dtypes=dtypes,
         dynamic=dynamic, all_reduce=None if all_reduce is None else Shown(f"torch.ops.{all_reduce}"),
+        device=device,
     )  # fmt: skip
     op = validate_all_reduce("all_reduce", all_reduce)
+    target = validate_device("device", device)
     dtypes = validate_dtypes("dtypes", dtypes, SUPPORTED_DTYPES)
     dynamic = validate_dynamic(dynamic)
     if dynamic:
         validate_dynamic_tokens(min_tokens, max_tokens, config)
     kinds = QK_NORM_TP_NEAR_MISS_KINDS if near_misses else ()
     spec = _Spec(config, tp_world, min_tokens, max_tokens, min_instances, max_instances, kinds, dtypes, dynamic, op)
-    return as_public_call(qk_norm_tp_cases, arguments, lambda draw: _draw_case(draw, spec))
+    return as_public_call(qk_norm_tp_cases, arguments, lambda draw: on_device(_draw_case(draw, spec), target))
