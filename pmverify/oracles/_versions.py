@@ -152,6 +152,8 @@ class Versions:
         self.writes: dict[str, list[str]] = {}
         self.reads: dict[tuple[str, str], tuple[str, ...]] = {}
         self.via: dict[tuple[str, str], set[tuple[str, ...]]] = {}  # reads of copies, see below
+        #: per ``via`` read of a copied value, the value's node (a second read of a storage: None)
+        self.via_values: dict[tuple[str, str], set[str | None]] = {}
         self.written: set[str] = set()  # names of the nodes that write
         unread = self._reads_and_writes(graph, calls)
         copies, final = self._write_backs(graph)
@@ -329,6 +331,7 @@ class Versions:
                             continue  # reads the value before it was finished
                         storage, version = copies[value.name]
                         self.via.setdefault((node.name, storage), set()).add(version)
+                        self.via_values.setdefault((node.name, storage), set()).add(value.name)
 
     def expand(self, seen: tuple[str, ...], storage: str | None = None) -> tuple[str, ...]:
         """``seen`` with each write-back ``copy_`` of a chain replaced by the chain's nodes, and
@@ -346,6 +349,7 @@ class Versions:
         seen = tuple(w for w in self.writes.get(storage, ()) if not self._within(w, storage, region))
         if self.reads.setdefault((reader, storage), seen) != seen:
             self.via.setdefault((reader, storage), set()).add(seen)
+            self.via_values.setdefault((reader, storage), set()).add(None)
 
     def _regions(self, write: str, storage: str) -> list[_layout.Layout] | None:
         """The memory of ``storage`` the node ``write`` writes (None where unknown)."""

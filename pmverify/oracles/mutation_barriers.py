@@ -22,7 +22,9 @@ Regions are those of the graph *before* the pass. Rewrites are judged two ways:
   ``index_put``). A value a ``copy_`` writes back (or an ``auto_functionalized``
   element) is read as its storage after that write. A node the pass kept must read the same
   version, and so must the caller (each input's final value); the reads of the nodes the pass
-  removed, inserted or rewired must see the same set of versions. A read moved before or after a
+  removed, inserted or rewired must see the same set of versions (a removed node's read of a value
+  that a removed node computed and a kept ``copy_`` writes back is required of the inserted nodes
+  only where one of them reads that value: a replacement may compute it itself). A read moved before or after a
   write to its storage is a finding; reads moved across writes to other tensors, a correct
   reinplacing, dead code removed and the read of a value overwritten whole before anything reads it
   (a clone passed as ``out``) are not. A clone (or a cast to the same dtype) the pass dropped for its source (``remove_noop_ops``)
@@ -247,18 +249,51 @@ def _stands_for(write: torch.fx.Node, functional: torch.fx.Node) -> bool:
     return getattr(getattr(write.target, "_schema", None), "name", None) == name + "_"
 
 
-def _all_reads(graph: _Versions, name: Any) -> dict[tuple[str, str], frozenset[tuple[str, ...]]]:
+def _all_reads(
+    graph: _Versions, name: Any, internal: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()
+) -> dict[tuple[str, str], frozenset[tuple[str, ...]]]:
     """Every version each node reads of each storage, directly or through a value copied into it,
-    its writes renamed by ``name(storage, version)``."""
+    its writes renamed by ``name(storage, version)``. A read through a copied value is left out
+    where the reader and the value's node are both in ``internal`` (the nodes the pass removed) and
+    the ``copy_`` writing it back is in ``kept`` (the pass kept it): an edge inside the rewritten
+    subgraph, whose value the rewrite may compute itself (it reads the storage no more than the
+    value's own inputs say)."""
     reads: dict[tuple[str, str], set[tuple[str, ...]]] = {}
     for (reader, storage), seen in graph.reads.items():
         reads.setdefault((reader, storage), set()).add(name(storage, graph.expand(seen, storage)))
     for (reader, storage), versions in graph.via.items():
+        values = graph.via_values.get((reader, storage), {None})
+        copies_kept = all(seen and seen[-1] in kept for seen in versions)
+        if reader in internal and None not in values and values <= internal and copies_kept:
+            continue
         named = {name(storage, graph.expand(seen, storage)) for seen in versions}
         named.discard(None)
         if named:
             reads.setdefault((reader, storage), set()).update(named)
     return {key: frozenset(versions) for key, versions in reads.items()}
+
+
+def _reads_copied_value(after: _Versions, storage: str, inserted: frozenset[str]) -> bool:
+    """Whether a node the pass inserted reads (directly or through views) a value that a ``copy_``
+    of the graph after the pass writes back into ``storage``: then it must read it as the replaced
+    nodes did (finished, after its writes), and a replaced node's read of such a value is required
+    of the replacement too."""
+    for copy in after.nodes.values():
+        if not (copy.target is _COPY and len(copy.args) > 1 and isinstance(copy.args[1], torch.fx.Node)):
+            continue
+        if after.storage(copy.args[0]) != storage:
+            continue
+        frontier = [copy.args[1]]
+        while frontier:
+            value = frontier.pop()
+            for user in value.users:
+                if user is copy:
+                    continue
+                if user.name in inserted:
+                    return True
+                if user.op == "call_function" and _is_view(user.target):
+                    frontier.append(user)
+    return False
 
 
 def _version(seen: tuple[str, ...], stand_in: dict[str, str] | None = None) -> str:
@@ -368,17 +403,21 @@ def _moved_reads_in(pair: Any, graph: torch.fx.Graph, after: _Versions, covered:
     # an auto_functionalized node counts as a write only where an in-place op stands for it (it
     # was reinplaced there); where it was not, what read its elements reads a copy
     stood_for = {(storage, old) for (storage, _), old in stand_in.items()}
-    before_all = _all_reads(
-        before,
-        lambda storage, seen: (
-            None
-            if any(
-                w in before.virtual.get(storage, ()) and (storage, w) not in stood_for and w not in after.nodes
-                for w in seen
-            )
-            else seen
-        ),
-    )
+    removed = frozenset(n for n in before.nodes if n not in after.nodes)
+
+    def before_version(storage: str, seen: tuple[str, ...]) -> tuple[str, ...] | None:
+        if any(
+            w in before.virtual.get(storage, ()) and (storage, w) not in stood_for and w not in after.nodes
+            for w in seen
+        ):
+            return None
+        return seen
+
+    before_all = _all_reads(before, before_version)
+    # the reads the inserted nodes must make: less those of a removed node through a value a removed
+    # node computed and a copy_ writes back (an edge inside the rewritten subgraph: a replacement may
+    # compute that value itself, reading the storage no more than the value's own inputs say)
+    before_required = _all_reads(before, before_version, removed, frozenset(after.nodes))
     after_all = _all_reads(
         after,
         lambda storage, seen: (
@@ -386,6 +425,7 @@ def _moved_reads_in(pair: Any, graph: torch.fx.Graph, after: _Versions, covered:
         ),
     )
     old_reads: dict[str, dict[tuple[str, ...], list[str]]] = {}
+    required: dict[str, set[tuple[str, ...]]] = {}
     for (reader, storage), versions in before_all.items():
         if (
             reader == _END
@@ -398,7 +438,9 @@ def _moved_reads_in(pair: Any, graph: torch.fx.Graph, after: _Versions, covered:
             continue
         for seen in versions:
             old_reads.setdefault(storage, {}).setdefault(seen, []).append(reader)
+        required.setdefault(storage, set()).update(before_required.get((reader, storage), ()))
     new_reads: dict[str, dict[tuple[str, ...], list[str]]] = {}
+    inserted_nodes = frozenset(n for n in after.nodes if n not in before.nodes)
     said: dict[tuple[str, ...], str] = {}
     for (reader, storage), versions in after_all.items():
         if (
@@ -413,7 +455,8 @@ def _moved_reads_in(pair: Any, graph: torch.fx.Graph, after: _Versions, covered:
             new_reads.setdefault(storage, {}).setdefault(seen, []).append(reader)
     for storage, new in new_reads.items():
         old = old_reads[storage]
-        if set(old) == set(new):
+        needed = set(old) if _reads_copied_value(after, storage, inserted_nodes) else required[storage]
+        if needed <= set(new) <= set(old):
             continue  # the inserted nodes read the versions the replaced nodes read
         every = [set(v) for v in (*old, *new)]
         crossed = sorted(set.union(*every) - set.intersection(*every), key=lambda w: before.order.get(w, -1))
