@@ -52,6 +52,7 @@ __all__ = [
     "inputs_on",
     "on_device",
     "require_device",
+    "require_runnable",
     "simulated",
     "tensor_on",
     "validate_device",
@@ -106,6 +107,19 @@ def require_device(name: str, value: Any) -> torch.device | None:
         )
     if device.index >= torch.cuda.device_count():
         raise DeviceUnavailable(f"{name}={value!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
+def require_runnable(name: str, value: Any) -> torch.device | None:
+    """:func:`require_device` for running cases (``check_case``, ``verify``): a device that
+    :func:`simulated` stands for is refused too, since its fake tensors hold no values to run.
+    Raises :class:`DeviceUnavailable` naming the argument for it."""
+    device = require_device(name, value)
+    if device is not None and _fake_mode_for(device) is not None:
+        raise DeviceUnavailable(
+            f"{name}={value!r} is simulated (pmverify.device.simulated): its fake tensors hold no values, so no "
+            "case runs there; move cases to it with on_device and fake-propagate them instead (docs/gpu.md)"
+        )
     return device
 
 

@@ -175,3 +175,17 @@ def test_a_non_cpu_device_keys_the_example_database_apart():
     plain = database_key(QKNormFusionPass, cases)
     assert database_key(QKNormFusionPass, cases, device=CPU) == plain
     assert database_key(QKNormFusionPass, cases, device=CUDA) != plain
+
+
+def test_no_case_runs_on_a_simulated_device():
+    from pmverify.fusions.qk_norm import QKNormFusionPass
+    from pmverify.fusions.qk_norm.testing import qk_norm_cases
+
+    case = _case(with_constant=False)
+    with simulated("cuda"):
+        with pytest.raises(DeviceUnavailable, match="is simulated"):
+            pmverify.check_case(lambda graph: None, case, device="cuda")
+        with pytest.raises(DeviceUnavailable, match=r"case \(its inputs' device\).*is simulated"):
+            pmverify.check_case(lambda graph: None, on_device(case, "cuda"))
+        with pytest.raises(DeviceUnavailable, match="is simulated"):
+            pmverify.verify(QKNormFusionPass, qk_norm_cases(), max_examples=2, device="cuda")

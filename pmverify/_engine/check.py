@@ -12,7 +12,7 @@ from hypothesis.errors import InvalidArgument
 
 from .._case import GraphCase
 from .._execution import RunPair, changed, matched_instances, rewrite_count
-from ..device import on_device
+from ..device import case_device, on_device, require_runnable
 from ..distributed import SPMDTimeoutError
 from ..oracles import ORACLES, InternalError, Oracle, PmverifyInternalError, Violation, applicability, semantics
 from ..oracles.expectations import kept_intermediate_notes, near_miss_notes, pass_put_barriers
@@ -264,7 +264,9 @@ def check_case(
     if not isinstance(strict_order, bool):
         raise InvalidArgument(f"strict_order={strict_order!r} must be a bool")
     checks = _resolve_oracles(oracles)
-    case = on_device(case, device)
+    case = on_device(case, require_runnable("device", device))
+    if device is None:  # a case drawn with device= under pmverify.device.simulated: fake, no values
+        require_runnable("case (its inputs' device)", case_device(case))
     start = time.perf_counter()
     if mode == "compiled":
         from .compiled import apply_compiled  # imports torch._inductor: only when asked for

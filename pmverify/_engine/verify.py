@@ -33,7 +33,7 @@ from .._findings.summary import (
     vacuous_error,
     validate_allow_unfused,
 )
-from ..device import require_device
+from ..device import require_runnable
 from .apply import UncompilableCase, validate_pass
 from .check import MODES, CaseResult, OracleSpec, check_case, pass_or_factory, validate_oracles
 from .verify_failures import (
@@ -259,7 +259,7 @@ def verify(
 
         seed = env_seed()
     validate_pass(pass_)
-    device = require_device("device", device)
+    device = require_runnable("device", device)
     from .._settings import env_shrink_budget
 
     cap = env_shrink_budget()
