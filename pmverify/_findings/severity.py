@@ -28,7 +28,7 @@ __all__ = ["TIERS", "failure_key", "key_label", "most_severe", "severity"]
 #: ``(oracle, kind)`` keys by tier, most severe first; ``kind`` None: every kind of that oracle.
 TIERS: tuple[tuple[tuple[str | None, str | None], ...], ...] = (
     (("semantics", None), ("tensor_parallel", None)),
-    (("structure", "dtype/shape"), ("structure", "specialisation")),
+    (("structure", "dtype/shape"), ("structure", "device"), ("structure", "specialisation")),
     (("mutation_barriers", None), ("aliasing", None), ("functionalization", None)),
     (("cache_key", None), ("compile_ranges", None)),
     (("structure", "order"), ("structure", "meta"), ("structure", None)),

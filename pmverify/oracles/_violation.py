@@ -8,6 +8,7 @@ import traceback as _traceback
 from ..errors import PmverifyInternalError
 
 __all__ = [
+    "DEVICE",
     "DTYPE_SHAPE",
     "META",
     "ORDER",
@@ -45,8 +46,10 @@ class InternalError:
 #: The kinds of the structure oracle's findings (``Violation.kind``): an output's dtype or shape (or
 #: the number of outputs) changed; the rewrite specialises symbolic sizes (or loses them); the graph
 #: is not well formed (lint, order, an erased input used, fake tensors do not propagate); stale
-#: ``meta["val"]``; an output's strides changed.
+#: ``meta["val"]``; an output's strides changed; an output's device changed (a replacement that
+#: makes a tensor on the default device, CPU, where the graph ran on CUDA).
 DTYPE_SHAPE, SPECIALISATION, ORDER, META, STRIDES = "dtype/shape", "specialisation", "order", "meta", "strides"
+DEVICE = "device"
 
 
 @dataclasses.dataclass(frozen=True)

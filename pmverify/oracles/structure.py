@@ -14,9 +14,10 @@ Checked, on the graph the pass left:
   graph that does not lint. A use of a node the pass erased is reported as such;
 - fake tensors re-propagate through it (on a copy, in one fresh ``FakeTensorMode``; a graph holding an op with no
   fake kernel, such as mkldnn's weight reorder that freezing folds on real weights, is not judged here);
-- every ``meta["val"]`` the pass left (tensors, and tensors in tuples/lists) has the shape and dtype
-  re-propagation gives: stale meta misleads later passes, which read shapes and dtypes from it;
-- every output keeps its shape and dtype and, for tensors with static strides, its strides (dims of
+- every ``meta["val"]`` the pass left (tensors, and tensors in tuples/lists) has the shape, dtype
+  and device re-propagation gives: stale meta misleads later passes, which read shapes and dtypes from it;
+- every output keeps its device (a replacement that makes a tensor on the default device, CPU,
+  where the case runs on CUDA: kind ``device``), its shape and dtype and, for tensors with static strides, its strides (dims of
   size 1 and empty tensors aside: their strides mean nothing), both from re-propagation. The
   gradients a joint forward-backward graph returns (``GRADIENT_OUTPUTS``) keep shape and dtype
   only: autograd gives no stride contract for a gradient (``AccumulateGrad`` re-strides one that
@@ -36,9 +37,19 @@ from .._compat import DynamicOutputShapeException, UnsupportedOperatorException,
 from .._execution import Repropagation, RunPair
 from .._fx import GRADIENT_OUTPUTS
 from . import _specialisation
-from ._violation import DTYPE_SHAPE, META, ORDER, SPECIALISATION, STRIDES, Violation
+from ._violation import DEVICE, DTYPE_SHAPE, META, ORDER, SPECIALISATION, STRIDES, Violation
 
-__all__ = ["DTYPE_SHAPE", "META", "ORDER", "SPECIALISATION", "STRIDES", "applies", "check", "MAX_STALE_REPORTED"]
+__all__ = [
+    "DEVICE",
+    "DTYPE_SHAPE",
+    "META",
+    "ORDER",
+    "SPECIALISATION",
+    "STRIDES",
+    "applies",
+    "check",
+    "MAX_STALE_REPORTED",
+]
 
 #: Stale-meta nodes reported one by one; more are summed up in one violation.
 MAX_STALE_REPORTED = 8
@@ -92,7 +103,7 @@ def _same_layout(left: Any, true: Any) -> bool:
         return False
     for a, b in zip(left_leaves, true_leaves, strict=True):
         if isinstance(a, torch.Tensor):
-            if not isinstance(b, torch.Tensor) or a.dtype != b.dtype:
+            if not isinstance(b, torch.Tensor) or a.dtype != b.dtype or a.device != b.device:
                 return False
             try:
                 if tuple(a.shape) != tuple(b.shape):
@@ -143,6 +154,15 @@ def _outputs(before: list[Any], checked: Repropagation, gradients: tuple[int, ..
         return [Violation("structure", f"{len(before)} outputs before the pass, {len(after)} after", kind=DTYPE_SHAPE)]
     violations = []
     for i, (b, a) in enumerate(zip(before, after, strict=True)):
+        if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor) and b.device != a.device:
+            violations.append(
+                Violation(
+                    "structure",
+                    f"output {i} ({_describe(b)}) was on {b.device} before the pass, on {a.device} after",
+                    kind=DEVICE,
+                )
+            )
+            continue
         if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor):
             same = b.shape == a.shape and b.dtype == a.dtype
         else:

@@ -103,3 +103,20 @@ def test_the_tiny_minimax_m2_compiles_with_the_pass_on_cuda():
         pytest.skip(result.skipped)
     assert result.ok, result.detail
     assert "on cuda:0" in result.detail
+
+
+def test_a_replacement_that_makes_its_output_on_cpu_is_a_device_finding():
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output((g.call_function(aten.neg.default, (x,)),))
+    case = pmverify.GraphCase(torch.fx.GraphModule(torch.nn.Module(), g), [(torch.randn(4, 3),)])
+
+    def to_cpu(graph):  # neg(x) -> neg(x) made on the default device, as an `empty` without device=
+        neg = next(n for n in graph.nodes if n.target is aten.neg.default)
+        with graph.inserting_after(neg):
+            moved = graph.call_function(aten._to_copy.default, (neg,), {"device": torch.device("cpu")})
+        neg.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
+
+    result = pmverify.check_case(to_cpu, case, device="cuda", oracles=["structure"])
+    assert [(v.oracle, v.kind) for v in result.violations] == [("structure", "device")], result.violations
