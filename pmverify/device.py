@@ -95,10 +95,7 @@ def require_device(name: str, value: Any) -> torch.device | None:
     :func:`simulated` stands in for it). Raises :class:`DeviceUnavailable` naming the argument
     otherwise (``torch.cuda.is_available()`` False, or an index past ``torch.cuda.device_count()``)."""
     device = validate_device(name, value)
-    if device is None or device.type == "cpu":
-        return device
-    simulated_ = _SIMULATED.get()
-    if simulated_ is not None and simulated_[1] == device.type:
+    if device is None or device.type == "cpu" or _fake_mode_for(device) is not None:
         return device
     if not torch.cuda.is_available():
         raise DeviceUnavailable(
@@ -196,8 +193,7 @@ def tensor_on(tensor: torch.Tensor, device: Any) -> torch.Tensor:
 
     Raises ``InvalidArgument`` for a bad ``device`` (see :func:`validate_device`),
     :class:`DeviceUnavailable` for a device this machine lacks."""
-    target = require_device("device", device)
-    return tensor if target is None else _Mover(target)(tensor)
+    return inputs_on((tensor,), device)[0]
 
 
 def inputs_on(values: Sequence[Any], device: Any) -> tuple[Any, ...]:

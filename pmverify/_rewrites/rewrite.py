@@ -38,7 +38,7 @@ from .._findings.summary import (
     vacuous_error,
 )
 from .._registry.record import RecordedRewrite, isolated_pass
-from ..device import require_device, tensor_on
+from ..device import inputs_on, require_device
 
 __all__ = ["NearMissCoverage", "RewriteResult", "RewriteNeverMatched", "check_rewrite", "covered_verify"]
 
@@ -472,14 +472,12 @@ def check_rewrite(
 
 
 def examples_on(rewrite: RecordedRewrite, device: Any) -> RecordedRewrite:
-    """``rewrite`` with its example inputs on ``device`` (a ``torch.device``; each tensor moved with
-    :func:`pmverify.device.tensor_on`): a copy, registered afresh on first use; ``rewrite`` itself when
+    """``rewrite`` with its example inputs on ``device`` (a ``torch.device``; moved together with
+    :func:`pmverify.device.inputs_on`): a copy, registered afresh on first use; ``rewrite`` itself when
     ``device`` is None or every example tensor is there already."""
     if device is None:
         return rewrite
-    import torch
-
-    moved = tuple(tensor_on(v, device) if isinstance(v, torch.Tensor) else v for v in rewrite.example_inputs)
+    moved = inputs_on(rewrite.example_inputs, device)
     if all(new is old for new, old in zip(moved, rewrite.example_inputs, strict=True)):
         return rewrite
     given = rewrite.arguments.get("example_inputs")

@@ -249,28 +249,38 @@ def _stands_for(write: torch.fx.Node, functional: torch.fx.Node) -> bool:
     return getattr(getattr(write.target, "_schema", None), "name", None) == name + "_"
 
 
+_Reads = dict[tuple[str, str], frozenset[tuple[str, ...]]]
+
+
 def _all_reads(
     graph: _Versions, name: Any, internal: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()
-) -> dict[tuple[str, str], frozenset[tuple[str, ...]]]:
+) -> tuple[_Reads, _Reads]:
     """Every version each node reads of each storage, directly or through a value copied into it,
-    its writes renamed by ``name(storage, version)``. A read through a copied value is left out
-    where the reader and the value's node are both in ``internal`` (the nodes the pass removed) and
-    the ``copy_`` writing it back is in ``kept`` (the pass kept it): an edge inside the rewritten
-    subgraph, whose value the rewrite may compute itself (it reads the storage no more than the
-    value's own inputs say)."""
+    its writes renamed by ``name(storage, version)``; and the same less the reads through a copied
+    value where the reader and the value's node are both in ``internal`` (the nodes the pass
+    removed) and the ``copy_`` writing it back is in ``kept`` (the pass kept it): an edge inside the
+    rewritten subgraph, whose value the rewrite may compute itself (it reads the storage no more
+    than the value's own inputs say)."""
     reads: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+    required: dict[tuple[str, str], set[tuple[str, ...]]] = {}
     for (reader, storage), seen in graph.reads.items():
-        reads.setdefault((reader, storage), set()).add(name(storage, graph.expand(seen, storage)))
+        version = name(storage, graph.expand(seen, storage))
+        reads.setdefault((reader, storage), set()).add(version)
+        required.setdefault((reader, storage), set()).add(version)
     for (reader, storage), versions in graph.via.items():
-        values = graph.via_values.get((reader, storage), {None})
-        copies_kept = all(seen and seen[-1] in kept for seen in versions)
-        if reader in internal and None not in values and values <= internal and copies_kept:
-            continue
         named = {name(storage, graph.expand(seen, storage)) for seen in versions}
         named.discard(None)
-        if named:
-            reads.setdefault((reader, storage), set()).update(named)
-    return {key: frozenset(versions) for key, versions in reads.items()}
+        if not named:
+            continue
+        reads.setdefault((reader, storage), set()).update(named)
+        values = graph.via_values.get((reader, storage), {None})
+        copies_kept = all(seen and seen[-1] in kept for seen in versions)
+        if not (reader in internal and None not in values and values <= internal and copies_kept):
+            required.setdefault((reader, storage), set()).update(named)
+    return (
+        {key: frozenset(versions) for key, versions in reads.items()},
+        {key: frozenset(versions) for key, versions in required.items()},
+    )
 
 
 def _reads_copied_value(after: _Versions, storage: str, inserted: frozenset[str]) -> bool:
@@ -413,12 +423,11 @@ def _moved_reads_in(pair: Any, graph: torch.fx.Graph, after: _Versions, covered:
             return None
         return seen
 
-    before_all = _all_reads(before, before_version)
     # the reads the inserted nodes must make: less those of a removed node through a value a removed
     # node computed and a copy_ writes back (an edge inside the rewritten subgraph: a replacement may
     # compute that value itself, reading the storage no more than the value's own inputs say)
-    before_required = _all_reads(before, before_version, removed, frozenset(after.nodes))
-    after_all = _all_reads(
+    before_all, before_required = _all_reads(before, before_version, removed, frozenset(after.nodes))
+    after_all, _ = _all_reads(
         after,
         lambda storage, seen: (
             None if any((storage, w) in fresh for w in after.expand(seen)) else mapped(storage, seen)[0]
@@ -455,9 +464,10 @@ def _moved_reads_in(pair: Any, graph: torch.fx.Graph, after: _Versions, covered:
             new_reads.setdefault(storage, {}).setdefault(seen, []).append(reader)
     for storage, new in new_reads.items():
         old = old_reads[storage]
-        needed = set(old) if _reads_copied_value(after, storage, inserted_nodes) else required[storage]
-        if needed <= set(new) <= set(old):
+        if set(old) == set(new):
             continue  # the inserted nodes read the versions the replaced nodes read
+        if required[storage] <= set(new) <= set(old) and not _reads_copied_value(after, storage, inserted_nodes):
+            continue  # less only reads inside the match, of a value no inserted node reads
         every = [set(v) for v in (*old, *new)]
         crossed = sorted(set.union(*every) - set.intersection(*every), key=lambda w: before.order.get(w, -1))
         replaced = [name for names in old.values() for name in names]

@@ -96,9 +96,8 @@ def on_cpu(case: GraphCase) -> tuple[GraphCase, torch.device]:
     """A wrapper's inner ``case`` on CPU, and the device it was drawn on. Raises
     ``InvalidArgument`` for a case of fake tensors (drawn under :func:`~pmverify.device.simulated`)."""
     device = case_device(case)
-    if device == _CPU:
-        return on_device(case, _CPU), device
-    _check_real([v for rank in case.inputs for v in rank], "cases")
+    if device != _CPU:
+        _check_real([v for rank in case.inputs for v in rank], "cases")
     return on_device(case, _CPU), device
 
 
